@@ -1,0 +1,29 @@
+// Package ojson is a strict, order-preserving JSON reader.
+//
+// # Why not encoding/json
+//
+// maitred reads a request body once and must read it exactly as vLLM's
+// Python parser will, because it counts tokens for the request vLLM is going
+// to run. encoding/json (v1) disagrees with Python on the inputs an attacker
+// or a buggy client would send: it matches object keys case-insensitively
+// (`"MODEL"` fills `model`), keeps the last of duplicate keys, replaces
+// invalid UTF-8 with U+FFFD and turns every number into float64. Chat
+// templates also see key order (tojson of tool schemas) and the difference
+// between 1 and 1.0. So this package:
+//
+//   - keeps object members in document order;
+//   - rejects duplicate keys, invalid UTF-8, nesting beyond a limit, trailing
+//     data and anything that is not RFC 8259 JSON, with the byte offset and the
+//     path (`messages[2].role`) of the problem;
+//   - keeps each number's literal text, so integers stay integers and floats
+//     keep the form Python would print after json.loads;
+//   - records the byte span of every value, so a caller can splice a new value
+//     into the original body without re-serialising the rest (the body is
+//     otherwise forwarded byte for byte).
+//
+// # Ownership and concurrency
+//
+// A parsed tree is immutable once Parse returns and may be shared between
+// goroutines. Values hold no reference to the input slice except through the
+// spans, which are offsets.
+package ojson
