@@ -1,0 +1,370 @@
+package fleet
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"reflect"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is the gateway's configuration file. It is read in three steps, as
+// Prometheus reads its own: defaults (Default), a strict decode that refuses
+// unknown keys and ill-typed values naming the key path (Parse), then
+// validation of the whole (Validate), also naming key paths. A config that
+// passes all three never fails later for a reason that was visible at start.
+type Config struct {
+	// Listen is the gateway's address, host:port.
+	Listen string `yaml:"listen"`
+	// MaxBodyBytes caps a request body; larger bodies get 413.
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// ReadHeaderTimeout bounds how long a client may take to send headers.
+	ReadHeaderTimeout Duration `yaml:"read_header_timeout"`
+	// IdleTimeout closes idle keep-alive connections.
+	IdleTimeout Duration `yaml:"idle_timeout"`
+	// MaxHeaderBytes caps request header size.
+	MaxHeaderBytes int `yaml:"max_header_bytes"`
+	// BackendHeaderTimeout is how long the gateway waits for a backend's
+	// response headers before answering 504 backend_timeout. vLLM sends the
+	// headers of a non-streaming answer only when generation is complete, so
+	// this bounds whole non-streaming requests and time to first byte of
+	// streams.
+	BackendHeaderTimeout Duration `yaml:"backend_header_timeout"`
+	// BackendDialTimeout bounds the TCP connect to a backend.
+	BackendDialTimeout Duration `yaml:"backend_dial_timeout"`
+	// Health configures backend probing.
+	Health HealthConfig `yaml:"health"`
+	// Models are the models served, each with its backends.
+	Models []ModelConfig `yaml:"models"`
+}
+
+// HealthConfig configures how backends are probed.
+type HealthConfig struct {
+	// Interval between probes of one backend.
+	Interval Duration `yaml:"interval"`
+	// Timeout of one probe request.
+	Timeout Duration `yaml:"timeout"`
+}
+
+// ModelConfig is one served model.
+type ModelConfig struct {
+	// Name is the id clients send as "model".
+	Name string `yaml:"name"`
+	// Tokenizer is a folder holding tokenizer.json and tokenizer_config.json.
+	Tokenizer string `yaml:"tokenizer"`
+	// ChatTemplate overrides the tokenizer folder's chat template (a file).
+	ChatTemplate string `yaml:"chat_template"`
+	// MaxModelLen is the context length; 0 means "as the backends report".
+	MaxModelLen int `yaml:"max_model_len"`
+	// Backends serve this model.
+	Backends []BackendConfig `yaml:"backends"`
+}
+
+// BackendConfig is one vLLM server.
+type BackendConfig struct {
+	// URL is the server's base URL, e.g. http://10.0.0.5:8000.
+	URL string `yaml:"url"`
+	// APIKeyEnv names an environment variable holding the backend's API key.
+	APIKeyEnv string `yaml:"api_key_env"`
+	// ServedModel is the model name the backend serves, when it differs
+	// from the gateway's model name (vLLM's --served-model-name).
+	ServedModel string `yaml:"served_model"`
+}
+
+// Duration is a time.Duration written as "1.5s", "200ms", "5m".
+type Duration time.Duration
+
+// D returns the value as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// UnmarshalYAML reads Go duration syntax.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
+		return errors.New(`want a duration such as "5s" or "250ms"`)
+	}
+	v, err := time.ParseDuration(n.Value)
+	if err != nil {
+		return fmt.Errorf("want a duration such as \"5s\" or \"250ms\", got %q", n.Value)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalYAML writes Go duration syntax.
+func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+
+// Default returns a config holding every default and no models.
+func Default() Config {
+	return Config{
+		Listen:               "127.0.0.1:8080",
+		MaxBodyBytes:         8 << 20,
+		ReadHeaderTimeout:    Duration(10 * time.Second),
+		IdleTimeout:          Duration(120 * time.Second),
+		MaxHeaderBytes:       64 << 10,
+		BackendHeaderTimeout: Duration(300 * time.Second),
+		BackendDialTimeout:   Duration(5 * time.Second),
+		Health: HealthConfig{
+			Interval: Duration(time.Second),
+			Timeout:  Duration(2 * time.Second),
+		},
+	}
+}
+
+// Load reads, decodes and validates the file at path.
+func Load(path string) (Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, err
+	}
+	cfg, err := Parse(data)
+	if err != nil {
+		return Config{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// Parse decodes data over the defaults and validates the result.
+func Parse(data []byte) (Config, error) {
+	cfg := Default()
+	var doc yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return Config{}, errors.New("config is empty")
+		}
+		return Config{}, fmt.Errorf("config is not valid YAML: %w", err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return Config{}, errors.New("config holds more than one YAML document")
+	}
+	if err := decodeStrict(doc.Content[0], reflect.ValueOf(&cfg).Elem(), ""); err != nil {
+		return Config{}, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// FieldError is a config problem at a key path such as
+// "models[0].backends[1].url".
+type FieldError struct {
+	Path string
+	Line int
+	Msg  string
+}
+
+func (e *FieldError) Error() string {
+	p := e.Path
+	if p == "" {
+		p = "(top level)"
+	}
+	if e.Line > 0 {
+		return fmt.Sprintf("%s (line %d): %s", p, e.Line, e.Msg)
+	}
+	return fmt.Sprintf("%s: %s", p, e.Msg)
+}
+
+var unmarshalerType = reflect.TypeFor[yaml.Unmarshaler]()
+
+// decodeStrict walks the YAML tree alongside the Go value so that every
+// error names its key path. yaml.v3's KnownFields reports unknown keys by
+// line and Go type name only, which tells an operator less than
+// "models[0].backends[0].urll: unknown key".
+func decodeStrict(n *yaml.Node, v reflect.Value, path string) error {
+	if n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	if v.CanAddr() && v.Addr().Type().Implements(unmarshalerType) {
+		if err := v.Addr().Interface().(yaml.Unmarshaler).UnmarshalYAML(n); err != nil {
+			return &FieldError{path, n.Line, err.Error()}
+		}
+		return nil
+	}
+	switch v.Kind() {
+	case reflect.Struct:
+		if n.Kind != yaml.MappingNode {
+			return &FieldError{path, n.Line, "want a mapping of keys"}
+		}
+		fields := map[string]int{}
+		t := v.Type()
+		for i := range t.NumField() {
+			if tag, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ","); tag != "" && tag != "-" {
+				fields[tag] = i
+			}
+		}
+		seen := map[string]bool{}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, val := n.Content[i], n.Content[i+1]
+			p := joinPath(path, k.Value)
+			idx, ok := fields[k.Value]
+			if !ok {
+				return &FieldError{p, k.Line, "unknown key" + suggest(k.Value, fields)}
+			}
+			if seen[k.Value] {
+				return &FieldError{p, k.Line, "key given twice"}
+			}
+			seen[k.Value] = true
+			if err := decodeStrict(val, v.Field(idx), p); err != nil {
+				return err
+			}
+		}
+		return nil
+	case reflect.Slice:
+		if n.Kind != yaml.SequenceNode {
+			return &FieldError{path, n.Line, "want a list"}
+		}
+		s := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
+		for i, item := range n.Content {
+			if err := decodeStrict(item, s.Index(i), fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				return err
+			}
+		}
+		v.Set(s)
+		return nil
+	default:
+		if n.Kind != yaml.ScalarNode {
+			return &FieldError{path, n.Line, "want a single value"}
+		}
+		if n.Tag == "!!null" {
+			return &FieldError{path, n.Line, "value is empty"}
+		}
+		if v.Kind() == reflect.String && n.Tag != "!!str" {
+			return &FieldError{path, n.Line, fmt.Sprintf("want a string, got %q (quote it)", n.Value)}
+		}
+		if err := n.Decode(v.Addr().Interface()); err != nil {
+			return &FieldError{path, n.Line, fmt.Sprintf("want %s, got %q", kindName(v.Kind()), n.Value)}
+		}
+		return nil
+	}
+}
+
+func joinPath(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func kindName(k reflect.Kind) string {
+	switch k {
+	case reflect.Int, reflect.Int64, reflect.Int32:
+		return "an integer"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Float64:
+		return "a number"
+	}
+	return k.String()
+}
+
+// suggest names a known key that differs from key only in case or by a
+// small typo, the usual cause of an unknown key.
+func suggest(key string, fields map[string]int) string {
+	for f := range fields {
+		if strings.EqualFold(f, key) || strings.ReplaceAll(f, "_", "") == strings.ReplaceAll(strings.ToLower(key), "-", "") {
+			return fmt.Sprintf(" (did you mean %q?)", f)
+		}
+	}
+	return ""
+}
+
+// Validate checks the decoded config as a whole.
+func (c *Config) Validate() error {
+	var errs []error
+	add := func(path, format string, args ...any) {
+		errs = append(errs, &FieldError{Path: path, Msg: fmt.Sprintf(format, args...)})
+	}
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		add("listen", "want host:port, got %q", c.Listen)
+	}
+	if c.MaxBodyBytes <= 0 {
+		add("max_body_bytes", "must be positive, got %d", c.MaxBodyBytes)
+	}
+	if c.MaxHeaderBytes < 4096 {
+		add("max_header_bytes", "must be at least 4096, got %d", c.MaxHeaderBytes)
+	}
+	for _, d := range []struct {
+		path string
+		v    Duration
+	}{
+		{"read_header_timeout", c.ReadHeaderTimeout},
+		{"idle_timeout", c.IdleTimeout},
+		{"backend_header_timeout", c.BackendHeaderTimeout},
+		{"backend_dial_timeout", c.BackendDialTimeout},
+		{"health.interval", c.Health.Interval},
+		{"health.timeout", c.Health.Timeout},
+	} {
+		if d.v <= 0 {
+			add(d.path, "must be positive, got %s", d.v.D())
+		}
+	}
+	if len(c.Models) == 0 {
+		add("models", "at least one model is required")
+	}
+	names := map[string]int{}
+	for i, m := range c.Models {
+		p := fmt.Sprintf("models[%d]", i)
+		if m.Name == "" {
+			add(p+".name", "is required")
+		} else if j, dup := names[m.Name]; dup {
+			add(p+".name", "%q is already models[%d].name", m.Name, j)
+		} else {
+			names[m.Name] = i
+		}
+		if m.MaxModelLen < 0 {
+			add(p+".max_model_len", "must not be negative, got %d", m.MaxModelLen)
+		}
+		if len(m.Backends) == 0 {
+			add(p+".backends", "at least one backend is required")
+		}
+		urls := map[string]int{}
+		for j, b := range m.Backends {
+			bp := fmt.Sprintf("%s.backends[%d]", p, j)
+			if err := checkBackendURL(b.URL); err != nil {
+				add(bp+".url", "%v", err)
+			} else if k, dup := urls[b.URL]; dup {
+				add(bp+".url", "%q is already %s.backends[%d].url", b.URL, p, k)
+			} else {
+				urls[b.URL] = j
+			}
+			if b.APIKeyEnv != "" {
+				if _, ok := os.LookupEnv(b.APIKeyEnv); !ok {
+					add(bp+".api_key_env", "environment variable %s is not set", b.APIKeyEnv)
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func checkBackendURL(s string) error {
+	if s == "" {
+		return errors.New("is required")
+	}
+	u, err := url.Parse(s)
+	if err != nil || !strings.Contains(s, "://") {
+		return fmt.Errorf("want an http:// or https:// URL, got %q", s)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("want an http:// or https:// URL, got %q", s)
+	}
+	if u.Host == "" {
+		return fmt.Errorf("has no host: %q", s)
+	}
+	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return fmt.Errorf("must not carry a query, fragment or credentials: %q", s)
+	}
+	if p := strings.TrimSuffix(u.Path, "/"); p != "" {
+		return fmt.Errorf("want the server's base URL without a path (not %q); maitred adds /v1/...", u.Path)
+	}
+	return nil
+}

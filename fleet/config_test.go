@@ -1,0 +1,149 @@
+package fleet
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestLoadGoodConfigs(t *testing.T) {
+	t.Setenv("VLLM_KEY", "secret")
+	for _, name := range []string{"maitred.yaml", "minimal.yaml"} {
+		t.Run(name, func(t *testing.T) {
+			cfg, err := Load(filepath.Join("..", "configs", name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(cfg.Models) == 0 || len(cfg.Models[0].Backends) == 0 {
+				t.Fatalf("no models or backends decoded: %+v", cfg)
+			}
+		})
+	}
+}
+
+func TestReferenceConfigValues(t *testing.T) {
+	t.Setenv("VLLM_KEY", "secret")
+	cfg, err := Load("../configs/maitred.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The reference file spells out every default: it must equal them.
+	def := Default()
+	got := cfg
+	got.Models = nil
+	if !reflect.DeepEqual(got, def) {
+		t.Errorf("configs/maitred.yaml disagrees with Default():\n got %+v\nwant %+v", got, def)
+	}
+	m := cfg.Models[0]
+	if m.Name != "qwen3" || m.MaxModelLen != 4096 || m.Tokenizer != "/models/qwen3" {
+		t.Errorf("model = %+v", m)
+	}
+	if b := m.Backends[0]; b.URL != "http://127.0.0.1:8000" || b.APIKeyEnv != "VLLM_KEY" {
+		t.Errorf("backend = %+v", b)
+	}
+}
+
+func TestMinimalConfigTakesDefaults(t *testing.T) {
+	cfg, err := Load("../configs/minimal.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Listen != "127.0.0.1:8080" || cfg.MaxBodyBytes != 8<<20 || cfg.Health.Interval.D() != time.Second {
+		t.Errorf("defaults not applied: %+v", cfg)
+	}
+}
+
+// TestBadConfigs loads every file in configs/bad; each names the error it
+// must produce in its first line, "# error: ...".
+func TestBadConfigs(t *testing.T) {
+	files, err := filepath.Glob("../configs/bad/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no bad configs found: %v", err)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			want := expectedError(t, f)
+			_, err := Load(f)
+			if err == nil {
+				t.Fatalf("loaded without error; want %q", want)
+			}
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error = %q\nwant it to contain %q", err, want)
+			}
+		})
+	}
+}
+
+func expectedError(t *testing.T, path string) string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Scan()
+	want, ok := strings.CutPrefix(sc.Text(), "# error: ")
+	if !ok {
+		t.Fatalf("%s: first line must be \"# error: <expected message>\"", path)
+	}
+	return want
+}
+
+func TestParseRejects(t *testing.T) {
+	tests := []struct {
+		name, yaml, want string
+	}{
+		{"two documents", "models: []\n---\nmodels: []\n", "more than one YAML document"},
+		{"not yaml", "models: [\n", "not valid YAML"},
+		{"null value", "listen:\nmodels: []\n", "listen (line 1): value is empty"},
+		{"top level list", "- a\n", "(top level) (line 1): want a mapping of keys"},
+		{"negative body", "max_body_bytes: -1\nmodels: [{name: a, backends: [{url: 'http://h:1'}]}]\n", "max_body_bytes: must be positive"},
+		{"duplicate key", "listen: a:1\nlisten: b:2\n", "listen (line 2): key given twice"},
+		{"zero duration", "idle_timeout: 0s\nmodels: [{name: a, backends: [{url: 'http://h:1'}]}]\n", "idle_timeout: must be positive"},
+		{"dup backend", "models: [{name: a, backends: [{url: 'http://h:1'}, {url: 'http://h:1'}]}]\n", "models[0].backends[1].url: \"http://h:1\" is already models[0].backends[0].url"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.yaml))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Parse error = %v, want it to contain %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseReportsEveryValidationError(t *testing.T) {
+	_, err := Parse([]byte("listen: nope\nmodels: [{name: a}]\n"))
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{"listen: want host:port", "models[0].backends: at least one backend"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	files, _ := filepath.Glob("../configs/*.yaml")
+	bad, _ := filepath.Glob("../configs/bad/*.yaml")
+	for _, p := range append(files, bad...) {
+		b, err := os.ReadFile(p)
+		if err == nil {
+			f.Add(b)
+		}
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cfg, err := Parse(data)
+		if err == nil {
+			if err := cfg.Validate(); err != nil {
+				t.Fatalf("Parse accepted a config Validate rejects: %v", err)
+			}
+		}
+	})
+}

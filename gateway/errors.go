@@ -1,0 +1,120 @@
+package gateway
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// Error is every error the gateway itself answers with. Handlers return it;
+// the edge adapter (serve) is the only place that turns it into bytes, in
+// OpenAI's envelope {"error": {"message", "type", "param", "code"}}.
+//
+// Backend answers never become an Error: vLLM's own 4xx and 5xx bodies pass
+// through untouched.
+type Error struct {
+	Status  int
+	Type    string // OpenAI's error type, e.g. "invalid_request_error"
+	Code    string // machine-readable code; "" renders as null
+	Param   string // the offending request field; "" renders as null
+	Message string
+	// RetryAfter, when positive, is sent as a Retry-After header (seconds,
+	// rounded up).
+	RetryAfter time.Duration
+	// Cause is logged, never shown to the client.
+	Cause error
+}
+
+func (e *Error) Error() string {
+	if e.Cause != nil {
+		return fmt.Sprintf("%d %s: %s: %v", e.Status, e.Code, e.Message, e.Cause)
+	}
+	return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message)
+}
+
+func (e *Error) Unwrap() error { return e.Cause }
+
+// OpenAI's error types.
+const (
+	typeInvalidRequest = "invalid_request_error"
+	typeServer         = "server_error"
+)
+
+// Codes the gateway answers with. Each is also the outcome label in logs.
+const (
+	codeInvalidJSON      = "invalid_json"
+	codeInvalidType      = "invalid_type"
+	codeModelNotFound    = "model_not_found"
+	codeMissingParam     = "missing_required_parameter"
+	codeRequestTooLarge  = "request_too_large"
+	codeUnsupportedMedia = "unsupported_media_type"
+	codeUnknownURL       = "unknown_url"
+	codeMethodNotAllowed = "method_not_allowed"
+	codeBackendDown      = "backend_unavailable"
+	codeBackendTimeout   = "backend_timeout"
+	codeModelNotReady    = "model_not_ready"
+	codeStreamBroken     = "upstream_stream_error"
+	codeShuttingDown     = "server_shutting_down"
+)
+
+func badRequest(code, param, format string, args ...any) *Error {
+	return &Error{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: code, Param: param, Message: fmt.Sprintf(format, args...)}
+}
+
+// envelope is OpenAI's error body. Pointers render absent values as null,
+// which SDKs expect.
+type envelope struct {
+	Error envelopeBody `json:"error"`
+}
+
+type envelopeBody struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    *string `json:"code"`
+}
+
+func (e *Error) envelope() envelope {
+	b := envelopeBody{Message: e.Message, Type: e.Type}
+	if e.Param != "" {
+		b.Param = &e.Param
+	}
+	if e.Code != "" {
+		b.Code = &e.Code
+	}
+	return envelope{b}
+}
+
+// write renders e as the whole response. Call it only before any header
+// went out.
+func (e *Error) write(w http.ResponseWriter) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	if e.RetryAfter > 0 {
+		h.Set("Retry-After", strconv.Itoa(retrySeconds(e.RetryAfter)))
+	}
+	body, _ := json.Marshal(e.envelope())
+	body = append(body, '\n')
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(e.Status)
+	w.Write(body)
+}
+
+// sseEvent renders e as the last events of a stream that already answered
+// 200: one error event in the shape vLLM itself uses mid-stream, then
+// [DONE], so SDKs surface the error instead of ending quietly.
+func (e *Error) sseEvent() []byte {
+	body, _ := json.Marshal(e.envelope())
+	out := make([]byte, 0, len(body)+32)
+	out = append(out, "data: "...)
+	out = append(out, body...)
+	out = append(out, "\n\ndata: [DONE]\n\n"...)
+	return out
+}
+
+func retrySeconds(d time.Duration) int {
+	s := int((d + time.Second - 1) / time.Second)
+	return max(s, 1)
+}

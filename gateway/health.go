@@ -1,0 +1,83 @@
+package gateway
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"github.com/maitred-dev/maitred/fleet"
+)
+
+// livez answers 200 while the process can serve HTTP. It never looks at
+// backends: a slow model load must not get the gateway's pod restarted.
+func (g *Gateway) livez(w http.ResponseWriter, r *http.Request, _ *exchange) error {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Write([]byte("ok\n"))
+	return nil
+}
+
+type readyModel struct {
+	Name     string                `json:"name"`
+	Ready    bool                  `json:"ready"`
+	Backends []fleet.BackendStatus `json:"backends"`
+}
+
+type readyBody struct {
+	Status string       `json:"status"` // "ready" or "not_ready"
+	Phase  string       `json:"phase"`
+	Models []readyModel `json:"models"`
+}
+
+// readyz answers 200 when every model has a ready backend and the gateway
+// is not draining, else 503; the body says which model and backend and why.
+func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request, _ *exchange) error {
+	body := readyBody{Phase: g.Phase().String()}
+	ok := g.Phase() == Serving
+	for _, m := range g.fleet.Models() {
+		rm := readyModel{Name: m.Name}
+		for _, b := range m.Backends {
+			s := b.Status()
+			rm.Ready = rm.Ready || s.State == fleet.Ready
+			rm.Backends = append(rm.Backends, s)
+		}
+		ok = ok && rm.Ready
+		body.Models = append(body.Models, rm)
+	}
+	status := http.StatusOK
+	body.Status = "ready"
+	if !ok {
+		status = http.StatusServiceUnavailable
+		body.Status = "not_ready"
+	}
+	writeJSON(w, status, body)
+	return nil
+}
+
+type modelEntry struct {
+	ID          string `json:"id"`
+	Object      string `json:"object"`
+	Created     int64  `json:"created"`
+	OwnedBy     string `json:"owned_by"`
+	MaxModelLen int    `json:"max_model_len,omitempty"`
+}
+
+// listModels answers GET /v1/models from the config merged with what the
+// backends report, without a backend round trip.
+func (g *Gateway) listModels(w http.ResponseWriter, r *http.Request, _ *exchange) error {
+	list := struct {
+		Object string       `json:"object"`
+		Data   []modelEntry `json:"data"`
+	}{Object: "list", Data: []modelEntry{}}
+	for _, m := range g.fleet.Models() {
+		list.Data = append(list.Data, modelEntry{ID: m.Name, Object: "model", Created: m.Created(), OwnedBy: "maitred", MaxModelLen: m.MaxModelLen()})
+	}
+	writeJSON(w, http.StatusOK, list)
+	return nil
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, _ := json.Marshal(v)
+	b = append(b, '\n')
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(b)
+}

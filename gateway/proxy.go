@@ -1,0 +1,253 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"strings"
+	"syscall"
+
+	"go.uber.org/zap"
+
+	"github.com/maitred-dev/maitred/fleet"
+	"github.com/maitred-dev/maitred/internal/ojson"
+)
+
+type endpoint int
+
+const (
+	endpointChat endpoint = iota
+	endpointCompletions
+)
+
+type ctxKey struct{}
+
+// completions handles POST /v1/chat/completions and /v1/completions: read
+// the body once, learn the model and whether it streams, pick a backend and
+// forward the body exactly as received.
+func (g *Gateway) completions(ep endpoint) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request, x *exchange) error {
+		if err := checkContentType(r.Header.Get("Content-Type")); err != nil {
+			return err
+		}
+		body, err := readBody(w, r, g.cfg.MaxBodyBytes)
+		x.bytesIn = len(body)
+		if err != nil {
+			return err
+		}
+		req, perr := ojson.Parse(body, ojson.DefaultMaxDepth)
+		if perr != nil {
+			return badRequest(codeInvalidJSON, "", "The request body is not valid JSON: %v", perr)
+		}
+		if req.Kind != ojson.Object {
+			return badRequest(codeInvalidJSON, "", "The request body must be a JSON object, got %s", req.Kind)
+		}
+		mv := req.Get("model")
+		if mv == nil || mv.IsNull() {
+			return badRequest(codeMissingParam, "model", "You must provide a model parameter.")
+		}
+		if mv.Kind != ojson.String {
+			return badRequest(codeInvalidType, "model", "model must be a string, got %s", mv.Kind)
+		}
+		m, ok := g.fleet.Model(mv.Str)
+		if !ok {
+			return &Error{Status: http.StatusNotFound, Type: typeInvalidRequest, Code: codeModelNotFound, Param: "model",
+				Message: fmt.Sprintf("The model %q does not exist. Available models: %s.", mv.Str, strings.Join(g.fleet.Names(), ", "))}
+		}
+		x.model = m.Name
+		if sv := req.Get("stream"); sv != nil && sv.Kind == ojson.Bool {
+			x.stream = sv.Bool
+		}
+		g.metrics.inFlight.WithLabelValues(m.Name).Inc()
+		defer g.metrics.inFlight.WithLabelValues(m.Name).Dec()
+		b := m.Pick()
+		if b == nil {
+			return g.notReady(m)
+		}
+		x.backend = b
+		release := b.Acquire()
+		defer release()
+		return g.forward(w, r, x, body)
+	}
+}
+
+// forward sends body to x.backend through the reverse proxy and returns the
+// classified transport error, if any.
+func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, x *exchange, body []byte) error {
+	out := r.WithContext(context.WithValue(r.Context(), ctxKey{}, x))
+	out.Body = io.NopCloser(bytes.NewReader(body))
+	out.ContentLength = int64(len(body))
+	g.proxy.ServeHTTP(w, out)
+	if x.proxyErr != nil {
+		return g.classify(r, x)
+	}
+	return nil
+}
+
+func (g *Gateway) notReady(m *fleet.Model) *Error {
+	var states []string
+	for _, b := range m.Backends {
+		s := b.Status()
+		st := b.URL.Host + " " + s.State.String()
+		if s.Reason != "" {
+			st += " (" + s.Reason + ")"
+		}
+		states = append(states, st)
+	}
+	return &Error{Status: http.StatusServiceUnavailable, Type: typeServer, Code: codeModelNotReady,
+		Message:    fmt.Sprintf("Model %q has no ready backend: %s.", m.Name, strings.Join(states, "; ")),
+		RetryAfter: g.cfg.Health.Interval.D()}
+}
+
+// classify turns a transport failure into the gateway's answer: a client
+// that left gets nothing, a backend that never answered in time 504, one
+// that could not be reached or broke before its headers 502.
+func (g *Gateway) classify(r *http.Request, x *exchange) error {
+	err := x.proxyErr
+	if r.Context().Err() != nil {
+		return errClientGone
+	}
+	host := x.backend.URL.Host
+	var ne net.Error
+	var oe *net.OpError
+	switch {
+	case errors.As(err, &oe) && oe.Op == "dial":
+		return &Error{Status: http.StatusBadGateway, Type: typeServer, Code: codeBackendDown,
+			Message: fmt.Sprintf("Backend %s of model %q could not be reached: %s.", host, x.model, dialReason(err)), Cause: err}
+	case errors.As(err, &ne) && ne.Timeout():
+		return &Error{Status: http.StatusGatewayTimeout, Type: typeServer, Code: codeBackendTimeout,
+			Message: fmt.Sprintf("Backend %s of model %q sent no response headers within %s.", host, x.model, g.cfg.BackendHeaderTimeout.D()), Cause: err}
+	default:
+		return &Error{Status: http.StatusBadGateway, Type: typeServer, Code: codeBackendDown,
+			Message: fmt.Sprintf("Backend %s of model %q failed before answering.", host, x.model), Cause: err}
+	}
+}
+
+func dialReason(err error) string {
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return "host unreachable"
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return "connect timed out"
+	}
+	return "connect failed"
+}
+
+func checkContentType(ct string) error {
+	if ct == "" {
+		return nil // curl -d without -H and many scripts send none; the body decides
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json")) {
+		return nil
+	}
+	return &Error{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: codeUnsupportedMedia,
+		Message: fmt.Sprintf("Content-Type must be application/json, got %q.", ct)}
+}
+
+// readBody reads the whole body within the limit. The gateway needs the
+// whole JSON before it can route, and forwards the same bytes.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	if r.ContentLength > limit {
+		return nil, tooLarge(limit)
+	}
+	rd := http.MaxBytesReader(w, r.Body, limit)
+	var buf []byte
+	if r.ContentLength > 0 {
+		buf = make([]byte, 0, r.ContentLength+1)
+	} else {
+		buf = make([]byte, 0, 4096)
+	}
+	for {
+		n, err := rd.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				return nil, tooLarge(limit)
+			}
+			if r.Context().Err() != nil {
+				return nil, errClientGone
+			}
+			return nil, badRequest("body_read_error", "", "The request body could not be read: %v", err)
+		}
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+	}
+}
+
+func tooLarge(limit int64) *Error {
+	return &Error{Status: http.StatusRequestEntityTooLarge, Type: typeInvalidRequest, Code: codeRequestTooLarge,
+		Message: fmt.Sprintf("The request body exceeds the gateway's limit of %d bytes.", limit)}
+}
+
+// newProxy builds the one reverse proxy every backend request goes through.
+// The backend is chosen per request and travels in the request context.
+func (g *Gateway) newProxy(rt http.RoundTripper) *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
+		Transport: rt,
+		// Flush every write: SSE events must reach the client as they come.
+		FlushInterval: -1,
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			x := pr.In.Context().Value(ctxKey{}).(*exchange)
+			pr.SetURL(x.backend.URL)
+			pr.SetXForwarded()
+			h := pr.Out.Header
+			// The client's credentials are for the gateway, never for a
+			// backend; the backend gets its own key from the config.
+			h.Del("Authorization")
+			h.Del("Cookie")
+			if x.backend.Key != "" {
+				h.Set("Authorization", "Bearer "+x.backend.Key)
+			}
+			h.Set("X-Request-Id", x.id)
+		},
+		ModifyResponse: func(res *http.Response) error {
+			x := res.Request.Context().Value(ctxKey{}).(*exchange)
+			res.Header.Set("X-Request-Id", x.id)
+			if res.StatusCode == http.StatusOK && isEventStream(res.Header.Get("Content-Type")) {
+				res.Body = newStreamGuard(res.Body, res.Request.Context(), func(cause error) []byte {
+					return g.streamBroken(x, cause)
+				})
+			}
+			return nil
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			x := r.Context().Value(ctxKey{}).(*exchange)
+			x.proxyErr = err
+		},
+		ErrorLog: zap.NewStdLog(g.log.Named("proxy").WithOptions(zap.IncreaseLevel(zap.WarnLevel))),
+	}
+}
+
+func isEventStream(ct string) bool {
+	return strings.HasPrefix(ct, "text/event-stream")
+}
+
+// streamBroken is called when a backend stream ends without [DONE]; it
+// returns the events that end the client's stream.
+func (g *Gateway) streamBroken(x *exchange, cause error) []byte {
+	reason := "backend closed the stream without [DONE]"
+	if cause != nil {
+		reason = "backend stream failed: " + cause.Error()
+	}
+	x.streamBroke = reason
+	g.metrics.streamErrors.WithLabelValues(x.model, "backend").Inc()
+	e := &Error{Type: typeServer, Code: codeStreamBroken,
+		Message: fmt.Sprintf("The backend stream broke before it was complete (%s); the answer is truncated. Request id %s.", reason, x.id)}
+	return e.sseEvent()
+}

@@ -1,0 +1,207 @@
+package gateway
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/maitred-dev/maitred/fleet"
+)
+
+// handlerFunc is a gateway handler: it writes a success itself, or returns
+// an error that serve renders. An *Error returned after the handler already
+// wrote headers is logged, not rendered.
+type handlerFunc func(w http.ResponseWriter, r *http.Request, x *exchange) error
+
+// errClientGone reports that the client went away; nothing is written.
+var errClientGone = errors.New("client closed the request")
+
+// statusClientClosed is logged (never sent) for requests whose client left,
+// as nginx does.
+const statusClientClosed = 499
+
+// exchange is what the gateway knows about one request, filled in as it
+// moves along and read once by serve to write the log line and metrics.
+type exchange struct {
+	id       string
+	start    time.Time
+	endpoint string
+	model    string // a configured model name, or "" (unknown names are not used as labels)
+	backend  *fleet.Backend
+	stream   bool
+	bytesIn  int
+	// proxyErr is set by the reverse proxy's error handler.
+	proxyErr error
+	// streamBroke is the reason a stream was ended by the gateway.
+	streamBroke string
+	// outcome names how the request ended when it did not succeed.
+	outcome string
+}
+
+// serve is the edge adapter: it assigns the request id, runs h, renders a
+// returned error in OpenAI's envelope, and writes the one access-log line
+// and the request metrics.
+func (g *Gateway) serve(endpoint string, h handlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		x := &exchange{id: requestID(r), start: time.Now(), endpoint: endpoint}
+		rec := &recorder{ResponseWriter: w}
+		w.Header().Set("X-Request-Id", x.id)
+		var err error
+		defer func() {
+			p := recover()
+			if p != nil && p != http.ErrAbortHandler {
+				g.log.Error("handler panic", zap.String("request_id", x.id), zap.Any("panic", p), zap.ByteString("stack", debug.Stack()))
+				err = &Error{Status: http.StatusInternalServerError, Type: typeServer, Code: "internal_error", Message: "internal error; request id " + x.id}
+				if !rec.wroteHeader {
+					err.(*Error).write(rec)
+				}
+			}
+			if p == http.ErrAbortHandler && x.outcome == "" {
+				x.outcome = "aborted"
+				if r.Context().Err() != nil {
+					x.outcome = "client_gone"
+				}
+			}
+			g.finish(x, rec, r, err)
+			if p == http.ErrAbortHandler {
+				panic(p) // let net/http drop the connection
+			}
+		}()
+		err = h(rec, r, x)
+		if err == nil {
+			return
+		}
+		var e *Error
+		switch {
+		case errors.As(err, &e):
+			x.outcome = e.Code
+			if !rec.wroteHeader {
+				e.write(rec)
+			}
+		case errors.Is(err, errClientGone):
+			x.outcome = "client_gone"
+		default:
+			x.outcome = "internal_error"
+			if !rec.wroteHeader {
+				(&Error{Status: http.StatusInternalServerError, Type: typeServer, Code: "internal_error",
+					Message: "internal error; request id " + x.id}).write(rec)
+			}
+		}
+	}
+}
+
+func (g *Gateway) finish(x *exchange, rec *recorder, r *http.Request, err error) {
+	status := rec.status
+	if !rec.wroteHeader {
+		status = statusClientClosed
+		if x.outcome == "" {
+			x.outcome = "client_gone"
+		}
+	}
+	d := time.Since(x.start)
+	code := strconv.Itoa(status)
+	g.metrics.requests.WithLabelValues(x.model, x.endpoint, code).Inc()
+	g.metrics.duration.WithLabelValues(x.model, x.endpoint).Observe(d.Seconds())
+
+	// Probes and scrapes are not worth a line each at info level.
+	lvl := zap.InfoLevel
+	if x.endpoint == "/livez" || x.endpoint == "/readyz" {
+		lvl = zap.DebugLevel
+	}
+	ce := g.log.Check(lvl, "request")
+	if ce == nil {
+		return
+	}
+	fields := make([]zap.Field, 0, 14)
+	fields = append(fields,
+		zap.String("request_id", x.id),
+		zap.String("method", r.Method),
+		zap.String("endpoint", x.endpoint),
+		zap.Int("status", status),
+		zap.Int("bytes_in", x.bytesIn),
+		zap.Int64("bytes_out", rec.bytes),
+		zap.Duration("duration", d),
+		zap.String("remote", r.RemoteAddr),
+	)
+	if x.model != "" {
+		fields = append(fields, zap.String("model", x.model))
+	}
+	if x.backend != nil {
+		fields = append(fields, zap.String("backend", x.backend.URL.Host))
+	}
+	if x.stream {
+		fields = append(fields, zap.Bool("stream", true))
+	}
+	if x.outcome != "" {
+		fields = append(fields, zap.String("outcome", x.outcome))
+	}
+	if x.streamBroke != "" {
+		fields = append(fields, zap.String("stream_error", x.streamBroke))
+	}
+	if err != nil {
+		// Error text is the gateway's own wording or a transport error;
+		// neither carries request content.
+		fields = append(fields, zap.String("error", err.Error()))
+	}
+	ce.Write(fields...)
+}
+
+// requestID returns the client's X-Request-Id when it is a sane token, else
+// a fresh random one.
+func requestID(r *http.Request) string {
+	if id := r.Header.Get("X-Request-Id"); id != "" && len(id) <= 128 && printableASCII(id) {
+		return id
+	}
+	var b [16]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func printableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x21 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// recorder notes the status and size of the answer. It forwards Flush and
+// exposes Unwrap so http.ResponseController (which ReverseProxy uses to
+// flush each SSE event) reaches the real connection.
+type recorder struct {
+	http.ResponseWriter
+	status      int
+	bytes       int64
+	wroteHeader bool
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if !r.wroteHeader {
+		r.status, r.wroteHeader = code, true
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(p []byte) (int, error) {
+	if !r.wroteHeader {
+		r.status, r.wroteHeader = http.StatusOK, true
+	}
+	n, err := r.ResponseWriter.Write(p)
+	r.bytes += int64(n)
+	return n, err
+}
+
+func (r *recorder) Flush() {
+	if f, ok := r.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }

@@ -1,0 +1,122 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"io"
+)
+
+// maxPartialEvent bounds how much of an unfinished SSE event the guard
+// holds back. vLLM writes whole events, so in practice it holds nothing; an
+// event larger than this passes through in pieces.
+const maxPartialEvent = 1 << 20
+
+var doneEvent = []byte("data: [DONE]")
+
+// streamGuard wraps a backend's SSE body. It passes complete events through
+// as soon as they arrive and watches for [DONE]. When the backend stream
+// ends any other way (a reset, a cut, a clean close too early), it drops the
+// unfinished event and ends the client's stream with the events onBreak
+// returns, so that SDKs raise an error instead of ending quietly with a
+// truncated answer. When the client itself left, it simply fails.
+type streamGuard struct {
+	body    io.ReadCloser
+	ctx     context.Context
+	onBreak func(cause error) []byte
+
+	buf     []byte // read from the backend, not yet returned
+	ready   int    // buf[:ready] holds complete events
+	sawDone bool
+	tail    []byte // the break events still to return
+	ended   bool
+}
+
+func newStreamGuard(body io.ReadCloser, ctx context.Context, onBreak func(error) []byte) *streamGuard {
+	return &streamGuard{body: body, ctx: ctx, onBreak: onBreak, buf: make([]byte, 0, 32<<10)}
+}
+
+func (g *streamGuard) Read(p []byte) (int, error) {
+	for {
+		if g.ready > 0 {
+			n := copy(p, g.buf[:g.ready])
+			g.buf = g.buf[:copy(g.buf, g.buf[n:])]
+			g.ready -= n
+			return n, nil
+		}
+		if g.tail != nil {
+			n := copy(p, g.tail)
+			g.tail = g.tail[n:]
+			if len(g.tail) == 0 {
+				g.tail = nil
+				g.ended = true
+			}
+			return n, nil
+		}
+		if g.ended {
+			return 0, io.EOF
+		}
+		if len(g.buf) == cap(g.buf) {
+			g.buf = append(g.buf, 0)[:len(g.buf)]
+		}
+		n, err := g.body.Read(g.buf[len(g.buf):cap(g.buf)])
+		start := len(g.buf)
+		g.buf = g.buf[:start+n]
+		if n > 0 {
+			g.scan(start)
+		}
+		if err == nil {
+			continue
+		}
+		if g.ctx.Err() != nil {
+			return 0, err // the client left; there is no one to tell
+		}
+		if err == io.EOF && g.sawDone {
+			if g.ready == 0 && len(g.buf) > 0 {
+				g.ready = len(g.buf) // trailing bytes after [DONE]: pass them on
+			}
+			g.ended = g.ready == 0
+			if g.ended {
+				return 0, io.EOF
+			}
+			g.tail = nil
+			continue
+		}
+		var cause error
+		if err != io.EOF {
+			cause = err
+		}
+		// Drop the unfinished event: half a JSON object is worse than none.
+		g.buf = g.buf[:g.ready]
+		g.tail = g.onBreak(cause)
+	}
+}
+
+// scan moves ready past the last complete event in buf, looking only at
+// bytes from start on (and the two before, for a boundary split across
+// reads), and notes [DONE].
+func (g *streamGuard) scan(start int) {
+	from := max(start-2, g.ready)
+	end := -1
+	for i := from; i+1 < len(g.buf); i++ {
+		if g.buf[i] != '\n' {
+			continue
+		}
+		if g.buf[i+1] == '\n' {
+			end = i + 2
+		} else if i+2 < len(g.buf) && g.buf[i+1] == '\r' && g.buf[i+2] == '\n' {
+			end = i + 3
+		}
+	}
+	if end < 0 {
+		if len(g.buf)-g.ready > maxPartialEvent {
+			g.ready = len(g.buf)
+		}
+		return
+	}
+	if !g.sawDone && bytes.Contains(g.buf[g.ready:end], doneEvent) {
+		g.sawDone = true
+	}
+	g.ready = end
+}
+
+func (g *streamGuard) Close() error { return g.body.Close() }
