@@ -374,3 +374,14 @@ func describeDialError(err error) string {
 	}
 	return err.Error()
 }
+
+// UnmarshalText reads a state's name.
+func (s *State) UnmarshalText(b []byte) error {
+	for _, c := range []State{Loading, Ready, Unhealthy} {
+		if c.String() == string(b) {
+			*s = c
+			return nil
+		}
+	}
+	return fmt.Errorf("unknown backend state %q", b)
+}

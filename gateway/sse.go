@@ -70,7 +70,9 @@ func (g *streamGuard) Read(p []byte) (int, error) {
 		if g.ctx.Err() != nil {
 			return 0, err // the client left; there is no one to tell
 		}
-		if err == io.EOF && g.sawDone {
+		if g.sawDone {
+			// The answer is complete; how the connection ended after it
+			// does not matter to the client.
 			if g.ready == 0 && len(g.buf) > 0 {
 				g.ready = len(g.buf) // trailing bytes after [DONE]: pass them on
 			}

@@ -1,0 +1,139 @@
+package gateway
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/maitred-dev/maitred/fleet"
+)
+
+// fakeBackend is a hand-written stand-in for vLLM used where a test needs
+// exact control of the bytes a backend sends; end-to-end tests use the real
+// simulator (package sim) instead.
+type fakeBackend struct {
+	*httptest.Server
+	mu       sync.Mutex
+	health   int
+	received []*http.Request
+	bodies   [][]byte
+}
+
+func newFakeBackend(t *testing.T, model string, h http.HandlerFunc) *fakeBackend {
+	t.Helper()
+	fb := &fakeBackend{health: http.StatusOK}
+	fb.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/health":
+			fb.mu.Lock()
+			code := fb.health
+			fb.mu.Unlock()
+			w.WriteHeader(code)
+			return
+		case "/v1/models":
+			io.WriteString(w, `{"object":"list","data":[{"id":"`+model+`","object":"model","created":1700000000,"owned_by":"vllm","max_model_len":2048}]}`)
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		fb.mu.Lock()
+		fb.received = append(fb.received, r.Clone(context.Background()))
+		fb.bodies = append(fb.bodies, body)
+		fb.mu.Unlock()
+		h(w, r)
+	}))
+	t.Cleanup(fb.Close)
+	return fb
+}
+
+func (fb *fakeBackend) setHealth(code int) {
+	fb.mu.Lock()
+	fb.health = code
+	fb.mu.Unlock()
+}
+
+func (fb *fakeBackend) requests() ([]*http.Request, [][]byte) {
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	return append([]*http.Request(nil), fb.received...), append([][]byte(nil), fb.bodies...)
+}
+
+type testGateway struct {
+	*Gateway
+	URL    string
+	Fleet  *fleet.Fleet
+	client *http.Client
+	reg    *prometheus.Registry
+}
+
+// startGateway serves a gateway for model "m" in front of the given backend
+// URLs, probes them once and marks the gateway ready.
+func startGateway(t *testing.T, mutate func(*fleet.Config), backends ...string) *testGateway {
+	t.Helper()
+	cfg := fleet.Default()
+	mc := fleet.ModelConfig{Name: "m"}
+	for _, u := range backends {
+		mc.Backends = append(mc.Backends, fleet.BackendConfig{URL: u})
+	}
+	cfg.Models = []fleet.ModelConfig{mc}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
+	tr := NewTransport(cfg)
+	t.Cleanup(tr.CloseIdleConnections)
+	fl, err := fleet.New(cfg, &http.Client{Transport: tr}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	g, err := New(Options{Config: cfg, Fleet: fl, Logger: log, Registry: reg, Transport: tr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl.ProbeAll(context.Background())
+	g.SetPhase(Serving)
+	srv := httptest.NewServer(g.Handler())
+	t.Cleanup(srv.Close)
+	ctr := &http.Transport{}
+	t.Cleanup(ctr.CloseIdleConnections)
+	return &testGateway{Gateway: g, URL: srv.URL, Fleet: fl, client: &http.Client{Transport: ctr, Timeout: 30 * time.Second}, reg: reg}
+}
+
+func (tg *testGateway) post(t *testing.T, path, body string, hdr ...string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, tg.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	res, err := tg.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func readBodyT(t *testing.T, res *http.Response) string {
+	t.Helper()
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

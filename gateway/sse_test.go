@@ -1,0 +1,189 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+)
+
+// chunks is a backend body that returns its pieces one Read at a time and
+// then fails with err (io.EOF for a clean end).
+type chunks struct {
+	pieces []string
+	err    error
+}
+
+func (c *chunks) Read(p []byte) (int, error) {
+	if len(c.pieces) == 0 {
+		return 0, c.err
+	}
+	n := copy(p, c.pieces[0])
+	c.pieces[0] = c.pieces[0][n:]
+	if c.pieces[0] == "" {
+		c.pieces = c.pieces[1:]
+	}
+	return n, nil
+}
+
+func (c *chunks) Close() error { return nil }
+
+// readAll reads the guard's output, recording what each Read returned.
+func readAll(t *testing.T, r io.Reader) (string, []string, error) {
+	t.Helper()
+	var out strings.Builder
+	var reads []string
+	buf := make([]byte, 64)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			out.Write(buf[:n])
+			reads = append(reads, string(buf[:n]))
+		}
+		if err != nil {
+			if err == io.EOF {
+				return out.String(), reads, nil
+			}
+			return out.String(), reads, err
+		}
+	}
+}
+
+const breakEvents = "data: {\"error\":\"broken\"}\n\ndata: [DONE]\n\n"
+
+func TestStreamGuard(t *testing.T) {
+	reset := errors.New("connection reset")
+	tests := []struct {
+		name   string
+		pieces []string
+		err    error
+		want   string
+		broken bool
+	}{
+		{
+			name:   "complete stream passes untouched",
+			pieces: []string{"data: {\"a\":1}\n\n", "data: {\"a\":2}\n\n", "data: [DONE]\n\n"},
+			err:    io.EOF,
+			want:   "data: {\"a\":1}\n\ndata: {\"a\":2}\n\ndata: [DONE]\n\n",
+		},
+		{
+			name:   "event split across reads is joined, not dropped",
+			pieces: []string{"data: {\"a\"", ":1}\n", "\ndata: [DO", "NE]\n\n"},
+			err:    io.EOF,
+			want:   "data: {\"a\":1}\n\ndata: [DONE]\n\n",
+		},
+		{
+			name:   "CRLF boundaries",
+			pieces: []string{"data: {\"a\":1}\r\n\r\n", "data: [DONE]\r\n\r\n"},
+			err:    io.EOF,
+			want:   "data: {\"a\":1}\r\n\r\ndata: [DONE]\r\n\r\n",
+		},
+		{
+			name:   "reset mid-event drops the partial event and ends with error and DONE",
+			pieces: []string{"data: {\"a\":1}\n\n", "data: {\"a\":"},
+			err:    reset,
+			want:   "data: {\"a\":1}\n\n" + breakEvents,
+			broken: true,
+		},
+		{
+			name:   "clean close without DONE is a break too",
+			pieces: []string{"data: {\"a\":1}\n\n"},
+			err:    io.EOF,
+			want:   "data: {\"a\":1}\n\n" + breakEvents,
+			broken: true,
+		},
+		{
+			name:   "break before any event",
+			err:    reset,
+			want:   breakEvents,
+			broken: true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var cause error
+			called := 0
+			g := newStreamGuard(&chunks{pieces: append([]string(nil), tt.pieces...), err: tt.err}, context.Background(),
+				func(c error) []byte { called++; cause = c; return []byte(breakEvents) })
+			got, _, err := readAll(t, g)
+			if err != nil {
+				t.Fatalf("read error %v", err)
+			}
+			if got != tt.want {
+				t.Errorf("got  %q\nwant %q", got, tt.want)
+			}
+			if tt.broken != (called == 1) {
+				t.Errorf("onBreak called %d times, want broken=%v", called, tt.broken)
+			}
+			if tt.broken && tt.err != io.EOF && !errors.Is(cause, tt.err) {
+				t.Errorf("cause = %v, want %v", cause, tt.err)
+			}
+		})
+	}
+}
+
+// Each complete event must be handed on by the Read that completes it, so
+// that the proxy flushes it at once: the guard must not wait for more.
+func TestStreamGuardReturnsEachEventImmediately(t *testing.T) {
+	body := &chunks{pieces: []string{"data: 1\n\n", "data: 2\n\n", "data: [DONE]\n\n"}, err: io.EOF}
+	g := newStreamGuard(body, context.Background(), func(error) []byte { t.Fatal("unexpected break"); return nil })
+	_, reads, err := readAll(t, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"data: 1\n\n", "data: 2\n\n", "data: [DONE]\n\n"}
+	if strings.Join(reads, "|") != strings.Join(want, "|") {
+		t.Errorf("reads = %q, want %q", reads, want)
+	}
+}
+
+func TestStreamGuardClientGoneFailsQuietly(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	g := newStreamGuard(&chunks{pieces: []string{"data: 1\n\n"}, err: context.Canceled}, ctx,
+		func(error) []byte { t.Fatal("no error event for a client that left"); return nil })
+	_, _, err := readAll(t, g)
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("err = %v, want context.Canceled", err)
+	}
+}
+
+func FuzzStreamGuard(f *testing.F) {
+	f.Add("data: {\"a\":1}\n\ndata: [DONE]\n\n", 3, false)
+	f.Add("data: x\r\n\r\ndata: y", 5, true)
+	f.Fuzz(func(t *testing.T, stream string, split int, fail bool) {
+		if split <= 0 {
+			split = 1
+		}
+		var pieces []string
+		for s := stream; s != ""; {
+			n := min(split, len(s))
+			pieces = append(pieces, s[:n])
+			s = s[n:]
+		}
+		err := io.EOF
+		if fail {
+			err = errors.New("reset")
+		}
+		broke := false
+		g := newStreamGuard(&chunks{pieces: pieces, err: err}, context.Background(),
+			func(error) []byte { broke = true; return []byte(breakEvents) })
+		got, _, rerr := readAll(t, g)
+		if rerr != nil {
+			t.Fatal(rerr)
+		}
+		if broke {
+			// Output is a prefix of the stream ending at an event boundary, then the break events.
+			prefix, ok := strings.CutSuffix(got, breakEvents)
+			if !ok || !strings.HasPrefix(stream, prefix) {
+				t.Fatalf("broken output %q is not a stream prefix + break events", got)
+			}
+			if strings.Contains(prefix, "data: [DONE]") {
+				t.Fatalf("a stream that sent DONE was treated as broken: %q", stream)
+			}
+		} else if got != stream {
+			t.Fatalf("unbroken stream altered: got %q want %q", got, stream)
+		}
+	})
+}
