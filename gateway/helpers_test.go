@@ -28,7 +28,7 @@ type fakeBackend struct {
 	bodies   [][]byte
 }
 
-func newFakeBackend(t *testing.T, model string, h http.HandlerFunc) *fakeBackend {
+func newFakeBackend(t testing.TB, model string, h http.HandlerFunc) *fakeBackend {
 	t.Helper()
 	fb := &fakeBackend{health: http.StatusOK}
 	fb.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

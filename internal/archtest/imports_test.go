@@ -1,0 +1,45 @@
+// Package archtest holds tests of the code's shape rather than its
+// behaviour.
+package archtest
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// The tokenizer and the admission pipeline must stay free of HTTP, so that
+// they can be tested and benchmarked as plain functions and reused outside
+// the gateway. fleet may use net/http as a client only, never chi or the
+// gateway.
+func TestLayering(t *testing.T) {
+	const mod = "github.com/maitred-dev/maitred/"
+	rules := []struct {
+		pkg       string
+		forbidden []string
+	}{
+		{"tokenize/...", []string{"net/http", "github.com/go-chi/chi/v5", mod + "gateway", mod + "fleet", mod + "sim", mod + "admission"}},
+		{"admission/...", []string{"net/http", "github.com/go-chi/chi/v5", mod + "gateway", mod + "sim"}},
+		{"fleet/...", []string{"github.com/go-chi/chi/v5", mod + "gateway", mod + "sim", "net/http/httptest"}},
+		{"internal/ojson", []string{"net/http"}},
+	}
+	for _, r := range rules {
+		if _, err := os.Stat("../../" + strings.TrimSuffix(r.pkg, "/...")); err != nil {
+			continue // the package does not exist yet
+		}
+		out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", "../../"+r.pkg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list %s: %v\n%s", r.pkg, err, out)
+		}
+		deps := map[string]bool{}
+		for _, d := range strings.Fields(string(out)) {
+			deps[d] = true
+		}
+		for _, f := range r.forbidden {
+			if deps[f] {
+				t.Errorf("%s depends on %s", r.pkg, f)
+			}
+		}
+	}
+}
