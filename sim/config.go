@@ -1,0 +1,297 @@
+package sim
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Defaults applied by New and Update to zero-valued knobs.
+const (
+	DefaultModel        = "demo"
+	DefaultMaxModelLen  = 4096
+	DefaultOutputTokens = 16
+	DefaultMaxNumSeqs   = 256
+	DefaultKVTokens     = 65536
+	DefaultVersion      = "0.11.0"
+
+	// BlockSize is the simulated KV block size in tokens (vLLM's default on
+	// CUDA); cache_config_info reports num_gpu_blocks = KVTokens/BlockSize.
+	BlockSize = 16
+)
+
+// Config holds the simulator's knobs. The zero value is usable: New and
+// Update replace zero fields with the defaults documented on each field.
+type Config struct {
+	// Model is the served model name (vLLM's first --served-model-name);
+	// default "demo". Requests naming another model get vLLM's 404.
+	Model string
+	// Root is the root reported by /v1/models (vLLM: the --model path or HF
+	// id); empty means Model.
+	Root string
+	// MaxModelLen is the context length in tokens; default 4096.
+	MaxModelLen int
+	// LoadTime is how long Run waits before it listens: like vLLM, the port
+	// refuses connections until the model has "loaded".
+	LoadTime time.Duration
+	// FailHealth makes /health answer 503 with an empty body (engine dead).
+	FailHealth bool
+	// TTFT is the delay between admission to a running slot and the first
+	// token (the prefill).
+	TTFT time.Duration
+	// ITL is the delay between consecutive tokens.
+	ITL time.Duration
+	// OutputTokens is the length of the "natural" answer: the model stops
+	// (finish_reason "stop") after that many tokens unless max_tokens /
+	// max_completion_tokens or the remaining context (MaxModelLen - prompt)
+	// is smaller, in which case it generates the budget and finishes with
+	// "length". Default 16.
+	OutputTokens int
+	// MaxNumSeqs is the number of requests that run at once; default 256.
+	// Later requests wait FIFO (vllm:num_requests_waiting).
+	MaxNumSeqs int
+	// KVTokens is the KV-cache capacity in tokens; default 65536.
+	// vllm:kv_cache_usage_perc is (prompt + generated tokens of the running
+	// requests) / KVTokens, capped at 1. A waiting request is admitted only
+	// when its prompt fits in the free KV space (or nothing is running).
+	KVTokens int
+	// APIKey, when set, makes every /v1* request without
+	// "Authorization: Bearer <APIKey>" answer 401 {"error": "Unauthorized"}.
+	APIKey string
+	// CutAfterChunks > 0 aborts a streaming response (connection reset, no
+	// final chunk, no [DONE]) right after that many content chunks.
+	CutAfterChunks int
+	// Hang makes completion requests block, without answering, until the
+	// client goes away (or the server shuts down). Hanging requests take no
+	// running slot.
+	Hang bool
+	// FailStatus > 0 makes completion requests that pass model validation
+	// answer this status with vLLM's error envelope.
+	FailStatus int
+	// FailMessage overrides the message sent with FailStatus.
+	FailMessage string
+	// Version is the answer of GET /version; default "0.11.0".
+	Version string
+	// ShutdownTimeout mirrors vLLM's --shutdown-timeout: when Run's context
+	// ends, the listener closes at once and /health answers 503; in-flight
+	// requests may finish for up to ShutdownTimeout, then the rest are aborted
+	// the way vLLM aborts them (500 "Internal server error", or an in-band
+	// error event followed by [DONE] on a stream). 0 aborts immediately,
+	// which is vLLM's default.
+	ShutdownTimeout time.Duration
+	// Tokenizer counts prompt tokens; nil uses Approx (see its doc).
+	Tokenizer Tokenizer
+	// TokenGate, when non-nil, makes every generation step (one token for
+	// every choice of a request) also wait to receive a value from it, so a
+	// test can release tokens one at a time. Not settable over /sim/config.
+	TokenGate <-chan struct{}
+}
+
+// Tokenizer is what the simulator needs to count prompts the way vLLM does.
+// Implementations must be safe for concurrent use.
+type Tokenizer interface {
+	// ChatPromptTokens returns the prompt token count of a chat request body
+	// (rendered chat template, add_generation_prompt).
+	ChatPromptTokens(body []byte) (int, error)
+	// CompletionPromptTokens returns the prompt token count of a completions
+	// request body. The simulator calls it with a body holding one string
+	// prompt; token-id prompts are counted without it.
+	CompletionPromptTokens(body []byte) (int, error)
+}
+
+// ChatTokenIDer is an optional Tokenizer extension: when the configured
+// Tokenizer implements it, POST /tokenize returns real ids for chat input.
+type ChatTokenIDer interface {
+	ChatTokenIDs(body []byte) ([]int, error)
+}
+
+// CompletionTokenIDer is the /tokenize extension for prompt input.
+type CompletionTokenIDer interface {
+	CompletionTokenIDs(body []byte) ([]int, error)
+}
+
+// withDefaults returns c with zero knobs replaced by their defaults.
+func (c Config) withDefaults() Config {
+	if c.Model == "" {
+		c.Model = DefaultModel
+	}
+	if c.MaxModelLen <= 0 {
+		c.MaxModelLen = DefaultMaxModelLen
+	}
+	if c.OutputTokens <= 0 {
+		c.OutputTokens = DefaultOutputTokens
+	}
+	if c.MaxNumSeqs <= 0 {
+		c.MaxNumSeqs = DefaultMaxNumSeqs
+	}
+	if c.KVTokens <= 0 {
+		c.KVTokens = DefaultKVTokens
+	}
+	if c.Version == "" {
+		c.Version = DefaultVersion
+	}
+	if c.Tokenizer == nil {
+		c.Tokenizer = Approx{}
+	}
+	if c.TTFT < 0 {
+		c.TTFT = 0
+	}
+	if c.ITL < 0 {
+		c.ITL = 0
+	}
+	if c.CutAfterChunks < 0 {
+		c.CutAfterChunks = 0
+	}
+	if c.FailStatus < 0 {
+		c.FailStatus = 0
+	}
+	return c
+}
+
+// Knobs is the JSON form of the runtime-settable Config fields, used by
+// POST /sim/config (absent fields are left unchanged) and GET /sim/config.
+// Durations are in milliseconds.
+type Knobs struct {
+	Model             *string  `json:"model,omitempty"`
+	MaxModelLen       *int     `json:"max_model_len,omitempty"`
+	FailHealth        *bool    `json:"fail_health,omitempty"`
+	TTFTMillis        *float64 `json:"ttft_ms,omitempty"`
+	ITLMillis         *float64 `json:"itl_ms,omitempty"`
+	OutputTokens      *int     `json:"output_tokens,omitempty"`
+	MaxNumSeqs        *int     `json:"max_num_seqs,omitempty"`
+	KVTokens          *int     `json:"kv_tokens,omitempty"`
+	APIKey            *string  `json:"api_key,omitempty"`
+	CutAfterChunks    *int     `json:"cut_after_chunks,omitempty"`
+	Hang              *bool    `json:"hang,omitempty"`
+	FailStatus        *int     `json:"fail_status,omitempty"`
+	FailMessage       *string  `json:"fail_message,omitempty"`
+	Version           *string  `json:"version,omitempty"`
+	ShutdownTimeoutMs *float64 `json:"shutdown_timeout_ms,omitempty"`
+}
+
+// knobsView is what GET/POST /sim/config answer: every knob, with the API
+// key reduced to whether one is set.
+type knobsView struct {
+	Model             string  `json:"model"`
+	MaxModelLen       int     `json:"max_model_len"`
+	FailHealth        bool    `json:"fail_health"`
+	TTFTMillis        float64 `json:"ttft_ms"`
+	ITLMillis         float64 `json:"itl_ms"`
+	OutputTokens      int     `json:"output_tokens"`
+	MaxNumSeqs        int     `json:"max_num_seqs"`
+	KVTokens          int     `json:"kv_tokens"`
+	APIKeySet         bool    `json:"api_key_set"`
+	CutAfterChunks    int     `json:"cut_after_chunks"`
+	Hang              bool    `json:"hang"`
+	FailStatus        int     `json:"fail_status"`
+	Version           string  `json:"version"`
+	ShutdownTimeoutMs float64 `json:"shutdown_timeout_ms"`
+}
+
+func viewOf(c Config) knobsView {
+	return knobsView{
+		Model:             c.Model,
+		MaxModelLen:       c.MaxModelLen,
+		FailHealth:        c.FailHealth,
+		TTFTMillis:        millis(c.TTFT),
+		ITLMillis:         millis(c.ITL),
+		OutputTokens:      c.OutputTokens,
+		MaxNumSeqs:        c.MaxNumSeqs,
+		KVTokens:          c.KVTokens,
+		APIKeySet:         c.APIKey != "",
+		CutAfterChunks:    c.CutAfterChunks,
+		Hang:              c.Hang,
+		FailStatus:        c.FailStatus,
+		Version:           c.Version,
+		ShutdownTimeoutMs: millis(c.ShutdownTimeout),
+	}
+}
+
+func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func fromMillis(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }
+
+// validate rejects knob values that cannot mean anything.
+func (k *Knobs) validate() error {
+	var errs []error
+	neg := func(name string, v *int) {
+		if v != nil && *v < 0 {
+			errs = append(errs, fmt.Errorf("%s must be >= 0, got %d", name, *v))
+		}
+	}
+	negf := func(name string, v *float64) {
+		if v != nil && *v < 0 {
+			errs = append(errs, fmt.Errorf("%s must be >= 0, got %g", name, *v))
+		}
+	}
+	neg("max_model_len", k.MaxModelLen)
+	neg("output_tokens", k.OutputTokens)
+	neg("max_num_seqs", k.MaxNumSeqs)
+	neg("kv_tokens", k.KVTokens)
+	neg("cut_after_chunks", k.CutAfterChunks)
+	negf("ttft_ms", k.TTFTMillis)
+	negf("itl_ms", k.ITLMillis)
+	negf("shutdown_timeout_ms", k.ShutdownTimeoutMs)
+	if k.FailStatus != nil && *k.FailStatus != 0 && (*k.FailStatus < 400 || *k.FailStatus > 599) {
+		errs = append(errs, fmt.Errorf("fail_status must be 0 or 400..599, got %d", *k.FailStatus))
+	}
+	return errors.Join(errs...)
+}
+
+// apply copies the set knobs into c.
+func (k *Knobs) apply(c *Config) {
+	setS := func(dst *string, v *string) {
+		if v != nil {
+			*dst = *v
+		}
+	}
+	setI := func(dst *int, v *int) {
+		if v != nil {
+			*dst = *v
+		}
+	}
+	setB := func(dst *bool, v *bool) {
+		if v != nil {
+			*dst = *v
+		}
+	}
+	setD := func(dst *time.Duration, v *float64) {
+		if v != nil {
+			*dst = fromMillis(*v)
+		}
+	}
+	setS(&c.Model, k.Model)
+	setI(&c.MaxModelLen, k.MaxModelLen)
+	setB(&c.FailHealth, k.FailHealth)
+	setD(&c.TTFT, k.TTFTMillis)
+	setD(&c.ITL, k.ITLMillis)
+	setI(&c.OutputTokens, k.OutputTokens)
+	setI(&c.MaxNumSeqs, k.MaxNumSeqs)
+	setI(&c.KVTokens, k.KVTokens)
+	setS(&c.APIKey, k.APIKey)
+	setI(&c.CutAfterChunks, k.CutAfterChunks)
+	setB(&c.Hang, k.Hang)
+	setI(&c.FailStatus, k.FailStatus)
+	setS(&c.FailMessage, k.FailMessage)
+	setS(&c.Version, k.Version)
+	setD(&c.ShutdownTimeout, k.ShutdownTimeoutMs)
+}
+
+// decodeKnobs parses a /sim/config body strictly (unknown fields rejected).
+func decodeKnobs(body []byte) (*Knobs, error) {
+	var k Knobs
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&k); err != nil {
+		return nil, err
+	}
+	if dec.More() {
+		return nil, errors.New("trailing data after JSON object")
+	}
+	if err := k.validate(); err != nil {
+		return nil, err
+	}
+	return &k, nil
+}

@@ -1,0 +1,114 @@
+// Package sim is a simulated vLLM OpenAI-compatible server. It exists so
+// that maitred's gateway, its end-to-end tests and load tests can run
+// against something that behaves like `vllm serve` on the wire, without a
+// GPU. It is a test double: fast, deterministic, and steerable at runtime.
+//
+// # Surface
+//
+//   - GET /health (200 empty body; 503 when FailHealth or shutting down),
+//     GET|POST /ping, GET /version, GET /metrics.
+//   - GET /v1/models: one vLLM ModelCard (owned_by "vllm", root, parent null,
+//     max_model_len, permission list).
+//   - POST /v1/chat/completions and /v1/completions, streaming and not.
+//   - POST /tokenize (chat or prompt form) -> {count, max_model_len, tokens,
+//     token_strs: null}.
+//   - Simulator-only: GET|POST /sim/config (JSON knobs, see Knobs) and
+//     GET /sim/stats (Stats as JSON). They need no API key.
+//
+// # Model of the engine
+//
+// A completion request is validated the way vLLM validates it, in vLLM's
+// order: content type, JSON and field types (pydantic's 400 "Bad Request"),
+// stream_options without stream, the model name (404 NotFoundError), then
+// FailStatus, then prompt counting and the renderer's length checks
+// (max_tokens > max_model_len; prompt + requested output > max_model_len
+// with the post-2026-03 "at least" wording), then SamplingParams checks (n,
+// greedy n > 1, temperature, max_tokens >= 1, min_tokens). Streaming
+// responses send 200 and headers right after validation.
+//
+// A valid request then enters a FIFO waiting queue. It is admitted when
+// fewer than MaxNumSeqs requests run and its prompt fits in the free KV
+// space (KVTokens minus the prompt and generated tokens of running requests),
+// or unconditionally when nothing runs. Once admitted it waits TTFT (the
+// prefill), emits its first token, and then one token per ITL; all n choices
+// of a request advance in lockstep, one step per token. The answer is
+// OutputTokens tokens long ("stop"), or shorter when the budget —
+// max_completion_tokens, else max_tokens (completions default 16), else
+// max_model_len - prompt — is smaller ("length"); ignore_eos generates the
+// whole budget and min_tokens lengthens the answer. Token i of choice j is
+// the word words[(i+j) mod 19] of a lorem-ipsum list (see GeneratedText).
+//
+// Prompts are counted by Config.Tokenizer, or by Approx, a documented
+// approximate counter that the gateway can reuse to predict counts.
+//
+// # Streams
+//
+// Frames are "data: <json>\n\n", flushed one by one, then "data: [DONE]".
+// Chat streams begin with a {"role":"assistant","content":""} delta per
+// choice, sent together with the first token as vLLM does (after prefill).
+// A choice cut by its budget carries finish_reason "length" on its last
+// token; a choice that stops gets a separate empty-delta chunk with
+// finish_reason "stop". Final chunks carry "stop_reason": null. With
+// stream_options (include_usage defaults to true once the object is
+// present) a usage chunk with "choices": [] precedes [DONE];
+// continuous_usage_stats adds cumulative usage to every chunk.
+//
+// # Faults and disconnects
+//
+// A client that goes away (request context cancelled, or a failed write) in
+// any phase — hanging, waiting, prefill, decode — stops the request at once,
+// frees its slot and KV space, and counts as Stats.Aborted,
+// sim_aborted_requests_total and vllm:request_success_total{finished_reason
+// ="abort"}. CutAfterChunks drops the connection after N content chunks
+// (panic(http.ErrAbortHandler): no terminating chunk, no [DONE]). Hang
+// blocks completion requests until the client leaves. FailStatus answers
+// with vLLM's error envelope. Run's shutdown and Close abort what is left the
+// way vLLM's --shutdown-timeout does: a 500 "Internal server error"
+// GenerationError, or an in-band error frame plus [DONE] once a stream has
+// started.
+//
+// # Concurrency
+//
+// One mutex guards the knobs, the scheduler and the counters; every request
+// runs on its own net/http goroutine and blocks only on timers, the
+// TokenGate, its admission channel, its context and the server's stop
+// channel. A request takes a snapshot of the knobs when it arrives, so
+// Update affects later requests (MaxNumSeqs and KVTokens also re-run the
+// scheduler for the queue at once). Metrics live on a per-Server registry;
+// the gauges are computed at scrape time under the same mutex, so /metrics
+// and Stats agree.
+//
+// # Fidelity
+//
+// Faithful, per vLLM source as summarised in the project's wire notes: the
+// nested error envelope with an integer code, the exact context-length,
+// output-budget, unknown-model, sampling-parameter and 401 {"error":
+// "Unauthorized"} texts (auth guards /v1* only, OPTIONS exempt), default
+// budgets and max_completion_tokens precedence, stream framing and chunk
+// fields, the usage chunk, /v1/models and /tokenize shapes, refusing
+// connections while loading, 503 on /health for a dead engine, metric
+// names, label sets (model_name, engine="0") and bucket boundaries.
+//
+// Approximate or missing:
+//
+//   - Token counts come from Approx unless a real Tokenizer is plugged in.
+//   - pydantic validation messages imitate str(exc.errors()) but are not
+//     byte-exact; the character-length pre-check (param input_text) and most
+//     per-field range checks (top_p, penalties, logit_bias, stop) are absent.
+//   - The EOS token is not counted in completion_tokens (vLLM counts it when
+//     the model stops by itself), and the "stop" chunk follows the last
+//     content chunk immediately rather than after another ITL.
+//   - No preemption (vllm:num_preemptions_total stays 0), no prefix caching,
+//     no chunked prefill; KV usage is token-, not block-granular.
+//   - Sampling parameters other than n, max_tokens, max_completion_tokens,
+//     min_tokens, ignore_eos and temperature (for the greedy check) are
+//     accepted and ignored: no stop strings, logprobs, tools, echo or
+//     response_format; the text never depends on the prompt.
+//   - Only one served model name; no LoRA, /detokenize, sleep mode, /load
+//     or X-Request-Id response header (an incoming X-Request-Id does become
+//     the response id suffix, as in vLLM).
+//   - The completions stream serialises chunks like the chat one
+//     (exclude_unset style), which may differ from vLLM in null fields.
+//   - vllm:cache_config_info carries a representative CacheConfig label
+//     set, not vLLM's full and version-dependent one.
+package sim
