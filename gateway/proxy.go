@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"mime"
 	"net"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"syscall"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/maitred-dev/maitred/fleet"
 	"github.com/maitred-dev/maitred/internal/ojson"
@@ -230,7 +232,7 @@ func (g *Gateway) newProxy(rt http.RoundTripper) *httputil.ReverseProxy {
 			x := r.Context().Value(ctxKey{}).(*exchange)
 			x.proxyErr = err
 		},
-		ErrorLog: zap.NewStdLog(g.log.Named("proxy").WithOptions(zap.IncreaseLevel(zap.WarnLevel))),
+		ErrorLog: mustStdLogAt(g.log.Named("proxy"), zap.WarnLevel),
 	}
 }
 
@@ -250,4 +252,12 @@ func (g *Gateway) streamBroken(x *exchange, cause error) []byte {
 	e := &Error{Type: typeServer, Code: codeStreamBroken,
 		Message: fmt.Sprintf("The backend stream broke before it was complete (%s); the answer is truncated. Request id %s.", reason, x.id)}
 	return e.sseEvent()
+}
+
+func mustStdLogAt(l *zap.Logger, lvl zapcore.Level) *log.Logger {
+	std, err := zap.NewStdLogAt(l, lvl)
+	if err != nil {
+		return zap.NewStdLog(l)
+	}
+	return std
 }

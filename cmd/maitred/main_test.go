@@ -1,0 +1,139 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("os/signal.signal_recv"), goleak.IgnoreTopFunction("os/signal.loop"))
+}
+
+func TestCommands(t *testing.T) {
+	tests := []struct {
+		args     []string
+		code     int
+		out, err string
+	}{
+		{[]string{"version"}, 0, "maitred ", ""},
+		{[]string{"help"}, 0, "maitred serve --config FILE", ""},
+		{nil, 2, "", "Usage:"},
+		{[]string{"frobnicate"}, 2, "", `unknown command "frobnicate"`},
+		{[]string{"serve"}, 2, "", "--config is required"},
+		{[]string{"serve", "--help"}, 0, "", "Usage: maitred serve"},
+		{[]string{"sim", "--help"}, 0, "", "-max-num-seqs"},
+		{[]string{"demo", "--help"}, 0, "", "Usage: maitred demo"},
+		{[]string{"serve", "--config", "../../configs/bad/unknown-key.yaml"}, 1, "", "models[0].backends[0].urll (line 5): unknown key"},
+		{[]string{"serve", "--config", "nonexistent.yaml"}, 1, "", "no such file"},
+		{[]string{"serve", "--config", "x", "extra"}, 2, "", "unexpected arguments"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			var out, errb bytes.Buffer
+			code := run(tt.args, &out, &errb)
+			if code != tt.code {
+				t.Errorf("exit %d, want %d (stderr %q)", code, tt.code, errb.String())
+			}
+			if !strings.Contains(out.String(), tt.out) {
+				t.Errorf("stdout %q lacks %q", out.String(), tt.out)
+			}
+			if !strings.Contains(errb.String(), tt.err) {
+				t.Errorf("stderr %q lacks %q", errb.String(), tt.err)
+			}
+		})
+	}
+}
+
+// syncBuffer is written by the command's goroutine and read by the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestDemoServesPrintedCommands runs the demo as a user would, takes the
+// address from what it printed, and sends the chat requests it suggests.
+func TestDemoServesPrintedCommands(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	var out syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- cmdDemo(ctx, []string{"--listen", "127.0.0.1:0", "--log-level", "warn"}, &out, io.Discard)
+	}()
+	addrRe := regexp.MustCompile(`curl -s (http://127\.0\.0\.1:\d+)/v1/chat/completions`)
+	var base string
+	deadline := time.Now().Add(10 * time.Second)
+	for base == "" {
+		if m := addrRe.FindStringSubmatch(out.String()); m != nil {
+			base = m[1]
+		} else if time.Now().After(deadline) {
+			t.Fatalf("demo printed no curl command: %q", out.String())
+		} else {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	for _, body := range []string{
+		`{"model":"demo","messages":[{"role":"user","content":"Hello!"}],"max_tokens":4}`,
+		`{"model":"demo","messages":[{"role":"user","content":"Hello!"}],"max_tokens":4,"stream":true}`,
+	} {
+		res, err := c.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != 200 {
+			t.Fatalf("%d %s", res.StatusCode, b)
+		}
+		stream := strings.Contains(body, `"stream":true`)
+		if stream && (!strings.HasSuffix(string(b), "data: [DONE]\n\n") || strings.Count(string(b), "data: ") < 6) {
+			t.Errorf("stream answer: %s", b)
+		}
+		if !stream && !strings.Contains(string(b), `"chat.completion"`) {
+			t.Errorf("answer: %s", b)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("demo exited with %v", err)
+	}
+}
+
+func TestServeRunsFromConfigFile(t *testing.T) {
+	// A config whose only backend is down: the gateway still starts, is not
+	// ready, and stops cleanly.
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "maitred.yaml")
+	os.WriteFile(cfg, []byte("listen: 127.0.0.1:0\nmodels:\n  - name: m\n    backends:\n      - url: http://127.0.0.1:1\n"), 0o600)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	var errb bytes.Buffer
+	if err := cmdServe(ctx, []string{"--config", cfg, "--log-level", "error"}, &errb); err != nil {
+		t.Fatalf("serve: %v (%s)", err, errb.String())
+	}
+}

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/maitred-dev/maitred/fleet"
+	"github.com/maitred-dev/maitred/gateway"
+)
+
+func cmdServe(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("maitred serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configPath := fs.String("config", "", "path to the YAML config (required)")
+	listen := fs.String("listen", "", "address to listen on, overriding the config's listen")
+	drain := fs.Duration("drain-timeout", 60*time.Second, "how long in-flight requests may finish after a shutdown signal")
+	var lf logFlags
+	lf.register(fs)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: maitred serve --config FILE [--listen ADDR]\n\nRuns the gateway.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *configPath == "" {
+		fmt.Fprintln(stderr, "maitred serve: --config is required")
+		fs.Usage()
+		return errUsage
+	}
+	cfg, err := fleet.Load(*configPath)
+	if err != nil {
+		return err
+	}
+	if *listen != "" {
+		cfg.Listen = *listen
+	}
+	log, err := lf.build()
+	if err != nil {
+		return err
+	}
+	defer log.Sync()
+	return runGateway(ctx, cfg, log, *drain, nil)
+}
+
+// runGateway wires the fleet and the gateway, serves until ctx is done and
+// drains. started, if set, is called with the bound address once the
+// listener is open and the first probe round is done.
+func runGateway(ctx context.Context, cfg fleet.Config, log *zap.Logger, drain time.Duration, started func(net.Addr)) error {
+	reg := prometheus.NewRegistry()
+	probeClient := &http.Client{Transport: gateway.NewTransport(cfg)}
+	fl, err := fleet.New(cfg, probeClient, log.Named("fleet"))
+	if err != nil {
+		return err
+	}
+	gw, err := gateway.New(gateway.Options{Config: cfg, Fleet: fl, Logger: log, Registry: reg})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return err
+	}
+	log.Info("listening", zap.String("addr", ln.Addr().String()), zap.Strings("models", fl.Names()))
+
+	fctx, stopFleet := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		fl.ProbeAll(fctx)
+		gw.SetPhase(gateway.Serving)
+		if started != nil {
+			started(ln.Addr())
+		}
+		fl.Run(fctx)
+	})
+	err = gw.Serve(ctx, ln, drain)
+	stopFleet()
+	wg.Wait()
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	log.Info("stopped")
+	return err
+}

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/maitred-dev/maitred/sim"
+)
+
+func cmdSim(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("maitred sim", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", "127.0.0.1:8000", "address to listen on")
+	var c sim.Config
+	fs.StringVar(&c.Model, "model", "demo", "served model name")
+	fs.IntVar(&c.MaxModelLen, "max-model-len", 4096, "context length in tokens")
+	fs.DurationVar(&c.LoadTime, "load-time", 0, "time before the port opens (vLLM binds only after loading)")
+	fs.BoolVar(&c.FailHealth, "fail-health", false, "answer /health with 503 (engine dead)")
+	fs.DurationVar(&c.TTFT, "ttft", 50*time.Millisecond, "time to first token")
+	fs.DurationVar(&c.ITL, "itl", 10*time.Millisecond, "inter-token latency")
+	fs.IntVar(&c.OutputTokens, "output-tokens", 16, "tokens generated when max_tokens is absent")
+	fs.IntVar(&c.MaxNumSeqs, "max-num-seqs", 256, "requests running at once; more wait")
+	fs.IntVar(&c.KVTokens, "kv-tokens", 65536, "KV cache capacity in tokens")
+	fs.IntVar(&c.CutAfterChunks, "cut-after-chunks", 0, "cut each stream after N chunks (0: never)")
+	fs.BoolVar(&c.Hang, "hang", false, "accept requests and never answer")
+	fs.IntVar(&c.FailStatus, "fail-status", 0, "answer completions with this HTTP status (0: never)")
+	apiKeyEnv := fs.String("api-key-env", "", "environment variable holding the API key clients must send")
+	var lf logFlags
+	lf.register(fs)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: maitred sim [flags]\n\nRuns a simulated vLLM OpenAI server. Knobs can be changed at runtime with POST /sim/config.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *apiKeyEnv != "" {
+		key, err := lookupEnv(*apiKeyEnv)
+		if err != nil {
+			return err
+		}
+		c.APIKey = key
+	}
+	log, err := lf.build()
+	if err != nil {
+		return err
+	}
+	defer log.Sync()
+	s := sim.New(c, log)
+	return s.Run(ctx, *listen, nil) // Run logs the address it listens on
+}

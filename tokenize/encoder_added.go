@@ -1,0 +1,93 @@
+package tokenize
+
+// addedMatcher finds added tokens leftmost-longest, like the Aho-Corasick
+// (MatchKind::LeftmostLongest) automaton in HF's AddedVocabulary: at the
+// first position where any token starts, the longest token starting there
+// wins. It is a byte trie; positions whose byte starts no token are skipped
+// through a table, so text without '<' costs one table lookup per byte for
+// typical vocabularies.
+type addedMatcher struct {
+	first [256]bool
+	// edges maps node<<8|byte to the child node; node 0 is the root.
+	edges map[uint32]uint32
+	// ids[node] is the token id ending at node, or -1.
+	ids []int32
+}
+
+func newAddedMatcher(tokens map[string]int) *addedMatcher {
+	if len(tokens) == 0 {
+		return nil
+	}
+	m := &addedMatcher{edges: make(map[uint32]uint32), ids: []int32{-1}}
+	for s, id := range tokens {
+		if s == "" {
+			continue
+		}
+		node := uint32(0)
+		for i := 0; i < len(s); i++ {
+			k := node<<8 | uint32(s[i])
+			next, ok := m.edges[k]
+			if !ok {
+				next = uint32(len(m.ids))
+				m.ids = append(m.ids, -1)
+				m.edges[k] = next
+			}
+			node = next
+		}
+		m.ids[node] = int32(id)
+		m.first[s[0]] = true
+	}
+	return m
+}
+
+// longest returns the length and id of the longest token that starts at
+// s[i:], or 0, -1.
+func (m *addedMatcher) longest(s string, i int) (int, int) {
+	node := uint32(0)
+	bestLen, bestID := 0, -1
+	for j := i; j < len(s); j++ {
+		next, ok := m.edges[node<<8|uint32(s[j])]
+		if !ok {
+			break
+		}
+		node = next
+		if id := m.ids[node]; id >= 0 {
+			bestLen, bestID = j+1-i, int(id)
+		}
+	}
+	return bestLen, bestID
+}
+
+// split calls f for each maximal stretch of text without added tokens (id
+// -1) and for each added token (its id), in order. Empty stretches are not
+// reported. It stops early when f returns false and then returns false.
+func (m *addedMatcher) split(text string, f func(seg string, id int) bool) bool {
+	if m == nil {
+		if text == "" {
+			return true
+		}
+		return f(text, -1)
+	}
+	start := 0
+	for i := 0; i < len(text); i++ {
+		if !m.first[text[i]] {
+			continue
+		}
+		n, id := m.longest(text, i)
+		if n == 0 {
+			continue
+		}
+		if i > start && !f(text[start:i], -1) {
+			return false
+		}
+		if !f(text[i:i+n], id) {
+			return false
+		}
+		start = i + n
+		i = start - 1
+	}
+	if start < len(text) {
+		return f(text[start:], -1)
+	}
+	return true
+}

@@ -1,0 +1,131 @@
+package tokenize
+
+import (
+	"compress/gzip"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/maitred-dev/maitred/internal/fixtures"
+)
+
+// benchDocs is the ~1 MB realistic mix (tools/tokcorpus), as the documents
+// it was built from.
+func benchDocs(tb testing.TB) ([]string, int) {
+	f, err := os.Open(filepath.Join("testdata", "tok", "benchmix.txt.gz"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	b, err := io.ReadAll(zr)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return strings.Split(string(b), "\n\n"), len(b)
+}
+
+// BenchmarkEncode compares the owned path with tiktoken-go on the same
+// ranks, in the same run. tiktoken-go gets its best case: its own regexp2
+// pre-tokenizer with specials allowed.
+func BenchmarkEncode(b *testing.B) {
+	docs, size := benchDocs(b)
+	for _, c := range []struct{ model, pattern string }{{"qwen3", patQwen}, {"llama3_1", patCL100K}} {
+		tok := loadFixture(b, c.model)
+		b.Run(c.model+"/owned", func(b *testing.B) {
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			n := 0
+			for b.Loop() {
+				for _, d := range docs {
+					n += len(tok.Encode(d, false))
+				}
+			}
+			b.ReportMetric(float64(n)/b.Elapsed().Seconds()/1e6, "Mtok/s")
+		})
+		b.Run(c.model+"/count", func(b *testing.B) {
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			for b.Loop() {
+				for _, d := range docs {
+					tok.Count(d, false, 0)
+				}
+			}
+		})
+		b.Run(c.model+"/tiktoken", func(b *testing.B) {
+			tk := tiktokenFromHF(b, tok, c.pattern)
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			for b.Loop() {
+				for _, d := range docs {
+					if tok.normalize != nil {
+						d = tok.normalize.apply(d) // tiktoken-go does not normalize
+					}
+					tk.Encode(d, []string{"all"}, nil)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkPretokenize isolates the hand-written splitter and regexp2.
+func BenchmarkPretokenize(b *testing.B) {
+	docs, size := benchDocs(b)
+	rx, err := newRegexSplitter(patCL100K)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		sp   splitter
+	}{{"owned", clSplitter{k: 3}}, {"regexp2", rx}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(size))
+			for b.Loop() {
+				for _, d := range docs {
+					c.sp.split(d, func(string) bool { return true })
+				}
+			}
+		})
+	}
+}
+
+func BenchmarkSingleWord1MB(b *testing.B) {
+	tok := loadFixture(b, "qwen3")
+	text := strings.Repeat("ab", 1<<19)
+	b.SetBytes(int64(len(text)))
+	for b.Loop() {
+		tok.Count(text, false, 0)
+	}
+}
+
+// BenchmarkLoad loads Qwen3's 11 MB tokenizer.json and reports the live
+// heap the loaded tokenizer keeps.
+func BenchmarkLoad(b *testing.B) {
+	path := filepath.Join(fixtures.ModelDir(b, "qwen3"), "tokenizer.json")
+	var keep *Tokenizer
+	for b.Loop() {
+		t, err := LoadTokenizerJSON(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		keep = t
+	}
+	b.StopTimer()
+	var before, after runtime.MemStats
+	keep = nil
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	keep, _ = LoadTokenizerJSON(path)
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/(1<<20), "heapMB")
+	b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/(1<<20), "allocMB")
+	runtime.KeepAlive(keep)
+}

@@ -1,0 +1,242 @@
+package tokenize
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pkoukk/tiktoken-go"
+	tiktoken_loader "github.com/pkoukk/tiktoken-go-loader"
+)
+
+// tiktoken-go is the oracle for the byte-level path: same ranks, its own
+// regexp2 pre-tokenizer and (quadratic) BPE. Texts above maxOracleLen are
+// skipped because its BPE is O(n²) per piece.
+const maxOracleLen = 3000
+
+var tiktokenOnce sync.Once
+
+func tiktokenEncoding(tb testing.TB, name string) *tiktoken.Tiktoken {
+	tb.Helper()
+	tiktokenOnce.Do(func() { tiktoken.SetBpeLoader(tiktoken_loader.NewOfflineLoader()) })
+	enc, err := tiktoken.GetEncoding(name)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return enc
+}
+
+// tiktokenFromHF builds a tiktoken-go encoder from a loaded HF byte-level
+// tokenizer: ranks are ids, every added token is a special.
+func tiktokenFromHF(tb testing.TB, tok *Tokenizer, pattern string) *tiktoken.Tiktoken {
+	tb.Helper()
+	ranks := make(map[string]int, len(tok.bl.ranks))
+	for s, r := range tok.bl.ranks {
+		ranks[s] = int(r)
+	}
+	specials := make(map[string]int, len(tok.added))
+	set := map[string]any{}
+	for s, id := range tok.added {
+		specials[s] = id
+		set[s] = true
+	}
+	core, err := tiktoken.NewCoreBPE(ranks, specials, pattern)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return tiktoken.NewTiktoken(core, &tiktoken.Encoding{PatStr: pattern, MergeableRanks: ranks, SpecialTokens: specials}, set)
+}
+
+func diffCorpus(t *testing.T, name string, ours *Tokenizer, oracle *tiktoken.Tiktoken, skip func(string) bool) {
+	entries := loadCorpus(t)
+	compared, bad := 0, 0
+	for i, e := range entries {
+		if len(e.Text) > maxOracleLen || skip != nil && skip(e.Text) {
+			continue
+		}
+		compared++
+		want := oracle.Encode(e.Text, []string{"all"}, nil)
+		got := ours.Encode(e.Text, false)
+		if !slices.Equal(got, want) {
+			bad++
+			if bad <= 5 {
+				t.Errorf("%s line %d (%s): got %v\nwant %v", name, i, e.Cat, got, want)
+			}
+		}
+	}
+	t.Logf("%s: %d texts compared with tiktoken-go, %d differ", name, compared, bad)
+}
+
+func TestDiffTiktokenOpenAI(t *testing.T) {
+	for _, name := range []string{"cl100k_base", "o200k_base"} {
+		t.Run(name, func(t *testing.T) {
+			ours, err := NewOpenAI(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			diffCorpus(t, name, ours, tiktokenEncoding(t, name), nil)
+		})
+	}
+}
+
+func TestDiffTiktokenHF(t *testing.T) {
+	for _, c := range []struct{ model, pattern string }{
+		{"llama3_1", patCL100K},
+		{"qwen3", patQwen},
+		{"gptoss", patO200K},
+	} {
+		t.Run(c.model, func(t *testing.T) {
+			tok := loadFixture(t, c.model)
+			// tiktoken-go does not normalize: compare only texts NFC leaves
+			// alone.
+			skip := func(s string) bool { return tok.normalize != nil && tok.normalize.apply(s) != s }
+			diffCorpus(t, c.model, tok, tiktokenFromHF(t, tok, c.pattern), skip)
+		})
+	}
+}
+
+func TestCountMatchesEncode(t *testing.T) {
+	entries := loadCorpus(t)
+	for _, model := range []string{"qwen3", "llama2"} {
+		tok := loadFixture(t, model)
+		for i, e := range entries {
+			if i%5 != 0 {
+				continue
+			}
+			for _, special := range []bool{false, true} {
+				ids := tok.Encode(e.Text, special)
+				n, exact := tok.Count(e.Text, special, 0)
+				if n != len(ids) || !exact {
+					t.Fatalf("%s line %d: Count %d %v, len(Encode) %d", model, i, n, exact, len(ids))
+				}
+				// Early stop: a limit below the count gives a lower bound
+				// above the limit; a limit at or above it is exact.
+				if len(ids) > 1 {
+					lim := len(ids) / 2
+					n, exact := tok.Count(e.Text, special, lim)
+					if exact || n <= lim || n > len(ids) {
+						t.Fatalf("%s line %d: Count(limit %d) = %d %v, full %d", model, i, lim, n, exact, len(ids))
+					}
+				}
+				if n, exact := tok.Count(e.Text, special, len(ids)); n != len(ids) || !exact {
+					t.Fatalf("%s line %d: Count(limit=len) = %d %v, want %d", model, i, n, exact, len(ids))
+				}
+			}
+		}
+	}
+}
+
+func TestCountAllocs(t *testing.T) {
+	tok := loadFixture(t, "qwen3")
+	text := strings.Repeat("Hello, world! <|im_start|>user\n你好 12345\n", 50)
+	tok.Count(text, true, 0)
+	allocs := testing.AllocsPerRun(20, func() { tok.Count(text, true, 0) })
+	if allocs > 2 {
+		t.Fatalf("Count allocates %.0f times per call", allocs)
+	}
+}
+
+func TestBOS(t *testing.T) {
+	for _, c := range []struct {
+		model, bos string
+		id         int
+		ok         bool
+	}{
+		{"llama3_1", "<|begin_of_text|>", 128000, true},
+		{"llama2", "<s>", 1, true},
+		{"gemma3", "<bos>", 2, true},
+		{"qwen3", "", 0, false},
+	} {
+		tok := loadFixture(t, c.model)
+		s, id, ok := tok.BOS()
+		if s != c.bos || id != c.id || ok != c.ok {
+			t.Errorf("%s: BOS() = %q %d %v, want %q %d %v", c.model, s, id, ok, c.bos, c.id, c.ok)
+		}
+		if ok {
+			if got := tok.Encode("hi", true); got[0] != id {
+				t.Errorf("%s: Encode(addSpecial) starts with %d, want BOS %d", c.model, got[0], id)
+			}
+		}
+	}
+	// DeepSeek V3's tokenizer.json has no BOS post-processor; transformers
+	// adds it from tokenizer_config.json (add_bos_token), via WithSpecials.
+	ds := loadFixture(t, "deepseek_v3")
+	if _, _, ok := ds.BOS(); ok {
+		t.Errorf("deepseek_v3: unexpected BOS from tokenizer.json")
+	}
+	withBOS, ok := ds.WithSpecials("<｜begin▁of▁sentence｜>", "")
+	if !ok {
+		t.Fatal("WithSpecials failed")
+	}
+	if got := withBOS.Encode("hi", true); got[0] != 0 || len(got) != len(ds.Encode("hi", false))+1 {
+		t.Errorf("deepseek_v3 WithSpecials: %v", got)
+	}
+	if id, ok := ds.TokenID("<｜User｜>"); !ok || id != 128803 {
+		t.Errorf("TokenID(<｜User｜>) = %d %v", id, ok)
+	}
+}
+
+// TestLongPiece: one 1 MB pre-token piece must stay O(n log n).
+func TestLongPiece(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow")
+	}
+	tok := loadFixture(t, "qwen3")
+	for _, unit := range []string{"a", "ab", "😀", "中文"} {
+		text := strings.Repeat(unit, (1<<20)/len(unit))
+		start := time.Now()
+		n, _ := tok.Count(text, false, 0)
+		d := time.Since(start)
+		t.Logf("1 MB of %q: %d tokens in %v", unit, n, d)
+		if d > 3*time.Second { // 1.5 s target, slack for a shared machine
+			t.Errorf("1 MB single piece %q took %v", unit, d)
+		}
+	}
+}
+
+func TestHeapEqualsScan(t *testing.T) {
+	tok := loadFixture(t, "llama3_1")
+	var sc bpeScratch
+	for i, e := range loadCorpus(t) {
+		if i%3 != 0 {
+			continue
+		}
+		tok.split.split(e.Text, func(p string) bool {
+			if len(p) < 2 || len(p) > 400 {
+				return true
+			}
+			a := tok.bl.scan(nil, p, &sc)
+			b := tok.bl.heapMerge(nil, p, &sc)
+			if !slices.Equal(a, b) {
+				t.Fatalf("piece %q: scan %v heap %v", p, a, b)
+			}
+			return true
+		})
+	}
+}
+
+func TestNFCStreamSafe(t *testing.T) {
+	// Rust's NFC has no 30-non-starter limit; neither has ours.
+	s := "a" + strings.Repeat("\u0301", 40)
+	if got := nfc(s); strings.ContainsRune(got, cgj) || got != "\u00e1"+strings.Repeat("\u0301", 39) {
+		t.Fatalf("nfc: %q", got)
+	}
+	for _, s := range []string{"e\u0316\u0301", "\u1100\u1161\u11a8", "A\u030a", "\u00c5", strings.Repeat("o\u0308\u0323", 20)} {
+		if got, want := nfcFull(s), nfc(s); got != want {
+			t.Errorf("nfcFull(%q) = %q, want %q", s, got, want)
+		}
+	}
+}
+
+func ExampleTokenizer_Count() {
+	tok, err := NewOpenAI("cl100k_base")
+	if err != nil {
+		panic(err)
+	}
+	n, exact := tok.Count("Hello, world!", false, 0)
+	fmt.Println(n, exact, tok.Encode("Hello, world!", false))
+	// Output: 4 true [9906 11 1917 0]
+}

@@ -1,0 +1,191 @@
+package tokenize
+
+import (
+	"bufio"
+	"compress/gzip"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/maitred-dev/maitred/internal/fixtures"
+)
+
+type corpusEntry struct {
+	Cat  string `json:"cat"`
+	Text string `json:"text"`
+}
+
+type goldenLine struct {
+	N   int    `json:"n"`
+	H   string `json:"h"`
+	IDs []int  `json:"ids"`
+	SN  *int   `json:"sn"`
+	SH  string `json:"sh"`
+}
+
+func readJSONLGz[T any](tb testing.TB, path string) []T {
+	tb.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	sc := bufio.NewScanner(zr)
+	sc.Buffer(make([]byte, 1<<20), 1<<26)
+	var out []T
+	for sc.Scan() {
+		var v T
+		if err := json.Unmarshal(sc.Bytes(), &v); err != nil {
+			tb.Fatalf("%s: %v", path, err)
+		}
+		out = append(out, v)
+	}
+	if err := sc.Err(); err != nil {
+		tb.Fatal(err)
+	}
+	return out
+}
+
+var (
+	corpusOnce sync.Once
+	corpus     []corpusEntry
+)
+
+func loadCorpus(tb testing.TB) []corpusEntry {
+	corpusOnce.Do(func() {
+		corpus = readJSONLGz[corpusEntry](tb, filepath.Join("testdata", "tok", "corpus.jsonl.gz"))
+	})
+	if len(corpus) == 0 {
+		tb.Fatal("empty corpus")
+	}
+	return corpus
+}
+
+// fnvIDs is the golden hash: FNV-1a 64 over the ids as 4-byte little-endian.
+func fnvIDs(ids []int) string {
+	h := uint64(0xcbf29ce484222325)
+	for _, id := range ids {
+		for k := 0; k < 4; k++ {
+			h ^= uint64(byte(uint32(id) >> (8 * k)))
+			h *= 0x100000001b3
+		}
+	}
+	return strconv.FormatUint(h, 16)
+}
+
+var (
+	tokCache   = map[string]*Tokenizer{}
+	tokCacheMu sync.Mutex
+)
+
+func loadFixture(tb testing.TB, name string) *Tokenizer {
+	tb.Helper()
+	tokCacheMu.Lock()
+	defer tokCacheMu.Unlock()
+	if t, ok := tokCache[name]; ok {
+		return t
+	}
+	t, err := LoadTokenizerJSON(filepath.Join(fixtures.ModelDir(tb, name), "tokenizer.json"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tokCache[name] = t
+	return t
+}
+
+var fixtureModels = []string{"qwen3", "llama3_1", "deepseek_v3", "gptoss", "gemma3", "llama2"}
+
+// knownMismatch lists the corpus lines where this package and the Rust
+// reference disagree, per model, with the cause. Every other line must
+// match exactly.
+//
+// Two causes, both in Unicode data rather than in this package's logic:
+//   - u16: Go 1.26's unicode tables are Unicode 15.0; the reference's regex
+//     engine knows letters added in Unicode 16 (Garay U+10D58, Egyptian
+//     hieroglyphs extended U+13460-143FA, Tangut components U+18D00-18D08 ...),
+//     which Go classifies as unassigned, so \p{L} runs split differently.
+//   - nko: HF's NFC normalizer (the unicode-normalization-alignments crate)
+//     carries pre-Unicode-11 data: U+07FD NKO DANTAYALAN (ccc 220) is not
+//     reordered before U+07F3 (ccc 230); Go (and ICU) reorder it. Qwen only,
+//     the other models have no NFC step.
+var knownMismatch = map[string]map[int]string{
+	"qwen3": {
+		2247: nkoCause, 6583: nkoCause,
+		4643: "u16: U+10D58 Lu, U+135DD Lo, U+13FED Lo",
+		5016: "u16: U+13F64 Lo", 6683: "u16: U+13F64 Lo",
+	},
+	"llama3_1": {
+		4643: "u16: U+10D58 Lu, U+135DD Lo, U+13FED Lo",
+		5016: "u16: U+13F64 Lo", 6683: "u16: U+13F64 Lo",
+	},
+	"deepseek_v3": {
+		4814: "u16: U+13D83 Lo", 6508: "u16: U+13D83 Lo",
+		5021: "u16: U+14067 Lo, U+18D19 Lo",
+	},
+	"gptoss": {
+		4643: "u16: U+10D58 Lu, U+135DD Lo, U+13FED Lo",
+		5016: "u16: U+13F64 Lo", 6683: "u16: U+13F64 Lo",
+	},
+}
+
+const nkoCause = "nko: reference NFC does not reorder U+07F3 U+07FD (pre-Unicode-11 data)"
+
+func TestParityGolden(t *testing.T) {
+	entries := loadCorpus(t)
+	for _, model := range fixtureModels {
+		t.Run(model, func(t *testing.T) {
+			tok := loadFixture(t, model)
+			golden := readJSONLGz[goldenLine](t, filepath.Join("testdata", "tok", model+".golden.jsonl.gz"))
+			if len(golden) != len(entries) {
+				t.Fatalf("golden has %d lines, corpus %d: regenerate with tools/tokgolden", len(golden), len(entries))
+			}
+			bad, special, known := 0, 0, 0
+			for i, e := range entries {
+				g := golden[i]
+				ids := tok.Encode(e.Text, false)
+				ok := len(ids) == g.N && fnvIDs(ids) == g.H
+				if g.SN != nil {
+					special++
+					s := tok.Encode(e.Text, true)
+					if len(s) != *g.SN || fnvIDs(s) != g.SH {
+						ok = false
+					}
+				}
+				if n, exact := tok.Count(e.Text, false, 0); n != len(ids) || !exact {
+					t.Errorf("line %d: Count %d, Encode %d", i, n, len(ids))
+				}
+				if ok {
+					continue
+				}
+				if cause, isKnown := knownMismatch[model][i]; isKnown {
+					known++
+					t.Logf("line %d (%s): known mismatch: %s", i, e.Cat, cause)
+					continue
+				}
+				bad++
+				if bad <= 15 {
+					msg := fmt.Sprintf("line %d (%s): got %d tokens, want %d", i, e.Cat, len(ids), g.N)
+					if g.IDs != nil {
+						msg += fmt.Sprintf("\n  got  %v\n  want %v", ids, g.IDs)
+					}
+					if len(e.Text) < 200 {
+						msg += fmt.Sprintf("\n  text %q", e.Text)
+					}
+					t.Error(msg)
+				}
+			}
+			t.Logf("%s: %d texts, %d mismatches (%d known), %d add_special checks", model, len(entries), bad+known, known, special)
+			if bad > 0 {
+				t.Errorf("%s: %d unexpected mismatches", model, bad)
+			}
+		})
+	}
+}

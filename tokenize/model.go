@@ -1,0 +1,283 @@
+package tokenize
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/ardanlabs/jinja"
+	"github.com/maitred-dev/maitred/internal/ojson"
+)
+
+// LoadOptions adjusts how a model folder is loaded.
+type LoadOptions struct {
+	// ChatTemplate overrides the folder's template, as vLLM's
+	// --chat-template: a path to a file, or the template text itself
+	// (recognised by containing one of "{", "}" or a newline).
+	ChatTemplate string
+	// ContentFormat forces vLLM's --chat-template-content-format; empty
+	// means auto detection from the template.
+	ContentFormat ContentFormat
+	// DefaultChatTemplateKwargs is vLLM's --default-chat-template-kwargs, a
+	// JSON object; request chat_template_kwargs win over it.
+	DefaultChatTemplateKwargs string
+	// Encoder replaces tokenizer.json (tests, built-in models).
+	Encoder Encoder
+	// Now is the clock strftime_now reads; nil means time.Now.
+	Now func() time.Time
+}
+
+// Model is a tokenizer plus chat template, loaded the way vLLM loads a
+// model folder. Safe for concurrent use.
+type Model struct {
+	Name string
+
+	enc Encoder
+	// templates: "default" is the chat template; a folder with named
+	// templates may add "tool_use" (chosen when the request has tools, as
+	// transformers' get_chat_template does) and others.
+	templates     map[string]*Template
+	contentFormat ContentFormat // forced; "" = per template
+	special       map[string]jinja.Value
+	defaultKwargs *ojson.Value
+	now           func() time.Time
+}
+
+// Encoder returns the model's tokenizer.
+func (m *Model) Encoder() Encoder { return m.enc }
+
+// ChatTemplate returns the default chat template, or nil if the model has
+// none.
+func (m *Model) ChatTemplate() *Template { return m.templates["default"] }
+
+// LoadDir loads a Hugging Face model folder: tokenizer.json,
+// tokenizer_config.json, and chat_template.jinja or chat_template.json when
+// present (they win over tokenizer_config.json's chat_template, which may
+// be a string or a list of named templates), then opts.ChatTemplate over
+// all of them. A folder without any chat template loads; CountChat then
+// reports the count as not exact, as vLLM would refuse the request.
+func LoadDir(dir string, opts LoadOptions) (*Model, error) {
+	m := &Model{Name: filepath.Base(dir), templates: map[string]*Template{}, now: opts.Now}
+	cfg := map[string]json.RawMessage{}
+	if b, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json")); err == nil {
+		if err := json.Unmarshal(b, &cfg); err != nil {
+			return nil, fmt.Errorf("tokenize: %s: tokenizer_config.json: %w", dir, err)
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("tokenize: %w", err)
+	}
+
+	// Special-token strings, as transformers' special_tokens_map passes
+	// them to the template.
+	m.special = map[string]jinja.Value{}
+	for _, k := range []string{"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"} {
+		s, ok, err := tokenString(cfg[k])
+		if err != nil {
+			return nil, fmt.Errorf("tokenize: %s: tokenizer_config.json %s: %w", dir, k, err)
+		}
+		if ok {
+			m.special[k] = jinja.NewString(s)
+		}
+	}
+	if raw, ok := cfg["additional_special_tokens"]; ok && string(raw) != "null" {
+		var list []json.RawMessage
+		if err := json.Unmarshal(raw, &list); err != nil {
+			return nil, fmt.Errorf("tokenize: %s: additional_special_tokens: %w", dir, err)
+		}
+		items := make([]jinja.Value, 0, len(list))
+		for _, r := range list {
+			s, ok, err := tokenString(r)
+			if err != nil || !ok {
+				return nil, fmt.Errorf("tokenize: %s: additional_special_tokens: bad entry %s", dir, r)
+			}
+			items = append(items, jinja.NewString(s))
+		}
+		m.special["additional_special_tokens"] = jinja.NewList(items)
+	}
+
+	// Tokenizer.
+	if opts.Encoder != nil {
+		m.enc = opts.Encoder
+	} else {
+		tok, err := LoadTokenizerJSON(filepath.Join(dir, "tokenizer.json"))
+		if err != nil {
+			return nil, err
+		}
+		tok, err = applyBOSConfig(tok, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("tokenize: %s: %w", dir, err)
+		}
+		m.enc = tok
+	}
+
+	// Chat templates, lowest priority first.
+	if raw, ok := cfg["chat_template"]; ok {
+		if err := m.addConfigTemplates(raw); err != nil {
+			return nil, fmt.Errorf("tokenize: %s: tokenizer_config.json chat_template: %w", dir, err)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "chat_template.json")); err == nil {
+		var ct struct {
+			ChatTemplate json.RawMessage `json:"chat_template"`
+		}
+		if err := json.Unmarshal(b, &ct); err != nil {
+			return nil, fmt.Errorf("tokenize: %s: chat_template.json: %w", dir, err)
+		}
+		m.templates = map[string]*Template{}
+		if err := m.addConfigTemplates(ct.ChatTemplate); err != nil {
+			return nil, fmt.Errorf("tokenize: %s: chat_template.json: %w", dir, err)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "chat_template.jinja")); err == nil {
+		t, err := CompileTemplate(string(b))
+		if err != nil {
+			return nil, fmt.Errorf("tokenize: %s: chat_template.jinja: %w", dir, err)
+		}
+		m.templates = map[string]*Template{"default": t}
+	}
+	if opts.ChatTemplate != "" {
+		src, err := resolveTemplateOption(opts.ChatTemplate)
+		if err != nil {
+			return nil, err
+		}
+		t, err := CompileTemplate(src)
+		if err != nil {
+			return nil, fmt.Errorf("tokenize: chat template override: %w", err)
+		}
+		m.templates = map[string]*Template{"default": t}
+	}
+	if err := m.setOptions(opts); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func (m *Model) setOptions(opts LoadOptions) error {
+	switch opts.ContentFormat {
+	case "", ContentString, ContentOpenAI:
+		m.contentFormat = opts.ContentFormat
+	default:
+		return fmt.Errorf("tokenize: content format %q: want %q or %q", opts.ContentFormat, ContentString, ContentOpenAI)
+	}
+	if opts.DefaultChatTemplateKwargs != "" {
+		v, err := ojson.Parse([]byte(opts.DefaultChatTemplateKwargs), ojson.DefaultMaxDepth)
+		if err != nil || v.Kind != ojson.Object {
+			return fmt.Errorf("tokenize: default chat template kwargs: not a JSON object")
+		}
+		m.defaultKwargs = v
+	}
+	return nil
+}
+
+// addConfigTemplates adds a chat_template value: a string, or a list of
+// {"name", "template"}.
+func (m *Model) addConfigTemplates(raw json.RawMessage) error {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		t, err := CompileTemplate(s)
+		if err != nil {
+			return err
+		}
+		m.templates["default"] = t
+		return nil
+	}
+	var list []struct {
+		Name     string `json:"name"`
+		Template string `json:"template"`
+	}
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return fmt.Errorf("neither a string nor a list of named templates")
+	}
+	for _, e := range list {
+		t, err := CompileTemplate(e.Template)
+		if err != nil {
+			return fmt.Errorf("template %q: %w", e.Name, err)
+		}
+		m.templates[e.Name] = t
+	}
+	return nil
+}
+
+// resolveTemplateOption reads a --chat-template value as vLLM's
+// load_chat_template does.
+func resolveTemplateOption(v string) (string, error) {
+	if b, err := os.ReadFile(v); err == nil {
+		return string(b), nil
+	}
+	if strings.ContainsAny(v, "{}\n") {
+		return v, nil
+	}
+	return "", fmt.Errorf("tokenize: chat template %q looks like a file path but could not be opened", v)
+}
+
+// tokenString reads a special token given as a string or as an AddedToken
+// object {"content": ...}. ok is false for a missing or null token.
+func tokenString(raw json.RawMessage) (string, bool, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", false, nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		return s, true, nil
+	}
+	var obj struct {
+		Content *string `json:"content"`
+	}
+	if err := json.Unmarshal(raw, &obj); err != nil || obj.Content == nil {
+		return "", false, fmt.Errorf("want a string or {\"content\": ...}, got %s", raw)
+	}
+	return *obj.Content, true, nil
+}
+
+// applyBOSConfig mirrors transformers' LlamaTokenizerFast and
+// GemmaTokenizerFast, which rebuild the post-processor from
+// tokenizer_config.json's add_bos_token (default true) and add_eos_token
+// (default false). Other tokenizer classes keep tokenizer.json's
+// post-processor.
+func applyBOSConfig(tok *Tokenizer, cfg map[string]json.RawMessage) (*Tokenizer, error) {
+	var class string
+	_ = json.Unmarshal(cfg["tokenizer_class"], &class)
+	switch strings.TrimSuffix(class, "Fast") {
+	case "LlamaTokenizer", "GemmaTokenizer", "CodeLlamaTokenizer":
+	default:
+		return tok, nil
+	}
+	addBOS, addEOS := true, false
+	if raw, ok := cfg["add_bos_token"]; ok && string(raw) != "null" {
+		if err := json.Unmarshal(raw, &addBOS); err != nil {
+			return nil, fmt.Errorf("add_bos_token: %w", err)
+		}
+	}
+	if raw, ok := cfg["add_eos_token"]; ok && string(raw) != "null" {
+		if err := json.Unmarshal(raw, &addEOS); err != nil {
+			return nil, fmt.Errorf("add_eos_token: %w", err)
+		}
+	}
+	var bos, eos string
+	if addBOS {
+		s, ok, err := tokenString(cfg["bos_token"])
+		if err != nil || !ok {
+			return nil, fmt.Errorf("add_bos_token is set but bos_token is missing")
+		}
+		bos = s
+	}
+	if addEOS {
+		s, ok, err := tokenString(cfg["eos_token"])
+		if err != nil || !ok {
+			return nil, fmt.Errorf("add_eos_token is set but eos_token is missing")
+		}
+		eos = s
+	}
+	out, ok := tok.WithSpecials(bos, eos)
+	if !ok {
+		return nil, fmt.Errorf("bos/eos token %q/%q is not in the vocabulary", bos, eos)
+	}
+	return out, nil
+}

@@ -1,0 +1,185 @@
+package tokenize
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/ardanlabs/jinja"
+)
+
+// ContentFormat is how message content reaches the template, as vLLM's
+// --chat-template-content-format auto detection decides it.
+type ContentFormat string
+
+const (
+	// ContentString: text parts joined with "\n" into one string.
+	ContentString ContentFormat = "string"
+	// ContentOpenAI: content is always a list of {"type","text"} parts.
+	ContentOpenAI ContentFormat = "openai"
+)
+
+// Template is a compiled chat template, rendered as Python jinja2 renders
+// it in transformers' configuration. Safe for concurrent use.
+type Template struct {
+	source string
+	tmpl   *jinja.Template
+	texts  jinja.Value
+	idents map[string]bool
+	format ContentFormat
+}
+
+// CompileTemplate compiles a Hugging Face chat template.
+func CompileTemplate(source string) (*Template, error) {
+	lx, err := lexTemplate(source)
+	if err != nil {
+		return nil, fmt.Errorf("chat template: %w", err)
+	}
+	t, err := jinja.Compile(lx.src)
+	if err != nil {
+		return nil, fmt.Errorf("chat template: %w", err)
+	}
+	texts := make([]jinja.Value, len(lx.texts))
+	for i, s := range lx.texts {
+		texts[i] = jinja.NewString(s)
+	}
+	return &Template{
+		source: source,
+		tmpl:   t,
+		texts:  jinja.NewList(texts),
+		idents: lx.idents,
+		format: detectContentFormat(lx.bodies),
+	}, nil
+}
+
+// Source returns the template text as given.
+func (t *Template) Source() string { return t.source }
+
+// ContentFormat returns the detected content format.
+func (t *Template) ContentFormat() ContentFormat { return t.format }
+
+// References reports whether the template mentions name as an identifier
+// (an over-approximation of jinja2.meta.find_undeclared_variables, which
+// is what vLLM uses to filter chat_template_kwargs).
+func (t *Template) References(name string) bool { return t.idents[name] }
+
+// TemplateError is a failure the template raised itself
+// (raise_exception), or a TypeError Python would raise at the same point.
+// Message is the template's own text.
+type TemplateError struct{ Message string }
+
+func (e *TemplateError) Error() string { return e.Message }
+
+type raisedError struct{ msg string }
+
+func (e *raisedError) Error() string { return e.msg }
+
+var (
+	vToJSON = jinja.NewCallable("tojson", filterToJSON)
+	vStr    = jinja.NewCallable("string", filterStr)
+	vTrim   = jinja.NewCallable("trim", filterTrim)
+	vJoin   = jinja.NewCallable("join", filterJoin)
+	vRaise  = jinja.NewCallable("raise_exception", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+		msg := ""
+		if len(args) > 0 {
+			msg = pyStr(args[0])
+		}
+		return jinja.Undefined(), &raisedError{msg}
+	})
+)
+
+// Render renders the template with vars (which it may add to). now is the
+// clock strftime_now reads; nil means time.Now.
+//
+// Errors: *TemplateError when the template raised (or Python would have
+// raised a TypeError this package detects); *unsupportedError when a
+// feature is not reproduced exactly; any other error is an engine failure
+// that Python may or may not share.
+func (t *Template) Render(vars map[string]jinja.Value, now func() time.Time) (string, error) {
+	vars[textVar] = t.texts
+	vars[strFilt] = vStr
+	vars["__mt_tojson"] = vToJSON
+	vars["__mt_trim"] = vTrim
+	vars["__mt_join"] = vJoin
+	vars["raise_exception"] = vRaise
+	if now == nil {
+		now = time.Now
+	}
+	vars["strftime_now"] = jinja.NewCallable("strftime_now", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+		if len(args) == 0 {
+			return jinja.Undefined(), &TemplateError{"strftime_now() missing 1 required positional argument: 'format'"}
+		}
+		return jinja.NewString(pyStrftime(now(), pyStr(args[0]))), nil
+	})
+	out, err := t.tmpl.RenderValues(vars)
+	if err != nil {
+		var re *raisedError
+		var te *pyTypeError
+		switch {
+		case errors.As(err, &re):
+			return "", &TemplateError{re.msg}
+		case errors.As(err, &te):
+			return "", &TemplateError{te.msg}
+		}
+		return "", err
+	}
+	return out, nil
+}
+
+// Content-format detection, after vLLM's _detect_content_format: the
+// template is "openai" when some for loop iterates over a message's
+// content (`for x in message['content']`, `message.content`, through a
+// variable set from it, with or without filters), where message is a loop
+// variable over messages or over a variable set from messages.
+var (
+	reForIn  = regexp.MustCompile(`^for\s+([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s+in\s+(.+)$`)
+	reSetTo  = regexp.MustCompile(`^set\s+([A-Za-z_]\w*)\s*=\s*(.+)$`)
+	reHeadID = regexp.MustCompile(`^\(?\s*([A-Za-z_]\w*)`)
+	reConAcc = regexp.MustCompile(`^\(?\s*([A-Za-z_]\w*)\s*(?:\.\s*content\b|\[\s*['"]content['"]\s*\])`)
+)
+
+func detectContentFormat(bodies []string) ContentFormat {
+	msgVars := map[string]bool{"messages": true}
+	// Aliases of messages (set loop_messages = messages[1:]) and loop
+	// variables over them; iterate to a fixed point.
+	for changed := true; changed; {
+		changed = false
+		for _, b := range bodies {
+			if m := reSetTo.FindStringSubmatch(b); m != nil {
+				if h := reHeadID.FindStringSubmatch(m[2]); h != nil && msgVars[h[1]] && h[1] == "messages" && !msgVars["@"+m[1]] {
+					msgVars["@"+m[1]] = true // alias of the list
+					changed = true
+				}
+			}
+			if m := reForIn.FindStringSubmatch(b); m != nil {
+				if h := reHeadID.FindStringSubmatch(m[2]); h != nil && (h[1] == "messages" || msgVars["@"+h[1]]) && !msgVars[m[1]] {
+					msgVars[m[1]] = true
+					changed = true
+				}
+			}
+		}
+	}
+	delete(msgVars, "messages")
+	contentVars := map[string]bool{}
+	for _, b := range bodies {
+		if m := reSetTo.FindStringSubmatch(b); m != nil {
+			if c := reConAcc.FindStringSubmatch(m[2]); c != nil && msgVars[c[1]] {
+				contentVars[m[1]] = true
+			}
+		}
+	}
+	for _, b := range bodies {
+		m := reForIn.FindStringSubmatch(b)
+		if m == nil {
+			continue
+		}
+		if c := reConAcc.FindStringSubmatch(m[2]); c != nil && msgVars[c[1]] {
+			return ContentOpenAI
+		}
+		if h := reHeadID.FindStringSubmatch(m[2]); h != nil && contentVars[h[1]] {
+			return ContentOpenAI
+		}
+	}
+	return ContentString
+}

@@ -1,0 +1,150 @@
+package tokenize
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/maitred-dev/maitred/internal/fixtures"
+	"github.com/maitred-dev/maitred/internal/ojson"
+)
+
+// goldenNow is the clock tools/chatgolden renders with.
+var goldenNow = func() time.Time { return time.Date(2026, 3, 5, 14, 7, 9, 0, time.Local) }
+
+type chatGolden struct {
+	ID        string `json:"id"`
+	Body      string `json:"body"`
+	Text      string `json:"text"`
+	Error     string `json:"error"`
+	ErrorType string `json:"error_type"`
+	Tokens    *int   `json:"tokens"`
+}
+
+func readChatGoldens(t testing.TB, model string) []chatGolden {
+	t.Helper()
+	f, err := os.Open(filepath.Join("testdata", "chat", model+".golden.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []chatGolden
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<24)
+	for sc.Scan() {
+		var g chatGolden
+		if err := json.Unmarshal(sc.Bytes(), &g); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, g)
+	}
+	return out
+}
+
+var (
+	modelMu    sync.Mutex
+	modelCache = map[string]*Model{}
+)
+
+// fixtureModel loads a fixture model once per test binary.
+func fixtureModel(t testing.TB, name string) *Model {
+	t.Helper()
+	modelMu.Lock()
+	defer modelMu.Unlock()
+	if m := modelCache[name]; m != nil {
+		return m
+	}
+	m, err := LoadDir(fixtures.ModelDir(t, name), LoadOptions{Now: goldenNow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	modelCache[name] = m
+	return m
+}
+
+// knownRenderGaps lists golden cases where this package knowingly differs
+// from Python, with the cause. Keep it empty where possible.
+var knownRenderGaps = map[string]string{}
+
+// TestChatGoldens compares renders (and token counts, when the golden has
+// them) with Python jinja2 in transformers' configuration.
+func TestChatGoldens(t *testing.T) {
+	for _, model := range []string{"qwen3", "llama3_1", "deepseek_v3", "gemma3"} {
+		t.Run(model, func(t *testing.T) {
+			m := fixtureModel(t, model)
+			gs := readChatGoldens(t, model)
+			same, counted := 0, 0
+			for _, g := range gs {
+				body, err := ojson.Parse([]byte(g.Body), ojson.DefaultMaxDepth)
+				if err != nil {
+					t.Fatalf("%s: body: %v", g.ID, err)
+				}
+				got, err := m.RenderChat(body)
+				ok := false
+				why := ""
+				switch g.ErrorType {
+				case "":
+					ok = err == nil && got == g.Text
+					if err != nil {
+						why = "go error: " + err.Error()
+					} else if !ok {
+						why = "render differs:\n" + diffContext(g.Text, got)
+					}
+				case "TemplateError":
+					var te *TemplateError
+					ok = errors.As(err, &te) && te.Message == g.Error
+					why = "want TemplateError " + g.Error + ", got " + errString(err)
+				case "InputError":
+					var ie *InputError
+					var ne *NotExactError
+					ok = errors.As(err, &ie) || errors.As(err, &ne)
+					why = "want InputError, got " + errString(err)
+				default:
+					ok = err != nil
+					why = "python raised " + g.ErrorType + ": " + g.Error + "; go: " + errString(err)
+				}
+				if !ok {
+					if gap, known := knownRenderGaps[model+"/"+g.ID]; known {
+						t.Logf("%s: known gap (%s)", g.ID, gap)
+					} else {
+						t.Errorf("%s: %s", g.ID, why)
+					}
+					continue
+				}
+				same++
+				if g.Tokens != nil && err == nil {
+					c, cerr := m.CountChat(body, 0)
+					if cerr != nil || !c.Exact || c.Tokens != *g.Tokens {
+						t.Errorf("%s: count %+v (err %v), want %d", g.ID, c, cerr, *g.Tokens)
+					} else {
+						counted++
+					}
+				}
+			}
+			t.Logf("%s: %d/%d renders identical to Python; %d counts equal to HF tokenizers", model, same, len(gs), counted)
+		})
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "nil"
+	}
+	return err.Error()
+}
+
+func diffContext(want, got string) string {
+	i := 0
+	for i < len(want) && i < len(got) && want[i] == got[i] {
+		i++
+	}
+	lo := max(0, i-60)
+	return "  want …" + strings.ReplaceAll(want[lo:min(len(want), i+60)], "\n", "⏎") +
+		"\n  got  …" + strings.ReplaceAll(got[lo:min(len(got), i+60)], "\n", "⏎")
+}

@@ -1,0 +1,454 @@
+package tokenize
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// The engine's own whitespace handling differs from jinja2's lexer (a
+// `{%-` can strip text before a preceding `{{ }}`, `trim_blocks` can reach
+// past an expression, a space after a leading `{{ x }}` is lost). Rather
+// than patch the engine, templates are lexed here exactly as jinja2 3.1
+// lexes them with trim_blocks=True, lstrip_blocks=True and
+// keep_trailing_newline=False, and every piece of text is re-emitted as an
+// output expression of a precomputed string, {{ __mt_t[i] }}. The engine
+// then never sees a text segment, so its trimming has nothing to act on.
+//
+// The same pass rewrites:
+//   - {{ E }} to {{ (E)|__mt_str }}, so output follows Python's str()
+//     (None, float repr, repr of lists and dicts);
+//   - the filters tojson, string, trim and join to Python-compatible
+//     versions (the engine resolves unknown filter names from the render
+//     scope);
+//   - and records the identifiers the template references.
+
+const (
+	textVar = "__mt_t"
+	strFilt = "__mt_str"
+)
+
+var filterRenames = map[string]string{
+	"tojson": "__mt_tojson",
+	"string": "__mt_str",
+	"trim":   "__mt_trim",
+	"join":   "__mt_join",
+}
+
+type lexed struct {
+	src    string   // the rewritten template for the engine
+	texts  []string // text pieces, indexed by __mt_t
+	idents map[string]bool
+	bodies []string // the bodies of statement tags, in order (for analysis)
+}
+
+// lexTemplate rewrites src as described above.
+func lexTemplate(src string) (*lexed, error) {
+	// jinja2 normalises newlines and drops one trailing newline.
+	if strings.IndexByte(src, '\r') >= 0 {
+		src = strings.ReplaceAll(src, "\r\n", "\n")
+		src = strings.ReplaceAll(src, "\r", "\n")
+	}
+	src = strings.TrimSuffix(src, "\n")
+
+	lx := &lexed{idents: map[string]bool{}}
+	var out strings.Builder
+	out.Grow(len(src) + len(src)/4)
+	emitText := func(s string) {
+		if s == "" {
+			return
+		}
+		out.WriteString("{{ " + textVar + "[" + strconv.Itoa(len(lx.texts)) + "] }}")
+		lx.texts = append(lx.texts, s)
+	}
+
+	pos := 0
+	lineStarting := true
+	for pos < len(src) {
+		j, kind := nextOpener(src, pos)
+		if j < 0 {
+			emitText(src[pos:])
+			break
+		}
+		data := src[pos:j]
+		k := j + 2
+		sign := byte(0)
+		if k < len(src) && (src[k] == '-' || src[k] == '+') {
+			sign = src[k]
+			k++
+		}
+		isRaw := false
+		if kind == '%' {
+			_, isRaw = rawBegin(src, k)
+		}
+		data = applyLeftStrip(data, sign, kind != '{', lineStarting)
+		emitText(data)
+
+		if isRaw {
+			end, _ := rawBegin(src, k)
+			// The raw body is data up to {% endraw %}; it gets the same
+			// left-strip treatment; the raw begin tag never trims blocks.
+			lineStarting = src[end-1] == '\n'
+			bodyEnd, tagEnd, esign, ok := findEndRaw(src, end)
+			if !ok {
+				return nil, fmt.Errorf("missing end of raw directive")
+			}
+			body := applyLeftStrip(src[end:bodyEnd], esign, true, lineStarting)
+			emitText(body)
+			lineStarting = src[tagEnd-1] == '\n'
+			pos = tagEnd
+			continue
+		}
+
+		switch kind {
+		case '#':
+			end, ok := findCommentEnd(src, k)
+			if !ok {
+				return nil, fmt.Errorf("missing end of comment tag")
+			}
+			lineStarting = src[end-1] == '\n'
+			pos = end
+		case '{', '%':
+			bodyEnd, end, err := findTagEnd(src, k, kind)
+			if err != nil {
+				return nil, err
+			}
+			body := src[k:bodyEnd]
+			rw, err := rewriteTag(body, lx.idents)
+			if err != nil {
+				return nil, err
+			}
+			if kind == '{' && !alwaysString(rw) {
+				out.WriteString("{{ (" + rw + ")|" + strFilt + " }}")
+			} else if kind == '{' {
+				out.WriteString("{{ " + rw + " }}")
+			} else {
+				out.WriteString("{% " + rw + " %}")
+				lx.bodies = append(lx.bodies, strings.TrimSpace(body))
+			}
+			lineStarting = src[end-1] == '\n'
+			pos = end
+		}
+	}
+	lx.src = out.String()
+	return lx, nil
+}
+
+// nextOpener finds the next "{{", "{%" or "{#" at or after pos.
+func nextOpener(src string, pos int) (int, byte) {
+	for {
+		i := strings.IndexByte(src[pos:], '{')
+		if i < 0 {
+			return -1, 0
+		}
+		i += pos
+		if i+1 < len(src) {
+			switch c := src[i+1]; c {
+			case '{', '%', '#':
+				return i, c
+			}
+		}
+		pos = i + 1
+	}
+}
+
+// applyLeftStrip applies a "-" sign (strip all trailing whitespace) or
+// lstrip_blocks (strip the whitespace between the last newline and a block
+// or comment tag when nothing else is on that line) to the text before a tag.
+func applyLeftStrip(data string, sign byte, lstripKind, lineStarting bool) string {
+	if sign == '-' {
+		return strings.TrimRightFunc(data, pyIsSpace)
+	}
+	if sign == '+' || !lstripKind {
+		return data
+	}
+	lpos := strings.LastIndexByte(data, '\n') + 1
+	if lpos > 0 || lineStarting {
+		rest := data[lpos:]
+		if rest != "" && strings.TrimLeftFunc(rest, pyIsSpace) == "" {
+			return data[:lpos]
+		}
+	}
+	return data
+}
+
+func isWS(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'
+}
+
+// rawBegin reports whether src[k:] is `\s*raw\s*(-%}\s*|%})` and returns
+// the end of that match.
+func rawBegin(src string, k int) (int, bool) {
+	i := k
+	for i < len(src) && isWS(src[i]) {
+		i++
+	}
+	if !strings.HasPrefix(src[i:], "raw") {
+		return 0, false
+	}
+	i += 3
+	for i < len(src) && isWS(src[i]) {
+		i++
+	}
+	switch {
+	case strings.HasPrefix(src[i:], "-%}"):
+		return skipSpace(src, i+3), true
+	case strings.HasPrefix(src[i:], "%}"):
+		return i + 2, true
+	}
+	return 0, false
+}
+
+// skipSpace skips Python \s characters.
+func skipSpace(src string, i int) int {
+	for i < len(src) {
+		r, n := utf8.DecodeRuneInString(src[i:])
+		if !pyIsSpace(r) {
+			break
+		}
+		i += n
+	}
+	return i
+}
+
+// findEndRaw finds `{%[-+]?\s*endraw\s*(+%}|-%}\s*|%}\n?)` after pos.
+func findEndRaw(src string, pos int) (bodyEnd, end int, sign byte, ok bool) {
+	for p := pos; ; {
+		i := strings.Index(src[p:], "{%")
+		if i < 0 {
+			return 0, 0, 0, false
+		}
+		i += p
+		k := i + 2
+		var s byte
+		if k < len(src) && (src[k] == '-' || src[k] == '+') {
+			s = src[k]
+			k++
+		}
+		for k < len(src) && isWS(src[k]) {
+			k++
+		}
+		if strings.HasPrefix(src[k:], "endraw") {
+			k += 6
+			for k < len(src) && isWS(src[k]) {
+				k++
+			}
+			if e, ok := blockClose(src, k, '%'); ok {
+				return i, e, s, true
+			}
+		}
+		p = i + 2
+	}
+}
+
+// blockClose matches a tag closer at src[k:]: `+%}`, `-%}\s*` or `%}\n?`
+// for blocks (`#` likewise for comments), `-}}\s*` or `}}` for expressions.
+func blockClose(src string, k int, kind byte) (int, bool) {
+	c := byte('}')
+	if kind == '%' || kind == '#' {
+		c = kind
+	}
+	if kind != '{' && strings.HasPrefix(src[k:], "+"+string(c)+"}") {
+		return k + 3, true
+	}
+	if strings.HasPrefix(src[k:], "-"+string(c)+"}") {
+		return skipSpace(src, k+3), true
+	}
+	if strings.HasPrefix(src[k:], string(c)+"}") {
+		e := k + 2
+		if kind != '{' && e < len(src) && src[e] == '\n' {
+			e++ // trim_blocks
+		}
+		return e, true
+	}
+	return 0, false
+}
+
+func findCommentEnd(src string, k int) (int, bool) {
+	for p := k; p < len(src); p++ {
+		if e, ok := blockClose(src, p, '#'); ok {
+			return e, true
+		}
+	}
+	return 0, false
+}
+
+// findTagEnd scans a {{ }} or {% %} body, skipping string literals and
+// ignoring closers while brackets are open, as jinja2's lexer does.
+func findTagEnd(src string, k int, kind byte) (bodyEnd, end int, err error) {
+	depth := 0
+	for p := k; p < len(src); p++ {
+		c := src[p]
+		switch c {
+		case '\'', '"':
+			q := c
+			p++
+			for p < len(src) && src[p] != q {
+				if src[p] == '\\' {
+					p++
+				}
+				p++
+			}
+			if p >= len(src) {
+				return 0, 0, fmt.Errorf("unterminated string in template tag")
+			}
+			continue
+		case '(', '[', '{':
+			depth++
+			continue
+		}
+		if depth == 0 {
+			if e, ok := blockClose(src, p, kind); ok {
+				return p, e, nil
+			}
+		}
+		if c == ')' || c == ']' || c == '}' {
+			if depth > 0 {
+				depth--
+			}
+		}
+	}
+	return 0, 0, fmt.Errorf("unclosed template tag")
+}
+
+// rewriteTag renames filters, collects identifiers and refuses bodies the
+// engine's own scanner would split differently.
+func rewriteTag(body string, idents map[string]bool) (string, error) {
+	var b strings.Builder
+	b.Grow(len(body) + 16)
+	prevPipe := false
+	for p := 0; p < len(body); {
+		c := body[p]
+		switch {
+		case c == '\'' || c == '"':
+			q := c
+			s := p
+			p++
+			for p < len(body) && body[p] != q {
+				if body[p] == '\\' {
+					p++
+				}
+				p++
+			}
+			p++
+			if p > len(body) {
+				p = len(body)
+			}
+			b.WriteString(body[s:p])
+			prevPipe = false
+		case c == '|':
+			b.WriteByte(c)
+			p++
+			prevPipe = true
+		case isIdentStart(c):
+			s := p
+			for p < len(body) && isIdentPart(body[p]) {
+				p++
+			}
+			w := body[s:p]
+			if prevPipe {
+				if r, ok := filterRenames[w]; ok {
+					w = r
+				}
+			} else {
+				idents[w] = true
+			}
+			b.WriteString(w)
+			prevPipe = false
+		case c >= '0' && c <= '9':
+			s := p
+			for p < len(body) && (isIdentPart(body[p]) || body[p] == '.') {
+				p++
+			}
+			b.WriteString(body[s:p])
+			prevPipe = false
+		case isWS(c):
+			b.WriteByte(c)
+			p++
+		case (c == '}' || c == '%') && p+1 < len(body) && body[p+1] == '}':
+			return "", errUnsupported("a tag closer inside brackets")
+		default:
+			b.WriteByte(c)
+			p++
+			prevPipe = false
+		}
+	}
+	return b.String(), nil
+}
+
+func isIdentStart(c byte) bool {
+	return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+}
+
+func isIdentPart(c byte) bool { return isIdentStart(c) || (c >= '0' && c <= '9') }
+
+// alwaysString reports whether an output expression (already rewritten)
+// evaluates to a string in both engines, so printing it needs no Python
+// str(): a string literal, a string literal followed by + or ~ (Python
+// raises for str + non-str; the engine yields a string either way), or an
+// expression whose last filter is one of the string-returning
+// replacements. Expressions with a top-level if, or, and are excluded.
+func alwaysString(body string) bool {
+	body = strings.TrimSpace(body)
+	if body == "" {
+		return false
+	}
+	depth := 0
+	firstLit := body[0] == '\'' || body[0] == '"'
+	litEnd := -1
+	lastFilter := ""
+	nextIsFilter := false
+	for p := 0; p < len(body); {
+		c := body[p]
+		switch {
+		case c == '\'' || c == '"':
+			q := c
+			p++
+			for p < len(body) && body[p] != q {
+				if body[p] == '\\' {
+					p++
+				}
+				p++
+			}
+			p++
+			if litEnd < 0 {
+				litEnd = p
+			}
+			continue
+		case c == '(' || c == '[' || c == '{':
+			depth++
+		case c == ')' || c == ']' || c == '}':
+			depth--
+		case depth == 0 && c == '|':
+			nextIsFilter = true
+		case isIdentStart(c):
+			s := p
+			for p < len(body) && isIdentPart(body[p]) {
+				p++
+			}
+			w := body[s:p]
+			if depth == 0 {
+				switch w {
+				case "if", "or", "and", "else":
+					return false
+				}
+				if nextIsFilter {
+					lastFilter = w
+					nextIsFilter = false
+				}
+			}
+			continue
+		}
+		p++
+	}
+	switch lastFilter {
+	case "__mt_tojson", "__mt_trim", "__mt_str", "__mt_join":
+		return true
+	}
+	if firstLit && litEnd > 0 {
+		rest := strings.TrimSpace(body[min(litEnd, len(body)):])
+		return rest == "" || rest[0] == '+' || rest[0] == '~'
+	}
+	return false
+}

@@ -1,0 +1,42 @@
+"""Single-feature templates for the gaps between the Go engine and Python
+jinja2 that change counts. Each is (id, template, variables as JSON text)."""
+
+V = '{"none": null, "f1": 1.0, "f2": 1e-07, "f3": 1e16, "f4": 123456789012345.6, "f5": -0.0, "f6": 0.1, "f7": 2.5e-05, "i": 42, "s": "x", "t": true, "l": [1, 2.0, null, "a\'b", "q\\"", true], "d": {"z": 1, "a": {"b": [1.5, null]}, "m": "é\u2028<>&"}, "e": [], "ed": {}, "u": "日本\\n\\t\\u0001"}'
+
+FEATURES = [
+    ("none_print", "[{{ none }}]"),
+    ("float_print", "{{ f1 }} {{ f2 }} {{ f3 }} {{ f4 }} {{ f5 }} {{ f6 }} {{ f7 }}"),
+    ("int_print", "{{ i }} {{ t }}"),
+    ("list_print", "{{ l }}"),
+    ("dict_print", "{{ d }}"),
+    ("string_filter", "{{ none|string }}|{{ f1|string }}|{{ l|string }}"),
+    ("tojson_plain", "{{ d|tojson }} {{ l|tojson }} {{ e|tojson }} {{ ed|tojson }} {{ u|tojson }}"),
+    ("tojson_indent", "{{ d|tojson(indent=4) }}\n{{ l|tojson(indent=2) }}\n{{ e|tojson(indent=2) }}"),
+    ("tojson_indent_str", "{{ d|tojson(indent='\\t') }}"),
+    ("tojson_separators", "{{ d|tojson(separators=(',', ':')) }}"),
+    ("tojson_sort", "{{ d|tojson(sort_keys=true) }}"),
+    ("tojson_ascii", "{{ d|tojson(ensure_ascii=true) }} {{ '😀'|tojson(ensure_ascii=true) }}"),
+    ("tojson_floats", "{{ [f1, f2, f3, f4, f5, f6, f7]|tojson }}"),
+    ("join_none", "{{ [1, none, 2.0, 'x']|join(', ') }}"),
+    ("trim_none", "[{{ none|trim }}]"),
+    ("ws_dash_after_expr", "Reasoning Effort: {{ s }}{%- if t %} yes{% endif %}"),
+    ("ws_space_before_block", "{% for x in [1,2] %}{{ x }} {% endfor %}"),
+    ("ws_leading_expr_space", "{{ s }} {% if t %}T{% endif %}"),
+    ("ws_trim_blocks", "{% if t %}\nA\n{% endif %}\nB"),
+    ("ws_lstrip", "    {% if t %}\n    X\n    {% endif %}\nY"),
+    ("ws_nested_tags", "{% if t %}{% if t %}\n\nZ{% endif %}{% endif %}"),
+    ("ws_comment", "a\n  {# c #}\nb {#- c -#} c"),
+    ("ws_minus_both", "a   {{- s -}}   b\n\n{%- if t -%}\n\n c \n{%- endif -%}\n d"),
+    ("ws_plus", "  {%+ if t %}k{% endif %}"),
+    ("ws_trailing_newline", "end\n"),
+    ("ws_crlf", "a\r\n{% if t %}\r\nb{% endif %}"),
+    ("raw_block", "{% raw %}{{ not }}{% endraw %}!"),
+    ("concat_none", "{{ 'a' ~ none ~ f1 }}"),
+    ("ns_loop", "{% set ns = namespace(n=0) %}{% for x in l %}{% set ns.n = ns.n + 1 %}{% endfor %}{{ ns.n }}"),
+    ("raise", "{{ raise_exception('Custom failure: ' ~ s) }}"),
+    ("strftime", "{{ strftime_now('%d %b %Y') }} {{ strftime_now('%Y-%m-%d %H:%M:%S %A %B %-d') }}"),
+    ("dict_items", "{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}"),
+    ("macro", "{% macro m(x) %}<{{ x }}>{% endmacro %}{{ m(f1) }}{{ m(none) }}"),
+    ("set_block", "{% set x %}\n  body {{ f1 }}\n{% endset %}[{{ x }}]"),
+    ("tojson_undefined", "{{ missing|tojson }}"),
+]
