@@ -21,7 +21,11 @@ unit:
 FUZZ_TARGETS := \
 	./internal/ojson:FuzzParse \
 	./fleet:FuzzParse \
-	./gateway:FuzzStreamGuard
+	./gateway:FuzzStreamGuard \
+	./admission:FuzzDoor \
+	./tokenize:FuzzPretokenize \
+	./tokenize:FuzzBPE \
+	./tokenize:FuzzCountChat
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

@@ -63,6 +63,14 @@ type ModelConfig struct {
 	ChatTemplate string `yaml:"chat_template"`
 	// MaxModelLen is the context length; 0 means "as the backends report".
 	MaxModelLen int `yaml:"max_model_len"`
+	// OnOverflow is what the door does when prompt + max_tokens exceeds
+	// the context: "reject" (400 context_length_exceeded) or "clamp"
+	// (lower max_tokens to what fits, when the prompt alone fits).
+	OnOverflow string `yaml:"on_overflow"`
+	// TokenizeCheckRate is the fraction of counted requests whose prompt
+	// is also counted by the backend's POST /tokenize, to catch a tokenizer
+	// or chat template that differs from the backend's (0 to 1).
+	TokenizeCheckRate float64 `yaml:"tokenize_check_rate"`
 	// Backends serve this model.
 	Backends []BackendConfig `yaml:"backends"`
 }
@@ -319,6 +327,14 @@ func (c *Config) Validate() error {
 			add(p+".name", "%q is already models[%d].name", m.Name, j)
 		} else {
 			names[m.Name] = i
+		}
+		switch m.OnOverflow {
+		case "", "reject", "clamp":
+		default:
+			add(p+".on_overflow", "want reject or clamp, got %q", m.OnOverflow)
+		}
+		if m.TokenizeCheckRate < 0 || m.TokenizeCheckRate > 1 {
+			add(p+".tokenize_check_rate", "want a fraction from 0 to 1, got %v", m.TokenizeCheckRate)
 		}
 		if m.MaxModelLen < 0 {
 			add(p+".max_model_len", "must not be negative, got %d", m.MaxModelLen)

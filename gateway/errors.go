@@ -25,6 +25,17 @@ type Error struct {
 	RetryAfter time.Duration
 	// Cause is logged, never shown to the client.
 	Cause error
+	// Context, on a context_length_exceeded error, adds the numbers to the
+	// error object so that clients can act without parsing the message.
+	Context *contextFields
+}
+
+// contextFields are the machine-readable numbers of a context error.
+type contextFields struct {
+	PromptTokens      int  `json:"prompt_tokens"`
+	MaxTokens         *int `json:"max_tokens"`
+	MaxModelLen       int  `json:"max_model_len"`
+	PromptTokensExact bool `json:"prompt_tokens_exact"`
 }
 
 func (e *Error) Error() string {
@@ -74,10 +85,12 @@ type envelopeBody struct {
 	Type    string  `json:"type"`
 	Param   *string `json:"param"`
 	Code    *string `json:"code"`
+	// A nil embedded pointer adds no keys.
+	*contextFields
 }
 
 func (e *Error) envelope() envelope {
-	b := envelopeBody{Message: e.Message, Type: e.Type}
+	b := envelopeBody{Message: e.Message, Type: e.Type, contextFields: e.Context}
 	if e.Param != "" {
 		b.Param = &e.Param
 	}

@@ -14,7 +14,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 
+	"github.com/maitred-dev/maitred/admission"
 	"github.com/maitred-dev/maitred/fleet"
+	"github.com/maitred-dev/maitred/tokenize"
 )
 
 // Options are the gateway's dependencies, injected so that tests and
@@ -26,6 +28,9 @@ type Options struct {
 	Registry *prometheus.Registry
 	// Transport carries requests to backends; nil builds one from Config.
 	Transport http.RoundTripper
+	// Tokenizers holds each model's tokenizer and chat template, by model
+	// name. A model without one is forwarded uncounted.
+	Tokenizers map[string]*tokenize.Model
 }
 
 // Gateway is the HTTP edge. It is safe for concurrent use; its only mutable
@@ -39,6 +44,9 @@ type Gateway struct {
 	proxy   *httputil.ReverseProxy
 	handler http.Handler
 	phase   atomic.Int32
+	door    *admission.Door
+	catalog *catalog
+	checker *tokenizeChecker
 }
 
 // Phase is the gateway's lifecycle: starting until the first probe round is
@@ -76,6 +84,9 @@ func New(o Options) (*Gateway, error) {
 		reg:     o.Registry,
 		metrics: newMetrics(o.Registry),
 	}
+	g.catalog = newCatalog(o.Config, o.Fleet, o.Tokenizers)
+	g.door = admission.NewDoor(g.catalog)
+	g.checker = newTokenizeChecker(o.Config, &http.Client{Transport: o.Transport}, g.metrics, g.log)
 	g.proxy = g.newProxy(o.Transport)
 	g.handler = g.routes()
 	return g, nil
@@ -112,8 +123,9 @@ func (g *Gateway) Handler() http.Handler { return g.handler }
 
 func (g *Gateway) routes() http.Handler {
 	r := chi.NewRouter()
-	r.Post("/v1/chat/completions", g.serve("/v1/chat/completions", g.completions(endpointChat)))
-	r.Post("/v1/completions", g.serve("/v1/completions", g.completions(endpointCompletions)))
+	r.Post("/v1/chat/completions", g.serve("/v1/chat/completions", g.completions(admission.Chat)))
+	r.Post("/v1/completions", g.serve("/v1/completions", g.completions(admission.Completions)))
+	r.Post("/tokenize", g.serve("/tokenize", g.tokenize))
 	r.Get("/v1/models", g.serve("/v1/models", g.listModels))
 	r.Get("/livez", g.serve("/livez", g.livez))
 	r.Get("/readyz", g.serve("/readyz", g.readyz))
@@ -142,6 +154,9 @@ func (g *Gateway) Server() *http.Server {
 	}
 }
 
+// Close waits for background work (sampled tokenizer checks) to end.
+func (g *Gateway) Close() { g.checker.wait() }
+
 // Serve runs the gateway on ln until ctx is done, then drains: /readyz
 // fails at once, the listener closes, and in-flight requests get up to
 // drainTimeout to finish.
@@ -162,5 +177,6 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener, drainTimeout time.
 		srv.Close()
 	}
 	<-errc
+	g.Close()
 	return err
 }

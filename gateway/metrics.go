@@ -12,6 +12,9 @@ type metrics struct {
 	duration     *prometheus.HistogramVec
 	inFlight     *prometheus.GaugeVec
 	streamErrors *prometheus.CounterVec
+	rejections   *prometheus.CounterVec
+	uncounted    *prometheus.CounterVec
+	tokChecks    *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -34,8 +37,20 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "maitred_stream_errors_total",
 			Help: "Streams that broke after their 200 went out, by model and reason.",
 		}, []string{"model", "reason"}),
+		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "maitred_rejections_total",
+			Help: "Requests the door rejected before any backend work, by model and reason.",
+		}, []string{"model", "reason"}),
+		uncounted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "maitred_admission_uncounted_total",
+			Help: "Requests forwarded without an exact prompt count (vLLM decides), by model and reason.",
+		}, []string{"model", "reason"}),
+		tokChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "maitred_tokenizer_checks_total",
+			Help: "Sampled comparisons of the local prompt count with the backend's POST /tokenize, by model and result (match, mismatch, error).",
+		}, []string{"model", "result"}),
 	}
-	reg.MustRegister(m.requests, m.duration, m.inFlight, m.streamErrors,
+	reg.MustRegister(m.requests, m.duration, m.inFlight, m.streamErrors, m.rejections, m.uncounted, m.tokChecks,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

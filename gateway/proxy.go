@@ -8,6 +8,7 @@ import (
 	"io"
 	"log"
 	"mime"
+	"strconv"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -17,55 +18,52 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/maitred-dev/maitred/admission"
 	"github.com/maitred-dev/maitred/fleet"
 	"github.com/maitred-dev/maitred/internal/ojson"
-)
-
-type endpoint int
-
-const (
-	endpointChat endpoint = iota
-	endpointCompletions
 )
 
 type ctxKey struct{}
 
 // completions handles POST /v1/chat/completions and /v1/completions: read
-// the body once, learn the model and whether it streams, pick a backend and
-// forward the body exactly as received.
-func (g *Gateway) completions(ep endpoint) handlerFunc {
+// the body once, put it through the door (admission.Door: shape, model,
+// template, context), pick a ready backend and forward the bytes the door
+// approved, which are the client's own unless max_tokens was clamped.
+func (g *Gateway) completions(ep admission.Endpoint) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request, x *exchange) error {
 		if err := checkContentType(r.Header.Get("Content-Type")); err != nil {
+			g.rejected(x, admission.UnsupportedMedia)
 			return err
 		}
 		body, err := readBody(w, r, g.cfg.MaxBodyBytes)
 		x.bytesIn = len(body)
 		if err != nil {
+			var e *Error
+			if errors.As(err, &e) && e.Status == http.StatusRequestEntityTooLarge {
+				g.rejected(x, admission.TooLarge)
+			}
 			return err
 		}
-		req, perr := ojson.Parse(body, ojson.DefaultMaxDepth)
-		if perr != nil {
-			return badRequest(codeInvalidJSON, "", "The request body is not valid JSON: %v", perr)
+		dec, rej := g.door.Check(ep, body)
+		if rej != nil {
+			if rej.Reason != admission.UnknownModel && rej.Reason != admission.MissingModel {
+				x.model = modelOf(body)
+			}
+			if ci := rej.Context; ci != nil {
+				x.promptTokens, x.maxTokens, x.maxModelLen = ci.PromptTokens, ci.MaxTokens, ci.MaxModelLen
+			}
+			g.rejected(x, rej.Reason)
+			return rejection(rej)
 		}
-		if req.Kind != ojson.Object {
-			return badRequest(codeInvalidJSON, "", "The request body must be a JSON object, got %s", req.Kind)
+		x.model, x.stream, x.promptTokens, x.maxTokens = dec.Model, dec.Stream, dec.PromptTokens, dec.MaxTokens
+		if dec.Uncounted != admission.Counted {
+			x.uncounted = dec.Uncounted.String()
+			g.metrics.uncounted.WithLabelValues(dec.Model, x.uncounted).Inc()
 		}
-		mv := req.Get("model")
-		if mv == nil || mv.IsNull() {
-			return badRequest(codeMissingParam, "model", "You must provide a model parameter.")
+		if dec.ClampedFrom > 0 {
+			w.Header().Set("X-Maitred-Max-Tokens-Clamped", strconv.Itoa(dec.MaxTokens))
 		}
-		if mv.Kind != ojson.String {
-			return badRequest(codeInvalidType, "model", "model must be a string, got %s", mv.Kind)
-		}
-		m, ok := g.fleet.Model(mv.Str)
-		if !ok {
-			return &Error{Status: http.StatusNotFound, Type: typeInvalidRequest, Code: codeModelNotFound, Param: "model",
-				Message: fmt.Sprintf("The model %q does not exist. Available models: %s.", mv.Str, strings.Join(g.fleet.Names(), ", "))}
-		}
-		x.model = m.Name
-		if sv := req.Get("stream"); sv != nil && sv.Kind == ojson.Bool {
-			x.stream = sv.Bool
-		}
+		m, _ := g.fleet.Model(dec.Model)
 		g.metrics.inFlight.WithLabelValues(m.Name).Inc()
 		defer g.metrics.inFlight.WithLabelValues(m.Name).Dec()
 		b := m.Pick()
@@ -75,8 +73,30 @@ func (g *Gateway) completions(ep endpoint) handlerFunc {
 		x.backend = b
 		release := b.Acquire()
 		defer release()
-		return g.forward(w, r, x, body)
+		err = g.forward(w, r, x, dec.Body)
+		if err == nil && dec.Uncounted == admission.Counted {
+			g.checker.maybeCheck(b, ep, dec, body)
+		}
+		return err
 	}
+}
+
+// rejected counts a door rejection.
+func (g *Gateway) rejected(x *exchange, reason admission.Reason) {
+	x.outcome = reason.String()
+	g.metrics.rejections.WithLabelValues(x.model, reason.String()).Inc()
+}
+
+// modelOf returns the configured model a rejected body named, for labels.
+func modelOf(body []byte) string {
+	v, err := ojson.Parse(body, ojson.DefaultMaxDepth)
+	if err != nil {
+		return ""
+	}
+	if mv := v.Get("model"); mv != nil && mv.Kind == ojson.String {
+		return mv.Str
+	}
+	return ""
 }
 
 // forward sends body to x.backend through the reverse proxy and returns the

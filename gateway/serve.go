@@ -42,6 +42,9 @@ type exchange struct {
 	streamBroke string
 	// outcome names how the request ended when it did not succeed.
 	outcome string
+	// The door's numbers, logged with the request.
+	promptTokens, maxTokens, maxModelLen int
+	uncounted                            string
 }
 
 // serve is the edge adapter: it assigns the request id, runs h, renders a
@@ -140,6 +143,18 @@ func (g *Gateway) finish(x *exchange, rec *recorder, r *http.Request, err error)
 	}
 	if x.outcome != "" {
 		fields = append(fields, zap.String("outcome", x.outcome))
+	}
+	if x.promptTokens > 0 {
+		fields = append(fields, zap.Int("prompt_tokens", x.promptTokens))
+	}
+	if x.maxTokens > 0 {
+		fields = append(fields, zap.Int("max_tokens", x.maxTokens))
+	}
+	if x.maxModelLen > 0 {
+		fields = append(fields, zap.Int("max_model_len", x.maxModelLen))
+	}
+	if x.uncounted != "" {
+		fields = append(fields, zap.String("uncounted", x.uncounted))
 	}
 	if x.streamBroke != "" {
 		fields = append(fields, zap.String("stream_error", x.streamBroke))

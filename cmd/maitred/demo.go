@@ -14,6 +14,7 @@ import (
 
 	"github.com/maitred-dev/maitred/fleet"
 	"github.com/maitred-dev/maitred/sim"
+	"github.com/maitred-dev/maitred/tokenize"
 )
 
 func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -61,9 +62,11 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	cfg := fleet.Default()
 	cfg.Listen = *listen
 	cfg.Models = []fleet.ModelConfig{{
-		Name:        "demo",
-		MaxModelLen: 4096,
-		Backends:    []fleet.BackendConfig{{URL: "http://" + addr.String()}},
+		Name:              "demo",
+		Tokenizer:         "builtin:demo",
+		MaxModelLen:       4096,
+		TokenizeCheckRate: 1, // every counted request is re-counted by the backend's /tokenize
+		Backends:          []fleet.BackendConfig{{URL: "http://" + addr.String()}},
 	}}
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -76,10 +79,11 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
 func newDemoSim(log *zap.Logger) (*sim.Server, error) {
-	tok, err := demoTokenizer()
+	m, err := tokenize.Builtin("demo")
 	if err != nil {
 		return nil, err
 	}
+	tok := sim.ModelTokenizer(m)
 	return sim.New(sim.Config{
 		Model:        "demo",
 		MaxModelLen:  4096,
@@ -101,6 +105,14 @@ maitred demo: the gateway is on http://%[1]s in front of a simulated vLLM servin
   # the same, streamed (one SSE event per token)
   curl -sN http://%[1]s/v1/chat/completions -H 'Content-Type: application/json' \
     -d '{"model":"demo","messages":[{"role":"user","content":"Hello!"}],"max_tokens":16,"stream":true}'
+
+  # a request that cannot fit the 4096-token context: rejected at the door, with the numbers
+  curl -s http://%[1]s/v1/chat/completions -H 'Content-Type: application/json' \
+    -d '{"model":"demo","messages":[{"role":"user","content":"Hello!"}],"max_tokens":5000}'
+
+  # count tokens as the backend would
+  curl -s http://%[1]s/tokenize -H 'Content-Type: application/json' \
+    -d '{"model":"demo","messages":[{"role":"user","content":"Hello!"}]}'
 
   # models, readiness, metrics
   curl -s http://%[1]s/v1/models

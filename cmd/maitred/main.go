@@ -24,6 +24,7 @@ Usage:
   maitred serve --config FILE [--listen ADDR]   run the gateway
   maitred sim [flags]                           run a simulated vLLM server
   maitred demo [--listen ADDR]                  run the gateway with a simulated backend
+  maitred tokenize --model-dir DIR < req.json   print a request's prompt token count
   maitred version                               print the version
 
 Run "maitred <command> --help" for a command's flags.
@@ -48,6 +49,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdSim(ctx, args[1:], stderr)
 	case "demo":
 		err = cmdDemo(ctx, args[1:], stdout, stderr)
+	case "tokenize":
+		err = cmdTokenize(args[1:], os.Stdin, stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, "maitred", versionString())
 		return 0

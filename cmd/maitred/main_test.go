@@ -118,6 +118,17 @@ func TestDemoServesPrintedCommands(t *testing.T) {
 			t.Errorf("answer: %s", b)
 		}
 	}
+	// The printed over-long request is rejected at the door with the numbers.
+	res, err := c.Post(base+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"demo","messages":[{"role":"user","content":"Hello!"}],"max_tokens":5000}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 400 || !strings.Contains(string(b), `"code":"context_length_exceeded"`) || !strings.Contains(string(b), `"prompt_tokens":10`) {
+		t.Errorf("over-long request: %d %s", res.StatusCode, b)
+	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("demo exited with %v", err)
@@ -135,5 +146,29 @@ func TestServeRunsFromConfigFile(t *testing.T) {
 	var errb bytes.Buffer
 	if err := cmdServe(ctx, []string{"--config", cfg, "--log-level", "error"}, &errb); err != nil {
 		t.Fatalf("serve: %v (%s)", err, errb.String())
+	}
+}
+
+func TestTokenizeCommand(t *testing.T) {
+	tests := []struct {
+		dir, in, want string
+	}{
+		{"builtin:demo", `{"messages":[{"role":"user","content":"Hello!"}]}`, "10\n"},
+		{"builtin:demo", `{"prompt":"Hello!"}`, "2\n"},
+		{"../../.fixtures/models/qwen3", `{"messages":[{"role":"user","content":"Hello!"}]}`, "10\n"},
+	}
+	for _, tt := range tests {
+		var out, errb bytes.Buffer
+		if err := cmdTokenize([]string{"--model-dir", tt.dir}, strings.NewReader(tt.in), &out, &errb); err != nil {
+			t.Fatalf("%s: %v %s", tt.dir, err, errb.String())
+		}
+		if out.String() != tt.want {
+			t.Errorf("%s %s: printed %q, want %q", tt.dir, tt.in, out.String(), tt.want)
+		}
+	}
+	var out bytes.Buffer
+	err := cmdTokenize([]string{"--model-dir", "builtin:demo"}, strings.NewReader(`{"messages":[{"role":"user","content":7}]}`), &out, io.Discard)
+	if err == nil {
+		t.Errorf("a malformed request printed %q", out.String())
 	}
 }

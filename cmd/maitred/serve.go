@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,7 +17,36 @@ import (
 
 	"github.com/maitred-dev/maitred/fleet"
 	"github.com/maitred-dev/maitred/gateway"
+	"github.com/maitred-dev/maitred/tokenize"
 )
+
+// loadTokenizers loads each model's tokenizer folder (or builtin:NAME) at
+// start, so that a folder vLLM could not use either stops the gateway
+// before it serves, naming the model.
+func loadTokenizers(cfg fleet.Config, log *zap.Logger) (map[string]*tokenize.Model, error) {
+	toks := map[string]*tokenize.Model{}
+	for i, mc := range cfg.Models {
+		if mc.Tokenizer == "" {
+			log.Warn("model has no tokenizer: its requests are forwarded uncounted", zap.String("model", mc.Name))
+			continue
+		}
+		start := time.Now()
+		m, err := loadTokenizer(mc.Tokenizer, mc.ChatTemplate)
+		if err != nil {
+			return nil, fmt.Errorf("models[%d].tokenizer (%s): %w", i, mc.Name, err)
+		}
+		toks[mc.Name] = m
+		log.Info("tokenizer loaded", zap.String("model", mc.Name), zap.String("from", mc.Tokenizer), zap.Duration("took", time.Since(start)))
+	}
+	return toks, nil
+}
+
+func loadTokenizer(spec, chatTemplate string) (*tokenize.Model, error) {
+	if name, ok := strings.CutPrefix(spec, "builtin:"); ok {
+		return tokenize.Builtin(name)
+	}
+	return tokenize.LoadDir(spec, tokenize.LoadOptions{ChatTemplate: chatTemplate})
+}
 
 func cmdServe(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("maitred serve", flag.ContinueOnError)
@@ -63,7 +93,11 @@ func runGateway(ctx context.Context, cfg fleet.Config, log *zap.Logger, drain ti
 	if err != nil {
 		return err
 	}
-	gw, err := gateway.New(gateway.Options{Config: cfg, Fleet: fl, Logger: log, Registry: reg})
+	toks, err := loadTokenizers(cfg, log)
+	if err != nil {
+		return err
+	}
+	gw, err := gateway.New(gateway.Options{Config: cfg, Fleet: fl, Logger: log, Registry: reg, Tokenizers: toks})
 	if err != nil {
 		return err
 	}

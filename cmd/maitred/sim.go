@@ -28,6 +28,8 @@ func cmdSim(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.BoolVar(&c.Hang, "hang", false, "accept requests and never answer")
 	fs.IntVar(&c.FailStatus, "fail-status", 0, "answer completions with this HTTP status (0: never)")
 	apiKeyEnv := fs.String("api-key-env", "", "environment variable holding the API key clients must send")
+	tokDir := fs.String("tokenizer", "", "count prompts with this tokenizer folder (or builtin:demo), as vLLM does; default: an approximate counter")
+	chatTemplate := fs.String("chat-template", "", "chat template file overriding the tokenizer folder's")
 	var lf logFlags
 	lf.register(fs)
 	fs.Usage = func() {
@@ -43,6 +45,13 @@ func cmdSim(ctx context.Context, args []string, stderr io.Writer) error {
 			return err
 		}
 		c.APIKey = key
+	}
+	if *tokDir != "" {
+		m, err := loadTokenizer(*tokDir, *chatTemplate)
+		if err != nil {
+			return fmt.Errorf("--tokenizer: %w", err)
+		}
+		c.Tokenizer = sim.ModelTokenizer(m)
 	}
 	log, err := lf.build()
 	if err != nil {

@@ -1,15 +1,16 @@
-package main
+package sim
 
 import (
 	"fmt"
 
 	"github.com/maitred-dev/maitred/internal/ojson"
-	"github.com/maitred-dev/maitred/sim"
 	"github.com/maitred-dev/maitred/tokenize"
 )
 
-// modelTokenizer lets the simulator count prompts with a real model's
-// tokenizer and chat template, as vLLM does.
+// ModelTokenizer lets the simulator count prompts with a real model's
+// tokenizer and chat template, as vLLM does (maitred sim --tokenizer DIR).
+func ModelTokenizer(m *tokenize.Model) Tokenizer { return modelTokenizer{m} }
+
 type modelTokenizer struct{ m *tokenize.Model }
 
 func (t modelTokenizer) ChatPromptTokens(body []byte) (int, error) {
@@ -40,14 +41,15 @@ func (t modelTokenizer) ChatTokenIDs(body []byte) ([]int, error) {
 	return t.m.TokenizeChat(v)
 }
 
-var _ sim.ChatTokenIDer = modelTokenizer{}
-
-// demoTokenizer is the built-in demo model: o200k_base with a ChatML
-// template, available offline.
-func demoTokenizer() (sim.Tokenizer, error) {
-	m, err := tokenize.Builtin("demo")
+func (t modelTokenizer) CompletionTokenIDs(body []byte) ([]int, error) {
+	v, err := ojson.Parse(body, ojson.DefaultMaxDepth)
 	if err != nil {
 		return nil, err
 	}
-	return modelTokenizer{m}, nil
+	return t.m.TokenizeCompletion(v)
 }
+
+var (
+	_ ChatTokenIDer       = modelTokenizer{}
+	_ CompletionTokenIDer = modelTokenizer{}
+)

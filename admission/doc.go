@@ -1,0 +1,33 @@
+// Package admission decides, before any GPU work, what happens to a
+// request: forward it (with its exact prompt token count) or reject it with
+// a typed reason that the HTTP edge renders.
+//
+// # The door
+//
+// Door.Check is one pipeline that reads top to bottom, each step returning
+// either nothing (go on) or a *Rejection:
+//
+//  1. the body is a strict JSON object (valid UTF-8, nesting <= 64, no
+//     duplicate keys, no case variants of the keys that decide routing and
+//     counting);
+//  2. "model" names a configured model;
+//  3. chat messages (roles, content, parts, tool calls) or the completions
+//     prompt have a shape vLLM accepts;
+//  4. max_tokens / max_completion_tokens, n and stream are well-typed;
+//  5. the model's chat template renders (a raise_exception is the client's
+//     error, in the template's own words);
+//  6. prompt + max_tokens fits max_model_len, or the model clamps.
+//
+// Where the count cannot be exact (no tokenizer, multimodal parts, a
+// template feature reproduced only approximately, an unknown context
+// length) the request is forwarded, and the Decision says why it is
+// uncounted: zero false rejections.
+//
+// Reasons and Uncounted are small closed enums that double as metric
+// labels. The package imports no HTTP: statuses are plain numbers.
+//
+// # Concurrency
+//
+// A Door holds only its Catalog and is safe for concurrent use; the
+// tokenizers it calls are too.
+package admission

@@ -1,0 +1,353 @@
+package admission
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/maitred-dev/maitred/internal/ojson"
+	"github.com/maitred-dev/maitred/tokenize"
+)
+
+// Counter counts prompt tokens the way vLLM will. *tokenize.Model
+// implements it.
+type Counter interface {
+	CountChat(body *ojson.Value, limit int) (tokenize.Count, error)
+	CountCompletion(body *ojson.Value, limit int) (tokenize.Count, error)
+}
+
+// Model is what the door needs to know about a served model.
+type Model struct {
+	Name string
+	// Counter is nil when the model has no tokenizer: requests are then
+	// forwarded uncounted.
+	Counter Counter
+	// MaxModelLen is the context length; 0 when not known yet.
+	MaxModelLen int
+	// Clamp lowers an over-long max_tokens to what fits instead of
+	// rejecting (on_overflow: clamp).
+	Clamp bool
+}
+
+// Catalog is the door's view of the configured models.
+type Catalog interface {
+	Lookup(name string) (Model, bool)
+	Names() []string
+}
+
+// Door checks requests before any GPU work. It is stateless apart from its
+// catalog and safe for concurrent use.
+type Door struct {
+	models Catalog
+}
+
+// NewDoor returns a door over the catalog.
+func NewDoor(models Catalog) *Door { return &Door{models: models} }
+
+// Check runs the door's pipeline on one request body, top to bottom: the
+// body, the model, the messages or prompt, the fields the gateway relies
+// on, the chat template, the context. It returns either a Decision or the
+// first Rejection.
+func (d *Door) Check(ep Endpoint, body []byte) (Decision, *Rejection) {
+	// 1. A strict JSON object.
+	req, rej := parseBody(body)
+	if rej != nil {
+		return Decision{}, rej
+	}
+	if rej := checkKeyCase(req, ""); rej != nil {
+		return Decision{}, rej
+	}
+	// 2. A known model.
+	m, rej := d.model(req)
+	if rej != nil {
+		return Decision{}, rej
+	}
+	// 3. The shape of the input.
+	if ep == Chat {
+		rej = checkMessages(req)
+	} else {
+		rej = checkPrompt(req)
+	}
+	if rej != nil {
+		return Decision{}, rej
+	}
+	// 4. The fields the gateway relies on.
+	f, rej := readFields(req, ep)
+	if rej != nil {
+		return Decision{}, rej
+	}
+	dec := Decision{Model: m.Name, Stream: f.stream, Body: body, MaxTokens: f.maxTokens, N: f.n}
+	// 5. Render and count; a template that raises is the client's error.
+	if m.Counter == nil {
+		dec.Uncounted = NoTokenizer
+		return dec, nil
+	}
+	// Count only as far as the decision needs: a 10 MB prompt against a
+	// 4k context stops just past 4k tokens. Counting up to the whole
+	// context (not just L - max_tokens) costs little more and makes the
+	// reported prompt_tokens exact whenever the prompt alone fits.
+	c, rej := count(ep, m, req, m.MaxModelLen)
+	if rej != nil {
+		return Decision{}, rej
+	}
+	if !c.Exact {
+		dec.Uncounted, dec.Detail = NotExact, c.Reason
+		return dec, nil
+	}
+	dec.PromptTokens = c.Tokens
+	// 6. The context.
+	if m.MaxModelLen <= 0 {
+		dec.Uncounted = NoContextLimit
+		return dec, nil
+	}
+	return fit(dec, m, f, c, req, ep)
+}
+
+func parseBody(body []byte) (*ojson.Value, *Rejection) {
+	req, err := ojson.Parse(body, ojson.DefaultMaxDepth)
+	if err != nil {
+		var se *ojson.SyntaxError
+		param := ""
+		if errors.As(err, &se) {
+			param = se.Path
+			if len(param) > 128 {
+				param = param[:128] + "..."
+			}
+		}
+		return nil, &Rejection{Reason: InvalidJSON, Status: 400, Code: "invalid_json", Param: param,
+			Message: "The request body is not valid JSON: " + err.Error()}
+	}
+	if req.Kind != ojson.Object {
+		return nil, &Rejection{Reason: InvalidJSON, Status: 400, Code: "invalid_json",
+			Message: fmt.Sprintf("The request body must be a JSON object, got %s.", req.Kind)}
+	}
+	return req, nil
+}
+
+// Keys whose spelling decides what vLLM does. Go's encoding/json would read
+// "MODEL" as "model" where vLLM's parser does not; a body carrying a case
+// variant could pass one model's checks and run as another, so it is
+// refused outright.
+var (
+	requestKeys = []string{"model", "messages", "prompt", "max_tokens", "max_completion_tokens", "n", "stream",
+		"stream_options", "tools", "tool_choice", "chat_template", "chat_template_kwargs", "add_generation_prompt",
+		"continue_final_message", "add_special_tokens", "documents", "echo", "suffix", "reasoning_effort"}
+	messageKeys = []string{"role", "content", "name", "tool_calls", "tool_call_id", "function_call",
+		"reasoning_content", "reasoning"}
+)
+
+func checkKeyCase(obj *ojson.Value, path string) *Rejection {
+	known := requestKeys
+	if path != "" {
+		known = messageKeys
+	}
+	for _, mem := range obj.Members {
+		for _, k := range known {
+			if mem.Key != k && strings.EqualFold(mem.Key, k) {
+				return &Rejection{Reason: InvalidJSON, Status: 400, Code: "invalid_json", Param: join(path, mem.Key),
+					Message: fmt.Sprintf("Unknown key %q: keys are case-sensitive (did you mean %q?).", mem.Key, k)}
+			}
+		}
+	}
+	return nil
+}
+
+func (d *Door) model(req *ojson.Value) (Model, *Rejection) {
+	mv := req.Get("model")
+	if mv == nil || mv.IsNull() {
+		return Model{}, &Rejection{Reason: MissingModel, Status: 400, Code: "missing_required_parameter", Param: "model",
+			Message: "You must provide a model parameter."}
+	}
+	if mv.Kind != ojson.String {
+		return Model{}, &Rejection{Reason: MissingModel, Status: 400, Code: "invalid_type", Param: "model",
+			Message: fmt.Sprintf("model must be a string, got %s.", mv.Kind)}
+	}
+	m, ok := d.models.Lookup(mv.Str)
+	if !ok {
+		return Model{}, &Rejection{Reason: UnknownModel, Status: 404, Code: "model_not_found", Param: "model",
+			Message: fmt.Sprintf("The model %q does not exist. Available models: %s.", mv.Str, strings.Join(d.models.Names(), ", "))}
+	}
+	return m, nil
+}
+
+type fields struct {
+	maxTokens int // 0: absent
+	n         int
+	stream    bool
+}
+
+// completionsDefaultMaxTokens is vLLM's (and OpenAI's) default max_tokens
+// for /v1/completions when the field is absent; an explicit null means no
+// limit but the context.
+const completionsDefaultMaxTokens = 16
+
+func readFields(req *ojson.Value, ep Endpoint) (fields, *Rejection) {
+	f := fields{n: 1}
+	if ep == Completions && !req.Has("max_tokens") {
+		f.maxTokens = completionsDefaultMaxTokens
+	}
+	for _, key := range []string{"max_tokens", "max_completion_tokens"} {
+		v, rej := positiveInt(req, key)
+		if rej != nil {
+			return f, rej
+		}
+		if v > 0 {
+			f.maxTokens = v // max_completion_tokens comes second and wins
+		}
+	}
+	n, rej := positiveInt(req, "n")
+	if rej != nil {
+		return f, rej
+	}
+	if n > 0 {
+		f.n = n
+	}
+	if v := req.Get("stream"); v != nil && !v.IsNull() {
+		if v.Kind != ojson.Bool {
+			return f, invalidParam("stream", "invalid_type", "stream must be a boolean, got %s.", v.Kind)
+		}
+		f.stream = v.Bool
+	}
+	return f, nil
+}
+
+// positiveInt reads an optional integer field that must be at least 1.
+func positiveInt(req *ojson.Value, key string) (int, *Rejection) {
+	v := req.Get(key)
+	if v == nil || v.IsNull() {
+		return 0, nil
+	}
+	if v.Kind != ojson.Number || !v.IsInt() {
+		return 0, invalidParam(key, "invalid_type", "%s must be an integer, got %s.", key, describe(v))
+	}
+	n, ok := v.Int()
+	if !ok && !strings.HasPrefix(v.Str, "-") {
+		n, ok = 1<<31, true // beyond int64: beyond any context too
+	}
+	if !ok || n < 1 {
+		return 0, invalidParam(key, "invalid_value", "%s must be at least 1, got %s.", key, v.Str)
+	}
+	if n > 1<<31 {
+		n = 1 << 31 // beyond any context; keeps the arithmetic in range
+	}
+	return int(n), nil
+}
+
+func invalidParam(param, code, format string, args ...any) *Rejection {
+	return &Rejection{Reason: InvalidParam, Status: 400, Code: code, Param: param, Message: fmt.Sprintf(format, args...)}
+}
+
+func describe(v *ojson.Value) string {
+	if v.Kind == ojson.Number {
+		return v.Str
+	}
+	return v.Kind.String()
+}
+
+func count(ep Endpoint, m Model, req *ojson.Value, limit int) (tokenize.Count, *Rejection) {
+	var c tokenize.Count
+	var err error
+	if ep == Chat {
+		c, err = m.Counter.CountChat(req, limit)
+	} else {
+		c, err = m.Counter.CountCompletion(req, limit)
+	}
+	if err == nil {
+		return c, nil
+	}
+	var te *tokenize.TemplateError
+	var ie *tokenize.InputError
+	switch {
+	case errors.As(err, &te):
+		return c, &Rejection{Reason: TemplateError, Status: 400, Code: "invalid_chat_template_input", Param: "messages",
+			Message: te.Message}
+	case errors.As(err, &ie):
+		reason := InvalidMessages
+		if ep == Completions {
+			reason = InvalidPrompt
+		}
+		return c, &Rejection{Reason: reason, Status: 400, Code: "invalid_value", Param: ie.Param, Message: ie.Msg}
+	}
+	// Anything else is this package failing, not the client: let vLLM decide.
+	return tokenize.Count{Reason: "counting failed: " + err.Error()}, nil
+}
+
+// fit applies the context rule: P + M > L, or P >= L without M, is
+// rejected, or clamped when the model says so and the prompt alone fits.
+func fit(dec Decision, m Model, f fields, c tokenize.Count, req *ojson.Value, ep Endpoint) (Decision, *Rejection) {
+	p, l, mt := c.Tokens, m.MaxModelLen, f.maxTokens
+	over := c.Truncated || (mt > 0 && p+mt > l) || (mt == 0 && p >= l)
+	if !over {
+		return dec, nil
+	}
+	if m.Clamp && !c.Truncated && mt > 0 && p < l {
+		body, err := clampMaxTokens(dec.Body, req, l-p)
+		if err == nil {
+			dec.Body, dec.ClampedFrom, dec.MaxTokens = body, mt, l-p
+			return dec, nil
+		}
+	}
+	param := "messages"
+	if ep == Completions {
+		param = "prompt"
+	}
+	info := &ContextInfo{PromptTokens: p, PromptExact: !c.Truncated, MaxTokens: mt, MaxModelLen: l}
+	return Decision{}, &Rejection{Reason: ContextLength, Status: 400, Code: "context_length_exceeded", Param: param,
+		Message: contextMessage(info, ep), Context: info}
+}
+
+// contextMessage is OpenAI's wording, which clients and routers match on
+// "maximum context length". A lower-bound count says so.
+func contextMessage(c *ContextInfo, ep Endpoint) string {
+	what := "messages"
+	if ep == Completions {
+		what = "prompt"
+	}
+	p := strconv.Itoa(c.PromptTokens)
+	if !c.PromptExact {
+		p = "at least " + p
+	}
+	if c.MaxTokens == 0 {
+		return fmt.Sprintf("This model's maximum context length is %d tokens. However, your %s resulted in %s tokens. Please reduce the length of the %s.",
+			c.MaxModelLen, what, p, what)
+	}
+	total := strconv.Itoa(c.PromptTokens + c.MaxTokens)
+	if !c.PromptExact {
+		total = "at least " + total
+	}
+	return fmt.Sprintf("This model's maximum context length is %d tokens. However, you requested %s tokens (%s in the %s, %d in the completion). Please reduce the length of the %s or completion.",
+		c.MaxModelLen, total, p, what, c.MaxTokens, what)
+}
+
+// clampMaxTokens rewrites the max_tokens and max_completion_tokens values
+// in place in a copy of the body; every other byte stays as sent.
+func clampMaxTokens(body []byte, req *ojson.Value, n int) ([]byte, error) {
+	type span struct{ start, end int }
+	var spans []span
+	for _, k := range []string{"max_tokens", "max_completion_tokens"} {
+		if v := req.Get(k); v != nil && !v.IsNull() {
+			spans = append(spans, span{v.Start, v.End})
+		}
+	}
+	if len(spans) == 0 {
+		return nil, errors.New("no max_tokens to clamp")
+	}
+	slices.SortFunc(spans, func(a, b span) int { return a.start - b.start })
+	out := make([]byte, 0, len(body))
+	prev := 0
+	for _, s := range spans {
+		out = append(out, body[prev:s.start]...)
+		out = strconv.AppendInt(out, int64(n), 10)
+		prev = s.end
+	}
+	return append(out, body[prev:]...), nil
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}

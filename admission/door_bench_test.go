@@ -1,0 +1,88 @@
+package admission
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/maitred-dev/maitred/internal/fixtures"
+	"github.com/maitred-dev/maitred/internal/ojson"
+	"github.com/maitred-dev/maitred/tokenize"
+)
+
+// chat1k is a ~1,000-token multi-turn chat.
+func chat1k() string {
+	var b strings.Builder
+	b.WriteString(`{"model":"m","max_tokens":256,"messages":[{"role":"system","content":"You are a careful assistant who answers in detail."}`)
+	turn := "Explain how a reverse proxy streams server-sent events to a client without buffering, and why flushing matters for latency. "
+	for i := range 10 {
+		fmt.Fprintf(&b, `,{"role":"user","content":"%s Question %d."}`, strings.Repeat(turn, 2), i)
+		fmt.Fprintf(&b, `,{"role":"assistant","content":"%s"}`, turn)
+	}
+	b.WriteString(`,{"role":"user","content":"Summarise."}]}`)
+	return b.String()
+}
+
+func loadModel(b *testing.B, name string) *tokenize.Model {
+	m, err := tokenize.LoadDir(fixtures.ModelDir(b, name), tokenize.LoadOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return m
+}
+
+// BenchmarkDoorChat1k: the whole door (parse, validate, render, count) for
+// a 1,000-token chat. Target: <= 0.4 ms on one core.
+func BenchmarkDoorChat1k(b *testing.B) {
+	body := []byte(chat1k())
+	for _, name := range []string{"qwen3", "llama3_1"} {
+		b.Run(name, func(b *testing.B) {
+			m := loadModel(b, name)
+			d := NewDoor(catalog{"m": {Name: "m", Counter: m, MaxModelLen: 32768}})
+			dec, rej := d.Check(Chat, body)
+			if rej != nil || dec.Uncounted != Counted {
+				b.Fatalf("%v %+v", rej, dec)
+			}
+			b.ReportMetric(float64(dec.PromptTokens), "prompt_tokens")
+			b.ReportAllocs()
+			for b.Loop() {
+				d.Check(Chat, body)
+			}
+		})
+	}
+}
+
+// BenchmarkDoorHugePrompt: a 10 MB prompt against a 4k context must be
+// rejected after counting only as far as needed. Target: <= 50 ms.
+func BenchmarkDoorHugePrompt(b *testing.B) {
+	text := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 10<<20/45)
+	bodies := map[Endpoint][]byte{
+		Completions: []byte(`{"model":"m","max_tokens":100,"prompt":"` + text + `"}`),
+		Chat:        []byte(`{"model":"m","max_tokens":100,"messages":[{"role":"user","content":"` + text + `"}]}`),
+	}
+	m := loadModel(b, "qwen3")
+	d := NewDoor(catalog{"m": {Name: "m", Counter: m, MaxModelLen: 4096}})
+	for _, ep := range []Endpoint{Completions, Chat} {
+		b.Run(ep.String(), func(b *testing.B) {
+			body := bodies[ep]
+			_, rej := d.Check(ep, body)
+			if rej == nil || rej.Reason != ContextLength || rej.Context.PromptExact {
+				b.Fatalf("want a lower-bound context rejection, got %+v", rej)
+			}
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				d.Check(ep, body)
+			}
+		})
+	}
+}
+
+// BenchmarkParseOnly isolates the JSON read of the 1k chat, for reference.
+func BenchmarkParseOnly(b *testing.B) {
+	body := []byte(chat1k())
+	b.ReportAllocs()
+	for b.Loop() {
+		ojson.Parse(body, ojson.DefaultMaxDepth)
+	}
+}

@@ -1,0 +1,55 @@
+package admission
+
+import (
+	"strings"
+	"testing"
+)
+
+var seedBodies = []string{
+	`{"model":"demo","messages":[{"role":"user","content":"hi"}]}`,
+	`{"model":"demo","messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"a"}]},{"role":"assistant","content":null,"tool_calls":[{"id":"1","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]},{"role":"tool","tool_call_id":"1","content":"ok"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],"max_tokens":5,"stream":true}`,
+	`{"model":"demo","prompt":"once upon a time","max_tokens":3}`,
+	`{"model":"demo","prompt":[[1,2],[3]],"max_completion_tokens":2,"n":2}`,
+	`{"model":"demo","messages":[{"role":"user","content":"` + strings.Repeat("long ", 100) + `"}]}`,
+	`{"model":"demo","MODEL":"x"}`,
+	`{"model":"demo","messages":[{"role":"wizard"}]}`,
+	`{"model":"demo","messages":[{"role":"user","content":"x"}],"max_tokens":-1}`,
+	`{"model":"demo","messages":[{"role":"user","content":"x"}],"chat_template_kwargs":{"enable_thinking":false}}`,
+	`{"model":"demo","messages":[{"role":"assistant","content":"x"}],"continue_final_message":true,"add_generation_prompt":false}`,
+	`[1,2]`, `{"model":`, `nope`, `{"model":"nocount","prompt":[1,2,3]}`, `{}`,
+}
+
+// FuzzDoor runs the whole door on arbitrary bodies: it never panics, and
+// every outcome is either a forward decision or a well-formed 4xx.
+func FuzzDoor(f *testing.F) {
+	for _, s := range seedBodies {
+		f.Add(s, true)
+		f.Add(s, false)
+	}
+	d := newDoor(f, nil)
+	clampDoor := NewDoor(catalog{"demo": {Name: "demo", Counter: demoModel(f), MaxModelLen: 64, Clamp: true}})
+	f.Fuzz(func(t *testing.T, body string, chat bool) {
+		ep := Completions
+		if chat {
+			ep = Chat
+		}
+		for _, door := range []*Door{d, clampDoor} {
+			dec, rej := door.Check(ep, []byte(body))
+			if rej != nil {
+				if rej.Status < 400 || rej.Status > 499 || rej.Message == "" || rej.Code == "" || strings.HasPrefix(rej.Reason.String(), "Reason(") {
+					t.Fatalf("malformed rejection %+v", rej)
+				}
+				if rej.Reason == ContextLength && rej.Context == nil {
+					t.Fatalf("context rejection without numbers: %+v", rej)
+				}
+				continue
+			}
+			if dec.ClampedFrom == 0 && string(dec.Body) != body {
+				t.Fatalf("forwarded body changed without clamping")
+			}
+			if dec.Model == "" || dec.N < 1 {
+				t.Fatalf("decision %+v", dec)
+			}
+		}
+	})
+}

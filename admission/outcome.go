@@ -1,0 +1,140 @@
+package admission
+
+import "fmt"
+
+// Endpoint is the API a request was sent to.
+type Endpoint int
+
+const (
+	Chat        Endpoint = iota // /v1/chat/completions
+	Completions                 // /v1/completions
+)
+
+func (e Endpoint) String() string {
+	if e == Chat {
+		return "chat"
+	}
+	return "completions"
+}
+
+// Reason is why the door rejected a request. It is a small closed set that
+// doubles as the reason label of maitred_rejections_total, so dashboards
+// can rely on it.
+type Reason int
+
+const (
+	InvalidJSON      Reason = iota // not a strict JSON object
+	UnsupportedMedia               // Content-Type is not JSON (checked by the HTTP edge)
+	TooLarge                       // body over the limit (checked by the HTTP edge)
+	MissingModel                   // no "model"
+	UnknownModel                   // "model" names no configured model
+	InvalidMessages                // chat messages malformed (roles, content, tool calls)
+	InvalidPrompt                  // completions prompt malformed
+	InvalidParam                   // max_tokens, n, stream ... out of range or ill-typed
+	TemplateError                  // the chat template raised, as Python's jinja2 would
+	ContextLength                  // prompt + max_tokens beyond max_model_len
+	numReasons
+)
+
+var reasonNames = [...]string{
+	InvalidJSON:      "invalid_json",
+	UnsupportedMedia: "unsupported_media_type",
+	TooLarge:         "request_too_large",
+	MissingModel:     "missing_model",
+	UnknownModel:     "model_not_found",
+	InvalidMessages:  "invalid_messages",
+	InvalidPrompt:    "invalid_prompt",
+	InvalidParam:     "invalid_param",
+	TemplateError:    "invalid_chat_template_input",
+	ContextLength:    "context_length_exceeded",
+}
+
+func (r Reason) String() string {
+	if r >= 0 && r < numReasons {
+		return reasonNames[r]
+	}
+	return fmt.Sprintf("Reason(%d)", int(r))
+}
+
+// Reasons lists every Reason, for pre-registering metric label values.
+func Reasons() []Reason {
+	out := make([]Reason, numReasons)
+	for i := range out {
+		out[i] = Reason(i)
+	}
+	return out
+}
+
+// Uncounted is why a forwarded request carries no exact prompt count. Such
+// requests are forwarded, never rejected on a guess: vLLM decides. It is the
+// reason label of maitred_admission_uncounted_total.
+type Uncounted int
+
+const (
+	Counted        Uncounted = iota // the count is exact
+	NoTokenizer                     // the model has no tokenizer configured
+	NotExact                        // the tokenizer or template cannot reproduce vLLM here
+	NoContextLimit                  // max_model_len unknown (no config, no backend report yet)
+	numUncounted
+)
+
+var uncountedNames = [...]string{
+	Counted:        "counted",
+	NoTokenizer:    "no_tokenizer",
+	NotExact:       "not_exact",
+	NoContextLimit: "no_context_limit",
+}
+
+func (u Uncounted) String() string {
+	if u >= 0 && u < numUncounted {
+		return uncountedNames[u]
+	}
+	return fmt.Sprintf("Uncounted(%d)", int(u))
+}
+
+// Rejection is a request the door refuses, with everything the HTTP edge
+// needs to answer in OpenAI's envelope. Status is an HTTP status number;
+// this package does not import net/http.
+type Rejection struct {
+	Reason  Reason
+	Status  int
+	Code    string // OpenAI-style machine-readable code
+	Param   string // the offending field path, e.g. messages[2].role
+	Message string
+	// Context carries the numbers of a context_length_exceeded rejection.
+	Context *ContextInfo
+}
+
+func (r *Rejection) Error() string {
+	return fmt.Sprintf("%s (%s): %s", r.Reason, r.Param, r.Message)
+}
+
+// ContextInfo is the arithmetic behind a context decision.
+type ContextInfo struct {
+	PromptTokens int
+	// PromptExact is false when counting stopped at the limit: PromptTokens
+	// is then a lower bound.
+	PromptExact bool
+	MaxTokens   int // 0 when the request set none
+	MaxModelLen int
+}
+
+// Decision is a request the door lets through.
+type Decision struct {
+	Model  string
+	Stream bool
+	// Body is what to forward: the client's bytes, or a copy with
+	// max_tokens lowered when the model clamps.
+	Body []byte
+	// PromptTokens is exact when Uncounted is Counted.
+	PromptTokens int
+	Uncounted    Uncounted
+	// Detail explains Uncounted (the tokenizer's reason).
+	Detail string
+	// MaxTokens is the output budget requested (after clamping), 0 if none.
+	MaxTokens int
+	// ClampedFrom is the client's max_tokens when the door lowered it.
+	ClampedFrom int
+	// N is the number of choices requested (default 1).
+	N int
+}

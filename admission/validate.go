@@ -1,0 +1,212 @@
+package admission
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/maitred-dev/maitred/internal/ojson"
+)
+
+// The roles of OpenAI's chat API. vLLM's schema lets any role string
+// through to the template; a role outside this set is a client bug that
+// templates handle in surprising ways (most drop the message silently), so
+// the door names it instead.
+var roles = []string{"system", "developer", "user", "assistant", "tool", "function"}
+
+// Content part types vLLM's chat parser accepts.
+var partTypes = []string{"text", "input_text", "output_text", "refusal", "thinking",
+	"image_url", "input_image", "image_embeds", "image_pil", "audio_url", "input_audio", "video_url", "file"}
+
+func checkMessages(req *ojson.Value) *Rejection {
+	msgs := req.Get("messages")
+	if msgs == nil || msgs.IsNull() {
+		return &Rejection{Reason: InvalidMessages, Status: 400, Code: "missing_required_parameter", Param: "messages",
+			Message: "You must provide a messages parameter."}
+	}
+	if msgs.Kind != ojson.Array {
+		return badMessages("messages", "invalid_type", "messages must be an array of message objects, got %s.", msgs.Kind)
+	}
+	if len(msgs.Items) == 0 {
+		return badMessages("messages", "invalid_value", "messages must contain at least one message.")
+	}
+	for i, m := range msgs.Items {
+		if rej := checkMessage(m, fmt.Sprintf("messages[%d]", i)); rej != nil {
+			return rej
+		}
+	}
+	return nil
+}
+
+func badMessages(param, code, format string, args ...any) *Rejection {
+	return &Rejection{Reason: InvalidMessages, Status: 400, Code: code, Param: param, Message: fmt.Sprintf(format, args...)}
+}
+
+func checkMessage(m *ojson.Value, path string) *Rejection {
+	if m.Kind != ojson.Object {
+		return badMessages(path, "invalid_type", "%s must be an object, got %s.", path, m.Kind)
+	}
+	if rej := checkKeyCase(m, path); rej != nil {
+		return rej
+	}
+	rv := m.Get("role")
+	if rv == nil || rv.IsNull() {
+		return badMessages(path+".role", "missing_required_parameter", "%s.role is required.", path)
+	}
+	if rv.Kind != ojson.String || !slices.Contains(roles, rv.Str) {
+		got := rv.Kind.String()
+		if rv.Kind == ojson.String {
+			got = fmt.Sprintf("%q", rv.Str)
+		}
+		return badMessages(path+".role", "invalid_value", "Invalid role %s in %s: the role must be one of %s.",
+			got, path, strings.Join(roles, ", "))
+	}
+	role := rv.Str
+	if v := m.Get("name"); v != nil && !v.IsNull() && v.Kind != ojson.String {
+		return badMessages(path+".name", "invalid_type", "%s.name must be a string, got %s.", path, v.Kind)
+	}
+	if tc := m.Get("tool_calls"); tc != nil && !tc.IsNull() {
+		if role != "assistant" {
+			return badMessages(path+".tool_calls", "invalid_value", "Only assistant messages can carry tool_calls (%s has role %q).", path, role)
+		}
+		if rej := checkToolCalls(tc, path+".tool_calls"); rej != nil {
+			return rej
+		}
+	}
+	if role == "tool" {
+		id := m.Get("tool_call_id")
+		if id == nil || id.IsNull() {
+			return badMessages(path+".tool_call_id", "missing_required_parameter", "A tool message needs tool_call_id (%s).", path)
+		}
+		if id.Kind != ojson.String {
+			return badMessages(path+".tool_call_id", "invalid_type", "%s.tool_call_id must be a string, got %s.", path, id.Kind)
+		}
+	}
+	c := m.Get("content")
+	switch {
+	case c.IsNull():
+		if role == "assistant" {
+			return nil // an assistant turn may be only tool calls, or empty before continue_final_message
+		}
+		return badMessages(path+".content", "missing_required_parameter", "%s.content is required for role %q.", path, role)
+	case c.Kind == ojson.String:
+		return nil
+	case c.Kind == ojson.Array:
+		for j, part := range c.Items {
+			if rej := checkPart(part, fmt.Sprintf("%s.content[%d]", path, j)); rej != nil {
+				return rej
+			}
+		}
+		return nil
+	}
+	return badMessages(path+".content", "invalid_type", "%s.content must be a string, an array of content parts, or null, got %s.", path, c.Kind)
+}
+
+func checkPart(p *ojson.Value, path string) *Rejection {
+	if p.Kind != ojson.Object {
+		return badMessages(path, "invalid_type", "%s must be a content part object, got %s.", path, p.Kind)
+	}
+	t := p.Get("type")
+	if t == nil || t.IsNull() {
+		return badMessages(path+".type", "missing_required_parameter", "Missing 'type' field in content part %s.", path)
+	}
+	if t.Kind != ojson.String || !slices.Contains(partTypes, t.Str) {
+		return badMessages(path+".type", "invalid_value", "Unsupported content part type %s in %s. Supported types: %s.",
+			describeType(t), path, strings.Join(partTypes, ", "))
+	}
+	if t.Str == "text" || t.Str == "input_text" || t.Str == "output_text" {
+		if tx := p.Get("text"); tx == nil || tx.Kind != ojson.String {
+			return badMessages(path+".text", "invalid_type", "A %s part needs a string text (%s).", t.Str, path)
+		}
+	}
+	return nil
+}
+
+func describeType(t *ojson.Value) string {
+	if t.Kind == ojson.String {
+		return fmt.Sprintf("%q", t.Str)
+	}
+	return t.Kind.String()
+}
+
+func checkToolCalls(tc *ojson.Value, path string) *Rejection {
+	if tc.Kind != ojson.Array {
+		return badMessages(path, "invalid_type", "%s must be an array, got %s.", path, tc.Kind)
+	}
+	for i, call := range tc.Items {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		if call.Kind != ojson.Object {
+			return badMessages(p, "invalid_type", "%s must be an object, got %s.", p, call.Kind)
+		}
+		fn := call.Get("function")
+		if fn == nil || fn.Kind != ojson.Object {
+			return badMessages(p+".function", "missing_required_parameter", "%s.function must be an object with name and arguments.", p)
+		}
+		if name := fn.Get("name"); name == nil || name.Kind != ojson.String {
+			return badMessages(p+".function.name", "missing_required_parameter", "%s.function.name must be a string.", p)
+		}
+		if args := fn.Get("arguments"); args != nil && !args.IsNull() && args.Kind != ojson.String && args.Kind != ojson.Object {
+			return badMessages(p+".function.arguments", "invalid_type", "%s.function.arguments must be a JSON string, got %s.", p, args.Kind)
+		}
+	}
+	return nil
+}
+
+// checkPrompt accepts what /v1/completions accepts: a string, an array of
+// strings, an array of token ids, or an array of such arrays.
+func checkPrompt(req *ojson.Value) *Rejection {
+	p := req.Get("prompt")
+	bad := func(param, code, format string, args ...any) *Rejection {
+		return &Rejection{Reason: InvalidPrompt, Status: 400, Code: code, Param: param, Message: fmt.Sprintf(format, args...)}
+	}
+	if p == nil || p.IsNull() {
+		return bad("prompt", "missing_required_parameter", "You must provide a prompt parameter.")
+	}
+	const shapes = "a string, an array of strings, an array of token ids, or an array of token-id arrays"
+	switch p.Kind {
+	case ojson.String:
+		return nil
+	case ojson.Array:
+	default:
+		return bad("prompt", "invalid_type", "prompt must be %s, got %s.", shapes, p.Kind)
+	}
+	if len(p.Items) == 0 {
+		return bad("prompt", "invalid_value", "prompt must not be an empty array.")
+	}
+	switch p.Items[0].Kind {
+	case ojson.String:
+		for i, it := range p.Items {
+			if it.Kind != ojson.String {
+				return bad(fmt.Sprintf("prompt[%d]", i), "invalid_type", "prompt[%d] must be a string like the other prompts, got %s.", i, it.Kind)
+			}
+		}
+	case ojson.Number:
+		return checkIDs(p, "prompt", bad)
+	case ojson.Array:
+		for i, it := range p.Items {
+			param := fmt.Sprintf("prompt[%d]", i)
+			if it.Kind != ojson.Array {
+				return bad(param, "invalid_type", "%s must be an array of token ids like the other prompts, got %s.", param, it.Kind)
+			}
+			if len(it.Items) == 0 {
+				return bad(param, "invalid_value", "%s must not be empty.", param)
+			}
+			if rej := checkIDs(it, param, bad); rej != nil {
+				return rej
+			}
+		}
+	default:
+		return bad("prompt[0]", "invalid_type", "prompt must be %s, got an array of %s.", shapes, p.Items[0].Kind)
+	}
+	return nil
+}
+
+func checkIDs(a *ojson.Value, param string, bad func(string, string, string, ...any) *Rejection) *Rejection {
+	for i, it := range a.Items {
+		n, ok := it.Int()
+		if !ok || n < 0 || n > 1<<31 {
+			return bad(fmt.Sprintf("%s[%d]", param, i), "invalid_value", "%s[%d] must be a token id (a non-negative integer), got %s.", param, i, describe(it))
+		}
+	}
+	return nil
+}

@@ -1,0 +1,288 @@
+package gateway
+
+// The door over real HTTP: the gateway with the model's tokenizer in front
+// of the simulator counting with the same tokenizer and enforcing vLLM's own
+// context check.
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/maitred-dev/maitred/fleet"
+	"github.com/maitred-dev/maitred/internal/fixtures"
+	"github.com/maitred-dev/maitred/sim"
+	"github.com/maitred-dev/maitred/tokenize"
+)
+
+var modelCache sync.Map // name -> *tokenize.Model
+
+func loadTok(t *testing.T, name string) *tokenize.Model {
+	t.Helper()
+	if m, ok := modelCache.Load(name); ok {
+		return m.(*tokenize.Model)
+	}
+	var m *tokenize.Model
+	var err error
+	if name == "demo" {
+		m, err = tokenize.Builtin("demo")
+	} else {
+		m, err = tokenize.LoadDir(fixtures.ModelDir(t, name), tokenize.LoadOptions{})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	modelCache.Store(name, m)
+	return m
+}
+
+// startCounted serves the simulator (model "m", its context maxLen, counting
+// with tok) behind a gateway that knows tok but not the context length: it
+// learns it from the backend's /v1/models.
+func startCounted(t *testing.T, tok *tokenize.Model, maxLen int, mutate func(*fleet.Config)) *e2e {
+	t.Helper()
+	s := sim.New(sim.Config{Model: "m", MaxModelLen: maxLen, OutputTokens: 2, Tokenizer: sim.ModelTokenizer(tok)},
+		zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(func() { s.Close(); srv.Close() })
+	tg := startGatewayToks(t, tok, mutate, srv.URL)
+	sdk := openai.NewClient(option.WithBaseURL(tg.URL+"/v1/"), option.WithAPIKey("k"), option.WithHTTPClient(tg.client), option.WithMaxRetries(0))
+	return &e2e{sim: s, gw: tg, sdk: sdk}
+}
+
+func TestDoorRulesOverHTTP(t *testing.T) {
+	e := startCounted(t, loadTok(t, "demo"), 64, func(c *fleet.Config) { c.MaxBodyBytes = 4096 })
+	words := strings.Repeat("lorem ipsum ", 40)
+	tests := []struct {
+		name, path, ctype, body string
+		status                  int
+		code, param, msg        string
+	}{
+		{"content type", "/v1/chat/completions", "text/plain", `{"model":"m"}`, 400, "unsupported_media_type", "<null>", "application/json"},
+		{"too large", "/v1/chat/completions", "application/json", `{"model":"m","x":"` + strings.Repeat("y", 5000) + `"}`, 413, "request_too_large", "<null>", "4096 bytes"},
+		{"not json", "/v1/chat/completions", "application/json", `{"model":"m",]`, 400, "invalid_json", "*", "not valid JSON"},
+		{"case variant", "/v1/chat/completions", "application/json", `{"model":"m","Model":"other","messages":[{"role":"user","content":"x"}]}`, 400, "invalid_json", "Model", "case-sensitive"},
+		{"missing model", "/v1/completions", "application/json", `{"prompt":"x"}`, 400, "missing_required_parameter", "model", "model"},
+		{"unknown model", "/v1/completions", "application/json", `{"model":"x","prompt":"x"}`, 404, "model_not_found", "model", "Available models: m."},
+		{"bad role", "/v1/chat/completions", "application/json", `{"model":"m","messages":[{"role":"robot","content":"x"}]}`, 400, "invalid_value", "messages[0].role", "must be one of system, developer"},
+		{"bad part", "/v1/chat/completions", "application/json", `{"model":"m","messages":[{"role":"user","content":[{"type":"smell"}]}]}`, 400, "invalid_value", "messages[0].content[0].type", "Unsupported content part type"},
+		{"tool no id", "/v1/chat/completions", "application/json", `{"model":"m","messages":[{"role":"tool","content":"x"}]}`, 400, "missing_required_parameter", "messages[0].tool_call_id", "tool_call_id"},
+		{"bad prompt", "/v1/completions", "application/json", `{"model":"m","prompt":[true]}`, 400, "invalid_type", "prompt[0]", "prompt must be"},
+		{"max_tokens zero", "/v1/completions", "application/json", `{"model":"m","prompt":"x","max_tokens":0}`, 400, "invalid_value", "max_tokens", "at least 1"},
+		{"n zero", "/v1/chat/completions", "application/json", `{"model":"m","messages":[{"role":"user","content":"x"}],"n":0}`, 400, "invalid_value", "n", "at least 1"},
+		{"stream not bool", "/v1/chat/completions", "application/json", `{"model":"m","messages":[{"role":"user","content":"x"}],"stream":1}`, 400, "invalid_type", "stream", "boolean"},
+		{"context chat", "/v1/chat/completions", "application/json", `{"model":"m","messages":[{"role":"user","content":"` + words + `"}],"max_tokens":10}`, 400, "context_length_exceeded", "messages", "This model's maximum context length is 64 tokens."},
+		{"context prompt", "/v1/completions", "application/json", `{"model":"m","prompt":"hello world","max_tokens":63}`, 400, "context_length_exceeded", "prompt", "However, you requested 65 tokens (2 in the prompt, 63 in the completion)."},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res := e.gw.post(t, tt.path, tt.body, "Content-Type", tt.ctype)
+			body := readBodyT(t, res)
+			if res.StatusCode != tt.status {
+				t.Fatalf("status %d, want %d: %s", res.StatusCode, tt.status, body)
+			}
+			var env struct {
+				Error map[string]any `json:"error"`
+			}
+			if err := json.Unmarshal([]byte(body), &env); err != nil || env.Error == nil {
+				t.Fatalf("not an envelope: %s", body)
+			}
+			for _, k := range []string{"message", "type", "param", "code"} {
+				if _, ok := env.Error[k]; !ok {
+					t.Errorf("envelope lacks %q: %s", k, body)
+				}
+			}
+			param := "<null>"
+			if p, ok := env.Error["param"].(string); ok {
+				param = p
+			}
+			if tt.param == "*" {
+				tt.param = param
+			}
+			if env.Error["code"] != tt.code || param != tt.param || env.Error["type"] != "invalid_request_error" {
+				t.Errorf("code/param/type = %v/%v/%v, want %s/%s", env.Error["code"], param, env.Error["type"], tt.code, tt.param)
+			}
+			if msg, _ := env.Error["message"].(string); !strings.Contains(msg, tt.msg) {
+				t.Errorf("message %q lacks %q", msg, tt.msg)
+			}
+			if tt.code == "context_length_exceeded" {
+				for _, k := range []string{"prompt_tokens", "max_tokens", "max_model_len", "prompt_tokens_exact"} {
+					if _, ok := env.Error[k]; !ok {
+						t.Errorf("context error lacks %q: %s", k, body)
+					}
+				}
+				if env.Error["max_model_len"] != float64(64) {
+					t.Errorf("max_model_len = %v", env.Error["max_model_len"])
+				}
+			}
+		})
+	}
+	if n := len(completionRequests(e.sim)); n != 0 {
+		t.Errorf("the simulator received %d requests; every one was a rejection", n)
+	}
+}
+
+func TestContextErrorIsTypedInTheSDK(t *testing.T) {
+	e := startCounted(t, loadTok(t, "demo"), 64, nil)
+	_, err := e.sdk.Chat.Completions.New(t.Context(), openai.ChatCompletionNewParams{
+		Model:     "m",
+		Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hello there")},
+		MaxTokens: openai.Int(60),
+	})
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || apiErr.Code != "context_length_exceeded" || apiErr.Param != "messages" {
+		t.Fatalf("err = %v", err)
+	}
+	var raw map[string]any
+	if err := json.Unmarshal([]byte(apiErr.RawJSON()), &raw); err != nil {
+		t.Fatal(err)
+	}
+	if raw["prompt_tokens"] != float64(10) || raw["max_tokens"] != float64(60) || raw["max_model_len"] != float64(64) || raw["prompt_tokens_exact"] != true {
+		t.Errorf("numbers in the error: %s", apiErr.RawJSON())
+	}
+	if !strings.Contains(apiErr.Message, "maximum context length") {
+		t.Errorf("message %q", apiErr.Message)
+	}
+	// No max_tokens, prompt alone over the limit: max_tokens is null.
+	_, err = e.sdk.Chat.Completions.New(t.Context(), openai.ChatCompletionNewParams{
+		Model:    "m",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(strings.Repeat("many words here ", 30))},
+	})
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || !strings.Contains(apiErr.RawJSON(), `"max_tokens":null`) {
+		t.Fatalf("err = %v", err)
+	}
+	_, err = e.sdk.Chat.Completions.New(t.Context(), openai.ChatCompletionNewParams{
+		Model: "nope", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("x")},
+	})
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 404 || apiErr.Code != "model_not_found" {
+		t.Fatalf("unknown model: %v", err)
+	}
+	if n := len(completionRequests(e.sim)); n != 0 {
+		t.Errorf("the simulator received %d requests", n)
+	}
+}
+
+func TestClampLowersMaxTokens(t *testing.T) {
+	e := startCounted(t, loadTok(t, "demo"), 64, func(c *fleet.Config) { c.Models[0].OnOverflow = "clamp" })
+	res := e.gw.post(t, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hello there"}],"max_tokens":500}`)
+	body := readBodyT(t, res)
+	if res.StatusCode != 200 || res.Header.Get("X-Maitred-Max-Tokens-Clamped") != "54" {
+		t.Fatalf("%d clamped=%q %s", res.StatusCode, res.Header.Get("X-Maitred-Max-Tokens-Clamped"), body)
+	}
+	got := completionRequests(e.sim)
+	if len(got) != 1 || string(got[0].Body) != `{"model":"m","messages":[{"role":"user","content":"hello there"}],"max_tokens":54}` {
+		t.Fatalf("backend got %q", got[0].Body)
+	}
+}
+
+// TestContextSweep sends prompts of every size around the limit, with and
+// without max_tokens, through the gateway to a simulator that counts with
+// the same real tokenizer and applies vLLM's own context check. Whatever
+// the gateway forwards, the backend must accept; whatever it rejects, the
+// backend must reject too (checked by sending it straight to the backend).
+func TestContextSweep(t *testing.T) {
+	const maxLen = 128
+	for _, name := range []string{"qwen3", "llama3_1"} {
+		t.Run(name, func(t *testing.T) {
+			tok := loadTok(t, name)
+			e := startCounted(t, tok, maxLen, nil)
+			direct := sim.New(sim.Config{Model: "m", MaxModelLen: maxLen, OutputTokens: 1, Tokenizer: sim.ModelTokenizer(tok)}, zap.NewNop())
+			dsrv := httptest.NewServer(direct.Handler())
+			defer func() { direct.Close(); dsrv.Close() }()
+			forwarded, rejected := 0, 0
+			for words := 90; words <= 135; words++ {
+				text := strings.TrimSpace(strings.Repeat("tea ", words))
+				for _, mt := range []string{"", `,"max_tokens":8`, `,"max_tokens":40`} {
+					for _, ep := range []struct{ path, body string }{
+						{"/v1/chat/completions", fmt.Sprintf(`{"model":"m","messages":[{"role":"user","content":"%s"}]%s}`, text, mt)},
+						{"/v1/completions", fmt.Sprintf(`{"model":"m","prompt":"%s"%s}`, text, mt)},
+					} {
+						res := e.gw.post(t, ep.path, ep.body)
+						gbody := readBodyT(t, res)
+						dres := postTo(t, e.gw, dsrv.URL+ep.path, ep.body)
+						dbody := readBodyT(t, dres)
+						switch res.StatusCode {
+						case 200:
+							forwarded++
+							if dres.StatusCode != 200 {
+								t.Errorf("%s words=%d%s: forwarded but the backend rejects: %s", ep.path, words, mt, dbody)
+							}
+						case 400:
+							rejected++
+							if !strings.Contains(gbody, "context_length_exceeded") {
+								t.Fatalf("unexpected rejection of %s: %s", ep.body, gbody)
+							}
+							if dres.StatusCode != 400 {
+								t.Errorf("%s words=%d%s: rejected but the backend accepts: %s", ep.path, words, mt, gbody)
+							}
+						default:
+							t.Fatalf("status %d: %s", res.StatusCode, gbody)
+						}
+					}
+				}
+			}
+			if forwarded == 0 || rejected == 0 {
+				t.Errorf("sweep did not straddle the limit: %d forwarded, %d rejected", forwarded, rejected)
+			}
+			if got := len(completionRequests(e.sim)); got != forwarded {
+				t.Errorf("backend behind the gateway received %d requests, gateway forwarded %d", got, forwarded)
+			}
+			t.Logf("%s: %d forwarded (all accepted by the backend), %d rejected (all rejected by the backend)", name, forwarded, rejected)
+		})
+	}
+}
+
+// TestTokenizeEndpoint: the gateway's local POST /tokenize agrees with the
+// simulator's (which counts as vLLM does, with the same tokenizer) and with
+// the count the door uses.
+func TestTokenizeEndpoint(t *testing.T) {
+	for _, name := range []string{"qwen3", "llama3_1", "deepseek_v3", "gemma3", "gptoss", "llama2"} {
+		t.Run(name, func(t *testing.T) {
+			tok := loadTok(t, name)
+			e := startCounted(t, tok, 4096, nil)
+			direct := sim.New(sim.Config{Model: "m", Tokenizer: sim.ModelTokenizer(tok)}, zap.NewNop())
+			dsrv := httptest.NewServer(direct.Handler())
+			defer func() { direct.Close(); dsrv.Close() }()
+			for _, body := range []string{
+				`{"model":"m","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Hello, 世界! 🎉"}]}`,
+				`{"model":"m","prompt":"Once upon a time, 昔々"}`,
+			} {
+				res := e.gw.post(t, "/tokenize", body)
+				gb := readBodyT(t, res)
+				dres := postTo(t, e.gw, dsrv.URL+"/tokenize", body)
+				db := readBodyT(t, dres)
+				if res.StatusCode != dres.StatusCode {
+					t.Fatalf("gateway %d %s, backend %d %s", res.StatusCode, gb, dres.StatusCode, db)
+				}
+				if res.StatusCode != 200 {
+					continue // e.g. no chat template: both refuse
+				}
+				var ga, da tokenizeAnswer
+				json.Unmarshal([]byte(gb), &ga)
+				json.Unmarshal([]byte(db), &da)
+				if ga.Count == 0 || ga.Count != da.Count || ga.Count != len(ga.Tokens) || ga.MaxModelLen != 4096 {
+					t.Errorf("gateway %s\nbackend %s", gb, db)
+				}
+			}
+		})
+	}
+}
+
+func postTo(t *testing.T, tg *testGateway, url, body string) *http.Response {
+	t.Helper()
+	res, err := tg.client.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}

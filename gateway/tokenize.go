@@ -1,0 +1,210 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/maitred-dev/maitred/admission"
+	"github.com/maitred-dev/maitred/fleet"
+	"github.com/maitred-dev/maitred/internal/ojson"
+	"github.com/maitred-dev/maitred/tokenize"
+)
+
+// tokenizeAnswer is vLLM's TokenizeResponse.
+type tokenizeAnswer struct {
+	Count       int       `json:"count"`
+	MaxModelLen int       `json:"max_model_len"`
+	Tokens      []int     `json:"tokens"`
+	TokenStrs   *[]string `json:"token_strs"`
+}
+
+// tokenize answers POST /tokenize locally, with vLLM's request and response
+// schema, from the model's own tokenizer and chat template: the same count
+// the door uses. A model without a tokenizer, or a request this gateway
+// cannot reproduce exactly, goes to a backend instead.
+func (g *Gateway) tokenize(w http.ResponseWriter, r *http.Request, x *exchange) error {
+	if err := checkContentType(r.Header.Get("Content-Type")); err != nil {
+		return err
+	}
+	body, err := readBody(w, r, g.cfg.MaxBodyBytes)
+	x.bytesIn = len(body)
+	if err != nil {
+		return err
+	}
+	req, perr := ojson.Parse(body, ojson.DefaultMaxDepth)
+	if perr != nil {
+		return badRequest(codeInvalidJSON, "", "The request body is not valid JSON: %v", perr)
+	}
+	if req.Kind != ojson.Object {
+		return badRequest(codeInvalidJSON, "", "The request body must be a JSON object, got %s", req.Kind)
+	}
+	name := ""
+	if mv := req.Get("model"); mv != nil && mv.Kind == ojson.String {
+		name = mv.Str
+	} else if names := g.fleet.Names(); len(names) == 1 && (mv == nil || mv.IsNull()) {
+		name = names[0] // as vLLM: no model means the served one
+	}
+	m, ok := g.fleet.Model(name)
+	if !ok {
+		return &Error{Status: http.StatusNotFound, Type: typeInvalidRequest, Code: codeModelNotFound, Param: "model",
+			Message: fmt.Sprintf("The model %q does not exist. Available models: %v.", name, g.fleet.Names())}
+	}
+	x.model = m.Name
+	if tok := g.catalog.tokenizers[m.Name]; tok != nil {
+		var ids []int
+		if req.Has("messages") {
+			ids, err = tok.TokenizeChat(req)
+		} else {
+			ids, err = tok.TokenizeCompletion(req)
+		}
+		var te *tokenize.TemplateError
+		var ie *tokenize.InputError
+		var ne *tokenize.NotExactError
+		switch {
+		case err == nil:
+			x.promptTokens = len(ids)
+			if ids == nil {
+				ids = []int{}
+			}
+			writeJSON(w, http.StatusOK, tokenizeAnswer{Count: len(ids), MaxModelLen: m.MaxModelLen(), Tokens: ids})
+			return nil
+		case errors.As(err, &te):
+			return &Error{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: "invalid_chat_template_input", Param: "messages", Message: te.Message}
+		case errors.As(err, &ie):
+			return &Error{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: "invalid_value", Param: ie.Param, Message: ie.Msg}
+		case errors.As(err, &ne):
+			x.uncounted = ne.Reason // fall through to a backend
+		default:
+			return err
+		}
+	}
+	b := m.Pick()
+	if b == nil {
+		return g.notReady(m)
+	}
+	x.backend = b
+	release := b.Acquire()
+	defer release()
+	return g.forward(w, r, x, body)
+}
+
+// tokenizeChecker compares, on a sample of counted requests, the door's
+// prompt count with the backend's own POST /tokenize. A tokenizer folder or
+// chat template that differs from the one the backend loaded shows up here
+// as mismatches, with both numbers in the log.
+type tokenizeChecker struct {
+	rate    map[string]float64
+	client  *http.Client
+	metrics *metrics
+	log     *zap.Logger
+	sem     chan struct{}
+	wg      sync.WaitGroup
+}
+
+func newTokenizeChecker(cfg fleet.Config, client *http.Client, m *metrics, log *zap.Logger) *tokenizeChecker {
+	c := &tokenizeChecker{rate: map[string]float64{}, client: client, metrics: m, log: log, sem: make(chan struct{}, 4)}
+	for _, mc := range cfg.Models {
+		c.rate[mc.Name] = mc.TokenizeCheckRate
+	}
+	return c
+}
+
+// Fields of a chat or completions request that change what /tokenize
+// counts.
+var (
+	chatTokenizeKeys       = []string{"messages", "tools", "chat_template_kwargs", "add_generation_prompt", "continue_final_message", "documents", "add_special_tokens"}
+	completionTokenizeKeys = []string{"prompt", "add_special_tokens"}
+)
+
+func (c *tokenizeChecker) maybeCheck(b *fleet.Backend, ep admission.Endpoint, dec admission.Decision, body []byte) {
+	rate := c.rate[dec.Model]
+	if rate <= 0 || rand.Float64() >= rate {
+		return
+	}
+	select {
+	case c.sem <- struct{}{}:
+	default:
+		return // checks are a sample: skip rather than queue
+	}
+	c.wg.Go(func() {
+		defer func() { <-c.sem }()
+		c.check(b, ep, dec, body)
+	})
+}
+
+func (c *tokenizeChecker) check(b *fleet.Backend, ep admission.Endpoint, dec admission.Decision, body []byte) {
+	req, err := ojson.Parse(body, ojson.DefaultMaxDepth)
+	if err != nil {
+		return
+	}
+	keys := chatTokenizeKeys
+	if ep == admission.Completions {
+		keys = completionTokenizeKeys
+		if p := req.Get("prompt"); p == nil || (p.Kind == ojson.Array && len(p.Items) > 0 && p.Items[0].Kind != ojson.Number) {
+			return // several prompts: /tokenize takes one
+		}
+	}
+	// Splice the client's own bytes for each field: no re-serialization
+	// that could change what is counted.
+	var out bytes.Buffer
+	out.WriteString(`{"model":`)
+	served, _ := json.Marshal(b.Served)
+	out.Write(served)
+	for _, k := range keys {
+		if v := req.Get(k); v != nil {
+			out.WriteString(`,"` + k + `":`)
+			out.Write(v.Raw(body))
+		}
+	}
+	out.WriteByte('}')
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, b.URL.String()+"/tokenize", &out)
+	if err != nil {
+		return
+	}
+	hr.Header.Set("Content-Type", "application/json")
+	if b.Key != "" {
+		hr.Header.Set("Authorization", "Bearer "+b.Key)
+	}
+	res, err := c.client.Do(hr)
+	result := "error"
+	var theirs tokenizeAnswer
+	if err == nil {
+		if res.StatusCode == http.StatusOK && json.NewDecoder(io.LimitReader(res.Body, 64<<20)).Decode(&theirs) == nil {
+			result = "match"
+			if theirs.Count != dec.PromptTokens {
+				result = "mismatch"
+			}
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+	}
+	c.metrics.tokChecks.WithLabelValues(dec.Model, result).Inc()
+	switch result {
+	case "mismatch":
+		c.log.Warn("tokenizer mismatch: the backend counts this prompt differently",
+			zap.String("model", dec.Model), zap.String("backend", b.URL.Host),
+			zap.Int("local_prompt_tokens", dec.PromptTokens), zap.Int("backend_prompt_tokens", theirs.Count))
+	case "error":
+		status := ""
+		if res != nil {
+			status = strconv.Itoa(res.StatusCode)
+		}
+		c.log.Debug("tokenize check failed", zap.String("model", dec.Model), zap.String("backend", b.URL.Host),
+			zap.String("status", status), zap.Error(err))
+	}
+}
+
+func (c *tokenizeChecker) wait() { c.wg.Wait() }
