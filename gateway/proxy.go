@@ -8,10 +8,10 @@ import (
 	"io"
 	"log"
 	"mime"
-	"strconv"
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"strconv"
 	"strings"
 	"syscall"
 

@@ -30,13 +30,13 @@ type Tokenizer struct {
 	bosID  int
 	hasBOS bool
 
-	pool sync.Pool // *scratch
+	pool sync.Pool // *encScratch
 }
 
-// scratch is per-call working memory and state. Its callbacks are bound
-// once when it is created, so a pooled scratch makes encoding and counting
+// encScratch is per-call working memory and state. Its callbacks are bound
+// once when it is created, so a pooled encScratch makes encoding and counting
 // allocation-free apart from the output slice.
-type scratch struct {
+type encScratch struct {
 	t     *Tokenizer
 	ids   []int
 	bpe   bpeScratch
@@ -150,16 +150,16 @@ func (t *Tokenizer) WithSpecials(bos, eos string) (*Tokenizer, bool) {
 	return c, true
 }
 
-func (t *Tokenizer) getScratch() *scratch {
-	if s, ok := t.pool.Get().(*scratch); ok {
+func (t *Tokenizer) getScratch() *encScratch {
+	if s, ok := t.pool.Get().(*encScratch); ok {
 		return s
 	}
-	s := &scratch{t: t}
+	s := &encScratch{t: t}
 	s.rawFn, s.normFn, s.wordFn = s.rawSeg, s.normSeg, s.word
 	return s
 }
 
-// run encodes text. With out == nil it only counts, reusing pooled scratch
+// run encodes text. With out == nil it only counts, reusing pooled encScratch
 // for the ids of one piece at a time. With limit > 0 it may stop as soon as
 // the count exceeds limit.
 func (t *Tokenizer) run(text string, addSpecial bool, limit int, out *[]int) int {
@@ -179,16 +179,16 @@ func (t *Tokenizer) run(text string, addSpecial bool, limit int, out *[]int) int
 	return n
 }
 
-func (sc *scratch) over() bool { return sc.limit > 0 && sc.n > sc.limit }
+func (sc *encScratch) over() bool { return sc.limit > 0 && sc.n > sc.limit }
 
-func (sc *scratch) emit(ids []int) {
+func (sc *encScratch) emit(ids []int) {
 	if sc.out != nil {
 		*sc.out = append(*sc.out, ids...)
 	}
 	sc.n += len(ids)
 }
 
-func (sc *scratch) emitID(id int) bool {
+func (sc *encScratch) emitID(id int) bool {
 	if sc.out != nil {
 		*sc.out = append(*sc.out, id)
 	}
@@ -196,7 +196,7 @@ func (sc *scratch) emitID(id int) bool {
 	return !sc.over()
 }
 
-func (sc *scratch) rawSeg(seg string, id int) bool {
+func (sc *encScratch) rawSeg(seg string, id int) bool {
 	if id >= 0 {
 		return sc.emitID(id)
 	}
@@ -205,7 +205,7 @@ func (sc *scratch) rawSeg(seg string, id int) bool {
 	return sc.t.norm.split(sc.t.normalize.apply(seg), sc.normFn)
 }
 
-func (sc *scratch) normSeg(seg string, id int) bool {
+func (sc *encScratch) normSeg(seg string, id int) bool {
 	if id >= 0 {
 		return sc.emitID(id)
 	}
@@ -219,7 +219,7 @@ func (sc *scratch) normSeg(seg string, id int) bool {
 }
 
 // word runs the model over one pre-token piece.
-func (sc *scratch) word(w string) bool {
+func (sc *encScratch) word(w string) bool {
 	if sc.out != nil {
 		before := len(*sc.out)
 		if sc.t.bl != nil {

@@ -8,13 +8,14 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/maitred-dev/maitred/internal/fixtures"
 )
 
-// benchDocs is the ~1 MB realistic mix (tools/tokcorpus), as the documents
+// tokBenchDocs is the ~1 MB realistic mix (tools/tokcorpus), as the documents
 // it was built from.
-func benchDocs(tb testing.TB) ([]string, int) {
+func tokBenchDocs(tb testing.TB) ([]string, int) {
 	f, err := os.Open(filepath.Join("testdata", "tok", "benchmix.txt.gz"))
 	if err != nil {
 		tb.Fatal(err)
@@ -35,9 +36,9 @@ func benchDocs(tb testing.TB) ([]string, int) {
 // ranks, in the same run. tiktoken-go gets its best case: its own regexp2
 // pre-tokenizer with specials allowed.
 func BenchmarkEncode(b *testing.B) {
-	docs, size := benchDocs(b)
+	docs, size := tokBenchDocs(b)
 	for _, c := range []struct{ model, pattern string }{{"qwen3", patQwen}, {"llama3_1", patCL100K}} {
-		tok := loadFixture(b, c.model)
+		tok := loadTokFixture(b, c.model)
 		b.Run(c.model+"/owned", func(b *testing.B) {
 			b.SetBytes(int64(size))
 			b.ReportAllocs()
@@ -76,7 +77,7 @@ func BenchmarkEncode(b *testing.B) {
 
 // BenchmarkPretokenize isolates the hand-written splitter and regexp2.
 func BenchmarkPretokenize(b *testing.B) {
-	docs, size := benchDocs(b)
+	docs, size := tokBenchDocs(b)
 	rx, err := newRegexSplitter(patCL100K)
 	if err != nil {
 		b.Fatal(err)
@@ -97,7 +98,7 @@ func BenchmarkPretokenize(b *testing.B) {
 }
 
 func BenchmarkSingleWord1MB(b *testing.B) {
-	tok := loadFixture(b, "qwen3")
+	tok := loadTokFixture(b, "qwen3")
 	text := strings.Repeat("ab", 1<<19)
 	b.SetBytes(int64(len(text)))
 	for b.Loop() {
@@ -122,10 +123,71 @@ func BenchmarkLoad(b *testing.B) {
 	keep = nil
 	runtime.GC()
 	runtime.ReadMemStats(&before)
+	stop, peak := make(chan struct{}), make(chan uint64)
+	go func() { // sample the live heap while loading
+		var m runtime.MemStats
+		hi := uint64(0)
+		for {
+			select {
+			case <-stop:
+				peak <- hi
+				return
+			case <-time.After(2 * time.Millisecond):
+				runtime.ReadMemStats(&m)
+				hi = max(hi, m.HeapAlloc)
+			}
+		}
+	}()
 	keep, _ = LoadTokenizerJSON(path)
+	close(stop)
+	hi := <-peak
 	runtime.GC()
 	runtime.ReadMemStats(&after)
+	b.ReportMetric(float64(hi-before.HeapAlloc)/(1<<20), "peakMB")
 	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/(1<<20), "heapMB")
 	b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/(1<<20), "allocMB")
 	runtime.KeepAlive(keep)
+}
+
+// BenchmarkCountModels is the count-only path for every fixture model on
+// the same mix.
+func BenchmarkCountModels(b *testing.B) {
+	docs, size := tokBenchDocs(b)
+	for _, model := range tokFixtureModels {
+		tok := loadTokFixture(b, model)
+		b.Run(model, func(b *testing.B) {
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			for b.Loop() {
+				for _, d := range docs {
+					tok.Count(d, false, 0)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkChatPrompt counts a rendered 10-turn Qwen3 chat (~2.6 KB).
+func BenchmarkChatPrompt(b *testing.B) {
+	tok := loadTokFixture(b, "qwen3")
+	docs, _ := tokBenchDocs(b)
+	var sb strings.Builder
+	sb.WriteString("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n")
+	for i := 0; i < 10; i++ {
+		role := []string{"user", "assistant"}[i%2]
+		d := docs[i]
+		if len(d) > 250 {
+			d = d[:250]
+		}
+		sb.WriteString("<|im_start|>" + role + "\n" + strings.ToValidUTF8(d, "") + "<|im_end|>\n")
+	}
+	sb.WriteString("<|im_start|>assistant\n")
+	text := sb.String()
+	n, _ := tok.Count(text, false, 0)
+	b.SetBytes(int64(len(text)))
+	b.ReportAllocs()
+	for b.Loop() {
+		tok.Count(text, false, 0)
+	}
+	b.ReportMetric(float64(n), "tokens")
 }

@@ -2,6 +2,7 @@ package tokenize
 
 import (
 	"math"
+	"unsafe"
 )
 
 const noRank = math.MaxInt32
@@ -13,6 +14,57 @@ type bpeScratch struct {
 	next []int32
 	prev []int32
 	heap []uint64
+	pc   pieceCache
+}
+
+// pieceCache remembers the ids of recently merged short pieces. It lives in
+// a pooled scratch, so it is per goroutine and needs no lock. Keys and ids
+// are copied into fixed-size arenas (the caller's text is never retained);
+// when an arena is full the whole cache is dropped and refilled.
+type pieceCache struct {
+	m    map[string]uint32 // piece -> offset<<8 | count in ids
+	keys []byte
+	ids  []int32
+}
+
+const (
+	cacheMaxPiece = 48
+	cacheKeyBytes = 64 << 10
+	cacheIDs      = 16 << 10
+)
+
+func (c *pieceCache) get(dst []int, piece string) ([]int, bool) {
+	v, ok := c.m[piece]
+	if !ok {
+		return dst, false
+	}
+	for _, id := range c.ids[v>>8 : v>>8+v&0xff] {
+		dst = append(dst, int(id))
+	}
+	return dst, true
+}
+
+func (c *pieceCache) put(piece string, ids []int) {
+	if len(ids) > 0xff {
+		return
+	}
+	if c.m == nil || len(c.keys)+len(piece) > cacheKeyBytes || len(c.ids)+len(ids) > cacheIDs {
+		if c.m == nil {
+			c.m = make(map[string]uint32, 1024)
+			c.keys = make([]byte, 0, cacheKeyBytes)
+			c.ids = make([]int32, 0, cacheIDs)
+		}
+		clear(c.m)
+		c.keys, c.ids = c.keys[:0], c.ids[:0]
+	}
+	start := len(c.keys)
+	c.keys = append(c.keys, piece...) // never reallocates: capacity is fixed
+	key := unsafe.String(&c.keys[start], len(piece))
+	off := len(c.ids)
+	for _, id := range ids {
+		c.ids = append(c.ids, int32(id))
+	}
+	c.m[key] = uint32(off)<<8 | uint32(len(ids))
 }
 
 func grow32(s []int32, n int) []int32 {
@@ -60,6 +112,15 @@ func (b *rankBPE) encode(dst []int, piece string, sc *bpeScratch) []int {
 	}
 	if r := b.rank(piece); r != noRank {
 		return append(dst, int(r))
+	}
+	if len(piece) <= cacheMaxPiece {
+		if out, ok := sc.pc.get(dst, piece); ok {
+			return out
+		}
+		n := len(dst)
+		dst = b.scan(dst, piece, sc)
+		sc.pc.put(piece, dst[n:])
+		return dst
 	}
 	if len(piece) <= scanLimit {
 		return b.scan(dst, piece, sc)
@@ -234,9 +295,14 @@ func heapPop(h []uint64) []uint64 {
 // are short pairs, and hashing one word beats hashing and comparing a
 // string in a large Go map.
 type shortTable struct {
-	keys []uint64 // 0: empty (a packed key always has a non-zero length byte)
-	vals []int32
-	mask uint64
+	slots []shortSlot
+	mask  uint64
+}
+
+// shortSlot keeps key and value together: one cache line per probe.
+type shortSlot struct {
+	key uint64 // 0: empty (a packed key always has a non-zero length byte)
+	val int32
 }
 
 func packShort(s string) uint64 {
@@ -265,15 +331,15 @@ func newShortTable(ranks map[string]int32) *shortTable {
 	for size < 2*n+16 {
 		size <<= 1
 	}
-	t := &shortTable{keys: make([]uint64, size), vals: make([]int32, size), mask: uint64(size - 1)}
+	t := &shortTable{slots: make([]shortSlot, size), mask: uint64(size - 1)}
 	for s, r := range ranks {
 		if len(s) > 7 || len(s) == 0 {
 			continue
 		}
 		k := packShort(s)
 		for i := hashShort(k) & t.mask; ; i = (i + 1) & t.mask {
-			if t.keys[i] == 0 {
-				t.keys[i], t.vals[i] = k, r
+			if t.slots[i].key == 0 {
+				t.slots[i] = shortSlot{k, r}
 				break
 			}
 		}
@@ -284,9 +350,9 @@ func newShortTable(ranks map[string]int32) *shortTable {
 func (t *shortTable) get(s string) int32 {
 	k := packShort(s)
 	for i := hashShort(k) & t.mask; ; i = (i + 1) & t.mask {
-		switch t.keys[i] {
+		switch sl := &t.slots[i]; sl.key {
 		case k:
-			return t.vals[i]
+			return sl.val
 		case 0:
 			return noRank
 		}

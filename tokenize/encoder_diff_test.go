@@ -51,7 +51,7 @@ func tiktokenFromHF(tb testing.TB, tok *Tokenizer, pattern string) *tiktoken.Tik
 }
 
 func diffCorpus(t *testing.T, name string, ours *Tokenizer, oracle *tiktoken.Tiktoken, skip func(string) bool) {
-	entries := loadCorpus(t)
+	entries := loadTokCorpus(t)
 	compared, bad := 0, 0
 	for i, e := range entries {
 		if len(e.Text) > maxOracleLen || skip != nil && skip(e.Text) {
@@ -89,7 +89,7 @@ func TestDiffTiktokenHF(t *testing.T) {
 		{"gptoss", patO200K},
 	} {
 		t.Run(c.model, func(t *testing.T) {
-			tok := loadFixture(t, c.model)
+			tok := loadTokFixture(t, c.model)
 			// tiktoken-go does not normalize: compare only texts NFC leaves
 			// alone.
 			skip := func(s string) bool { return tok.normalize != nil && tok.normalize.apply(s) != s }
@@ -99,9 +99,9 @@ func TestDiffTiktokenHF(t *testing.T) {
 }
 
 func TestCountMatchesEncode(t *testing.T) {
-	entries := loadCorpus(t)
+	entries := loadTokCorpus(t)
 	for _, model := range []string{"qwen3", "llama2"} {
-		tok := loadFixture(t, model)
+		tok := loadTokFixture(t, model)
 		for i, e := range entries {
 			if i%5 != 0 {
 				continue
@@ -130,7 +130,7 @@ func TestCountMatchesEncode(t *testing.T) {
 }
 
 func TestCountAllocs(t *testing.T) {
-	tok := loadFixture(t, "qwen3")
+	tok := loadTokFixture(t, "qwen3")
 	text := strings.Repeat("Hello, world! <|im_start|>user\n你好 12345\n", 50)
 	tok.Count(text, true, 0)
 	allocs := testing.AllocsPerRun(20, func() { tok.Count(text, true, 0) })
@@ -150,7 +150,7 @@ func TestBOS(t *testing.T) {
 		{"gemma3", "<bos>", 2, true},
 		{"qwen3", "", 0, false},
 	} {
-		tok := loadFixture(t, c.model)
+		tok := loadTokFixture(t, c.model)
 		s, id, ok := tok.BOS()
 		if s != c.bos || id != c.id || ok != c.ok {
 			t.Errorf("%s: BOS() = %q %d %v, want %q %d %v", c.model, s, id, ok, c.bos, c.id, c.ok)
@@ -163,7 +163,7 @@ func TestBOS(t *testing.T) {
 	}
 	// DeepSeek V3's tokenizer.json has no BOS post-processor; transformers
 	// adds it from tokenizer_config.json (add_bos_token), via WithSpecials.
-	ds := loadFixture(t, "deepseek_v3")
+	ds := loadTokFixture(t, "deepseek_v3")
 	if _, _, ok := ds.BOS(); ok {
 		t.Errorf("deepseek_v3: unexpected BOS from tokenizer.json")
 	}
@@ -184,7 +184,7 @@ func TestLongPiece(t *testing.T) {
 	if testing.Short() {
 		t.Skip("slow")
 	}
-	tok := loadFixture(t, "qwen3")
+	tok := loadTokFixture(t, "qwen3")
 	for _, unit := range []string{"a", "ab", "😀", "中文"} {
 		text := strings.Repeat(unit, (1<<20)/len(unit))
 		start := time.Now()
@@ -198,9 +198,9 @@ func TestLongPiece(t *testing.T) {
 }
 
 func TestHeapEqualsScan(t *testing.T) {
-	tok := loadFixture(t, "llama3_1")
+	tok := loadTokFixture(t, "llama3_1")
 	var sc bpeScratch
-	for i, e := range loadCorpus(t) {
+	for i, e := range loadTokCorpus(t) {
 		if i%3 != 0 {
 			continue
 		}

@@ -11,7 +11,7 @@ import (
 	"github.com/pkoukk/tiktoken-go"
 )
 
-var fuzzSeeds = []string{
+var tokFuzzSeeds = []string{
 	"", "Hello, world!", "it's  I'LL we'Re\n\n  x", "  \t\n\r\n  a", "1234567 ١٢٣٤ ½", "中文テキスト 한국어",
 	"HELLOWorld CamelCase ǅungla", "e\u0301\u0301 \u0301a", "foo/bar\n/baz//\r\n", "😀👍🏽 ‍ 🏴", "a\u00a0b\u3000c\u2028",
 	"<|im_start|>user\n", "x='s'T'Ve'ſ", "\x00\x01\x1c\x7f", "ab  \n  cd   ", " !!!\n\n", "٣٫١٤ ٣٤", "ﬁ ㎏ Ⅻ",
@@ -20,7 +20,7 @@ var fuzzSeeds = []string{
 // FuzzPretokenize checks every hand-written splitter against regexp2 on the
 // pattern it claims to implement.
 func FuzzPretokenize(f *testing.F) {
-	for _, s := range fuzzSeeds {
+	for _, s := range tokFuzzSeeds {
 		f.Add(s)
 	}
 	type pair struct {
@@ -90,7 +90,7 @@ var (
 // FuzzBPE checks the owned pre-tokenizer + BPE against tiktoken-go on
 // cl100k_base, and the scan BPE against the heap BPE.
 func FuzzBPE(f *testing.F) {
-	for _, s := range fuzzSeeds {
+	for _, s := range tokFuzzSeeds {
 		f.Add(s)
 	}
 	f.Add(strings.Repeat("ab", 100) + strings.Repeat("😀", 40))

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"unicode/utf8"
 )
 
 // LoadTokenizerJSON loads a Hugging Face tokenizer.json file.
@@ -79,28 +80,37 @@ type tjComp struct {
 
 type tjMerge [2]string
 
-func (m *tjMerge) UnmarshalJSON(b []byte) error {
+// decodeMerges reads model.merges, either ["a b", ...] (older files) or
+// [["a", "b"], ...]. Decoding the whole array at once is several times
+// faster than a per-element UnmarshalJSON.
+func decodeMerges(raw json.RawMessage) ([]tjMerge, error) {
+	b := bytes.TrimLeft(raw, " \t\r\n")
+	if len(b) == 0 || bytes.Equal(b, []byte("null")) {
+		return nil, nil
+	}
+	if len(b) > 0 && b[0] == '[' {
+		b = bytes.TrimLeft(b[1:], " \t\r\n")
+	}
 	if len(b) > 0 && b[0] == '"' {
-		var s string
-		if err := json.Unmarshal(b, &s); err != nil {
-			return err
+		var ss []string
+		if err := json.Unmarshal(raw, &ss); err != nil {
+			return nil, err
 		}
-		a, c, ok := strings.Cut(s, " ")
-		if !ok {
-			return fmt.Errorf("merge %q has no space", s)
+		out := make([]tjMerge, len(ss))
+		for i, m := range ss {
+			a, c, ok := strings.Cut(m, " ")
+			if !ok {
+				return nil, fmt.Errorf("merge %q has no space", m)
+			}
+			out[i] = tjMerge{a, c}
 		}
-		m[0], m[1] = a, c
-		return nil
+		return out, nil
 	}
-	var p []string
-	if err := json.Unmarshal(b, &p); err != nil {
-		return err
+	var out []tjMerge
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return nil, err
 	}
-	if len(p) != 2 {
-		return fmt.Errorf("merge %s is not a pair", b)
-	}
-	m[0], m[1] = p[0], p[1]
-	return nil
+	return out, nil
 }
 
 type tjFile struct {
@@ -120,7 +130,7 @@ type tjFile struct {
 		ByteFallback            bool             `json:"byte_fallback"`
 		IgnoreMerges            bool             `json:"ignore_merges"`
 		Vocab                   map[string]int32 `json:"vocab"`
-		Merges                  []tjMerge        `json:"merges"`
+		Merges                  json.RawMessage  `json:"merges"`
 	} `json:"model"`
 }
 
@@ -135,6 +145,10 @@ func ParseTokenizerJSON(data []byte) (*Tokenizer, error) {
 	}
 	if f.Model.Type != "BPE" {
 		return nil, unsupported("model type %q", f.Model.Type)
+	}
+	merges, err := decodeMerges(f.Model.Merges)
+	if err != nil {
+		return nil, fmt.Errorf("tokenize: tokenizer.json merges: %w", err)
 	}
 	if f.Model.Dropout != nil && *f.Model.Dropout != 0 {
 		return nil, unsupported("BPE dropout")
@@ -164,7 +178,6 @@ func ParseTokenizerJSON(data []byte) (*Tokenizer, error) {
 	t.raw = newAddedMatcher(raw)
 	t.norm = newAddedMatcher(normd)
 
-	var err error
 	if t.normalize, err = buildNormalizer(f.Normalizer); err != nil {
 		return nil, err
 	}
@@ -177,11 +190,11 @@ func ParseTokenizerJSON(data []byte) (*Tokenizer, error) {
 		if f.Model.ByteFallback {
 			return nil, unsupported("byte_fallback with ByteLevel")
 		}
-		if t.bl, err = buildRankBPE(f.Model.Vocab, f.Model.Merges, t.added, f.Model.IgnoreMerges); err != nil {
+		if t.bl, err = buildRankBPE(f.Model.Vocab, merges, t.added, f.Model.IgnoreMerges); err != nil {
 			return nil, err
 		}
 	} else {
-		if t.spm, err = buildMergeBPE(f.Model.Vocab, f.Model.Merges, f.Model.UnkToken, f.Model.ByteFallback, f.Model.FuseUnk, f.Model.IgnoreMerges); err != nil {
+		if t.spm, err = buildMergeBPE(f.Model.Vocab, merges, f.Model.UnkToken, f.Model.ByteFallback, f.Model.FuseUnk, f.Model.IgnoreMerges); err != nil {
 			return nil, err
 		}
 	}
@@ -365,30 +378,25 @@ const (
 	patDSMain  = "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"
 )
 
-// forceRegexp makes splitterFor ignore the hand-written splitters (tests).
-var forceRegexp = false
-
 func splitterFor(pattern string) (splitter, error) {
-	if !forceRegexp {
-		switch pattern {
-		case patCL100K:
-			return clSplitter{k: 3}, nil
-		case patQwen:
-			return clSplitter{k: 1}, nil
-		case patO200K:
-			return o200kSplitter{}, nil
-		case patDigits3:
-			return runSplitter{in: isNumber, max: 3}, nil
-		case patCJK:
-			return runSplitter{in: isDeepSeekCJK}, nil
-		case patDSMain:
-			return dsSplitter{}, nil
-		}
+	switch pattern {
+	case patCL100K:
+		return clSplitter{k: 3}, nil
+	case patQwen:
+		return clSplitter{k: 1}, nil
+	case patO200K:
+		return o200kSplitter{}, nil
+	case patDigits3:
+		return runSplitter{in: isNumber, max: 3}, nil
+	case patCJK:
+		return runSplitter{in: isDeepSeekCJK}, nil
+	case patDSMain:
+		return dsSplitter{}, nil
 	}
 	return newRegexSplitter(pattern)
 }
 
-func isNumber(r rune) bool { return class(r)&cN != 0 }
+func isNumber(r rune) bool { return runeClass(r)&cN != 0 }
 
 func isDeepSeekCJK(r rune) bool {
 	return r >= 0x4e00 && r <= 0x9fa5 || r >= 0x3040 && r <= 0x309f || r >= 0x30a0 && r <= 0x30ff
@@ -457,28 +465,53 @@ func buildRankBPE(vocab map[string]int32, merges []tjMerge, added map[string]int
 	}
 	// Rank BPE equals merges BPE only when merge order is id order.
 	last := int32(-1)
-	var ab []byte
 	for i, m := range merges {
-		ra, ok1 := vocab[m[0]]
-		rb, ok2 := vocab[m[1]]
+		_, ok1 := vocab[m[0]]
+		_, ok2 := vocab[m[1]]
 		rc, ok3 := vocab[m[0]+m[1]]
 		if !ok1 || !ok2 || !ok3 {
 			return nil, unsupported("merge %d (%q %q) is not in the vocabulary", i, m[0], m[1])
 		}
-		_, _ = ra, rb
 		if rc < last {
 			return nil, unsupported("merge %d (%q %q -> %d) breaks id order (previous %d): rank BPE would differ", i, m[0], m[1], rc, last)
 		}
 		last = rc
-		_ = ab
 	}
-	_ = ignoreMerges
 	b.short = newShortTable(b.ranks)
+	if !ignoreMerges {
+		// encode looks a whole piece up before merging (tiktoken does the
+		// same; HF only with ignore_merges). That shortcut is exact only if
+		// BPE rebuilds every token from its bytes; check it.
+		var sc bpeScratch
+		var out []int
+		for s, id := range b.ranks {
+			if len(s) < 2 {
+				continue
+			}
+			if len(s) <= scanLimit {
+				out = b.scan(out[:0], s, &sc)
+			} else {
+				out = b.heapMerge(out[:0], s, &sc)
+			}
+			if len(out) != 1 || out[0] != int(id) {
+				return nil, unsupported("token %d (%q) is not rebuilt by its merges (got %v)", id, s, out)
+			}
+		}
+	}
 	return b, nil
 }
 
 func buildMergeBPE(vocab map[string]int32, merges []tjMerge, unk *string, byteFallback, fuseUnk, ignoreMerges bool) (*mergeBPE, error) {
-	m := &mergeBPE{vocab: vocab, merges: make(map[uint64]uint64, len(merges)), unk: -1, fuseUnk: fuseUnk, ignoreMerges: ignoreMerges}
+	m := &mergeBPE{vocab: vocab, merges: newPairTable(len(merges)), unk: -1, fuseUnk: fuseUnk, ignoreMerges: ignoreMerges}
+	m.bmp = make([]int32, 1<<16)
+	for i := range m.bmp {
+		m.bmp[i] = -1
+	}
+	for s, id := range vocab {
+		if r, w := utf8.DecodeRuneInString(s); w == len(s) && r < 1<<16 && (r != utf8.RuneError || w == 3) {
+			m.bmp[r] = id
+		}
+	}
 	if unk != nil {
 		id, ok := vocab[*unk]
 		if !ok {
@@ -503,10 +536,7 @@ func buildMergeBPE(vocab map[string]int32, merges []tjMerge, unk *string, byteFa
 		if !ok1 || !ok2 || !ok3 {
 			return nil, unsupported("merge %d (%q %q) is not in the vocabulary", i, mg[0], mg[1])
 		}
-		k := uint64(uint32(a))<<32 | uint64(uint32(b))
-		if _, dup := m.merges[k]; !dup {
-			m.merges[k] = uint64(i)<<32 | uint64(uint32(c))
-		}
+		m.merges.put(uint64(uint32(a))<<32|uint64(uint32(b)), uint64(i)<<32|uint64(uint32(c)))
 	}
 	return m, nil
 }

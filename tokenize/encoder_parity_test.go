@@ -14,12 +14,12 @@ import (
 	"github.com/maitred-dev/maitred/internal/fixtures"
 )
 
-type corpusEntry struct {
+type tokCorpusEntry struct {
 	Cat  string `json:"cat"`
 	Text string `json:"text"`
 }
 
-type goldenLine struct {
+type tokGoldenLine struct {
 	N   int    `json:"n"`
 	H   string `json:"h"`
 	IDs []int  `json:"ids"`
@@ -27,7 +27,7 @@ type goldenLine struct {
 	SH  string `json:"sh"`
 }
 
-func readJSONLGz[T any](tb testing.TB, path string) []T {
+func readTokJSONLGz[T any](tb testing.TB, path string) []T {
 	tb.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -55,18 +55,18 @@ func readJSONLGz[T any](tb testing.TB, path string) []T {
 }
 
 var (
-	corpusOnce sync.Once
-	corpus     []corpusEntry
+	tokCorpusOnce sync.Once
+	tokCorpus     []tokCorpusEntry
 )
 
-func loadCorpus(tb testing.TB) []corpusEntry {
-	corpusOnce.Do(func() {
-		corpus = readJSONLGz[corpusEntry](tb, filepath.Join("testdata", "tok", "corpus.jsonl.gz"))
+func loadTokCorpus(tb testing.TB) []tokCorpusEntry {
+	tokCorpusOnce.Do(func() {
+		tokCorpus = readTokJSONLGz[tokCorpusEntry](tb, filepath.Join("testdata", "tok", "corpus.jsonl.gz"))
 	})
-	if len(corpus) == 0 {
+	if len(tokCorpus) == 0 {
 		tb.Fatal("empty corpus")
 	}
-	return corpus
+	return tokCorpus
 }
 
 // fnvIDs is the golden hash: FNV-1a 64 over the ids as 4-byte little-endian.
@@ -86,7 +86,7 @@ var (
 	tokCacheMu sync.Mutex
 )
 
-func loadFixture(tb testing.TB, name string) *Tokenizer {
+func loadTokFixture(tb testing.TB, name string) *Tokenizer {
 	tb.Helper()
 	tokCacheMu.Lock()
 	defer tokCacheMu.Unlock()
@@ -101,22 +101,23 @@ func loadFixture(tb testing.TB, name string) *Tokenizer {
 	return t
 }
 
-var fixtureModels = []string{"qwen3", "llama3_1", "deepseek_v3", "gptoss", "gemma3", "llama2"}
+var tokFixtureModels = []string{"qwen3", "llama3_1", "deepseek_v3", "gptoss", "gemma3", "llama2"}
 
-// knownMismatch lists the corpus lines where this package and the Rust
+// tokKnownMismatch lists the corpus lines where this package and the Rust
 // reference disagree, per model, with the cause. Every other line must
 // match exactly.
 //
 // Two causes, both in Unicode data rather than in this package's logic:
 //   - u16: Go 1.26's unicode tables are Unicode 15.0; the reference's regex
-//     engine knows letters added in Unicode 16 (Garay U+10D58, Egyptian
-//     hieroglyphs extended U+13460-143FA, Tangut components U+18D00-18D08 ...),
-//     which Go classifies as unassigned, so \p{L} runs split differently.
+//     engine knows letters assigned later (Garay U+10D40-10D8F and Egyptian
+//     hieroglyphs extended-A U+13460-143FF in Unicode 16, Tangut supplement
+//     additions), which Go classifies as unassigned, so \p{L} runs split
+//     differently around them. The code points are listed per line.
 //   - nko: HF's NFC normalizer (the unicode-normalization-alignments crate)
 //     carries pre-Unicode-11 data: U+07FD NKO DANTAYALAN (ccc 220) is not
 //     reordered before U+07F3 (ccc 230); Go (and ICU) reorder it. Qwen only,
 //     the other models have no NFC step.
-var knownMismatch = map[string]map[int]string{
+var tokKnownMismatch = map[string]map[int]string{
 	"qwen3": {
 		2247: nkoCause, 6583: nkoCause,
 		4643: "u16: U+10D58 Lu, U+135DD Lo, U+13FED Lo",
@@ -139,11 +140,11 @@ var knownMismatch = map[string]map[int]string{
 const nkoCause = "nko: reference NFC does not reorder U+07F3 U+07FD (pre-Unicode-11 data)"
 
 func TestParityGolden(t *testing.T) {
-	entries := loadCorpus(t)
-	for _, model := range fixtureModels {
+	entries := loadTokCorpus(t)
+	for _, model := range tokFixtureModels {
 		t.Run(model, func(t *testing.T) {
-			tok := loadFixture(t, model)
-			golden := readJSONLGz[goldenLine](t, filepath.Join("testdata", "tok", model+".golden.jsonl.gz"))
+			tok := loadTokFixture(t, model)
+			golden := readTokJSONLGz[tokGoldenLine](t, filepath.Join("testdata", "tok", model+".golden.jsonl.gz"))
 			if len(golden) != len(entries) {
 				t.Fatalf("golden has %d lines, corpus %d: regenerate with tools/tokgolden", len(golden), len(entries))
 			}
@@ -165,7 +166,7 @@ func TestParityGolden(t *testing.T) {
 				if ok {
 					continue
 				}
-				if cause, isKnown := knownMismatch[model][i]; isKnown {
+				if cause, isKnown := tokKnownMismatch[model][i]; isKnown {
 					known++
 					t.Logf("line %d (%s): known mismatch: %s", i, e.Cat, cause)
 					continue

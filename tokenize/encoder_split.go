@@ -74,28 +74,28 @@ func computeClass(r rune) uint16 {
 	return c
 }
 
-func class(r rune) uint16 {
+func runeClass(r rune) uint16 {
 	if r < 1<<16 && r >= 0 {
 		return bmpClass[r]
 	}
 	return computeClass(r)
 }
 
-// decode returns the rune at s[i:] and its width; invalid bytes decode as
+// decodeAt returns the rune at s[i:] and its width; invalid bytes decode as
 // U+FFFD of width 1.
-func decode(s string, i int) (rune, int) {
+func decodeAt(s string, i int) (rune, int) {
 	if c := s[i]; c < utf8.RuneSelf {
 		return rune(c), 1
 	}
 	return utf8.DecodeRuneInString(s[i:])
 }
 
-// run returns the end of the longest run of runes from i whose class has
+// classRun returns the end of the longest run of runes from i whose class has
 // any bit of mask.
-func run(s string, i int, mask uint16) int {
+func classRun(s string, i int, mask uint16) int {
 	for i < len(s) {
-		r, w := decode(s, i)
-		if class(r)&mask == 0 {
+		r, w := decodeAt(s, i)
+		if runeClass(r)&mask == 0 {
 			break
 		}
 		i += w
@@ -103,12 +103,12 @@ func run(s string, i int, mask uint16) int {
 	return i
 }
 
-// runNot returns the end of the longest run of runes from i whose class
+// classRunNot returns the end of the longest run of runes from i whose class
 // has no bit of mask.
-func runNot(s string, i int, mask uint16) int {
+func classRunNot(s string, i int, mask uint16) int {
 	for i < len(s) {
-		r, w := decode(s, i)
-		if class(r)&mask != 0 {
+		r, w := decodeAt(s, i)
+		if runeClass(r)&mask != 0 {
 			break
 		}
 		i += w
@@ -160,8 +160,8 @@ func contraction(s string, i int) int {
 func wsTail(s string, i int) int {
 	j, lastNL, prev := i, -1, i
 	for j < len(s) {
-		r, w := decode(s, j)
-		c := class(r)
+		r, w := decodeAt(s, j)
+		c := runeClass(r)
 		if c&cSp == 0 {
 			break
 		}
@@ -199,26 +199,26 @@ func (c clSplitter) split(s string, f func(string) bool) bool {
 }
 
 func (c clSplitter) next(s string, i int) int {
-	r, w := decode(s, i)
+	r, w := decodeAt(s, i)
 	if r == '\'' {
 		if n := contraction(s, i); n > 0 {
 			return i + n
 		}
 	}
-	cl := class(r)
+	cl := runeClass(r)
 	if cl&cL != 0 {
-		return run(s, i+w, cL)
+		return classRun(s, i+w, cL)
 	}
 	if cl&(cNL|cN) == 0 && i+w < len(s) {
-		if r2, w2 := decode(s, i+w); class(r2)&cL != 0 {
-			return run(s, i+w+w2, cL)
+		if r2, w2 := decodeAt(s, i+w); runeClass(r2)&cL != 0 {
+			return classRun(s, i+w+w2, cL)
 		}
 	}
 	if cl&cN != 0 {
 		j := i + w
 		for n := 1; n < c.k && j < len(s); n++ {
-			r2, w2 := decode(s, j)
-			if class(r2)&cN == 0 {
+			r2, w2 := decodeAt(s, j)
+			if runeClass(r2)&cN == 0 {
 				break
 			}
 			j += w2
@@ -229,7 +229,7 @@ func (c clSplitter) next(s string, i int) int {
 	if r == ' ' {
 		j++
 	}
-	if e := runNot(s, j, cSp|cL|cN); e > j {
+	if e := classRunNot(s, j, cSp|cL|cN); e > j {
 		for e < len(s) && (s[e] == '\r' || s[e] == '\n') {
 			e++
 		}
@@ -263,12 +263,12 @@ func upperLower(s string, p int) int {
 	if p >= len(s) {
 		return -1
 	}
-	uEnd := run(s, p, cU)
+	uEnd := classRun(s, p, cU)
 	q := uEnd
 	for {
 		if q < len(s) {
-			if r, _ := decode(s, q); class(r)&cLo != 0 {
-				return run(s, q, cLo)
+			if r, _ := decodeAt(s, q); runeClass(r)&cLo != 0 {
+				return classRun(s, q, cLo)
 			}
 		}
 		if q == p {
@@ -280,8 +280,8 @@ func upperLower(s string, p int) int {
 }
 
 func (o o200kSplitter) next(s string, i int) int {
-	r, w := decode(s, i)
-	cl := class(r)
+	r, w := decodeAt(s, i)
+	cl := runeClass(r)
 	prefix := cl&(cNL|cL|cN) == 0
 	if prefix {
 		if e := upperLower(s, i+w); e > 0 {
@@ -292,20 +292,20 @@ func (o o200kSplitter) next(s string, i int) int {
 		return e + contraction(s, e)
 	}
 	if prefix && i+w < len(s) {
-		if r2, _ := decode(s, i+w); class(r2)&cU != 0 {
-			e := run(s, run(s, i+w, cU), cLo)
+		if r2, _ := decodeAt(s, i+w); runeClass(r2)&cU != 0 {
+			e := classRun(s, classRun(s, i+w, cU), cLo)
 			return e + contraction(s, e)
 		}
 	}
 	if cl&cU != 0 {
-		e := run(s, run(s, i, cU), cLo)
+		e := classRun(s, classRun(s, i, cU), cLo)
 		return e + contraction(s, e)
 	}
 	if cl&cN != 0 {
 		j := i + w
 		for n := 1; n < 3 && j < len(s); n++ {
-			r2, w2 := decode(s, j)
-			if class(r2)&cN == 0 {
+			r2, w2 := decodeAt(s, j)
+			if runeClass(r2)&cN == 0 {
 				break
 			}
 			j += w2
@@ -316,7 +316,7 @@ func (o o200kSplitter) next(s string, i int) int {
 	if r == ' ' {
 		j++
 	}
-	if e := runNot(s, j, cSp|cL|cN); e > j {
+	if e := classRunNot(s, j, cSp|cL|cN); e > j {
 		for e < len(s) && (s[e] == '\r' || s[e] == '\n' || s[e] == '/') {
 			e++
 		}
@@ -337,7 +337,7 @@ type runSplitter struct {
 func (rs runSplitter) split(s string, f func(string) bool) bool {
 	gap := 0
 	for i := 0; i < len(s); {
-		r, w := decode(s, i)
+		r, w := decodeAt(s, i)
 		if !rs.in(r) {
 			i += w
 			continue
@@ -347,7 +347,7 @@ func (rs runSplitter) split(s string, f func(string) bool) bool {
 		}
 		j, n := i, 0
 		for j < len(s) && (rs.max == 0 || n < rs.max) {
-			r2, w2 := decode(s, j)
+			r2, w2 := decodeAt(s, j)
 			if !rs.in(r2) {
 				break
 			}
@@ -370,11 +370,20 @@ func (rs runSplitter) split(s string, f func(string) bool) bool {
 type seqSplitter []splitter
 
 func (q seqSplitter) split(s string, f func(string) bool) bool {
-	if len(q) == 0 {
+	switch len(q) {
+	case 0:
 		return f(s)
+	case 1:
+		return q[0].split(s, f)
 	}
-	rest := q[1:]
-	return q[0].split(s, func(p string) bool { return rest.split(p, f) })
+	// One callback per stage, built once per call rather than per piece.
+	fs := make([]func(string) bool, len(q)+1)
+	fs[len(q)] = f
+	for k := len(q) - 1; k >= 1; k-- {
+		stage, next := q[k], &fs[k+1]
+		fs[k] = func(p string) bool { return stage.split(p, *next) }
+	}
+	return q[0].split(s, fs[1])
 }
 
 // dsSplitter is the last stage of DeepSeek V3's pre-tokenizer:
@@ -402,21 +411,21 @@ func (dsSplitter) match(s string, i int) int {
 		}
 		return j
 	}
-	r, w := decode(s, i)
-	cl := class(r)
+	r, w := decodeAt(s, i)
+	cl := runeClass(r)
 	if cl&(cNL|cL|cPS) == 0 && i+w < len(s) {
-		if r2, _ := decode(s, i+w); class(r2)&(cL|cM) != 0 {
-			return run(s, i+w, cL|cM)
+		if r2, _ := decodeAt(s, i+w); runeClass(r2)&(cL|cM) != 0 {
+			return classRun(s, i+w, cL|cM)
 		}
 	}
 	if cl&(cL|cM) != 0 {
-		return run(s, i, cL|cM)
+		return classRun(s, i, cL|cM)
 	}
 	j := i
 	if r == ' ' {
 		j++
 	}
-	if e := run(s, j, cPS); e > j {
+	if e := classRun(s, j, cPS); e > j {
 		for e < len(s) && (s[e] == '\r' || s[e] == '\n') {
 			e++
 		}
@@ -433,7 +442,7 @@ func (d dsSplitter) split(s string, f func(string) bool) bool {
 	for i := 0; i < len(s); {
 		e := d.match(s, i)
 		if e < 0 {
-			_, w := decode(s, i)
+			_, w := decodeAt(s, i)
 			i += w
 			continue
 		}

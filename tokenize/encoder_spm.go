@@ -11,8 +11,10 @@ import "unicode/utf8"
 // without a pre-tokenizer a whole message is one word.
 type mergeBPE struct {
 	vocab map[string]int32
+	// bmp[r] is the id of the single-rune token r (BMP only), or -1.
+	bmp []int32
 	// merges maps a<<32|b to rank<<32|merged id.
-	merges       map[uint64]uint64
+	merges       *pairTable
 	byteID       [256]int32 // <0xXX> ids, -1 when absent
 	hasBytes     bool       // byte_fallback and all 256 <0xXX> exist
 	unk          int32      // -1: none
@@ -21,8 +23,54 @@ type mergeBPE struct {
 }
 
 func (m *mergeBPE) pair(a, b int32) (rank, id int32, ok bool) {
-	v, ok := m.merges[uint64(uint32(a))<<32|uint64(uint32(b))]
+	v, ok := m.merges.get(uint64(uint32(a))<<32 | uint64(uint32(b)))
 	return int32(v >> 32), int32(uint32(v)), ok
+}
+
+// pairTable is an open-addressing hash table from a pair of ids to
+// rank<<32|merged id: one probe is one cache line, unlike a Go map of this
+// size (Gemma 3 has 514,906 merges).
+type pairTable struct {
+	slots []pairSlot
+	mask  uint64
+}
+
+type pairSlot struct{ key, val uint64 } // key has bit 63 set when used
+
+const pairUsed = 1 << 63
+
+func newPairTable(n int) *pairTable {
+	size := 16
+	for size < 2*n {
+		size <<= 1
+	}
+	return &pairTable{slots: make([]pairSlot, size), mask: uint64(size - 1)}
+}
+
+// put stores v for k unless k is present (the first merge of a pair wins).
+func (t *pairTable) put(k, v uint64) {
+	k |= pairUsed
+	for i := hashShort(k) & t.mask; ; i = (i + 1) & t.mask {
+		switch t.slots[i].key {
+		case k:
+			return
+		case 0:
+			t.slots[i] = pairSlot{k, v}
+			return
+		}
+	}
+}
+
+func (t *pairTable) get(k uint64) (uint64, bool) {
+	k |= pairUsed
+	for i := hashShort(k) & t.mask; ; i = (i + 1) & t.mask {
+		switch sl := &t.slots[i]; sl.key {
+		case k:
+			return sl.val, true
+		case 0:
+			return 0, false
+		}
+	}
 }
 
 func (m *mergeBPE) encode(dst []int, word string, sc *bpeScratch) []int {
@@ -35,10 +83,16 @@ func (m *mergeBPE) encode(dst []int, word string, sc *bpeScratch) []int {
 	ids := sc.pos[:0]
 	lastUnk := false
 	for i := 0; i < len(word); {
-		_, w := utf8.DecodeRuneInString(word[i:])
+		r, w := utf8.DecodeRuneInString(word[i:])
 		ch := word[i : i+w]
 		i += w
-		if id, ok := m.vocab[ch]; ok {
+		if r < 1<<16 && (r != utf8.RuneError || w == 3) {
+			if id := m.bmp[r]; id >= 0 {
+				ids = append(ids, id)
+				lastUnk = false
+				continue
+			}
+		} else if id, ok := m.vocab[ch]; ok {
 			ids = append(ids, id)
 			lastUnk = false
 			continue
