@@ -54,7 +54,10 @@ func diffCorpus(t *testing.T, name string, ours *Tokenizer, oracle *tiktoken.Tik
 	entries := loadTokCorpus(t)
 	compared, bad := 0, 0
 	for i, e := range entries {
-		if len(e.Text) > maxOracleLen || skip != nil && skip(e.Text) {
+		if raceEnabled && i%8 != 0 {
+			continue
+		}
+		if len(e.Text) > maxOracleLen || skip != nil && skip(e.Text) || hasGapRune(e.Text) {
 			continue
 		}
 		compared++
@@ -68,6 +71,18 @@ func diffCorpus(t *testing.T, name string, ours *Tokenizer, oracle *tiktoken.Tik
 		}
 	}
 	t.Logf("%s: %d texts compared with tiktoken-go, %d differ", name, compared, bad)
+}
+
+// hasGapRune reports code points Go's tables do not know but this package
+// classifies from encoder_unicode_gen.go; regexp2 (and so tiktoken-go)
+// sees them as unassigned, so the oracles cannot judge such texts.
+func hasGapRune(s string) bool {
+	for _, r := range s {
+		if _, ok := gapClass(r); ok {
+			return true
+		}
+	}
+	return false
 }
 
 func TestDiffTiktokenOpenAI(t *testing.T) {
@@ -102,8 +117,12 @@ func TestCountMatchesEncode(t *testing.T) {
 	entries := loadTokCorpus(t)
 	for _, model := range []string{"qwen3", "llama2"} {
 		tok := loadTokFixture(t, model)
+		step := 5
+		if raceEnabled {
+			step = 25
+		}
 		for i, e := range entries {
-			if i%5 != 0 {
+			if i%step != 0 {
 				continue
 			}
 			for _, special := range []bool{false, true} {
@@ -179,6 +198,15 @@ func TestBOS(t *testing.T) {
 	}
 }
 
+// slowLimit bounds the 1 MB worst cases: the target is 1.5 s, doubled for
+// a shared machine, and scaled for the race detector.
+var slowLimit = func() time.Duration {
+	if raceEnabled {
+		return 30 * time.Second
+	}
+	return 3 * time.Second
+}()
+
 // TestLongPiece: one 1 MB pre-token piece must stay O(n log n).
 func TestLongPiece(t *testing.T) {
 	if testing.Short() {
@@ -191,7 +219,7 @@ func TestLongPiece(t *testing.T) {
 		n, _ := tok.Count(text, false, 0)
 		d := time.Since(start)
 		t.Logf("1 MB of %q: %d tokens in %v", unit, n, d)
-		if d > 3*time.Second { // 1.5 s target, slack for a shared machine
+		if d > slowLimit { // 1.5 s target, slack for a shared machine
 			t.Errorf("1 MB single piece %q took %v", unit, d)
 		}
 	}
@@ -231,6 +259,21 @@ func TestNFCStreamSafe(t *testing.T) {
 	}
 }
 
+func TestNFCReferenceData(t *testing.T) {
+	// U+07FD is a starter for the reference: U+07F3 (ccc 230) stays first.
+	if got := nfc("\u07d6\u07f3\u07fd"); got != "\u07d6\u07f3\u07fd" {
+		t.Errorf("nfc NKo: %U", []rune(got))
+	}
+	// Without such marks nfc is plain NFC.
+	if got := nfc("a\u0316\u0301"); got != "\u00e1\u0316" {
+		t.Errorf("nfc: %U", []rune(got))
+	}
+	// A Unicode 16 letter (Garay) is a letter for the splitters.
+	if c := runeClass(0x10D58); c&cL == 0 || c&cU == 0 {
+		t.Errorf("U+10D58 class %b", c)
+	}
+}
+
 func ExampleTokenizer_Count() {
 	tok, err := NewOpenAI("cl100k_base")
 	if err != nil {
@@ -239,4 +282,29 @@ func ExampleTokenizer_Count() {
 	n, exact := tok.Count("Hello, world!", false, 0)
 	fmt.Println(n, exact, tok.Encode("Hello, world!", false))
 	// Output: 4 true [9906 11 1917 0]
+}
+
+// TestLongMarkRun: a megabyte of combining marks in alternating classes
+// (every one reordered) must stay fast through the stream-safe fallback.
+func TestLongMarkRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow")
+	}
+	tok := loadTokFixture(t, "qwen3")
+	text := "a" + strings.Repeat("\u0301\u0316", 1<<18)
+	start := time.Now()
+	n, _ := tok.Count(text, false, 0)
+	d := time.Since(start)
+	t.Logf("qwen3, 1 MB of combining marks: %d tokens in %v", n, d)
+	if d > slowLimit {
+		t.Fatalf("1 MB of marks: %d tokens in %v", n, d)
+	}
+	sp := loadTokFixture(t, "llama2")
+	start = time.Now()
+	n, _ = sp.Count(strings.Repeat("a", 1<<20), false, 0)
+	d = time.Since(start)
+	t.Logf("llama2, 1 MB single word: %d tokens in %v", n, d)
+	if d > slowLimit {
+		t.Fatalf("llama2 1 MB word: %d tokens in %v", n, d)
+	}
 }

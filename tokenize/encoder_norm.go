@@ -1,6 +1,7 @@
 package tokenize
 
 import (
+	"sort"
 	"strings"
 	"unicode/utf8"
 
@@ -40,14 +41,26 @@ func (n normalizer) apply(s string) string {
 
 const cgj = '\u034f'
 
-// nfc returns the NFC form of s as Hugging Face (Rust unicode-normalization)
-// computes it. x/text/unicode/norm implements the Stream-Safe Text Format
-// and inserts U+034F COMBINING GRAPHEME JOINER after 30 consecutive
-// non-starters; Rust does not. When that happens (the output holds more
-// U+034F than the input), the text is normalized again by nfcFull, a plain
-// decompose/reorder/compose that has no such limit.
+// nfc returns the NFC form of s as Hugging Face (Rust
+// unicode-normalization-alignments) computes it. Two differences from
+// x/text/unicode/norm are handled by nfcFull, a plain decompose, reorder,
+// compose:
+//   - x/text implements the Stream-Safe Text Format and inserts U+034F
+//     COMBINING GRAPHEME JOINER after 30 consecutive non-starters; Rust does
+//     not. When the output holds more U+034F than the input, the text is
+//     normalized again without that limit.
+//   - Rust's data are older: combining marks added since (refNFCStarters,
+//     generated from the reference by tools/unicodegap) have class 0 there,
+//     so they block reordering and composition. Texts holding one take the
+//     nfcFull path with those classes set to 0.
 func nfc(s string) string {
-	if quickNFC(s) || norm.NFC.IsNormalString(s) {
+	if quickNFC(s) {
+		return s
+	}
+	if hasRefStarter(s) {
+		return nfcFull(s)
+	}
+	if norm.NFC.IsNormalString(s) {
 		return s
 	}
 	out := norm.NFC.String(s)
@@ -55,6 +68,31 @@ func nfc(s string) string {
 		return nfcFull(s)
 	}
 	return out
+}
+
+// isRefStarter reports whether the reference's NFC treats r as a starter
+// although Go's data give it a non-zero combining class.
+func isRefStarter(r rune) bool {
+	if r < refNFCStarters[0] {
+		return false
+	}
+	i := sort.Search(len(refNFCStarters), func(i int) bool { return refNFCStarters[i] >= r })
+	return i < len(refNFCStarters) && refNFCStarters[i] == r
+}
+
+func hasRefStarter(s string) bool {
+	for i := 0; i < len(s); {
+		if s[i] < 0xDF { // below U+07C0: no listed mark
+			i++
+			continue
+		}
+		r, w := utf8.DecodeRuneInString(s[i:])
+		if isRefStarter(r) {
+			return true
+		}
+		i += w
+	}
+	return false
 }
 
 // quickNFC reports true when every rune of s is in the BMP, NFC on its own
@@ -96,6 +134,9 @@ func nfcFull(s string) string {
 		d = append(d, []rune(norm.NFD.String(string(r)))...)
 	}
 	ccc := func(r rune) uint8 {
+		if isRefStarter(r) {
+			return 0
+		}
 		n := utf8.EncodeRune(buf[:], r)
 		return norm.NFD.Properties(buf[:n]).CCC()
 	}
@@ -103,19 +144,31 @@ func nfcFull(s string) string {
 	for i, r := range d {
 		cls[i] = ccc(r)
 	}
-	// 2. Canonical ordering: stable insertion sort of each run of
-	// non-starters by combining class.
-	for i := 1; i < len(d); i++ {
-		c := cls[i]
-		if c == 0 {
+	// 2. Canonical ordering: a stable sort of each run of non-starters by
+	// combining class (O(n log n): a long run must not be quadratic).
+	for i := 0; i < len(d); {
+		if cls[i] == 0 {
+			i++
 			continue
 		}
 		j := i
-		for j > 0 && cls[j-1] > c {
-			d[j], d[j-1] = d[j-1], d[j]
-			cls[j], cls[j-1] = cls[j-1], cls[j]
-			j--
+		for j < len(d) && cls[j] != 0 {
+			j++
 		}
+		if j-i > 1 {
+			idx := make([]int, j-i)
+			for k := range idx {
+				idx[k] = i + k
+			}
+			sort.SliceStable(idx, func(a, b int) bool { return cls[idx[a]] < cls[idx[b]] })
+			rs, cs := make([]rune, j-i), make([]uint8, j-i)
+			for k, x := range idx {
+				rs[k], cs[k] = d[x], cls[x]
+			}
+			copy(d[i:j], rs)
+			copy(cls[i:j], cs)
+		}
+		i = j
 	}
 	// 3. Canonical composition.
 	if len(d) == 0 {

@@ -1,6 +1,7 @@
 package tokenize
 
 import (
+	"sort"
 	"unicode"
 	"unicode/utf8"
 
@@ -38,7 +39,41 @@ var bmpClass = func() *[1 << 16]uint16 {
 	return &t
 }()
 
+// gapRange is a run of code points with one general category, for code
+// points Go's unicode tables do not know yet (encoder_unicode_gen.go).
+type gapRange struct {
+	lo, hi rune
+	cat    string
+}
+
+// gapClass returns the class of r from unicodeGap, if listed.
+func gapClass(r rune) (uint16, bool) {
+	i := sort.Search(len(unicodeGap), func(i int) bool { return unicodeGap[i].hi >= r })
+	if i == len(unicodeGap) || unicodeGap[i].lo > r {
+		return 0, false
+	}
+	var c uint16
+	switch cat := unicodeGap[i].cat; {
+	case cat == "Lu" || cat == "Lt":
+		c = cL | cU
+	case cat == "Ll":
+		c = cL | cLo
+	case cat == "Lm" || cat == "Lo":
+		c = cL | cU | cLo
+	case cat[0] == 'M':
+		c = cM | cU | cLo
+	case cat[0] == 'N':
+		c = cN
+	case cat[0] == 'P' || cat[0] == 'S':
+		c = cPS
+	}
+	return c | cNFC, true
+}
+
 func computeClass(r rune) uint16 {
+	if c, ok := gapClass(r); ok {
+		return c
+	}
 	var c uint16
 	if unicode.IsLetter(r) {
 		c |= cL
