@@ -99,7 +99,7 @@ func run() error {
 	// The access log is on, at info, as in production; it is encoded as JSON
 	// and discarded so that the terminal is not the bottleneck.
 	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(io.Discard), zap.InfoLevel))
-	fl, err := fleet.New(cfg, &http.Client{Transport: poolTransport()}, log)
+	fl, err := fleet.New(cfg, &http.Client{Transport: poolTransport()}, log, nil)
 	if err != nil {
 		return err
 	}

@@ -31,12 +31,23 @@ type Config struct {
 	IdleTimeout Duration `yaml:"idle_timeout"`
 	// MaxHeaderBytes caps request header size.
 	MaxHeaderBytes int `yaml:"max_header_bytes"`
-	// BackendHeaderTimeout is how long the gateway waits for a backend's
+	// FirstByteTimeout is how long the gateway waits for a backend's
 	// response headers before answering 504 backend_timeout. vLLM sends the
 	// headers of a non-streaming answer only when generation is complete, so
-	// this bounds whole non-streaming requests and time to first byte of
-	// streams.
-	BackendHeaderTimeout Duration `yaml:"backend_header_timeout"`
+	// this bounds whole non-streaming requests and the time to the first
+	// byte of streams. A model may set its own.
+	FirstByteTimeout Duration `yaml:"first_byte_timeout"`
+	// StreamIdleTimeout ends a stream whose backend sent nothing for this
+	// long with a backend_stalled error event, and cancels it upstream. A
+	// model may set its own.
+	StreamIdleTimeout Duration `yaml:"stream_idle_timeout"`
+	// DrainDelay is how long the gateway keeps serving new requests after a
+	// shutdown signal, with /readyz already failing, so that load balancers
+	// notice before it stops accepting.
+	DrainDelay Duration `yaml:"drain_delay"`
+	// DrainTimeout is how long in-flight requests and streams may then run
+	// before they are ended (streams with a server_shutting_down event).
+	DrainTimeout Duration `yaml:"drain_timeout"`
 	// BackendDialTimeout bounds the TCP connect to a backend.
 	BackendDialTimeout Duration `yaml:"backend_dial_timeout"`
 	// Health configures backend probing.
@@ -51,6 +62,14 @@ type HealthConfig struct {
 	Interval Duration `yaml:"interval"`
 	// Timeout of one probe request.
 	Timeout Duration `yaml:"timeout"`
+	// UnhealthyThreshold is how many consecutive failed probes, or
+	// connection failures of real requests, turn a ready backend unhealthy.
+	UnhealthyThreshold int `yaml:"unhealthy_threshold"`
+	// WarmupPrompt is the prompt of the warm-up generation (max_tokens 1)
+	// a backend must answer before it is ready, and of the tokenizer probe.
+	WarmupPrompt string `yaml:"warmup_prompt"`
+	// WarmupTimeout bounds the warm-up generation.
+	WarmupTimeout Duration `yaml:"warmup_timeout"`
 }
 
 // ModelConfig is one served model.
@@ -71,8 +90,37 @@ type ModelConfig struct {
 	// is also counted by the backend's POST /tokenize, to catch a tokenizer
 	// or chat template that differs from the backend's (0 to 1).
 	TokenizeCheckRate float64 `yaml:"tokenize_check_rate"`
+	// MinReady is how many ready backends the model needs for /readyz.
+	MinReady int `yaml:"min_ready"`
+	// FirstByteTimeout and StreamIdleTimeout override the top-level ones.
+	FirstByteTimeout  Duration `yaml:"first_byte_timeout"`
+	StreamIdleTimeout Duration `yaml:"stream_idle_timeout"`
 	// Backends serve this model.
 	Backends []BackendConfig `yaml:"backends"`
+}
+
+// MinReadyOrDefault is min_ready, 1 when unset.
+func (m *ModelConfig) MinReadyOrDefault() int {
+	if m.MinReady == 0 {
+		return 1
+	}
+	return m.MinReady
+}
+
+// FirstByte returns the model's first-byte timeout.
+func (c *Config) FirstByte(m *ModelConfig) time.Duration {
+	if m != nil && m.FirstByteTimeout > 0 {
+		return m.FirstByteTimeout.D()
+	}
+	return c.FirstByteTimeout.D()
+}
+
+// StreamIdle returns the model's stream idle timeout.
+func (c *Config) StreamIdle(m *ModelConfig) time.Duration {
+	if m != nil && m.StreamIdleTimeout > 0 {
+		return m.StreamIdleTimeout.D()
+	}
+	return c.StreamIdleTimeout.D()
 }
 
 // BackendConfig is one vLLM server.
@@ -111,16 +159,22 @@ func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(),
 // Default returns a config holding every default and no models.
 func Default() Config {
 	return Config{
-		Listen:               "127.0.0.1:8080",
-		MaxBodyBytes:         8 << 20,
-		ReadHeaderTimeout:    Duration(10 * time.Second),
-		IdleTimeout:          Duration(120 * time.Second),
-		MaxHeaderBytes:       64 << 10,
-		BackendHeaderTimeout: Duration(300 * time.Second),
-		BackendDialTimeout:   Duration(5 * time.Second),
+		Listen:             "127.0.0.1:8080",
+		MaxBodyBytes:       8 << 20,
+		ReadHeaderTimeout:  Duration(10 * time.Second),
+		IdleTimeout:        Duration(120 * time.Second),
+		MaxHeaderBytes:     64 << 10,
+		FirstByteTimeout:   Duration(300 * time.Second),
+		StreamIdleTimeout:  Duration(60 * time.Second),
+		DrainDelay:         Duration(5 * time.Second),
+		DrainTimeout:       Duration(60 * time.Second),
+		BackendDialTimeout: Duration(5 * time.Second),
 		Health: HealthConfig{
-			Interval: Duration(time.Second),
-			Timeout:  Duration(2 * time.Second),
+			Interval:           Duration(time.Second),
+			Timeout:            Duration(2 * time.Second),
+			UnhealthyThreshold: 3,
+			WarmupPrompt:       "Hello",
+			WarmupTimeout:      Duration(60 * time.Second),
 		},
 	}
 }
@@ -306,7 +360,10 @@ func (c *Config) Validate() error {
 	}{
 		{"read_header_timeout", c.ReadHeaderTimeout},
 		{"idle_timeout", c.IdleTimeout},
-		{"backend_header_timeout", c.BackendHeaderTimeout},
+		{"first_byte_timeout", c.FirstByteTimeout},
+		{"stream_idle_timeout", c.StreamIdleTimeout},
+		{"drain_timeout", c.DrainTimeout},
+		{"health.warmup_timeout", c.Health.WarmupTimeout},
 		{"backend_dial_timeout", c.BackendDialTimeout},
 		{"health.interval", c.Health.Interval},
 		{"health.timeout", c.Health.Timeout},
@@ -314,6 +371,15 @@ func (c *Config) Validate() error {
 		if d.v <= 0 {
 			add(d.path, "must be positive, got %s", d.v.D())
 		}
+	}
+	if c.DrainDelay < 0 {
+		add("drain_delay", "must not be negative, got %s", c.DrainDelay.D())
+	}
+	if c.Health.UnhealthyThreshold < 1 {
+		add("health.unhealthy_threshold", "must be at least 1, got %d", c.Health.UnhealthyThreshold)
+	}
+	if c.Health.WarmupPrompt == "" {
+		add("health.warmup_prompt", "must not be empty")
 	}
 	if len(c.Models) == 0 {
 		add("models", "at least one model is required")
@@ -341,6 +407,12 @@ func (c *Config) Validate() error {
 		}
 		if len(m.Backends) == 0 {
 			add(p+".backends", "at least one backend is required")
+		}
+		if m.MinReady < 0 || (len(m.Backends) > 0 && m.MinReady > len(m.Backends)) {
+			add(p+".min_ready", "want 1 to %d (the number of backends), got %d", len(m.Backends), m.MinReady)
+		}
+		if m.FirstByteTimeout < 0 || m.StreamIdleTimeout < 0 {
+			add(p, "timeouts must not be negative")
 		}
 		urls := map[string]int{}
 		for j, b := range m.Backends {

@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -24,29 +25,48 @@ import (
 type State int
 
 const (
-	// Loading: never answered /health 200 yet (vLLM refuses connections
+	// Loading: /health does not answer 200 yet (vLLM refuses connections
 	// until its weights are loaded).
 	Loading State = iota
-	// Ready: /health answers 200 and /v1/models lists the model.
+	// Warming: /health answers 200; the model's listing, the warm-up
+	// generation and the tokenizer probe have not all passed yet. The
+	// reason says which one holds it back.
+	Warming
+	// Ready: requests may go here.
 	Ready
-	// Unhealthy: was ready, now fails its probes.
+	// Unhealthy: was ready, then failed unhealthy_threshold probes or
+	// connections in a row.
 	Unhealthy
+	numStates
 )
 
+var stateNames = [...]string{"loading", "warming", "ready", "unhealthy"}
+
 func (s State) String() string {
-	switch s {
-	case Loading:
-		return "loading"
-	case Ready:
-		return "ready"
-	case Unhealthy:
-		return "unhealthy"
+	if s >= 0 && s < numStates {
+		return stateNames[s]
 	}
 	return fmt.Sprintf("State(%d)", int(s))
 }
 
+// States lists every state, for metric labels.
+func States() []State { return []State{Loading, Warming, Ready, Unhealthy} }
+
 // MarshalText writes the state's name.
 func (s State) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// ProbeHeader marks the gateway's own probe and warm-up requests.
+const ProbeHeader = "X-Maitred-Probe"
+
+// Reasons a backend is not ready that operators and tests key on.
+const (
+	ReasonNotProbed        = "not probed yet"
+	ReasonTokenizer        = "tokenizer_mismatch"
+	ReasonMaxModelLen      = "max_model_len_mismatch"
+	ReasonModelNotServed   = "model_not_served"
+	ReasonWarmupFailed     = "warmup_failed"
+	ReasonConnectionErrors = "connection_failures"
+)
 
 // Backend is one vLLM server serving one model. Its state is written only by
 // the prober and read by request paths through Status and Ready.
@@ -66,6 +86,9 @@ type Backend struct {
 	since       time.Time
 	maxModelLen int
 	created     int64
+	fails       int // consecutive failed probes or connections
+	version     string
+	warmupTTFT  time.Duration
 }
 
 // BackendStatus is a snapshot of a backend.
@@ -76,13 +99,18 @@ type BackendStatus struct {
 	Since       time.Time `json:"since"`
 	MaxModelLen int       `json:"max_model_len,omitempty"`
 	InFlight    int64     `json:"in_flight"`
+	// Version is what GET /version reported at warm-up.
+	Version string `json:"version,omitempty"`
+	// WarmupSeconds is the time the warm-up generation took.
+	WarmupSeconds float64 `json:"warmup_seconds,omitempty"`
 }
 
 // Status returns a snapshot.
 func (b *Backend) Status() BackendStatus {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return BackendStatus{URL: b.URL.String(), State: b.state, Reason: b.reason, Since: b.since, MaxModelLen: b.maxModelLen, InFlight: b.inFlight.Load()}
+	return BackendStatus{URL: b.URL.String(), State: b.state, Reason: b.reason, Since: b.since, MaxModelLen: b.maxModelLen,
+		InFlight: b.inFlight.Load(), Version: b.version, WarmupSeconds: b.warmupTTFT.Seconds()}
 }
 
 // Ready reports whether requests may go to b.
@@ -102,6 +130,10 @@ func (b *Backend) Acquire() (release func()) {
 func (b *Backend) set(now time.Time, s State, reason string) (changed bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	return b.setLocked(now, s, reason)
+}
+
+func (b *Backend) setLocked(now time.Time, s State, reason string) (changed bool) {
 	if b.state == s && b.reason == reason {
 		return false
 	}
@@ -114,9 +146,12 @@ type Model struct {
 	Name string
 	// ConfigMaxModelLen is max_model_len from the config (0: unset).
 	ConfigMaxModelLen int
-	Backends          []*Backend
-	created           int64
-	next              atomic.Uint64
+	// MinReady is how many ready backends /readyz needs.
+	MinReady int
+	Backends []*Backend
+	counter  PromptCounter
+	created  int64
+	next     atomic.Uint64
 }
 
 // MaxModelLen returns the context length: the config's when set, else the
@@ -155,14 +190,33 @@ func (m *Model) Created() int64 {
 // Pick returns the ready backend with the fewest requests in flight, ties
 // broken round-robin so equal backends share load. It returns nil when no
 // backend is ready.
-func (m *Model) Pick() *Backend {
+func (m *Model) Pick() *Backend { return m.PickExcept(nil) }
+
+// Ready reports whether at least one backend is ready.
+func (m *Model) Ready() bool {
+	return slices.ContainsFunc(m.Backends, (*Backend).Ready)
+}
+
+// ReadyCount is the number of ready backends.
+func (m *Model) ReadyCount() int {
+	n := 0
+	for _, b := range m.Backends {
+		if b.Ready() {
+			n++
+		}
+	}
+	return n
+}
+
+// PickExcept is Pick among the backends not in tried.
+func (m *Model) PickExcept(tried []*Backend) *Backend {
 	n := len(m.Backends)
 	start := int(m.next.Add(1) % uint64(n))
 	var best *Backend
 	var bestLoad int64
 	for i := range n {
 		b := m.Backends[(start+i)%n]
-		if !b.Ready() {
+		if !b.Ready() || slices.Contains(tried, b) {
 			continue
 		}
 		if l := b.inFlight.Load(); best == nil || l < bestLoad {
@@ -172,46 +226,47 @@ func (m *Model) Pick() *Backend {
 	return best
 }
 
-// Ready reports whether at least one backend is ready.
-func (m *Model) Ready() bool {
-	return slices.ContainsFunc(m.Backends, (*Backend).Ready)
+// PromptCounter counts a chat or completions request body locally, for the
+// warm-up tokenizer probe. exact=false means it cannot tell (the probe is
+// then skipped).
+type PromptCounter interface {
+	CountBody(chat bool, body []byte) (n int, exact bool)
 }
 
 // Fleet is every model and backend, and the prober that keeps their states.
 type Fleet struct {
-	models   []*Model
-	byName   map[string]*Model
-	client   *http.Client
-	log      *zap.Logger
-	interval time.Duration
-	timeout  time.Duration
-	now      func() time.Time
+	models    []*Model
+	byName    map[string]*Model
+	client    *http.Client
+	log       *zap.Logger
+	health    HealthConfig
+	now       func() time.Time
+	observers []func(m *Model, b *Backend, from, to State)
 }
 
-// New builds the fleet described by cfg. client is used for probes (its
-// Transport is shared with nothing else the gateway does). Backend keys are
-// read from the environment here, once.
-func New(cfg Config, client *http.Client, log *zap.Logger) (*Fleet, error) {
+// New builds the fleet described by cfg. client is used for probes. Backend
+// keys are read from the environment here, once. counters, by model name,
+// count the tokenizer probe locally; a model without one skips the probe.
+func New(cfg Config, client *http.Client, log *zap.Logger, counters map[string]PromptCounter) (*Fleet, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
 	f := &Fleet{
-		byName:   map[string]*Model{},
-		client:   client,
-		log:      log,
-		interval: cfg.Health.Interval.D(),
-		timeout:  cfg.Health.Timeout.D(),
-		now:      time.Now,
+		byName: map[string]*Model{},
+		client: client,
+		log:    log,
+		health: cfg.Health,
+		now:    time.Now,
 	}
 	start := time.Now()
 	for i, mc := range cfg.Models {
-		m := &Model{Name: mc.Name, ConfigMaxModelLen: mc.MaxModelLen, created: start.Unix()}
+		m := &Model{Name: mc.Name, ConfigMaxModelLen: mc.MaxModelLen, MinReady: mc.MinReadyOrDefault(), created: start.Unix(), counter: counters[mc.Name]}
 		for j, bc := range mc.Backends {
 			u, err := url.Parse(strings.TrimSuffix(bc.URL, "/"))
 			if err != nil {
 				return nil, fmt.Errorf("models[%d].backends[%d].url: %w", i, j, err)
 			}
-			b := &Backend{URL: u, Served: mc.Name, since: start, reason: "not probed yet"}
+			b := &Backend{URL: u, Served: mc.Name, since: start, reason: ReasonNotProbed}
 			if bc.ServedModel != "" {
 				b.Served = bc.ServedModel
 			}
@@ -224,6 +279,12 @@ func New(cfg Config, client *http.Client, log *zap.Logger) (*Fleet, error) {
 		f.byName[m.Name] = m
 	}
 	return f, nil
+}
+
+// OnTransition registers fn to be called on every state change (for
+// metrics). Call before Run.
+func (f *Fleet) OnTransition(fn func(m *Model, b *Backend, from, to State)) {
+	f.observers = append(f.observers, fn)
 }
 
 // Model returns the model named name.
@@ -252,7 +313,7 @@ func (f *Fleet) Run(ctx context.Context) {
 	for _, m := range f.models {
 		for _, b := range m.Backends {
 			wg.Go(func() {
-				t := time.NewTicker(f.interval)
+				t := time.NewTicker(f.health.Interval.D())
 				defer t.Stop()
 				for {
 					f.probe(ctx, m, b)
@@ -280,80 +341,303 @@ func (f *Fleet) ProbeAll(ctx context.Context) {
 	wg.Wait()
 }
 
+// ReportConnectFailure records that a real request could not reach b. It
+// counts toward unhealthy_threshold like a failed probe.
+func (f *Fleet) ReportConnectFailure(m *Model, b *Backend, err error) {
+	b.mu.Lock()
+	b.fails++
+	from := b.state
+	changed := false
+	if b.state == Ready && b.fails >= f.health.UnhealthyThreshold {
+		changed = b.setLocked(f.now(), Unhealthy, ReasonConnectionErrors+": "+describeDialError(err))
+	}
+	b.mu.Unlock()
+	if changed {
+		f.transitioned(m, b, from)
+	}
+}
+
+// ReportSuccess records that b answered a real request.
+func (f *Fleet) ReportSuccess(b *Backend) {
+	b.mu.Lock()
+	b.fails = 0
+	b.mu.Unlock()
+}
+
+func (f *Fleet) transitioned(m *Model, b *Backend, from State) {
+	st := b.Status()
+	f.log.Info("backend state", zap.String("model", m.Name), zap.String("backend", b.URL.String()),
+		zap.Stringer("from", from), zap.Stringer("state", st.State), zap.String("reason", st.Reason))
+	for _, fn := range f.observers {
+		fn(m, b, from, st.State)
+	}
+}
+
+// probe advances b's state machine by one step:
+//
+//	loading   --/health 200-->            warming
+//	warming   --listed, warm-up, probe--> ready
+//	ready     --N failures-->             unhealthy
+//	unhealthy --/health 200-->            warming
 func (f *Fleet) probe(ctx context.Context, m *Model, b *Backend) {
 	if ctx.Err() != nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, f.timeout)
-	defer cancel()
-	state, reason := f.check(ctx, b)
-	if ctx.Err() != nil && errors.Is(context.Cause(ctx), context.Canceled) {
+	pctx, cancel := context.WithTimeout(ctx, f.health.Timeout.D())
+	ok, reason := f.checkHealth(pctx, b)
+	cancel()
+	if ctx.Err() != nil {
 		return // shutting down: keep the last verdict
 	}
-	if state != Ready {
-		b.mu.Lock()
-		if b.state == Ready || b.state == Unhealthy {
-			state = Unhealthy
+	b.mu.Lock()
+	from := b.state
+	var changed bool
+	switch {
+	case !ok:
+		b.fails++
+		switch b.state {
+		case Loading:
+			changed = b.setLocked(f.now(), Loading, reason)
+		case Warming:
+			// Lost /health while warming: back to where it came from.
+			next := Loading
+			if b.warmedBefore() {
+				next = Unhealthy
+			}
+			changed = b.setLocked(f.now(), next, reason)
+		case Ready:
+			if b.fails >= f.health.UnhealthyThreshold {
+				changed = b.setLocked(f.now(), Unhealthy, reason)
+			}
+		case Unhealthy:
+			changed = b.setLocked(f.now(), Unhealthy, reason)
 		}
 		b.mu.Unlock()
+		if changed {
+			f.transitioned(m, b, from)
+		}
+		return
+	case b.state == Ready:
+		b.fails = 0
+		b.mu.Unlock()
+		return
+	}
+	b.fails = 0
+	if b.state != Warming {
+		changed = b.setLocked(f.now(), Warming, "warming up")
+	}
+	b.mu.Unlock()
+	if changed {
+		f.transitioned(m, b, from)
+		from = Warming
+	}
+	state, reason := f.warmUp(ctx, m, b)
+	if ctx.Err() != nil {
+		return
 	}
 	if b.set(f.now(), state, reason) {
-		f.log.Info("backend state", zap.String("model", m.Name), zap.String("backend", b.URL.String()),
-			zap.Stringer("state", state), zap.String("reason", reason))
+		f.transitioned(m, b, from)
 	}
 }
 
-// check asks the backend for /health and then /v1/models.
-func (f *Fleet) check(ctx context.Context, b *Backend) (State, string) {
-	res, err := f.get(ctx, b, "/health")
+// warmedBefore reports whether b was ever ready (it then has a recorded
+// warm-up TTFT). Call with b.mu held.
+func (b *Backend) warmedBefore() bool { return b.warmupTTFT > 0 }
+
+func (f *Fleet) checkHealth(ctx context.Context, b *Backend) (bool, string) {
+	res, err := f.do(ctx, b, http.MethodGet, "/health", nil)
 	if err != nil {
-		return Loading, describeDialError(err)
+		return false, describeDialError(err)
 	}
 	io.Copy(io.Discard, io.LimitReader(res.Body, 4096))
 	res.Body.Close()
 	if res.StatusCode != http.StatusOK {
-		return Loading, fmt.Sprintf("/health answered %d", res.StatusCode)
+		return false, fmt.Sprintf("/health answered %d", res.StatusCode)
 	}
-	res, err = f.get(ctx, b, "/v1/models")
+	return true, ""
+}
+
+// warmUp runs the checks between warming and ready: the model is listed
+// (with a max_model_len agreeing with the config), a one-token generation
+// succeeds, and the backend's /tokenize counts a probe conversation as this
+// gateway does. It returns Ready, or Warming with the reason.
+func (f *Fleet) warmUp(ctx context.Context, m *Model, b *Backend) (State, string) {
+	pctx, cancel := context.WithTimeout(ctx, f.health.Timeout.D())
+	defer cancel()
+	served, err := f.listModels(pctx, b)
 	if err != nil {
-		return Loading, "/v1/models: " + describeDialError(err)
+		return Warming, "/v1/models: " + err.Error()
+	}
+	card, ok := served[b.Served]
+	if !ok {
+		ids := make([]string, 0, len(served))
+		for id := range served {
+			ids = append(ids, id)
+		}
+		slices.Sort(ids)
+		return Warming, fmt.Sprintf("%s: %q not in /v1/models (serves %s)", ReasonModelNotServed, b.Served, strings.Join(ids, ", "))
+	}
+	b.mu.Lock()
+	b.maxModelLen, b.created = card.MaxModelLen, card.Created
+	b.mu.Unlock()
+	if m.ConfigMaxModelLen > 0 && card.MaxModelLen > 0 && card.MaxModelLen != m.ConfigMaxModelLen {
+		return Warming, fmt.Sprintf("%s: backend serves max_model_len %d, config says %d", ReasonMaxModelLen, card.MaxModelLen, m.ConfigMaxModelLen)
+	}
+	if v, err := f.version(pctx, b); err == nil {
+		b.mu.Lock()
+		b.version = v
+		b.mu.Unlock()
+	}
+	// The warm-up generation: the first real request pays for lazy
+	// compilation and allocation; this one does instead.
+	wctx, wcancel := context.WithTimeout(ctx, f.health.WarmupTimeout.D())
+	defer wcancel()
+	gen := map[string]any{"model": b.Served, "prompt": f.health.WarmupPrompt, "max_tokens": 1}
+	start := time.Now()
+	status, body, err := f.postJSON(wctx, b, "/v1/completions", gen)
+	if err != nil {
+		return Warming, ReasonWarmupFailed + ": " + describeDialError(err)
+	}
+	if status != http.StatusOK {
+		return Warming, fmt.Sprintf("%s: /v1/completions answered %d: %s", ReasonWarmupFailed, status, snippet(body))
+	}
+	ttft := max(time.Since(start), time.Microsecond)
+	b.mu.Lock()
+	b.warmupTTFT = ttft
+	b.mu.Unlock()
+	if m.counter != nil {
+		if reason := f.tokenizerProbe(pctx, m, b); reason != "" {
+			return Warming, reason
+		}
+	}
+	return Ready, ""
+}
+
+// tokenizerProbe compares the local count of a probe request with the
+// backend's POST /tokenize. A backend without /tokenize (404) passes: there
+// is nothing to compare.
+func (f *Fleet) tokenizerProbe(ctx context.Context, m *Model, b *Backend) string {
+	chat := map[string]any{"model": b.Served, "messages": []map[string]string{
+		{"role": "system", "content": "You are a helpful assistant."},
+		{"role": "user", "content": f.health.WarmupPrompt},
+	}}
+	body, _ := json.Marshal(chat)
+	n, exact := m.counter.CountBody(true, body)
+	req := chat
+	if !exact {
+		// No chat template here: compare the plain tokenizer instead.
+		req = map[string]any{"model": b.Served, "prompt": f.health.WarmupPrompt}
+		body, _ = json.Marshal(req)
+		if n, exact = m.counter.CountBody(false, body); !exact {
+			return ""
+		}
+	}
+	status, ans, err := f.postJSON(ctx, b, "/tokenize", req)
+	if err != nil {
+		return "/tokenize: " + describeDialError(err)
+	}
+	if status == http.StatusNotFound || status == http.StatusMethodNotAllowed {
+		return ""
+	}
+	if status != http.StatusOK {
+		return fmt.Sprintf("/tokenize answered %d: %s", status, snippet(ans))
+	}
+	var tr struct {
+		Count int `json:"count"`
+	}
+	if err := json.Unmarshal(ans, &tr); err != nil {
+		return "/tokenize: unreadable answer"
+	}
+	if tr.Count != n {
+		return fmt.Sprintf("%s: the backend counts the probe conversation as %d tokens, this gateway as %d", ReasonTokenizer, tr.Count, n)
+	}
+	return ""
+}
+
+type modelCard struct {
+	Created     int64 `json:"created"`
+	MaxModelLen int   `json:"max_model_len"`
+}
+
+func (f *Fleet) listModels(ctx context.Context, b *Backend) (map[string]modelCard, error) {
+	res, err := f.do(ctx, b, http.MethodGet, "/v1/models", nil)
+	if err != nil {
+		return nil, errors.New(describeDialError(err))
 	}
 	defer res.Body.Close()
 	if res.StatusCode != http.StatusOK {
-		return Loading, fmt.Sprintf("/v1/models answered %d", res.StatusCode)
+		return nil, fmt.Errorf("answered %d", res.StatusCode)
 	}
 	var list struct {
 		Data []struct {
-			ID          string `json:"id"`
-			Created     int64  `json:"created"`
-			MaxModelLen int    `json:"max_model_len"`
+			ID string `json:"id"`
+			modelCard
 		} `json:"data"`
 	}
 	if err := json.NewDecoder(io.LimitReader(res.Body, 1<<20)).Decode(&list); err != nil {
-		return Loading, "/v1/models: unreadable answer: " + err.Error()
+		return nil, fmt.Errorf("unreadable answer: %v", err)
 	}
-	var ids []string
+	out := make(map[string]modelCard, len(list.Data))
 	for _, d := range list.Data {
-		if d.ID == b.Served {
-			b.mu.Lock()
-			b.maxModelLen, b.created = d.MaxModelLen, d.Created
-			b.mu.Unlock()
-			return Ready, ""
-		}
-		ids = append(ids, d.ID)
+		out[d.ID] = d.modelCard
 	}
-	return Loading, fmt.Sprintf("model %q not served (serves %s)", b.Served, strings.Join(ids, ", "))
+	return out, nil
 }
 
-func (f *Fleet) get(ctx context.Context, b *Backend, path string) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.URL.String()+path, nil)
+func (f *Fleet) version(ctx context.Context, b *Backend) (string, error) {
+	res, err := f.do(ctx, b, http.MethodGet, "/version", nil)
+	if err != nil {
+		return "", err
+	}
+	defer res.Body.Close()
+	var v struct {
+		Version string `json:"version"`
+	}
+	if res.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(res.Body, 4096)).Decode(&v) != nil {
+		return "", errors.New("no version")
+	}
+	return v.Version, nil
+}
+
+func (f *Fleet) postJSON(ctx context.Context, b *Backend, path string, v any) (int, []byte, error) {
+	body, _ := json.Marshal(v)
+	res, err := f.do(ctx, b, http.MethodPost, path, body)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer res.Body.Close()
+	ans, err := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+	return res.StatusCode, ans, err
+}
+
+func (f *Fleet) do(ctx context.Context, b *Backend, method, path string, body []byte) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, b.URL.String()+path, rd)
 	if err != nil {
 		return nil, err
 	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	// Probes say what they are, so that backend logs and tests can tell
+	// them from client traffic.
+	req.Header.Set("User-Agent", "maitred-probe")
+	req.Header.Set(ProbeHeader, strings.TrimPrefix(path, "/"))
 	if b.Key != "" {
 		req.Header.Set("Authorization", "Bearer "+b.Key)
 	}
 	return f.client.Do(req)
+}
+
+func snippet(b []byte) string {
+	const n = 200
+	if len(b) > n {
+		return string(b[:n]) + "..."
+	}
+	return string(b)
 }
 
 // describeDialError turns a transport error into a short reason.
@@ -362,11 +646,11 @@ func describeDialError(err error) string {
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return "connection refused"
 	case errors.Is(err, context.DeadlineExceeded):
-		return "probe timed out"
+		return "timed out"
 	}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
-		return "probe timed out"
+		return "timed out"
 	}
 	var ue *url.Error
 	if errors.As(err, &ue) {
@@ -377,7 +661,7 @@ func describeDialError(err error) string {
 
 // UnmarshalText reads a state's name.
 func (s *State) UnmarshalText(b []byte) error {
-	for _, c := range []State{Loading, Ready, Unhealthy} {
+	for _, c := range States() {
 		if c.String() == string(b) {
 			*s = c
 			return nil

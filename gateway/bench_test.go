@@ -46,7 +46,7 @@ func BenchmarkProxy(b *testing.B) {
 	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(io.Discard), zap.InfoLevel))
 	gtr := NewTransport(cfg)
 	defer gtr.CloseIdleConnections()
-	fl, _ := fleet.New(cfg, &http.Client{Transport: gtr}, log)
+	fl, _ := fleet.New(cfg, &http.Client{Transport: gtr}, log, nil)
 	g, _ := New(Options{Config: cfg, Fleet: fl, Logger: log, Registry: prometheus.NewRegistry(), Transport: gtr})
 	fl.ProbeAll(context.Background())
 	g.SetPhase(Serving)
@@ -85,7 +85,7 @@ func BenchmarkServeInProcess(b *testing.B) {
 	cfg.Models = []fleet.ModelConfig{{Name: "m", Backends: []fleet.BackendConfig{{URL: backend.URL}}}}
 	gtr := NewTransport(cfg)
 	defer gtr.CloseIdleConnections()
-	fl, _ := fleet.New(cfg, &http.Client{Transport: gtr}, zap.NewNop())
+	fl, _ := fleet.New(cfg, &http.Client{Transport: gtr}, zap.NewNop(), nil)
 	g, _ := New(Options{Config: cfg, Fleet: fl, Registry: prometheus.NewRegistry(), Transport: gtr})
 	fl.ProbeAll(context.Background())
 	h := g.Handler()

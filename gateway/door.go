@@ -3,6 +3,7 @@ package gateway
 import (
 	"github.com/maitred-dev/maitred/admission"
 	"github.com/maitred-dev/maitred/fleet"
+	"github.com/maitred-dev/maitred/internal/ojson"
 	"github.com/maitred-dev/maitred/tokenize"
 )
 
@@ -48,4 +49,31 @@ func rejection(r *admission.Rejection) *Error {
 		}
 	}
 	return e
+}
+
+// PromptCounters adapts tokenizers to the fleet's warm-up tokenizer probe.
+func PromptCounters(toks map[string]*tokenize.Model) map[string]fleet.PromptCounter {
+	out := make(map[string]fleet.PromptCounter, len(toks))
+	for name, m := range toks {
+		if m != nil {
+			out[name] = probeCounter{m}
+		}
+	}
+	return out
+}
+
+type probeCounter struct{ m *tokenize.Model }
+
+func (p probeCounter) CountBody(chat bool, body []byte) (int, bool) {
+	v, err := ojson.Parse(body, ojson.DefaultMaxDepth)
+	if err != nil {
+		return 0, false
+	}
+	var c tokenize.Count
+	if chat {
+		c, err = p.m.CountChat(v, 0)
+	} else {
+		c, err = p.m.CountCompletion(v, 0)
+	}
+	return c.Tokens, err == nil && c.Exact
 }

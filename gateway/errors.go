@@ -66,7 +66,8 @@ const (
 	codeBackendDown      = "backend_unavailable"
 	codeBackendTimeout   = "backend_timeout"
 	codeModelNotReady    = "model_not_ready"
-	codeStreamBroken     = "upstream_stream_error"
+	codeDisconnected     = "backend_disconnected"
+	codeStalled          = "backend_stalled"
 	codeShuttingDown     = "server_shutting_down"
 )
 

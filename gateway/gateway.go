@@ -47,6 +47,15 @@ type Gateway struct {
 	door    *admission.Door
 	catalog *catalog
 	checker *tokenizeChecker
+	// stopCtx is cancelled at the drain deadline: every upstream request
+	// still running is then cancelled and its client told why.
+	stopCtx  context.Context
+	hardStop context.CancelFunc
+	timeouts map[string]modelTimeouts
+}
+
+type modelTimeouts struct {
+	firstByte, streamIdle time.Duration
 }
 
 // Phase is the gateway's lifecycle: starting until the first probe round is
@@ -57,10 +66,11 @@ const (
 	Starting Phase = iota
 	Serving
 	Draining
+	Stopped
 )
 
 func (p Phase) String() string {
-	return [...]string{"starting", "ready", "draining"}[p]
+	return [...]string{"starting", "ready", "draining", "stopped"}[p]
 }
 
 // New builds a gateway. It starts no goroutines; Serve and the fleet's Run do.
@@ -84,6 +94,13 @@ func New(o Options) (*Gateway, error) {
 		reg:     o.Registry,
 		metrics: newMetrics(o.Registry),
 	}
+	g.stopCtx, g.hardStop = context.WithCancel(context.Background())
+	g.timeouts = map[string]modelTimeouts{}
+	for i := range o.Config.Models {
+		mc := &o.Config.Models[i]
+		g.timeouts[mc.Name] = modelTimeouts{firstByte: o.Config.FirstByte(mc), streamIdle: o.Config.StreamIdle(mc)}
+	}
+	o.Registry.MustRegister(fleetCollector{o.Fleet})
 	g.catalog = newCatalog(o.Config, o.Fleet, o.Tokenizers)
 	g.door = admission.NewDoor(g.catalog)
 	g.checker = newTokenizeChecker(o.Config, &http.Client{Transport: o.Transport}, g.metrics, g.log)
@@ -93,8 +110,9 @@ func New(o Options) (*Gateway, error) {
 }
 
 // NewTransport returns the backend transport: HTTP/1.1 keep-alive pools
-// sized for many concurrent streams, no transparent compression (bodies
-// pass through byte for byte), and the header timeout that yields 504.
+// sized for many concurrent streams and no transparent compression (bodies
+// pass through byte for byte). The first-byte timeout is per model and per
+// request, so it is not set here.
 func NewTransport(cfg fleet.Config) *http.Transport {
 	return &http.Transport{
 		Proxy: nil, // backends are addressed directly, never via HTTP_PROXY
@@ -105,7 +123,6 @@ func NewTransport(cfg fleet.Config) *http.Transport {
 		MaxIdleConns:          1024,
 		MaxIdleConnsPerHost:   256,
 		IdleConnTimeout:       90 * time.Second,
-		ResponseHeaderTimeout: cfg.BackendHeaderTimeout.D(),
 		ExpectContinueTimeout: 0,
 		DisableCompression:    true,
 		ForceAttemptHTTP2:     false,
@@ -157,10 +174,19 @@ func (g *Gateway) Server() *http.Server {
 // Close waits for background work (sampled tokenizer checks) to end.
 func (g *Gateway) Close() { g.checker.wait() }
 
-// Serve runs the gateway on ln until ctx is done, then drains: /readyz
-// fails at once, the listener closes, and in-flight requests get up to
-// drainTimeout to finish.
-func (g *Gateway) Serve(ctx context.Context, ln net.Listener, drainTimeout time.Duration) error {
+// Serve runs the gateway on ln until ctx is done, then drains:
+//
+//  1. /readyz answers 503 at once (phase draining);
+//  2. new requests are still served for drain_delay, the time load
+//     balancers need to notice;
+//  3. the listener closes and in-flight requests and streams get up to
+//     drain_timeout to finish;
+//  4. at that deadline every upstream request still running is cancelled:
+//     streams end with a server_shutting_down event and [DONE],
+//     non-streaming requests waiting for a backend get 503.
+//
+// It returns nil after a clean drain.
+func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	srv := g.Server()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -170,13 +196,32 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener, drainTimeout time.
 	case <-ctx.Done():
 	}
 	g.SetPhase(Draining)
-	sctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
-	defer cancel()
-	err := srv.Shutdown(sctx)
-	if err != nil {
-		srv.Close()
+	g.log.Info("draining", zap.Duration("drain_delay", g.cfg.DrainDelay.D()), zap.Duration("drain_timeout", g.cfg.DrainTimeout.D()))
+	if d := g.cfg.DrainDelay.D(); d > 0 {
+		t := time.NewTimer(d)
+		<-t.C
 	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Shutdown(context.Background()) }()
+	deadline := time.NewTimer(g.cfg.DrainTimeout.D())
+	defer deadline.Stop()
+	var err error
+	select {
+	case err = <-done:
+	case <-deadline.C:
+		g.log.Warn("drain deadline reached: ending the requests still in flight")
+		g.hardStop()
+		grace := time.NewTimer(5 * time.Second)
+		select {
+		case err = <-done:
+		case <-grace.C:
+			err = srv.Close()
+		}
+		grace.Stop()
+	}
+	g.hardStop()
 	<-errc
 	g.Close()
+	g.SetPhase(Stopped)
 	return err
 }

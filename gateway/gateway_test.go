@@ -201,7 +201,7 @@ func TestSilentBackendIs504(t *testing.T) {
 		}
 	})
 	defer close(release)
-	tg := startGateway(t, func(c *fleet.Config) { c.BackendHeaderTimeout = fleet.Duration(50 * time.Millisecond) }, fb.URL)
+	tg := startGateway(t, func(c *fleet.Config) { c.FirstByteTimeout = fleet.Duration(50 * time.Millisecond) }, fb.URL)
 	res := tg.post(t, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
 	body := readBodyT(t, res)
 	if e := decodeEnvelope(t, body); res.StatusCode != 504 || str(e.Error.Code) != "backend_timeout" {
@@ -242,6 +242,12 @@ func TestReadyzFollowsBackendsAndPhase(t *testing.T) {
 		t.Fatalf("ready backend: %d %+v", code, rb)
 	}
 	fb.setHealth(503)
+	// One failed probe is a blip; unhealthy_threshold (3) in a row is not.
+	tg.Fleet.ProbeAll(t.Context())
+	if code, _ := get(); code != 200 {
+		t.Fatalf("one failed probe made the model unready: %d", code)
+	}
+	tg.Fleet.ProbeAll(t.Context())
 	tg.Fleet.ProbeAll(t.Context())
 	code, rb := get()
 	if code != 503 || rb.Models[0].Ready || rb.Models[0].Backends[0].State != fleet.Unhealthy ||

@@ -18,6 +18,8 @@ func (g *Gateway) livez(w http.ResponseWriter, r *http.Request, _ *exchange) err
 type readyModel struct {
 	Name     string                `json:"name"`
 	Ready    bool                  `json:"ready"`
+	MinReady int                   `json:"min_ready"`
+	NReady   int                   `json:"ready_backends"`
 	Backends []fleet.BackendStatus `json:"backends"`
 }
 
@@ -27,18 +29,22 @@ type readyBody struct {
 	Models []readyModel `json:"models"`
 }
 
-// readyz answers 200 when every model has a ready backend and the gateway
-// is not draining, else 503; the body says which model and backend and why.
+// readyz answers 200 when every model has at least min_ready ready backends
+// and the gateway is serving (not starting, not draining), else 503; the
+// body says which model and backend and why, and since when.
 func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request, _ *exchange) error {
 	body := readyBody{Phase: g.Phase().String()}
 	ok := g.Phase() == Serving
 	for _, m := range g.fleet.Models() {
-		rm := readyModel{Name: m.Name}
+		rm := readyModel{Name: m.Name, MinReady: m.MinReady}
 		for _, b := range m.Backends {
 			s := b.Status()
-			rm.Ready = rm.Ready || s.State == fleet.Ready
+			if s.State == fleet.Ready {
+				rm.NReady++
+			}
 			rm.Backends = append(rm.Backends, s)
 		}
+		rm.Ready = rm.NReady >= m.MinReady
 		ok = ok && rm.Ready
 		body.Models = append(body.Models, rm)
 	}

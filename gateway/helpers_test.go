@@ -43,6 +43,13 @@ func newFakeBackend(t testing.TB, model string, h http.HandlerFunc) *fakeBackend
 		case "/v1/models":
 			io.WriteString(w, `{"object":"list","data":[{"id":"`+model+`","object":"model","created":1700000000,"owned_by":"vllm","max_model_len":2048}]}`)
 			return
+		case "/version":
+			io.WriteString(w, `{"version":"fake"}`)
+			return
+		}
+		if r.Header.Get(fleet.ProbeHeader) != "" {
+			io.WriteString(w, `{"choices":[{"text":"x"}]}`) // the warm-up generation
+			return
 		}
 		body, _ := io.ReadAll(r.Body)
 		fb.mu.Lock()
@@ -100,7 +107,11 @@ func startGatewayToks(t *testing.T, tok *tokenize.Model, mutate func(*fleet.Conf
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
 	tr := NewTransport(cfg)
 	t.Cleanup(tr.CloseIdleConnections)
-	fl, err := fleet.New(cfg, &http.Client{Transport: tr}, log)
+	var counters map[string]fleet.PromptCounter
+	if tok != nil {
+		counters = PromptCounters(map[string]*tokenize.Model{"m": tok})
+	}
+	fl, err := fleet.New(cfg, &http.Client{Transport: tr}, log, counters)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"github.com/maitred-dev/maitred/fleet"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -8,13 +9,14 @@ import (
 // metrics are registered on the registry the caller injects; the gateway
 // touches no global registry, so tests and embedders can run several.
 type metrics struct {
-	requests     *prometheus.CounterVec
-	duration     *prometheus.HistogramVec
-	inFlight     *prometheus.GaugeVec
-	streamErrors *prometheus.CounterVec
-	rejections   *prometheus.CounterVec
-	uncounted    *prometheus.CounterVec
-	tokChecks    *prometheus.CounterVec
+	requests      *prometheus.CounterVec
+	duration      *prometheus.HistogramVec
+	inFlight      *prometheus.GaugeVec
+	streamErrors  *prometheus.CounterVec
+	rejections    *prometheus.CounterVec
+	uncounted     *prometheus.CounterVec
+	tokChecks     *prometheus.CounterVec
+	backendErrors *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -50,8 +52,48 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Sampled comparisons of the local prompt count with the backend's POST /tokenize, by model and result (match, mismatch, error).",
 		}, []string{"model", "result"}),
 	}
-	reg.MustRegister(m.requests, m.duration, m.inFlight, m.streamErrors, m.rejections, m.uncounted, m.tokChecks,
+	m.backendErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "maitred_backend_errors_total",
+		Help: "Backend failures by model, backend and kind: connect_failed, failed_before_headers, first_byte_timeout, stream_stalled, stream_disconnected.",
+	}, []string{"model", "backend", "kind"})
+	reg.MustRegister(m.requests, m.duration, m.inFlight, m.streamErrors, m.rejections, m.uncounted, m.tokChecks, m.backendErrors,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// fleetCollector exports each backend's state at scrape time, so the gauge
+// can never disagree with /readyz.
+type fleetCollector struct{ fleet *fleet.Fleet }
+
+var backendStateDesc = prometheus.NewDesc("maitred_backend_state",
+	"1 for the state each backend is in (loading, warming, ready, unhealthy), else 0.",
+	[]string{"model", "backend", "state"}, nil)
+
+var modelReadyDesc = prometheus.NewDesc("maitred_model_ready_backends",
+	"Ready backends per model.", []string{"model"}, nil)
+
+func (c fleetCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- backendStateDesc
+	ch <- modelReadyDesc
+}
+
+func (c fleetCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, m := range c.fleet.Models() {
+		ready := 0
+		for _, b := range m.Backends {
+			st := b.Status()
+			if st.State == fleet.Ready {
+				ready++
+			}
+			for _, s := range fleet.States() {
+				v := 0.0
+				if s == st.State {
+					v = 1
+				}
+				ch <- prometheus.MustNewConstMetric(backendStateDesc, prometheus.GaugeValue, v, m.Name, b.URL.Host, s.String())
+			}
+		}
+		ch <- prometheus.MustNewConstMetric(modelReadyDesc, prometheus.GaugeValue, float64(ready), m.Name)
+	}
 }

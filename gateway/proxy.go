@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -66,18 +67,44 @@ func (g *Gateway) completions(ep admission.Endpoint) handlerFunc {
 		m, _ := g.fleet.Model(dec.Model)
 		g.metrics.inFlight.WithLabelValues(m.Name).Inc()
 		defer g.metrics.inFlight.WithLabelValues(m.Name).Dec()
-		b := m.Pick()
-		if b == nil {
-			return g.notReady(m)
-		}
-		x.backend = b
-		release := b.Acquire()
-		defer release()
-		err = g.forward(w, r, x, dec.Body)
+		err = g.dispatch(w, r, x, m, dec.Body)
 		if err == nil && dec.Uncounted == admission.Counted {
-			g.checker.maybeCheck(b, ep, dec, body)
+			g.checker.maybeCheck(x.backend, ep, dec, body)
 		}
 		return err
+	}
+}
+
+// dispatch sends body to a ready backend of m. A backend that cannot be
+// connected to has received nothing, so the next ready backend is tried;
+// once a request has reached a backend it is never sent again.
+func (g *Gateway) dispatch(w http.ResponseWriter, r *http.Request, x *exchange, m *fleet.Model, body []byte) error {
+	var tried []*fleet.Backend
+	var lastErr error
+	for {
+		b := m.PickExcept(tried)
+		if b == nil {
+			if lastErr != nil {
+				return lastErr
+			}
+			return g.notReady(m)
+		}
+		tried = append(tried, b)
+		x.backend, x.proxyErr = b, nil
+		release := b.Acquire()
+		err := g.forward(w, r, x, body)
+		release()
+		if err == nil {
+			g.fleet.ReportSuccess(b)
+			return nil
+		}
+		var e *Error
+		if !errors.As(err, &e) || e.Code != codeBackendDown || !x.notSent {
+			return err
+		}
+		g.fleet.ReportConnectFailure(m, b, x.proxyErr)
+		lastErr = err
+		x.retries++
 	}
 }
 
@@ -101,9 +128,25 @@ func modelOf(body []byte) string {
 
 // forward sends body to x.backend through the reverse proxy and returns the
 // classified transport error, if any.
+//
+// The upstream request has its own context: cancelled when the client
+// leaves, when no response headers came within the first-byte timeout, when
+// a stream goes silent for the idle timeout, and at the drain deadline.
+// Each of these is told apart afterwards by the flag its timer set.
 func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, x *exchange, body []byte) error {
-	out := r.WithContext(context.WithValue(r.Context(), ctxKey{}, x))
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	x.cancel = cancel
+	x.timedOut.Store(false)
+	stopHard := context.AfterFunc(g.stopCtx, func() { x.shutdown.Store(true); cancel() })
+	defer stopHard()
+	t := g.timeouts[x.model]
+	x.firstByte = time.AfterFunc(t.firstByte, func() { x.timedOut.Store(true); cancel() })
+	defer x.firstByte.Stop()
+
+	out := r.WithContext(context.WithValue(ctx, ctxKey{}, x))
 	out.Body = io.NopCloser(bytes.NewReader(body))
+	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	out.ContentLength = int64(len(body))
 	g.proxy.ServeHTTP(w, out)
 	if x.proxyErr != nil {
@@ -127,28 +170,40 @@ func (g *Gateway) notReady(m *fleet.Model) *Error {
 		RetryAfter: g.cfg.Health.Interval.D()}
 }
 
-// classify turns a transport failure into the gateway's answer: a client
-// that left gets nothing, a backend that never answered in time 504, one
-// that could not be reached or broke before its headers 502.
+// classify turns a transport failure before any response header into the
+// gateway's answer: a client that left gets nothing (logged as 499), the
+// drain deadline 503, a backend that sent no headers in time 504, one that
+// could not be reached or failed before answering 502. Each has its own
+// code and its own kind in maitred_backend_errors_total.
 func (g *Gateway) classify(r *http.Request, x *exchange) error {
 	err := x.proxyErr
 	if r.Context().Err() != nil {
 		return errClientGone
 	}
 	host := x.backend.URL.Host
-	var ne net.Error
 	var oe *net.OpError
 	switch {
+	case x.shutdown.Load():
+		return &Error{Status: http.StatusServiceUnavailable, Type: typeServer, Code: codeShuttingDown,
+			Message: "The gateway is shutting down; retry on another instance.", RetryAfter: time.Second, Cause: err}
+	case x.timedOut.Load():
+		g.backendError(x, "first_byte_timeout")
+		return &Error{Status: http.StatusGatewayTimeout, Type: typeServer, Code: codeBackendTimeout,
+			Message: fmt.Sprintf("Backend %s of model %q sent no response headers within %s.", host, x.model, g.timeouts[x.model].firstByte), Cause: err}
 	case errors.As(err, &oe) && oe.Op == "dial":
+		x.notSent = true
+		g.backendError(x, "connect_failed")
 		return &Error{Status: http.StatusBadGateway, Type: typeServer, Code: codeBackendDown,
 			Message: fmt.Sprintf("Backend %s of model %q could not be reached: %s.", host, x.model, dialReason(err)), Cause: err}
-	case errors.As(err, &ne) && ne.Timeout():
-		return &Error{Status: http.StatusGatewayTimeout, Type: typeServer, Code: codeBackendTimeout,
-			Message: fmt.Sprintf("Backend %s of model %q sent no response headers within %s.", host, x.model, g.cfg.BackendHeaderTimeout.D()), Cause: err}
 	default:
+		g.backendError(x, "failed_before_headers")
 		return &Error{Status: http.StatusBadGateway, Type: typeServer, Code: codeBackendDown,
 			Message: fmt.Sprintf("Backend %s of model %q failed before answering.", host, x.model), Cause: err}
 	}
+}
+
+func (g *Gateway) backendError(x *exchange, kind string) {
+	g.metrics.backendErrors.WithLabelValues(x.model, x.backend.URL.Host, kind).Inc()
 }
 
 func dialReason(err error) string {
@@ -240,11 +295,16 @@ func (g *Gateway) newProxy(rt http.RoundTripper) *httputil.ReverseProxy {
 		},
 		ModifyResponse: func(res *http.Response) error {
 			x := res.Request.Context().Value(ctxKey{}).(*exchange)
+			x.firstByte.Stop()
 			res.Header.Set("X-Request-Id", x.id)
 			if res.StatusCode == http.StatusOK && isEventStream(res.Header.Get("Content-Type")) {
-				res.Body = newStreamGuard(res.Body, res.Request.Context(), func(cause error) []byte {
+				guard := newStreamGuard(res.Body, x.clientCtx, func(cause error) []byte {
 					return g.streamBroken(x, cause)
 				})
+				if idle := g.timeouts[x.model].streamIdle; idle > 0 {
+					guard.watchIdle(idle, func() { x.stalled.Store(true); x.cancel() })
+				}
+				res.Body = guard
 			}
 			return nil
 		},
@@ -261,16 +321,31 @@ func isEventStream(ct string) bool {
 }
 
 // streamBroken is called when a backend stream ends without [DONE]; it
-// returns the events that end the client's stream.
+// returns the events that end the client's stream, naming why: the drain
+// deadline, a silent backend, or a backend that went away.
 func (g *Gateway) streamBroken(x *exchange, cause error) []byte {
-	reason := "backend closed the stream without [DONE]"
-	if cause != nil {
-		reason = "backend stream failed: " + cause.Error()
+	var code, kind, msg string
+	switch {
+	case x.shutdown.Load():
+		code, kind = codeShuttingDown, "shutdown"
+		msg = "The gateway is shutting down and ended this stream; the answer is truncated."
+	case x.stalled.Load():
+		code, kind = codeStalled, "stream_stalled"
+		msg = fmt.Sprintf("The backend sent nothing for %s; the stream was cancelled and the answer is truncated.", g.timeouts[x.model].streamIdle)
+	default:
+		code, kind = codeDisconnected, "stream_disconnected"
+		msg = "The backend stream broke before it was complete"
+		if cause != nil {
+			msg += " (" + cause.Error() + ")"
+		}
+		msg += "; the answer is truncated."
 	}
-	x.streamBroke = reason
-	g.metrics.streamErrors.WithLabelValues(x.model, "backend").Inc()
-	e := &Error{Type: typeServer, Code: codeStreamBroken,
-		Message: fmt.Sprintf("The backend stream broke before it was complete (%s); the answer is truncated. Request id %s.", reason, x.id)}
+	x.streamBroke = code
+	g.metrics.streamErrors.WithLabelValues(x.model, code).Inc()
+	if kind != "shutdown" {
+		g.backendError(x, kind)
+	}
+	e := &Error{Type: typeServer, Code: code, Message: msg + " Request id " + x.id + "."}
 	return e.sseEvent()
 }
 

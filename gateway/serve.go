@@ -1,12 +1,14 @@
 package gateway
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"net/http"
 	"runtime/debug"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -38,6 +40,16 @@ type exchange struct {
 	bytesIn  int
 	// proxyErr is set by the reverse proxy's error handler.
 	proxyErr error
+	// notSent: the last backend was never connected to (safe to retry).
+	notSent bool
+	retries int
+	// clientCtx is the client request's context; cancel cancels the
+	// upstream request only.
+	clientCtx context.Context
+	cancel    context.CancelFunc
+	firstByte *time.Timer
+	// Set by timers on other goroutines, read after the proxy returns.
+	timedOut, stalled, shutdown atomic.Bool
 	// streamBroke is the reason a stream was ended by the gateway.
 	streamBroke string
 	// outcome names how the request ended when it did not succeed.
@@ -52,7 +64,7 @@ type exchange struct {
 // and the request metrics.
 func (g *Gateway) serve(endpoint string, h handlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		x := &exchange{id: requestID(r), start: time.Now(), endpoint: endpoint}
+		x := &exchange{id: requestID(r), start: time.Now(), endpoint: endpoint, clientCtx: r.Context()}
 		rec := &recorder{ResponseWriter: w}
 		w.Header().Set("X-Request-Id", x.id)
 		var err error
@@ -68,7 +80,7 @@ func (g *Gateway) serve(endpoint string, h handlerFunc) http.HandlerFunc {
 			if p == http.ErrAbortHandler && x.outcome == "" {
 				x.outcome = "aborted"
 				if r.Context().Err() != nil {
-					x.outcome = "client_gone"
+					x.outcome = "client_closed"
 				}
 			}
 			g.finish(x, rec, r, err)
@@ -88,7 +100,7 @@ func (g *Gateway) serve(endpoint string, h handlerFunc) http.HandlerFunc {
 				e.write(rec)
 			}
 		case errors.Is(err, errClientGone):
-			x.outcome = "client_gone"
+			x.outcome = "client_closed"
 		default:
 			x.outcome = "internal_error"
 			if !rec.wroteHeader {
@@ -104,7 +116,7 @@ func (g *Gateway) finish(x *exchange, rec *recorder, r *http.Request, err error)
 	if !rec.wroteHeader {
 		status = statusClientClosed
 		if x.outcome == "" {
-			x.outcome = "client_gone"
+			x.outcome = "client_closed"
 		}
 	}
 	d := time.Since(x.start)
@@ -158,6 +170,9 @@ func (g *Gateway) finish(x *exchange, rec *recorder, r *http.Request, err error)
 	}
 	if x.streamBroke != "" {
 		fields = append(fields, zap.String("stream_error", x.streamBroke))
+	}
+	if x.retries > 0 {
+		fields = append(fields, zap.Int("retries", x.retries))
 	}
 	if err != nil {
 		// Error text is the gateway's own wording or a transport error;

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"time"
 )
 
 // maxPartialEvent bounds how much of an unfinished SSE event the guard
@@ -29,6 +30,17 @@ type streamGuard struct {
 	sawDone bool
 	tail    []byte // the break events still to return
 	ended   bool
+
+	idle  time.Duration
+	timer *time.Timer
+}
+
+// watchIdle calls onIdle when the backend sends nothing for d; onIdle
+// cancels the upstream request, which makes the pending Read fail and the
+// guard end the stream.
+func (g *streamGuard) watchIdle(d time.Duration, onIdle func()) {
+	g.idle = d
+	g.timer = time.AfterFunc(d, onIdle)
 }
 
 func newStreamGuard(body io.ReadCloser, ctx context.Context, onBreak func(error) []byte) *streamGuard {
@@ -59,6 +71,9 @@ func (g *streamGuard) Read(p []byte) (int, error) {
 			g.buf = append(g.buf, 0)[:len(g.buf)]
 		}
 		n, err := g.body.Read(g.buf[len(g.buf):cap(g.buf)])
+		if n > 0 && g.timer != nil {
+			g.timer.Reset(g.idle)
+		}
 		start := len(g.buf)
 		g.buf = g.buf[:start+n]
 		if n > 0 {
@@ -121,4 +136,9 @@ func (g *streamGuard) scan(start int) {
 	g.ready = end
 }
 
-func (g *streamGuard) Close() error { return g.body.Close() }
+func (g *streamGuard) Close() error {
+	if g.timer != nil {
+		g.timer.Stop()
+	}
+	return g.body.Close()
+}

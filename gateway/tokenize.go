@@ -175,6 +175,7 @@ func (c *tokenizeChecker) check(b *fleet.Backend, ep admission.Endpoint, dec adm
 		return
 	}
 	hr.Header.Set("Content-Type", "application/json")
+	hr.Header.Set(fleet.ProbeHeader, "tokenize-check")
 	if b.Key != "" {
 		hr.Header.Set("Authorization", "Bearer "+b.Key)
 	}

@@ -71,7 +71,9 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	err = runGateway(ctx, cfg, log, 5*time.Second, func(a net.Addr) {
+	// A person pressing Ctrl-C wants it to stop, not a load balancer's drain.
+	cfg.DrainDelay, cfg.DrainTimeout = 0, fleet.Duration(5*time.Second)
+	err = runGateway(ctx, cfg, log, func(a net.Addr) {
 		printDemo(stdout, a.String())
 	})
 	cancel()

@@ -53,7 +53,6 @@ func cmdServe(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	configPath := fs.String("config", "", "path to the YAML config (required)")
 	listen := fs.String("listen", "", "address to listen on, overriding the config's listen")
-	drain := fs.Duration("drain-timeout", 60*time.Second, "how long in-flight requests may finish after a shutdown signal")
 	var lf logFlags
 	lf.register(fs)
 	fs.Usage = func() {
@@ -80,20 +79,20 @@ func cmdServe(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	defer log.Sync()
-	return runGateway(ctx, cfg, log, *drain, nil)
+	return runGateway(ctx, cfg, log, nil)
 }
 
 // runGateway wires the fleet and the gateway, serves until ctx is done and
 // drains. started, if set, is called with the bound address once the
 // listener is open and the first probe round is done.
-func runGateway(ctx context.Context, cfg fleet.Config, log *zap.Logger, drain time.Duration, started func(net.Addr)) error {
+func runGateway(ctx context.Context, cfg fleet.Config, log *zap.Logger, started func(net.Addr)) error {
 	reg := prometheus.NewRegistry()
 	probeClient := &http.Client{Transport: gateway.NewTransport(cfg)}
-	fl, err := fleet.New(cfg, probeClient, log.Named("fleet"))
+	toks, err := loadTokenizers(cfg, log)
 	if err != nil {
 		return err
 	}
-	toks, err := loadTokenizers(cfg, log)
+	fl, err := fleet.New(cfg, probeClient, log.Named("fleet"), gateway.PromptCounters(toks))
 	if err != nil {
 		return err
 	}
@@ -117,7 +116,7 @@ func runGateway(ctx context.Context, cfg fleet.Config, log *zap.Logger, drain ti
 		}
 		fl.Run(fctx)
 	})
-	err = gw.Serve(ctx, ln, drain)
+	err = gw.Serve(ctx, ln)
 	stopFleet()
 	wg.Wait()
 	if errors.Is(err, http.ErrServerClosed) {
