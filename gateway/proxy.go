@@ -91,9 +91,7 @@ func (g *Gateway) dispatch(w http.ResponseWriter, r *http.Request, x *exchange, 
 		}
 		tried = append(tried, b)
 		x.backend, x.proxyErr = b, nil
-		release := b.Acquire()
-		err := g.forward(w, r, x, body)
-		release()
+		err := g.forwardTo(w, r, x, b, body)
 		if err == nil {
 			g.fleet.ReportSuccess(b)
 			return nil
@@ -124,6 +122,14 @@ func modelOf(body []byte) string {
 		return mv.Str
 	}
 	return ""
+}
+
+// forwardTo counts the request in flight on b while it runs. The release is
+// deferred: the proxy aborts a broken response by panicking with
+// http.ErrAbortHandler, and the count must not leak then.
+func (g *Gateway) forwardTo(w http.ResponseWriter, r *http.Request, x *exchange, b *fleet.Backend, body []byte) error {
+	defer b.Acquire()()
+	return g.forward(w, r, x, body)
 }
 
 // forward sends body to x.backend through the reverse proxy and returns the

@@ -95,20 +95,24 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 // exits at once, for operators who do not want to wait for the drain.
 func signalContext() (context.Context, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
 	ch := make(chan os.Signal, 2)
 	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
 	go func() {
 		select {
 		case <-ch:
 			cancel()
-		case <-ctx.Done():
+		case <-done:
 			return
 		}
-		<-ch
-		fmt.Fprintln(os.Stderr, "maitred: second signal, exiting now")
-		os.Exit(1)
+		select {
+		case <-ch:
+			fmt.Fprintln(os.Stderr, "maitred: second signal, exiting now")
+			os.Exit(1)
+		case <-done:
+		}
 	}()
-	return ctx, func() { signal.Stop(ch); cancel() }
+	return ctx, func() { signal.Stop(ch); close(done); cancel() }
 }
 
 func versionString() string {

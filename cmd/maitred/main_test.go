@@ -4,16 +4,21 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/maitred-dev/maitred/sim"
 )
 
 func TestMain(m *testing.M) {
@@ -140,7 +145,7 @@ func TestServeRunsFromConfigFile(t *testing.T) {
 	// ready, and stops cleanly.
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "maitred.yaml")
-	os.WriteFile(cfg, []byte("listen: 127.0.0.1:0\nmodels:\n  - name: m\n    backends:\n      - url: http://127.0.0.1:1\n"), 0o600)
+	os.WriteFile(cfg, []byte("listen: 127.0.0.1:0\ndrain_delay: 0s\nmodels:\n  - name: m\n    backends:\n      - url: http://127.0.0.1:1\n"), 0o600)
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	var errb bytes.Buffer
@@ -170,5 +175,56 @@ func TestTokenizeCommand(t *testing.T) {
 	err := cmdTokenize([]string{"--model-dir", "builtin:demo"}, strings.NewReader(`{"messages":[{"role":"user","content":7}]}`), &out, io.Discard)
 	if err == nil {
 		t.Errorf("a malformed request printed %q", out.String())
+	}
+}
+
+// TestServeDrainsOnSIGTERM runs `maitred serve` in process in front of a
+// simulator and sends the process a real SIGTERM: /readyz fails at once,
+// requests are still served during drain_delay, and the command exits 0.
+func TestServeDrainsOnSIGTERM(t *testing.T) {
+	backend := sim.New(sim.Config{Model: "m", OutputTokens: 2}, nil)
+	bsrv := httptest.NewServer(backend.Handler())
+	defer bsrv.Close()
+	defer backend.Close()
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := ln.Addr().String()
+	ln.Close()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "maitred.yaml")
+	os.WriteFile(cfg, []byte("listen: "+addr+"\ndrain_delay: 300ms\ndrain_timeout: 2s\nhealth: {interval: 50ms}\nmodels:\n  - name: m\n    backends:\n      - url: "+bsrv.URL+"\n"), 0o600)
+	code := make(chan int, 1)
+	go func() { code <- run([]string{"serve", "--config", cfg, "--log-level", "error"}, io.Discard, io.Discard) }()
+	tr := &http.Transport{DisableKeepAlives: true}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	readyz := func() int {
+		res, err := c.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return 0
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for readyz() != 200 {
+		if time.Now().After(deadline) {
+			t.Fatal("gateway never became ready")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	syscall.Kill(os.Getpid(), syscall.SIGTERM)
+	for readyz() != 503 {
+		if time.Now().After(deadline) {
+			t.Fatal("readyz did not fail after SIGTERM")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	res, err := c.Post("http://"+addr+"/v1/completions", "application/json", strings.NewReader(`{"model":"m","prompt":"hi"}`))
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("request during drain_delay: %v %v", err, res)
+	}
+	res.Body.Close()
+	if got := <-code; got != 0 {
+		t.Fatalf("exit code %d after SIGTERM", got)
 	}
 }
