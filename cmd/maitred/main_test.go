@@ -193,7 +193,9 @@ func TestServeDrainsOnSIGTERM(t *testing.T) {
 	cfg := filepath.Join(dir, "maitred.yaml")
 	os.WriteFile(cfg, []byte("listen: "+addr+"\ndrain_delay: 300ms\ndrain_timeout: 2s\nhealth: {interval: 50ms}\nmodels:\n  - name: m\n    backends:\n      - url: "+bsrv.URL+"\n"), 0o600)
 	code := make(chan int, 1)
-	go func() { code <- run([]string{"serve", "--config", cfg, "--log-level", "error"}, io.Discard, io.Discard) }()
+	go func() {
+		code <- run([]string{"serve", "--config", cfg, "--log-level", "error"}, io.Discard, io.Discard)
+	}()
 	tr := &http.Transport{DisableKeepAlives: true}
 	defer tr.CloseIdleConnections()
 	c := &http.Client{Transport: tr, Timeout: 10 * time.Second}
