@@ -1,0 +1,570 @@
+package admission
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Outcome is how a request left the gateway's queue. It is a closed set
+// that doubles as the outcome label of maitred_admission_total.
+type Outcome int
+
+const (
+	Admitted     Outcome = iota // a backend slot was granted (at once or after waiting)
+	QueueFull                   // the queue was full: 429
+	QueueTimeout                // queue_timeout passed while waiting: 503
+	ClientGone                  // the client left while waiting: nothing is sent
+	OverBudget                  // larger than every backend's whole token budget: 400
+	NoBackend                   // no backend of the model is ready: 503 model_not_ready
+	Draining                    // the gateway is shutting down: 503
+	numOutcomes
+)
+
+var outcomeNames = [...]string{"admitted", "queue_full", "queue_timeout", "client_gone", "over_budget", "no_backend", "draining"}
+
+func (o Outcome) String() string {
+	if o >= 0 && o < numOutcomes {
+		return outcomeNames[o]
+	}
+	return fmt.Sprintf("Outcome(%d)", int(o))
+}
+
+// Outcomes lists every Outcome, for metric labels.
+func Outcomes() []Outcome {
+	out := make([]Outcome, numOutcomes)
+	for i := range out {
+		out[i] = Outcome(i)
+	}
+	return out
+}
+
+// PoolConfig configures one model's queue and routing.
+type PoolConfig struct {
+	QueueSize    int
+	QueueTimeout time.Duration
+	// Classes is the number of priority classes; class 0 goes first.
+	Classes int
+	// SaturatedWaiting and SaturatedKV: a backend whose scraped
+	// vllm:num_requests_waiting or kv_cache_usage_perc reaches these gets
+	// no new requests until it recovers. Zero disables the check.
+	SaturatedWaiting float64
+	SaturatedKV      float64
+	// StaleAfter: scraped gauges older than this count as saturated.
+	StaleAfter time.Duration
+	// EjectAfter consecutive 5xx answers or connection failures eject a
+	// backend for EjectFor.
+	EjectAfter int
+	EjectFor   time.Duration
+	// AffinityLoad bounds prefix affinity: a backend is skipped when its
+	// outstanding tokens exceed AffinityLoad times the average (e.g. 1.25).
+	AffinityLoad float64
+}
+
+// SlotConfig describes one backend to the pool.
+type SlotConfig struct {
+	Name string
+	// Ready reports the fleet's view (warmed up and healthy).
+	Ready func() bool
+	// MaxInFlight caps concurrent requests (0: no cap).
+	MaxInFlight int
+	// KVTokens is the token budget from the config, used when the backend
+	// does not export vllm:cache_config_info (0: no budget).
+	KVTokens int
+}
+
+// Gauges are a backend's scraped vLLM gauges.
+type Gauges struct {
+	Waiting, Running, KVUsage float64
+	// KVCapacity is num_gpu_blocks x block_size from cache_config_info.
+	KVCapacity int
+	At         time.Time
+}
+
+// Slot is one backend's capacity as the pool accounts it.
+type Slot struct {
+	Name  string
+	Index int
+	cfg   SlotConfig
+
+	inFlight int
+	tokens   int // sum of the in-flight requests' token reservations
+	gauges   Gauges
+	scraped  bool // gauges were read at least once
+
+	fails        int
+	ejectedUntil time.Time
+	ejections    int
+}
+
+// SlotStats is a snapshot of a slot.
+type SlotStats struct {
+	Name           string
+	InFlight       int
+	Tokens, Budget int
+	Gauges         Gauges
+	Ejected        bool
+	Ejections      int
+}
+
+// Ticket is what a request asks of the pool.
+type Ticket struct {
+	// Tokens is its reservation: prompt + output budget.
+	Tokens int
+	// Exact: Tokens is exact, so a request larger than every budget can be
+	// refused as OverBudget. Estimates are never refused.
+	Exact bool
+	Class int
+	// Affinity is a hash of the prompt's first tokens; 0 for none.
+	Affinity uint64
+	// Exclude lists slots already tried (connection failures).
+	Exclude []int
+}
+
+// Lease is a granted slot. Release it exactly once when the request ends.
+type Lease struct {
+	Slot   *Slot
+	Waited time.Duration
+	Policy string // "p2c", "affinity" or "only"
+	pool   *Pool
+	tokens int
+	done   bool
+}
+
+// Result is how a dispatched request went, for outlier ejection.
+type Result int
+
+const (
+	Succeeded     Result = iota
+	ServerError          // the backend answered 5xx
+	ConnectFailed        // the backend could not be reached
+	Abandoned            // the client left or the gateway ended it: says nothing about the backend
+)
+
+type waiter struct {
+	t       Ticket
+	ch      chan *Lease // buffered 1
+	since   time.Time
+	granted *Lease
+	gone    bool
+}
+
+// Pool is one model's admission queue in front of its backends. Requests
+// are granted a backend when it has room in all of: in-flight requests, its
+// token budget, and its scraped saturation; otherwise they wait FIFO within
+// their priority class, bounded in number and time. Safe for concurrent use.
+type Pool struct {
+	name  string
+	cfg   PoolConfig
+	now   func() time.Time
+	mu    sync.Mutex
+	slots []*Slot
+	queue [][]*waiter
+	depth int
+	// drain rate: releases per second, exponentially weighted.
+	rate      float64
+	lastRel   time.Time
+	draining  bool
+	rnd       *rand.Rand
+	ring      []ringPoint
+	decisions map[string]int
+}
+
+type ringPoint struct {
+	hash uint64
+	slot int
+}
+
+// NewPool builds a model's pool.
+func NewPool(name string, cfg PoolConfig, slots []SlotConfig, now func() time.Time) *Pool {
+	if cfg.Classes < 1 {
+		cfg.Classes = 1
+	}
+	if now == nil {
+		now = time.Now
+	}
+	p := &Pool{name: name, cfg: cfg, now: now, queue: make([][]*waiter, cfg.Classes), rnd: rand.New(rand.NewPCG(1, 2)), decisions: map[string]int{}}
+	for i, sc := range slots {
+		p.slots = append(p.slots, &Slot{Name: sc.Name, Index: i, cfg: sc})
+		for v := range 64 { // virtual nodes for the affinity ring
+			h := fnv.New64a()
+			fmt.Fprintf(h, "%s#%d", sc.Name, v)
+			p.ring = append(p.ring, ringPoint{h.Sum64(), i})
+		}
+	}
+	sort.Slice(p.ring, func(a, b int) bool { return p.ring[a].hash < p.ring[b].hash })
+	return p
+}
+
+// Acquire waits for a backend slot for t, or returns why not. The context
+// is the client's: when it ends, the request leaves the queue at once and
+// is never dispatched.
+func (p *Pool) Acquire(ctx context.Context, t Ticket) (*Lease, Outcome) {
+	t.Class = min(max(t.Class, 0), p.cfg.Classes-1)
+	p.mu.Lock()
+	if p.draining {
+		p.mu.Unlock()
+		return nil, Draining
+	}
+	if !p.anyReadyLocked() {
+		p.mu.Unlock()
+		return nil, NoBackend
+	}
+	if t.Exact && p.tooLargeLocked(t.Tokens) {
+		p.mu.Unlock()
+		return nil, OverBudget
+	}
+	// Only when nobody of the same or a higher class waits, so FIFO holds.
+	if !p.waitingAtOrAbove(t.Class) {
+		if l := p.grantLocked(t); l != nil {
+			p.mu.Unlock()
+			return l, Admitted
+		}
+	}
+	if p.depth >= p.cfg.QueueSize {
+		p.mu.Unlock()
+		return nil, QueueFull
+	}
+	w := &waiter{t: t, ch: make(chan *Lease, 1), since: p.now()}
+	p.queue[t.Class] = append(p.queue[t.Class], w)
+	p.depth++
+	p.mu.Unlock()
+
+	timer := time.NewTimer(p.cfg.QueueTimeout)
+	defer timer.Stop()
+	var why Outcome
+	select {
+	case l := <-w.ch:
+		if l == nil {
+			return nil, Draining
+		}
+		l.Waited = p.now().Sub(w.since)
+		return l, Admitted
+	case <-ctx.Done():
+		why = ClientGone
+	case <-timer.C:
+		why = QueueTimeout
+	}
+	p.mu.Lock()
+	if w.granted != nil {
+		// Granted as it gave up: the grant goes back, unused.
+		l := w.granted
+		p.mu.Unlock()
+		l.release(Abandoned, false)
+		return nil, why
+	}
+	w.gone = true
+	p.removeLocked(w)
+	p.mu.Unlock()
+	return nil, why
+}
+
+func (p *Pool) waitingAtOrAbove(class int) bool {
+	for c := 0; c <= class; c++ {
+		if len(p.queue[c]) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *Pool) removeLocked(w *waiter) {
+	q := p.queue[w.t.Class]
+	if i := slices.Index(q, w); i >= 0 {
+		p.queue[w.t.Class] = slices.Delete(q, i, i+1)
+		p.depth--
+	}
+}
+
+func (p *Pool) anyReadyLocked() bool {
+	for _, s := range p.slots {
+		if s.cfg.Ready() {
+			return true
+		}
+	}
+	return false
+}
+
+// budget is the slot's token budget: scraped capacity, else config, else 0.
+func (s *Slot) budget() int {
+	if s.gauges.KVCapacity > 0 {
+		return s.gauges.KVCapacity
+	}
+	return s.cfg.KVTokens
+}
+
+func (p *Pool) tooLargeLocked(tokens int) bool {
+	for _, s := range p.slots {
+		if b := s.budget(); b == 0 || tokens <= b {
+			return false
+		}
+	}
+	return true
+}
+
+// eligible: ready, not ejected, not saturated by its own gauges.
+func (p *Pool) eligible(s *Slot, now time.Time) bool {
+	if !s.cfg.Ready() || now.Before(s.ejectedUntil) {
+		return false
+	}
+	if s.scraped {
+		if p.cfg.StaleAfter > 0 && now.Sub(s.gauges.At) > p.cfg.StaleAfter {
+			return false // stale gauges: assume the worst for new work
+		}
+		if p.cfg.SaturatedWaiting > 0 && s.gauges.Waiting >= p.cfg.SaturatedWaiting {
+			return false
+		}
+		if p.cfg.SaturatedKV > 0 && s.gauges.KVUsage >= p.cfg.SaturatedKV {
+			return false
+		}
+	}
+	return true
+}
+
+func (p *Pool) fits(s *Slot, tokens int) bool {
+	if s.cfg.MaxInFlight > 0 && s.inFlight >= s.cfg.MaxInFlight {
+		return false
+	}
+	if b := s.budget(); b > 0 && s.tokens+tokens > b && s.inFlight > 0 {
+		// An idle backend takes even a request over its budget estimate:
+		// an exact request over the whole budget was refused already.
+		return false
+	}
+	return true
+}
+
+// load is a slot's outstanding tokens relative to its budget, so that
+// backends of different sizes compare fairly.
+func (s *Slot) load() float64 {
+	if b := s.budget(); b > 0 {
+		return float64(s.tokens) / float64(b)
+	}
+	return float64(s.tokens) / 1e6
+}
+
+// grantLocked picks a slot for t or returns nil: by prefix affinity when the
+// ticket has one and its backend is within the load bound, else the less
+// loaded of two random candidates with room.
+func (p *Pool) grantLocked(t Ticket) *Lease {
+	now := p.now()
+	var cands []*Slot
+	for _, s := range p.slots {
+		if !slices.Contains(t.Exclude, s.Index) && p.eligible(s, now) && p.fits(s, t.Tokens) {
+			cands = append(cands, s)
+		}
+	}
+	if len(cands) == 0 {
+		return nil
+	}
+	var pick *Slot
+	policy := "only"
+	if t.Affinity != 0 && len(cands) > 1 {
+		pick = p.affinityLocked(t.Affinity, t.Tokens, cands)
+		policy = "affinity"
+	}
+	if pick == nil && len(cands) > 1 {
+		a := cands[p.rnd.IntN(len(cands))]
+		b := cands[p.rnd.IntN(len(cands)-1)]
+		if b == a {
+			b = cands[len(cands)-1]
+		}
+		pick, policy = a, "p2c"
+		if b.load() < a.load() {
+			pick = b
+		}
+	}
+	if pick == nil {
+		pick = cands[0]
+	}
+	pick.inFlight++
+	pick.tokens += t.Tokens
+	p.decisions[policy]++
+	return &Lease{Slot: pick, Policy: policy, pool: p, tokens: t.Tokens}
+}
+
+// affinityLocked walks the hash ring from h to the first candidate that
+// stays within the load bound with this request added: AffinityLoad times
+// the average outstanding tokens (consistent hashing with bounded loads), so
+// a conversation's turns find the backend holding their KV prefix unless it
+// is overloaded.
+func (p *Pool) affinityLocked(h uint64, tokens int, cands []*Slot) *Slot {
+	sum := tokens
+	for _, s := range cands {
+		sum += s.tokens
+	}
+	bound := p.cfg.AffinityLoad * float64(sum) / float64(len(cands))
+	i := sort.Search(len(p.ring), func(i int) bool { return p.ring[i].hash >= h })
+	for k := range p.ring {
+		pt := p.ring[(i+k)%len(p.ring)]
+		s := p.slots[pt.slot]
+		if !slices.Contains(cands, s) {
+			continue
+		}
+		// An idle backend always qualifies (the bound is a ceiling over
+		// whole requests, as in the bounded-loads scheme).
+		if s.tokens == 0 || float64(s.tokens+tokens) <= bound {
+			return s
+		}
+	}
+	return nil
+}
+
+// dispatchLocked grants queued requests, highest class first, FIFO within a
+// class, while backends have room. It stops at the first head that does not
+// fit, so a large request is not overtaken forever by small ones.
+func (p *Pool) dispatchLocked() {
+	for c := range p.queue {
+		for len(p.queue[c]) > 0 {
+			w := p.queue[c][0]
+			l := p.grantLocked(w.t)
+			if l == nil {
+				return
+			}
+			p.queue[c] = p.queue[c][1:]
+			p.depth--
+			w.granted = l
+			w.ch <- l
+		}
+	}
+}
+
+// Release returns the lease's capacity and records how the request went.
+func (l *Lease) Release(r Result) { l.release(r, true) }
+
+func (l *Lease) release(r Result, count bool) {
+	p := l.pool
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if l.done {
+		return
+	}
+	l.done = true
+	s := l.Slot
+	s.inFlight--
+	s.tokens -= l.tokens
+	now := p.now()
+	switch r {
+	case Succeeded:
+		s.fails = 0
+	case ServerError, ConnectFailed:
+		s.fails++
+		if p.cfg.EjectAfter > 0 && s.fails >= p.cfg.EjectAfter {
+			s.ejectedUntil = now.Add(p.cfg.EjectFor)
+			s.ejections++
+			s.fails = 0
+		}
+	}
+	if count {
+		p.observeRelease(now)
+	}
+	p.dispatchLocked()
+}
+
+// observeRelease updates the drain rate: an exponentially weighted mean of
+// the gaps between releases, with a horizon of about 20 releases.
+func (p *Pool) observeRelease(now time.Time) {
+	if !p.lastRel.IsZero() {
+		gap := now.Sub(p.lastRel).Seconds()
+		if gap > 0 {
+			inst := 1 / gap
+			if p.rate == 0 {
+				p.rate = inst
+			} else {
+				p.rate += (inst - p.rate) * 0.05
+			}
+		}
+	}
+	p.lastRel = now
+}
+
+// Kick re-runs dispatch: call when a backend became ready, its gauges
+// changed or an ejection expired.
+func (p *Pool) Kick() {
+	p.mu.Lock()
+	p.dispatchLocked()
+	p.mu.Unlock()
+}
+
+// SetGauges records a backend's scraped gauges and re-runs dispatch.
+func (p *Pool) SetGauges(slot int, g Gauges) {
+	p.mu.Lock()
+	s := p.slots[slot]
+	s.gauges, s.scraped = g, true
+	p.dispatchLocked()
+	p.mu.Unlock()
+}
+
+// Drain refuses every waiting request with Draining and all later ones.
+func (p *Pool) Drain() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.draining = true
+	for c := range p.queue {
+		for _, w := range p.queue[c] {
+			w.ch <- nil
+		}
+		p.queue[c] = nil
+	}
+	p.depth = 0
+}
+
+// Wait is the queue's advice to a rejected or waiting client.
+type Wait struct {
+	Depth int
+	// Expected is the time the queue needs to drain Depth requests at the
+	// observed release rate (QueueTimeout when no rate is known yet).
+	Expected time.Duration
+	// RatePerSecond is the observed release rate.
+	RatePerSecond float64
+}
+
+// Advice returns the queue's depth and expected wait, for Retry-After.
+func (p *Pool) Advice() Wait {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	w := Wait{Depth: p.depth, RatePerSecond: p.rate}
+	rate := p.rate
+	// A rate measured long ago says nothing about now; decay it.
+	if !p.lastRel.IsZero() {
+		if idle := p.now().Sub(p.lastRel).Seconds(); rate > 0 && idle > 1/rate {
+			rate = 1 / idle
+		}
+	}
+	if rate > 0 {
+		w.Expected = time.Duration(float64(p.depth+1) / rate * float64(time.Second))
+	} else {
+		w.Expected = p.cfg.QueueTimeout
+	}
+	return w
+}
+
+// PoolStats is a snapshot for metrics.
+type PoolStats struct {
+	Depth     []int // per class
+	Slots     []SlotStats
+	Decisions map[string]int
+}
+
+// Stats returns a snapshot.
+func (p *Pool) Stats() PoolStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := PoolStats{Depth: make([]int, len(p.queue)), Decisions: map[string]int{}}
+	for c, q := range p.queue {
+		st.Depth[c] = len(q)
+	}
+	now := p.now()
+	for _, s := range p.slots {
+		st.Slots = append(st.Slots, SlotStats{Name: s.Name, InFlight: s.inFlight, Tokens: s.tokens, Budget: s.budget(),
+			Gauges: s.gauges, Ejected: now.Before(s.ejectedUntil), Ejections: s.ejections})
+	}
+	for k, v := range p.decisions {
+		st.Decisions[k] = v
+	}
+	return st
+}
