@@ -211,7 +211,7 @@ func (p *Pool) Acquire(ctx context.Context, t Ticket) (*Lease, Outcome) {
 		p.mu.Unlock()
 		return nil, Draining
 	}
-	if !p.anyReadyLocked() {
+	if !p.anyReadyLocked(t.Exclude) {
 		p.mu.Unlock()
 		return nil, NoBackend
 	}
@@ -281,9 +281,10 @@ func (p *Pool) removeLocked(w *waiter) {
 	}
 }
 
-func (p *Pool) anyReadyLocked() bool {
+// anyReadyLocked: some ready backend not yet tried by this request.
+func (p *Pool) anyReadyLocked(exclude []int) bool {
 	for _, s := range p.slots {
-		if s.cfg.Ready() {
+		if s.cfg.Ready() && !slices.Contains(exclude, s.Index) {
 			return true
 		}
 	}
@@ -504,6 +505,18 @@ func (p *Pool) Drain() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.draining = true
+	p.flushLocked()
+}
+
+// Flush refuses every request waiting now with Draining; later ones are
+// still admitted (the gateway serves during its drain delay).
+func (p *Pool) Flush() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.flushLocked()
+}
+
+func (p *Pool) flushLocked() {
 	for c := range p.queue {
 		for _, w := range p.queue[c] {
 			w.ch <- nil

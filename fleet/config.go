@@ -52,6 +52,24 @@ type Config struct {
 	BackendDialTimeout Duration `yaml:"backend_dial_timeout"`
 	// Health configures backend probing.
 	Health HealthConfig `yaml:"health"`
+	// ScrapeInterval is how often each ready backend's /metrics is read
+	// (vllm:num_requests_waiting, kv_cache_usage_perc, cache_config_info).
+	// Gauges older than 4 intervals count as saturated for new admissions.
+	ScrapeInterval Duration `yaml:"scrape_interval"`
+	// SaturatedWaiting and SaturatedKVUsage: a backend whose scraped
+	// waiting queue or KV usage reaches these gets no new requests (they
+	// queue in the gateway) until it recovers. 0 disables either check.
+	SaturatedWaiting float64 `yaml:"saturated_waiting"`
+	SaturatedKVUsage float64 `yaml:"saturated_kv_usage"`
+	// PriorityClasses are the values clients may send in
+	// x-maitred-priority, highest first; DefaultPriority is used when the
+	// header is absent or names no class.
+	PriorityClasses []string `yaml:"priority_classes"`
+	DefaultPriority string   `yaml:"default_priority"`
+	// Outlier ejection: a backend answering 5xx or refusing connections
+	// EjectAfter times in a row gets no requests for EjectFor.
+	EjectAfter int      `yaml:"eject_after"`
+	EjectFor   Duration `yaml:"eject_for"`
 	// Models are the models served, each with its backends.
 	Models []ModelConfig `yaml:"models"`
 }
@@ -92,6 +110,17 @@ type ModelConfig struct {
 	TokenizeCheckRate float64 `yaml:"tokenize_check_rate"`
 	// MinReady is how many ready backends the model needs for /readyz.
 	MinReady int `yaml:"min_ready"`
+	// QueueSize bounds the requests waiting for a backend (429 beyond);
+	// QueueTimeout is how long one may wait (then 503).
+	QueueSize    int      `yaml:"queue_size"`
+	QueueTimeout Duration `yaml:"queue_timeout"`
+	// ExpectedOutputTokens is the output reserved in the token budget for a
+	// request without max_tokens.
+	ExpectedOutputTokens int `yaml:"expected_output_tokens"`
+	// PrefixAffinityTokens > 0 routes requests whose first that many
+	// prompt tokens agree to the same backend (within a load bound), so a
+	// conversation's turns find their KV prefix cached.
+	PrefixAffinityTokens int `yaml:"prefix_affinity_tokens"`
 	// FirstByteTimeout and StreamIdleTimeout override the top-level ones.
 	FirstByteTimeout  Duration `yaml:"first_byte_timeout"`
 	StreamIdleTimeout Duration `yaml:"stream_idle_timeout"`
@@ -105,6 +134,30 @@ func (m *ModelConfig) MinReadyOrDefault() int {
 		return 1
 	}
 	return m.MinReady
+}
+
+// QueueSizeOrDefault is queue_size, 256 when unset.
+func (m *ModelConfig) QueueSizeOrDefault() int {
+	if m.QueueSize == 0 {
+		return 256
+	}
+	return m.QueueSize
+}
+
+// QueueTimeoutOrDefault is queue_timeout, 30 s when unset.
+func (m *ModelConfig) QueueTimeoutOrDefault() time.Duration {
+	if m.QueueTimeout == 0 {
+		return 30 * time.Second
+	}
+	return m.QueueTimeout.D()
+}
+
+// ExpectedOutputOrDefault is expected_output_tokens, 256 when unset.
+func (m *ModelConfig) ExpectedOutputOrDefault() int {
+	if m.ExpectedOutputTokens == 0 {
+		return 256
+	}
+	return m.ExpectedOutputTokens
 }
 
 // FirstByte returns the model's first-byte timeout.
@@ -132,6 +185,12 @@ type BackendConfig struct {
 	// ServedModel is the model name the backend serves, when it differs
 	// from the gateway's model name (vLLM's --served-model-name).
 	ServedModel string `yaml:"served_model"`
+	// MaxInFlight caps the requests sent to this backend at once (0: no
+	// cap; vLLM's --max-num-seqs is a good value).
+	MaxInFlight int `yaml:"max_in_flight"`
+	// KVTokens is the backend's token budget (prompt + max_tokens over its
+	// in-flight requests) when it does not export vllm:cache_config_info.
+	KVTokens int `yaml:"kv_tokens"`
 }
 
 // Duration is a time.Duration written as "1.5s", "200ms", "5m".
@@ -169,6 +228,13 @@ func Default() Config {
 		DrainDelay:         Duration(5 * time.Second),
 		DrainTimeout:       Duration(60 * time.Second),
 		BackendDialTimeout: Duration(5 * time.Second),
+		ScrapeInterval:       Duration(250 * time.Millisecond),
+		SaturatedWaiting:     4,
+		SaturatedKVUsage:     0.98,
+		PriorityClasses:      []string{"default"},
+		DefaultPriority:      "default",
+		EjectAfter:           5,
+		EjectFor:             Duration(10 * time.Second),
 		Health: HealthConfig{
 			Interval:           Duration(time.Second),
 			Timeout:            Duration(2 * time.Second),
@@ -364,6 +430,8 @@ func (c *Config) Validate() error {
 		{"stream_idle_timeout", c.StreamIdleTimeout},
 		{"drain_timeout", c.DrainTimeout},
 		{"health.warmup_timeout", c.Health.WarmupTimeout},
+		{"scrape_interval", c.ScrapeInterval},
+		{"eject_for", c.EjectFor},
 		{"backend_dial_timeout", c.BackendDialTimeout},
 		{"health.interval", c.Health.Interval},
 		{"health.timeout", c.Health.Timeout},
@@ -377,6 +445,25 @@ func (c *Config) Validate() error {
 	}
 	if c.Health.UnhealthyThreshold < 1 {
 		add("health.unhealthy_threshold", "must be at least 1, got %d", c.Health.UnhealthyThreshold)
+	}
+	if len(c.PriorityClasses) == 0 {
+		add("priority_classes", "at least one class is required")
+	}
+	seenClass := map[string]bool{}
+	for i, pc := range c.PriorityClasses {
+		if pc == "" || seenClass[pc] {
+			add(fmt.Sprintf("priority_classes[%d]", i), "must be a unique, non-empty name, got %q", pc)
+		}
+		seenClass[pc] = true
+	}
+	if !seenClass[c.DefaultPriority] {
+		add("default_priority", "%q is not one of priority_classes %v", c.DefaultPriority, c.PriorityClasses)
+	}
+	if c.SaturatedWaiting < 0 || c.SaturatedKVUsage < 0 || c.SaturatedKVUsage > 1 {
+		add("saturated_kv_usage", "want saturated_waiting >= 0 and saturated_kv_usage from 0 to 1")
+	}
+	if c.EjectAfter < 0 {
+		add("eject_after", "must not be negative, got %d", c.EjectAfter)
 	}
 	if c.Health.WarmupPrompt == "" {
 		add("health.warmup_prompt", "must not be empty")
@@ -411,8 +498,11 @@ func (c *Config) Validate() error {
 		if m.MinReady < 0 || (len(m.Backends) > 0 && m.MinReady > len(m.Backends)) {
 			add(p+".min_ready", "want 1 to %d (the number of backends), got %d", len(m.Backends), m.MinReady)
 		}
-		if m.FirstByteTimeout < 0 || m.StreamIdleTimeout < 0 {
+		if m.FirstByteTimeout < 0 || m.StreamIdleTimeout < 0 || m.QueueTimeout < 0 {
 			add(p, "timeouts must not be negative")
+		}
+		if m.QueueSize < 0 || m.ExpectedOutputTokens < 0 || m.PrefixAffinityTokens < 0 {
+			add(p, "queue_size, expected_output_tokens and prefix_affinity_tokens must not be negative")
 		}
 		urls := map[string]int{}
 		for j, b := range m.Backends {
@@ -423,6 +513,9 @@ func (c *Config) Validate() error {
 				add(bp+".url", "%q is already %s.backends[%d].url", b.URL, p, k)
 			} else {
 				urls[b.URL] = j
+			}
+			if b.MaxInFlight < 0 || b.KVTokens < 0 {
+				add(bp, "max_in_flight and kv_tokens must not be negative")
 			}
 			if b.APIKeyEnv != "" {
 				if _, ok := os.LookupEnv(b.APIKeyEnv); !ok {

@@ -89,6 +89,7 @@ type Backend struct {
 	fails       int // consecutive failed probes or connections
 	version     string
 	warmupTTFT  time.Duration
+	gauges      Gauges
 }
 
 // BackendStatus is a snapshot of a backend.

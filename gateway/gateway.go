@@ -52,6 +52,11 @@ type Gateway struct {
 	stopCtx  context.Context
 	hardStop context.CancelFunc
 	timeouts map[string]modelTimeouts
+	// pools are the per-model admission queues.
+	pools          map[string]*admission.Pool
+	expectedOutput map[string]int
+	queueTimeout   map[string]time.Duration
+	affinity       map[string]int
 }
 
 type modelTimeouts struct {
@@ -101,6 +106,17 @@ func New(o Options) (*Gateway, error) {
 		g.timeouts[mc.Name] = modelTimeouts{firstByte: o.Config.FirstByte(mc), streamIdle: o.Config.StreamIdle(mc)}
 	}
 	o.Registry.MustRegister(fleetCollector{o.Fleet})
+	g.pools = newPools(o.Config, o.Fleet)
+	g.expectedOutput, g.queueTimeout, g.affinity = map[string]int{}, map[string]time.Duration{}, map[string]int{}
+	for i := range o.Config.Models {
+		mc := &o.Config.Models[i]
+		g.expectedOutput[mc.Name] = mc.ExpectedOutputOrDefault()
+		g.queueTimeout[mc.Name] = mc.QueueTimeoutOrDefault()
+		g.affinity[mc.Name] = mc.PrefixAffinityTokens
+	}
+	// A backend turning ready (or not) changes what the queue can place.
+	o.Fleet.OnTransition(func(m *fleet.Model, _ *fleet.Backend, _, _ fleet.State) { g.pools[m.Name].Kick() })
+	o.Registry.MustRegister(poolCollector{g})
 	g.catalog = newCatalog(o.Config, o.Fleet, o.Tokenizers)
 	g.door = admission.NewDoor(g.catalog)
 	g.checker = newTokenizeChecker(o.Config, &http.Client{Transport: o.Transport}, g.metrics, g.log)
@@ -196,6 +212,9 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	case <-ctx.Done():
 	}
 	g.SetPhase(Draining)
+	for _, p := range g.pools {
+		p.Flush() // requests queued now get 503 at once
+	}
 	g.log.Info("draining", zap.Duration("drain_delay", g.cfg.DrainDelay.D()), zap.Duration("drain_timeout", g.cfg.DrainTimeout.D()))
 	if d := g.cfg.DrainDelay.D(); d > 0 {
 		t := time.NewTimer(d)
@@ -210,6 +229,9 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	case err = <-done:
 	case <-deadline.C:
 		g.log.Warn("drain deadline reached: ending the requests still in flight")
+		for _, p := range g.pools {
+			p.Drain()
+		}
 		g.hardStop()
 		grace := time.NewTimer(5 * time.Second)
 		select {

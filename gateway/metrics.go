@@ -17,6 +17,8 @@ type metrics struct {
 	uncounted     *prometheus.CounterVec
 	tokChecks     *prometheus.CounterVec
 	backendErrors *prometheus.CounterVec
+	admissions    *prometheus.CounterVec
+	queueWait     *prometheus.HistogramVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -56,6 +58,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Name: "maitred_backend_errors_total",
 		Help: "Backend failures by model, backend and kind: connect_failed, failed_before_headers, first_byte_timeout, stream_stalled, stream_disconnected.",
 	}, []string{"model", "backend", "kind"})
+	m.admissions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "maitred_admission_total",
+		Help: "Queue decisions by model and outcome: admitted, queue_full, queue_timeout, client_gone, over_budget, no_backend, draining.",
+	}, []string{"model", "outcome"})
+	m.queueWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "maitred_queue_wait_seconds",
+		Help:    "Time admitted requests waited in the gateway's queue, by model and priority class.",
+		Buckets: []float64{0, .001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+	}, []string{"model", "class"})
+	reg.MustRegister(m.admissions, m.queueWait)
 	reg.MustRegister(m.requests, m.duration, m.inFlight, m.streamErrors, m.rejections, m.uncounted, m.tokChecks, m.backendErrors,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -67,7 +67,12 @@ func (g *Gateway) completions(ep admission.Endpoint) handlerFunc {
 		m, _ := g.fleet.Model(dec.Model)
 		g.metrics.inFlight.WithLabelValues(m.Name).Inc()
 		defer g.metrics.inFlight.WithLabelValues(m.Name).Dec()
-		err = g.dispatch(w, r, x, m, dec.Body)
+		class, className := g.class(r)
+		t := g.ticket(dec, len(body), class)
+		if k := g.affinity[m.Name]; k > 0 {
+			t.Affinity = g.prefixHash(m.Name, ep, body, k)
+		}
+		err = g.dispatch(w, r, x, m, t, className, dec.Body)
 		if err == nil && dec.Uncounted == admission.Counted {
 			g.checker.maybeCheck(x.backend, ep, dec, body)
 		}
@@ -75,23 +80,28 @@ func (g *Gateway) completions(ep admission.Endpoint) handlerFunc {
 	}
 }
 
-// dispatch sends body to a ready backend of m. A backend that cannot be
-// connected to has received nothing, so the next ready backend is tried;
-// once a request has reached a backend it is never sent again.
-func (g *Gateway) dispatch(w http.ResponseWriter, r *http.Request, x *exchange, m *fleet.Model, body []byte) error {
-	var tried []*fleet.Backend
+// dispatch waits in the model's queue for a backend with room, then sends
+// body to it. A backend that cannot be connected to has received nothing,
+// so the request goes back for another backend; once it has reached one it
+// is never sent again.
+func (g *Gateway) dispatch(w http.ResponseWriter, r *http.Request, x *exchange, m *fleet.Model, t admission.Ticket, class string, body []byte) error {
+	pool := g.pools[m.Name]
 	var lastErr error
 	for {
-		b := m.PickExcept(tried)
-		if b == nil {
-			if lastErr != nil {
+		lease, o := pool.Acquire(r.Context(), t)
+		g.metrics.admissions.WithLabelValues(m.Name, o.String()).Inc()
+		if o != admission.Admitted {
+			if lastErr != nil && o == admission.NoBackend {
 				return lastErr
 			}
-			return g.notReady(m)
+			x.outcome = o.String()
+			return g.queueError(m, o, t)
 		}
-		tried = append(tried, b)
-		x.backend, x.proxyErr = b, nil
-		err := g.forwardTo(w, r, x, b, body)
+		g.metrics.queueWait.WithLabelValues(m.Name, class).Observe(lease.Waited.Seconds())
+		x.queueWait += lease.Waited
+		b := m.Backends[lease.Slot.Index]
+		x.backend, x.proxyErr, x.notSent = b, nil, false
+		err := g.forwardLease(w, r, x, b, lease, body)
 		if err == nil {
 			g.fleet.ReportSuccess(b)
 			return nil
@@ -103,7 +113,46 @@ func (g *Gateway) dispatch(w http.ResponseWriter, r *http.Request, x *exchange, 
 		g.fleet.ReportConnectFailure(m, b, x.proxyErr)
 		lastErr = err
 		x.retries++
+		t.Exclude = append(t.Exclude, lease.Slot.Index)
 	}
+}
+
+// forwardLease sends body to b while holding its lease and b's in-flight
+// count. Both are released in a defer: the proxy aborts a broken response
+// by panicking with http.ErrAbortHandler, and capacity must not leak then.
+func (g *Gateway) forwardLease(w http.ResponseWriter, r *http.Request, x *exchange, b *fleet.Backend, lease *admission.Lease, body []byte) (err error) {
+	defer b.Acquire()()
+	defer func() {
+		p := recover()
+		lease.Release(resultOf(x, err, p != nil))
+		if p != nil {
+			panic(p)
+		}
+	}()
+	return g.forward(w, r, x, body)
+}
+
+// resultOf tells the pool what a dispatched request says about its
+// backend, for outlier ejection.
+func resultOf(x *exchange, err error, aborted bool) admission.Result {
+	if aborted {
+		if x.clientCtx.Err() != nil {
+			return admission.Abandoned
+		}
+		return admission.ServerError
+	}
+	var e *Error
+	switch {
+	case x.shutdown.Load() || errors.Is(err, errClientGone):
+		return admission.Abandoned
+	case err == nil && (x.upstreamStatus >= 500 || x.streamBroke != ""):
+		return admission.ServerError
+	case err == nil:
+		return admission.Succeeded
+	case errors.As(err, &e) && e.Code == codeBackendDown && x.notSent:
+		return admission.ConnectFailed
+	}
+	return admission.ServerError
 }
 
 // rejected counts a door rejection.
@@ -122,14 +171,6 @@ func modelOf(body []byte) string {
 		return mv.Str
 	}
 	return ""
-}
-
-// forwardTo counts the request in flight on b while it runs. The release is
-// deferred: the proxy aborts a broken response by panicking with
-// http.ErrAbortHandler, and the count must not leak then.
-func (g *Gateway) forwardTo(w http.ResponseWriter, r *http.Request, x *exchange, b *fleet.Backend, body []byte) error {
-	defer b.Acquire()()
-	return g.forward(w, r, x, body)
 }
 
 // forward sends body to x.backend through the reverse proxy and returns the
@@ -196,7 +237,10 @@ func (g *Gateway) classify(r *http.Request, x *exchange) error {
 		g.backendError(x, "first_byte_timeout")
 		return &Error{Status: http.StatusGatewayTimeout, Type: typeServer, Code: codeBackendTimeout,
 			Message: fmt.Sprintf("Backend %s of model %q sent no response headers within %s.", host, x.model, g.timeouts[x.model].firstByte), Cause: err}
-	case errors.As(err, &oe) && oe.Op == "dial":
+	case errors.As(err, &oe) && (oe.Op == "dial" || oe.Op == "write" || oe.Op == "readfrom"):
+		// Refused, or written into a connection the backend had already
+		// closed (a pooled connection to a process that died): the request
+		// never reached a live server, so another backend may take it.
 		x.notSent = true
 		g.backendError(x, "connect_failed")
 		return &Error{Status: http.StatusBadGateway, Type: typeServer, Code: codeBackendDown,
@@ -218,6 +262,8 @@ func dialReason(err error) string {
 		return "connection refused"
 	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
 		return "host unreachable"
+	case errors.Is(err, syscall.EPIPE), errors.Is(err, syscall.ECONNRESET):
+		return "connection closed by the backend"
 	}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
@@ -302,6 +348,7 @@ func (g *Gateway) newProxy(rt http.RoundTripper) *httputil.ReverseProxy {
 		ModifyResponse: func(res *http.Response) error {
 			x := res.Request.Context().Value(ctxKey{}).(*exchange)
 			x.firstByte.Stop()
+			x.upstreamStatus = res.StatusCode
 			res.Header.Set("X-Request-Id", x.id)
 			if res.StatusCode == http.StatusOK && isEventStream(res.Header.Get("Content-Type")) {
 				guard := newStreamGuard(res.Body, x.clientCtx, func(cause error) []byte {

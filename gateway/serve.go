@@ -43,6 +43,9 @@ type exchange struct {
 	// notSent: the last backend was never connected to (safe to retry).
 	notSent bool
 	retries int
+	// upstreamStatus is the backend's status code, once its headers came.
+	upstreamStatus int
+	queueWait      time.Duration
 	// clientCtx is the client request's context; cancel cancels the
 	// upstream request only.
 	clientCtx context.Context
@@ -170,6 +173,9 @@ func (g *Gateway) finish(x *exchange, rec *recorder, r *http.Request, err error)
 	}
 	if x.streamBroke != "" {
 		fields = append(fields, zap.String("stream_error", x.streamBroke))
+	}
+	if x.queueWait > 0 {
+		fields = append(fields, zap.Duration("queue_wait", x.queueWait))
 	}
 	if x.retries > 0 {
 		fields = append(fields, zap.Int("retries", x.retries))

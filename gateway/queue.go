@@ -1,0 +1,208 @@
+package gateway
+
+import (
+	"fmt"
+	"hash/fnv"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/maitred-dev/maitred/admission"
+	"github.com/maitred-dev/maitred/fleet"
+	"github.com/maitred-dev/maitred/internal/ojson"
+)
+
+// PriorityHeader names the request's priority class.
+const PriorityHeader = "X-Maitred-Priority"
+
+// newPools builds each model's admission pool over its fleet backends.
+func newPools(cfg fleet.Config, fl *fleet.Fleet) map[string]*admission.Pool {
+	pools := map[string]*admission.Pool{}
+	for i := range cfg.Models {
+		mc := &cfg.Models[i]
+		fm, _ := fl.Model(mc.Name)
+		var slots []admission.SlotConfig
+		for j, b := range fm.Backends {
+			bc := mc.Backends[j]
+			slots = append(slots, admission.SlotConfig{Name: b.URL.Host, Ready: b.Ready, MaxInFlight: bc.MaxInFlight, KVTokens: bc.KVTokens})
+		}
+		pools[mc.Name] = admission.NewPool(mc.Name, admission.PoolConfig{
+			QueueSize:        mc.QueueSizeOrDefault(),
+			QueueTimeout:     mc.QueueTimeoutOrDefault(),
+			Classes:          len(cfg.PriorityClasses),
+			SaturatedWaiting: cfg.SaturatedWaiting,
+			SaturatedKV:      cfg.SaturatedKVUsage,
+			StaleAfter:       4 * cfg.ScrapeInterval.D(),
+			EjectAfter:       cfg.EjectAfter,
+			EjectFor:         cfg.EjectFor.D(),
+			AffinityLoad:     1.5,
+		}, slots, nil)
+	}
+	return pools
+}
+
+// ObserveScrape feeds a backend's scraped gauges to its model's pool.
+func (g *Gateway) ObserveScrape(m *fleet.Model, b *fleet.Backend, gs fleet.Gauges, err error) {
+	if err != nil {
+		return // the last gauges age and turn stale on their own
+	}
+	p := g.pools[m.Name]
+	for i, bb := range m.Backends {
+		if bb == b {
+			p.SetGauges(i, admission.Gauges{Waiting: gs.Waiting, Running: gs.Running, KVUsage: gs.KVUsage, KVCapacity: gs.KVCapacity, At: gs.At})
+		}
+	}
+}
+
+// class maps the priority header to a class index.
+func (g *Gateway) class(r *http.Request) (int, string) {
+	v := strings.TrimSpace(r.Header.Get(PriorityHeader))
+	for i, c := range g.cfg.PriorityClasses {
+		if c == v {
+			return i, c
+		}
+	}
+	for i, c := range g.cfg.PriorityClasses {
+		if c == g.cfg.DefaultPriority {
+			return i, c
+		}
+	}
+	return 0, g.cfg.PriorityClasses[0]
+}
+
+// ticket sizes a request's claim on a backend's token budget: its prompt
+// plus n times its output budget. An uncounted prompt is estimated at four
+// bytes a token, for the budget only; it is never refused on that guess.
+func (g *Gateway) ticket(dec admission.Decision, bodyLen int, class int) admission.Ticket {
+	out := dec.MaxTokens
+	if out == 0 {
+		out = g.expectedOutput[dec.Model]
+	}
+	t := admission.Ticket{Class: class, Exact: dec.Uncounted == admission.Counted}
+	if t.Exact {
+		t.Tokens = dec.PromptTokens + max(dec.N, 1)*out
+	} else {
+		t.Tokens = bodyLen/4 + max(dec.N, 1)*out
+	}
+	return t
+}
+
+// queueError renders a pool outcome that is not Admitted.
+func (g *Gateway) queueError(m *fleet.Model, o admission.Outcome, t admission.Ticket) error {
+	p := g.pools[m.Name]
+	w := p.Advice()
+	switch o {
+	case admission.QueueFull:
+		return &Error{Status: http.StatusTooManyRequests, Type: typeServer, Code: "queue_full", RetryAfter: w.Expected,
+			Message: fmt.Sprintf("Model %q is at capacity and its queue is full (%d waiting); expected wait %s. Retry after %d s.",
+				m.Name, w.Depth, w.Expected.Round(time.Millisecond), retrySeconds(w.Expected))}
+	case admission.QueueTimeout:
+		return &Error{Status: http.StatusServiceUnavailable, Type: typeServer, Code: "queue_timeout", RetryAfter: w.Expected,
+			Message: fmt.Sprintf("The request waited %s for a backend of model %q without one freeing up (%d still waiting; expected wait %s).",
+				g.queueTimeout[m.Name], m.Name, w.Depth, w.Expected.Round(time.Millisecond))}
+	case admission.OverBudget:
+		return &Error{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: "exceeds_kv_capacity", Param: "max_tokens",
+			Message: fmt.Sprintf("The request needs %d tokens of KV cache (prompt plus output budget), more than any backend of model %q holds; it can never run. Lower max_tokens or n.", t.Tokens, m.Name)}
+	case admission.NoBackend:
+		return g.notReady(m)
+	case admission.Draining:
+		return &Error{Status: http.StatusServiceUnavailable, Type: typeServer, Code: codeShuttingDown, RetryAfter: time.Second,
+			Message: "The gateway is shutting down; retry on another instance."}
+	case admission.ClientGone:
+		return errClientGone
+	}
+	return fmt.Errorf("unexpected queue outcome %s", o)
+}
+
+// prefixHash hashes the first k tokens of the rendered prompt, for prefix
+// affinity; 0 when it cannot be computed.
+func (g *Gateway) prefixHash(model string, ep admission.Endpoint, body []byte, k int) uint64 {
+	tok := g.catalog.tokenizers[model]
+	if tok == nil || k <= 0 {
+		return 0
+	}
+	req, err := ojson.Parse(body, ojson.DefaultMaxDepth)
+	if err != nil {
+		return 0
+	}
+	var text string
+	if ep == admission.Chat {
+		if text, err = tok.RenderChat(req); err != nil {
+			return 0
+		}
+	} else if p := req.Get("prompt"); p != nil && p.Kind == ojson.String {
+		text = p.Str
+	} else {
+		return 0
+	}
+	// k tokens are rarely more than 8k bytes: encode only that prefix.
+	if len(text) > 8*k {
+		text = text[:8*k]
+	}
+	ids := tok.Encoder().Encode(text, false)
+	if len(ids) > k {
+		ids = ids[:k]
+	}
+	h := fnv.New64a()
+	var b [4]byte
+	for _, id := range ids {
+		b[0], b[1], b[2], b[3] = byte(id), byte(id>>8), byte(id>>16), byte(id>>24)
+		h.Write(b[:])
+	}
+	return h.Sum64() | 1
+}
+
+// poolCollector exports queue and capacity state at scrape time.
+type poolCollector struct {
+	g *Gateway
+}
+
+var (
+	queueDepthDesc  = prometheus.NewDesc("maitred_queue_depth", "Requests waiting for a backend, by model and priority class.", []string{"model", "class"}, nil)
+	inflightTokDesc = prometheus.NewDesc("maitred_backend_inflight_tokens", "Tokens reserved (prompt + output budget) by requests in flight, per backend.", []string{"model", "backend"}, nil)
+	budgetDesc      = prometheus.NewDesc("maitred_backend_token_budget", "A backend's token budget: KV capacity from vllm:cache_config_info, else kv_tokens (0: none).", []string{"model", "backend"}, nil)
+	inflightDesc    = prometheus.NewDesc("maitred_backend_inflight_requests", "Requests in flight per backend.", []string{"model", "backend"}, nil)
+	vllmWaitDesc    = prometheus.NewDesc("maitred_backend_vllm_waiting", "vllm:num_requests_waiting as last scraped.", []string{"model", "backend"}, nil)
+	vllmRunDesc     = prometheus.NewDesc("maitred_backend_vllm_running", "vllm:num_requests_running as last scraped.", []string{"model", "backend"}, nil)
+	vllmKVDesc      = prometheus.NewDesc("maitred_backend_vllm_kv_cache_usage", "vllm:kv_cache_usage_perc as last scraped (0 to 1).", []string{"model", "backend"}, nil)
+	ejectedDesc     = prometheus.NewDesc("maitred_backend_ejected", "1 while a backend is ejected as an outlier.", []string{"model", "backend"}, nil)
+	ejectionsDesc   = prometheus.NewDesc("maitred_backend_ejections_total", "Outlier ejections per backend.", []string{"model", "backend"}, nil)
+	routingDesc     = prometheus.NewDesc("maitred_routing_decisions_total", "Backend choices by policy: p2c (power of two choices), affinity (prefix), only (one candidate).", []string{"model", "policy"}, nil)
+)
+
+func (c poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{queueDepthDesc, inflightTokDesc, budgetDesc, inflightDesc, vllmWaitDesc, vllmRunDesc, vllmKVDesc, ejectedDesc, ejectionsDesc, routingDesc} {
+		ch <- d
+	}
+}
+
+func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
+	for name, p := range c.g.pools {
+		st := p.Stats()
+		for i, d := range st.Depth {
+			ch <- prometheus.MustNewConstMetric(queueDepthDesc, prometheus.GaugeValue, float64(d), name, c.g.cfg.PriorityClasses[i])
+		}
+		for _, s := range st.Slots {
+			gv := func(d *prometheus.Desc, v float64) {
+				ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, name, s.Name)
+			}
+			gv(inflightTokDesc, float64(s.Tokens))
+			gv(budgetDesc, float64(s.Budget))
+			gv(inflightDesc, float64(s.InFlight))
+			gv(vllmWaitDesc, s.Gauges.Waiting)
+			gv(vllmRunDesc, s.Gauges.Running)
+			gv(vllmKVDesc, s.Gauges.KVUsage)
+			ejected := 0.0
+			if s.Ejected {
+				ejected = 1
+			}
+			gv(ejectedDesc, ejected)
+			ch <- prometheus.MustNewConstMetric(ejectionsDesc, prometheus.CounterValue, float64(s.Ejections), name, s.Name)
+		}
+		for policy, n := range st.Decisions {
+			ch <- prometheus.MustNewConstMetric(routingDesc, prometheus.CounterValue, float64(n), name, policy)
+		}
+	}
+}
