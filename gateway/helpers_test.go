@@ -160,3 +160,18 @@ func readBodyT(t *testing.T, res *http.Response) string {
 	}
 	return string(b)
 }
+
+// scrapeOnce reads every backend's /metrics once and feeds the pools, as
+// the scraper does every scrape_interval.
+func (tg *testGateway) scrapeOnce(t *testing.T) {
+	t.Helper()
+	for _, m := range tg.Fleet.Models() {
+		for _, b := range m.Backends {
+			g, err := tg.Fleet.Scrape(t.Context(), b)
+			if err != nil {
+				t.Fatalf("scrape %s: %v", b.URL, err)
+			}
+			tg.ObserveScrape(m, b, g, nil)
+		}
+	}
+}

@@ -62,6 +62,7 @@ func serveGateway(t *testing.T, cfg fleet.Config, tok *tokenize.Model) *served {
 	}
 	fctx, stopFleet := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
+	wg.Go(func() { fl.RunScraper(fctx, cfg.ScrapeInterval.D(), g.ObserveScrape) })
 	wg.Go(func() {
 		fl.ProbeAll(fctx)
 		g.SetPhase(Serving)

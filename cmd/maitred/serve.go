@@ -108,6 +108,7 @@ func runGateway(ctx context.Context, cfg fleet.Config, log *zap.Logger, started 
 
 	fctx, stopFleet := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
+	wg.Go(func() { fl.RunScraper(fctx, cfg.ScrapeInterval.D(), gw.ObserveScrape) })
 	wg.Go(func() {
 		fl.ProbeAll(fctx)
 		gw.SetPhase(gateway.Serving)
