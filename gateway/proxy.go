@@ -45,7 +45,9 @@ func (g *Gateway) completions(ep admission.Endpoint) handlerFunc {
 			}
 			return err
 		}
+		doorStart := time.Now()
 		dec, rej := g.door.Check(ep, body)
+		x.doorTime = time.Since(doorStart)
 		if rej != nil {
 			if rej.Reason != admission.UnknownModel && rej.Reason != admission.MissingModel {
 				x.model = modelOf(body)
@@ -99,6 +101,9 @@ func (g *Gateway) dispatch(w http.ResponseWriter, r *http.Request, x *exchange, 
 		}
 		g.metrics.queueWait.WithLabelValues(m.Name, class).Observe(lease.Waited.Seconds())
 		x.queueWait += lease.Waited
+		// Server-Timing: the phases known before the headers go out.
+		w.Header().Set("Server-Timing", fmt.Sprintf("door;dur=%.3f, queue;dur=%.3f",
+			ms(x.doorTime), ms(x.queueWait)))
 		b := m.Backends[lease.Slot.Index]
 		x.backend, x.proxyErr, x.notSent = b, nil, false
 		err := g.forwardLease(w, r, x, b, lease, body)
@@ -409,3 +414,5 @@ func mustStdLogAt(l *zap.Logger, lvl zapcore.Level) *log.Logger {
 	}
 	return std
 }
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -147,8 +147,8 @@ func TestTokenBudgetHoldsAcrossBackends(t *testing.T) {
 			time.Sleep(200 * time.Microsecond)
 		}
 	})
-	short := strings.Repeat("tea ", 190)  // about 200 tokens
-	long := strings.Repeat("tea ", 2990)  // about 3,000 tokens
+	short := strings.Repeat("tea ", 190) // about 200 tokens
+	long := strings.Repeat("tea ", 2990) // about 3,000 tokens
 	var fails atomic.Int64
 	var reqs sync.WaitGroup
 	for i := range 40 {

@@ -46,6 +46,7 @@ type exchange struct {
 	// upstreamStatus is the backend's status code, once its headers came.
 	upstreamStatus int
 	queueWait      time.Duration
+	doorTime       time.Duration
 	// clientCtx is the client request's context; cancel cancels the
 	// upstream request only.
 	clientCtx context.Context
@@ -173,6 +174,9 @@ func (g *Gateway) finish(x *exchange, rec *recorder, r *http.Request, err error)
 	}
 	if x.streamBroke != "" {
 		fields = append(fields, zap.String("stream_error", x.streamBroke))
+	}
+	if x.doorTime > 0 {
+		fields = append(fields, zap.Duration("door", x.doorTime))
 	}
 	if x.queueWait > 0 {
 		fields = append(fields, zap.Duration("queue_wait", x.queueWait))
