@@ -127,9 +127,9 @@ func overload(capacityRPS int, d1, d3 time.Duration) error {
 
 type overloadStat struct {
 	sent, ok, refused, noRetryAfter, other, transport, dispatched int
-	goodput                                                      float64
-	waits                                                        []float64
-	codes                                                        []int
+	goodput                                                       float64
+	waits                                                         []float64
+	codes                                                         []int
 }
 
 // queueWait reads "queue;dur=N" from a Server-Timing header.
