@@ -92,7 +92,9 @@
 //  4. admission_or_prefill_pressure (per backend): the model's gateway queue
 //     or the backend's vLLM waiting queue growing, TTFT rising, TPOT stable.
 //     Also matches on significant gateway_queue failures (queue full or
-//     queue timeouts), where requests never reach a backend.
+//     queue timeouts, where requests never reach a backend) or significant
+//     prefill failures (timed out before the first token, so no TTFT was
+//     measured).
 //  5. boundary: significant door rejections making >= DoorShare (50%) of
 //     the failures. Evidence: rejections by reason.
 //  6. client_side: significant client-layer failures making >= ClientShare

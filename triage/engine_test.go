@@ -387,3 +387,28 @@ func TestPerModelVerdicts(t *testing.T) {
 	}
 	near(t, r.Evidence, "affected_share", 0.5, 0)
 }
+
+// Requests that time out before their first token leave no TTFT sample:
+// the failures themselves point at prefill.
+func TestPrefillTimeoutsWithoutTTFT(t *testing.T) {
+	e, c := newTestEngine(DefaultConfig())
+	e.Warmup(mdl, be1, warmTTFT, warmTPOT)
+	run(c, span, time.Second, func(i int, _ float64) {
+		ok(e, c.t, be1, warmTTFT, warmTPOT)
+		if i%3 == 0 {
+			e.Observe(Observation{Time: c.t, Model: mdl, Backend: be1, Layer: LayerPrefill, Reason: "backend_timeout",
+				Connect: time.Millisecond, Total: 30 * time.Second})
+		}
+		if i%5 == 0 {
+			sample(e, c.t, be1, 4, 0, 0.3, 0)
+		}
+	})
+	r := e.Report()
+	if r.Verdict != VerdictPrefill {
+		t.Fatalf("verdict = %s (others %v)", r.Verdict, verdicts(r.Others))
+	}
+	near(t, r.Evidence, "prefill_failures", 100, 0)
+	if got := r.Evidence["failures_by_reason"].(map[string]int)["backend_timeout"]; got != 100 {
+		t.Errorf("failures_by_reason[backend_timeout] = %d", got)
+	}
+}

@@ -671,8 +671,9 @@ func (e *Engine) evaluate(bes []*beval, scopes []*mscope, now time.Time) (string
 	}
 	// admission_or_prefill_pressure
 	gq := layers[layerQueue]
+	np := layers[layerPrefill]
 	aff, sh, okm := perBackend(func(b *beval) bool { return b.prefillM })
-	if okm || significant(gq) {
+	if okm || significant(gq) || significant(np) {
 		ev := e.figures(aff, affScopes(aff, scopes))
 		if okm {
 			affected(ev, aff, sh)
@@ -683,7 +684,7 @@ func (e *Engine) evaluate(bes []*beval, scopes []*mscope, now time.Time) (string
 			}
 		}
 		ev["gateway_queue_failures"] = gq
-		ev["prefill_failures"] = layers[layerPrefill]
+		ev["prefill_failures"] = np
 		add(VerdictPrefill, ev)
 	}
 	// boundary
