@@ -23,6 +23,7 @@ func TestLayering(t *testing.T) {
 		{"admission/...", []string{"net/http", "github.com/go-chi/chi/v5", mod + "gateway", mod + "sim"}},
 		{"fleet/...", []string{"github.com/go-chi/chi/v5", mod + "gateway", mod + "sim", "net/http/httptest"}},
 		{"internal/ojson", []string{"net/http"}},
+		{"triage/...", []string{"net/http", "github.com/prometheus/client_golang/prometheus", mod + "gateway", mod + "fleet"}},
 	}
 	for _, r := range rules {
 		if _, err := os.Stat("../../" + strings.TrimSuffix(r.pkg, "/...")); err != nil {
