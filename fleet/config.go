@@ -66,6 +66,8 @@ type Config struct {
 	// header is absent or names no class.
 	PriorityClasses []string `yaml:"priority_classes"`
 	DefaultPriority string   `yaml:"default_priority"`
+	// TriageWindow is the sliding window /debug/triage judges over.
+	TriageWindow Duration `yaml:"triage_window"`
 	// Outlier ejection: a backend answering 5xx or refusing connections
 	// EjectAfter times in a row gets no requests for EjectFor.
 	EjectAfter int      `yaml:"eject_after"`
@@ -234,6 +236,7 @@ func Default() Config {
 		PriorityClasses:    []string{"default"},
 		DefaultPriority:    "default",
 		EjectAfter:         5,
+		TriageWindow:       Duration(5 * time.Minute),
 		EjectFor:           Duration(10 * time.Second),
 		Health: HealthConfig{
 			Interval:           Duration(time.Second),
@@ -432,6 +435,7 @@ func (c *Config) Validate() error {
 		{"health.warmup_timeout", c.Health.WarmupTimeout},
 		{"scrape_interval", c.ScrapeInterval},
 		{"eject_for", c.EjectFor},
+		{"triage_window", c.TriageWindow},
 		{"backend_dial_timeout", c.BackendDialTimeout},
 		{"health.interval", c.Health.Interval},
 		{"health.timeout", c.Health.Timeout},

@@ -17,6 +17,7 @@ import (
 	"github.com/maitred-dev/maitred/admission"
 	"github.com/maitred-dev/maitred/fleet"
 	"github.com/maitred-dev/maitred/tokenize"
+	"github.com/maitred-dev/maitred/triage"
 )
 
 // Options are the gateway's dependencies, injected so that tests and
@@ -31,6 +32,8 @@ type Options struct {
 	// Tokenizers holds each model's tokenizer and chat template, by model
 	// name. A model without one is forwarded uncounted.
 	Tokenizers map[string]*tokenize.Model
+	// Triage classifies symptoms; nil builds one with the config's window.
+	Triage *triage.Engine
 }
 
 // Gateway is the HTTP edge. It is safe for concurrent use; its only mutable
@@ -57,6 +60,8 @@ type Gateway struct {
 	expectedOutput map[string]int
 	queueTimeout   map[string]time.Duration
 	affinity       map[string]int
+	triage         *triage.Engine
+	phaseM         *phaseMetrics
 }
 
 type modelTimeouts struct {
@@ -114,8 +119,16 @@ func New(o Options) (*Gateway, error) {
 		g.queueTimeout[mc.Name] = mc.QueueTimeoutOrDefault()
 		g.affinity[mc.Name] = mc.PrefixAffinityTokens
 	}
-	// A backend turning ready (or not) changes what the queue can place.
-	o.Fleet.OnTransition(func(m *fleet.Model, _ *fleet.Backend, _, _ fleet.State) { g.pools[m.Name].Kick() })
+	if o.Triage == nil {
+		tc := triage.DefaultConfig()
+		tc.Window = o.Config.TriageWindow.D()
+		o.Triage = triage.New(tc, time.Now)
+	}
+	g.triage = o.Triage
+	g.phaseM = newPhaseMetrics(o.Registry)
+	// A backend turning ready (or not) changes what the queue can place
+	// and what triage knows.
+	o.Fleet.OnTransition(g.onTransition)
 	o.Registry.MustRegister(poolCollector{g})
 	g.catalog = newCatalog(o.Config, o.Fleet, o.Tokenizers)
 	g.door = admission.NewDoor(g.catalog)
@@ -162,6 +175,9 @@ func (g *Gateway) routes() http.Handler {
 	r.Get("/v1/models", g.serve("/v1/models", g.listModels))
 	r.Get("/livez", g.serve("/livez", g.livez))
 	r.Get("/readyz", g.serve("/readyz", g.readyz))
+	r.Get("/debug/triage", g.serve("/debug/triage", g.debugTriage))
+	r.Get("/debug/backends", g.serve("/debug/backends", g.debugBackends))
+	r.Get("/", g.serve("/", g.statusPage))
 	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{Registry: g.reg}))
 	r.NotFound(g.serve("unmatched", func(w http.ResponseWriter, r *http.Request, _ *exchange) error {
 		return &Error{Status: http.StatusNotFound, Type: typeInvalidRequest, Code: codeUnknownURL,

@@ -45,9 +45,10 @@ func (g *Gateway) completions(ep admission.Endpoint) handlerFunc {
 			}
 			return err
 		}
-		doorStart := time.Now()
+		x.readDone = time.Now()
 		dec, rej := g.door.Check(ep, body)
-		x.doorTime = time.Since(doorStart)
+		x.doorDone = time.Now()
+		x.doorTime = x.doorDone.Sub(x.readDone)
 		if rej != nil {
 			if rej.Reason != admission.UnknownModel && rej.Reason != admission.MissingModel {
 				x.model = modelOf(body)
@@ -101,9 +102,6 @@ func (g *Gateway) dispatch(w http.ResponseWriter, r *http.Request, x *exchange, 
 		}
 		g.metrics.queueWait.WithLabelValues(m.Name, class).Observe(lease.Waited.Seconds())
 		x.queueWait += lease.Waited
-		// Server-Timing: the phases known before the headers go out.
-		w.Header().Set("Server-Timing", fmt.Sprintf("door;dur=%.3f, queue;dur=%.3f",
-			ms(x.doorTime), ms(x.queueWait)))
 		b := m.Backends[lease.Slot.Index]
 		x.backend, x.proxyErr, x.notSent = b, nil, false
 		err := g.forwardLease(w, r, x, b, lease, body)
@@ -196,6 +194,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, x *exchange, b
 	x.firstByte = time.AfterFunc(t.firstByte, func() { x.timedOut.Store(true); cancel() })
 	defer x.firstByte.Stop()
 
+	x.sentAt, x.headersAt, x.firstEventAt, x.lastEventAt, x.events = time.Now(), time.Time{}, time.Time{}, time.Time{}, 0
 	out := r.WithContext(context.WithValue(ctx, ctxKey{}, x))
 	out.Body = io.NopCloser(bytes.NewReader(body))
 	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
@@ -354,11 +353,23 @@ func (g *Gateway) newProxy(rt http.RoundTripper) *httputil.ReverseProxy {
 			x := res.Request.Context().Value(ctxKey{}).(*exchange)
 			x.firstByte.Stop()
 			x.upstreamStatus = res.StatusCode
+			x.headersAt = time.Now()
+			// Server-Timing: the phases known before the headers go out.
+			// For a non-streaming answer "backend" is the whole generation.
+			res.Header.Set("Server-Timing", fmt.Sprintf("door;dur=%.3f, queue;dur=%.3f, backend;dur=%.3f",
+				ms(x.doorTime), ms(x.sentAt.Sub(x.doorDone)), ms(x.headersAt.Sub(x.sentAt))))
 			res.Header.Set("X-Request-Id", x.id)
 			if res.StatusCode == http.StatusOK && isEventStream(res.Header.Get("Content-Type")) {
 				guard := newStreamGuard(res.Body, x.clientCtx, func(cause error) []byte {
 					return g.streamBroken(x, cause)
 				})
+				guard.onEvents = func(n int, at time.Time) {
+					if x.events == 0 {
+						x.firstEventAt = at
+					}
+					x.events += n
+					x.lastEventAt = at
+				}
 				if idle := g.timeouts[x.model].streamIdle; idle > 0 {
 					guard.watchIdle(idle, func() { x.stalled.Store(true); x.cancel() })
 				}

@@ -48,6 +48,7 @@ func (g *Gateway) ObserveScrape(m *fleet.Model, b *fleet.Backend, gs fleet.Gauge
 	if err != nil {
 		return // the last gauges age and turn stale on their own
 	}
+	g.sampleBackend(m, b, gs)
 	p := g.pools[m.Name]
 	for i, bb := range m.Backends {
 		if bb == b {

@@ -54,6 +54,10 @@ type exchange struct {
 	firstByte *time.Timer
 	// Set by timers on other goroutines, read after the proxy returns.
 	timedOut, stalled, shutdown atomic.Bool
+	// The phase clock: each stamp ends a phase (see phases in triage.go).
+	readDone, doorDone, sentAt, headersAt, firstEventAt, lastEventAt time.Time
+	events                                                           int
+	clientStall                                                      time.Duration
 	// streamBroke is the reason a stream was ended by the gateway.
 	streamBroke string
 	// outcome names how the request ended when it did not succeed.
@@ -69,7 +73,7 @@ type exchange struct {
 func (g *Gateway) serve(endpoint string, h handlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		x := &exchange{id: requestID(r), start: time.Now(), endpoint: endpoint, clientCtx: r.Context()}
-		rec := &recorder{ResponseWriter: w}
+		rec := &recorder{ResponseWriter: w, stall: &x.clientStall}
 		w.Header().Set("X-Request-Id", x.id)
 		var err error
 		defer func() {
@@ -123,8 +127,11 @@ func (g *Gateway) finish(x *exchange, rec *recorder, r *http.Request, err error)
 			x.outcome = "client_closed"
 		}
 	}
-	d := time.Since(x.start)
+	end := time.Now()
+	d := end.Sub(x.start)
 	code := strconv.Itoa(status)
+	ph := x.phases(end)
+	g.observe(x, status, ph, d)
 	g.metrics.requests.WithLabelValues(x.model, x.endpoint, code).Inc()
 	g.metrics.duration.WithLabelValues(x.model, x.endpoint).Observe(d.Seconds())
 
@@ -175,11 +182,11 @@ func (g *Gateway) finish(x *exchange, rec *recorder, r *http.Request, err error)
 	if x.streamBroke != "" {
 		fields = append(fields, zap.String("stream_error", x.streamBroke))
 	}
-	if x.doorTime > 0 {
-		fields = append(fields, zap.Duration("door", x.doorTime))
-	}
-	if x.queueWait > 0 {
-		fields = append(fields, zap.Duration("queue_wait", x.queueWait))
+	if x.model != "" {
+		fields = append(fields, zap.Object("phases", ph))
+		if l := x.layer(status); l != "" {
+			fields = append(fields, zap.String("layer", string(l)))
+		}
 	}
 	if x.retries > 0 {
 		fields = append(fields, zap.Int("retries", x.retries))
@@ -220,7 +227,13 @@ type recorder struct {
 	status      int
 	bytes       int64
 	wroteHeader bool
+	// stall adds up the time writes to the client blocked: a slow reader
+	// fills the socket buffer and the gateway waits.
+	stall *time.Duration
 }
+
+// stallThreshold: a write that takes longer than this waited for the client.
+const stallThreshold = 200 * time.Microsecond
 
 func (r *recorder) WriteHeader(code int) {
 	if !r.wroteHeader {
@@ -233,14 +246,22 @@ func (r *recorder) Write(p []byte) (int, error) {
 	if !r.wroteHeader {
 		r.status, r.wroteHeader = http.StatusOK, true
 	}
+	t := time.Now()
 	n, err := r.ResponseWriter.Write(p)
 	r.bytes += int64(n)
+	if d := time.Since(t); d > stallThreshold {
+		*r.stall += d
+	}
 	return n, err
 }
 
 func (r *recorder) Flush() {
 	if f, ok := r.ResponseWriter.(http.Flusher); ok {
+		t := time.Now()
 		f.Flush()
+		if d := time.Since(t); d > stallThreshold {
+			*r.stall += d
+		}
 	}
 }
 

@@ -33,6 +33,9 @@ type streamGuard struct {
 
 	idle  time.Duration
 	timer *time.Timer
+	// onEvents, when set, is told of complete events as they arrive (the
+	// phase clock: first event = first token, last = end of decode).
+	onEvents func(n int, at time.Time)
 }
 
 // watchIdle calls onIdle when the backend sends nothing for d; onIdle
@@ -129,6 +132,12 @@ func (g *streamGuard) scan(start int) {
 			g.ready = len(g.buf)
 		}
 		return
+	}
+	if g.onEvents != nil {
+		n := bytes.Count(g.buf[g.ready:end], []byte("\n\n"))
+		if n > 0 && !g.sawDone {
+			g.onEvents(n, time.Now())
+		}
 	}
 	if !g.sawDone && bytes.Contains(g.buf[g.ready:end], doneEvent) {
 		g.sawDone = true

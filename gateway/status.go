@@ -1,0 +1,120 @@
+package gateway
+
+import (
+	"fmt"
+	"html/template"
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/maitred-dev/maitred/fleet"
+	"github.com/maitred-dev/maitred/triage"
+)
+
+// statusTmpl is the status page: server-rendered, no scripts, readable by a
+// person in a browser and by curl.
+var statusTmpl = template.Must(template.New("status").Parse(`<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>maitred status</title>
+<meta http-equiv="refresh" content="5">
+<style>
+body{font-family:system-ui,sans-serif;margin:2em;color:#222}
+table{border-collapse:collapse;margin:.5em 0 1.5em}
+td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left}
+.ready{color:#060}.warming,.loading{color:#a60}.unhealthy{color:#b00}
+.verdict{font-size:1.3em;font-weight:bold}
+</style></head><body>
+<h1>maitred</h1>
+<p>Gateway <b id="phase">{{.Phase}}</b>, readiness <b id="readiness">{{.Readiness}}</b>, generated {{.Now}}.</p>
+<h2>Triage</h2>
+<p class="verdict" id="verdict">{{.Report.Verdict}}</p>
+<p>Over the last {{.Report.Window}}: {{.Report.Requests}} requests.</p>
+{{with .Report.Next}}<p>Inspect next:</p><ul>{{range .}}<li>{{.}}</li>{{end}}</ul>{{end}}
+{{with .Evidence}}<table id="evidence"><tr><th>evidence</th><th>value</th></tr>{{range .}}<tr><td>{{.K}}</td><td>{{.V}}</td></tr>{{end}}</table>{{end}}
+{{range .Models}}
+<h2>Model {{.Name}}</h2>
+<p>Verdict <b>{{.Verdict}}</b>; queue depth {{.Queue}}; max_model_len {{.MaxModelLen}}.</p>
+<table class="backends"><tr><th>backend</th><th>state</th><th>since</th><th>reason</th><th>in flight</th><th>tokens / budget</th><th>TTFT p50</th><th>TPOT p50</th><th>notes</th></tr>
+{{range .Backends}}<tr><td>{{.Host}}</td><td class="{{.State}}">{{.State}}</td><td>{{.Since}}</td><td>{{.Reason}}</td><td>{{.InFlight}}</td><td>{{.Tokens}} / {{.Budget}}</td><td>{{.TTFT}}</td><td>{{.TPOT}}</td><td>{{.Notes}}</td></tr>
+{{end}}</table>
+{{end}}
+<p><a href="/debug/triage">/debug/triage</a> · <a href="/debug/backends">/debug/backends</a> · <a href="/readyz">/readyz</a> · <a href="/metrics">/metrics</a></p>
+</body></html>
+`))
+
+type kv struct{ K, V string }
+
+type statusBackend struct {
+	Host, State, Since, Reason, TTFT, TPOT, Notes string
+	InFlight                                      int64
+	Tokens, Budget                                int
+}
+
+type statusModel struct {
+	Name, Verdict      string
+	Queue, MaxModelLen int
+	Backends           []statusBackend
+}
+
+type statusData struct {
+	Phase, Readiness, Now string
+	Report                triage.Report
+	Evidence              []kv
+	Models                []statusModel
+}
+
+// statusPage answers GET / with the status page.
+func (g *Gateway) statusPage(w http.ResponseWriter, r *http.Request, _ *exchange) error {
+	rep := g.triage.Report()
+	d := statusData{Phase: g.Phase().String(), Readiness: "not ready", Now: time.Now().UTC().Format(time.RFC3339), Report: rep}
+	ready := g.Phase() == Serving
+	for k, v := range rep.Evidence {
+		d.Evidence = append(d.Evidence, kv{k, fmt.Sprint(v)})
+	}
+	sort.Slice(d.Evidence, func(i, j int) bool { return d.Evidence[i].K < d.Evidence[j].K })
+	for _, m := range g.fleet.Models() {
+		sm := statusModel{Name: m.Name, Verdict: verdictOf(rep, m.Name), MaxModelLen: m.MaxModelLen()}
+		pst := g.pools[m.Name].Stats()
+		for _, q := range pst.Depth {
+			sm.Queue += q
+		}
+		bev := map[string]triage.BackendReport{}
+		for _, mr := range rep.Models {
+			if mr.Model == m.Name {
+				for _, br := range mr.Backends {
+					bev[br.Backend] = br
+				}
+			}
+		}
+		ready = ready && m.ReadyCount() >= m.MinReady
+		for i, b := range m.Backends {
+			st := b.Status()
+			br := bev[b.URL.Host]
+			sb := statusBackend{Host: b.URL.Host, State: st.State.String(), Since: st.Since.UTC().Format(time.RFC3339), Reason: st.Reason,
+				InFlight: st.InFlight, Tokens: pst.Slots[i].Tokens, Budget: pst.Slots[i].Budget,
+				TTFT: msOf(br.Evidence["ttft_p50_ms"]), TPOT: msOf(br.Evidence["tpot_p50_ms"])}
+			if br.SlowPathFallback {
+				sb.Notes = "possible slow-path fallback"
+			}
+			if pst.Slots[i].Ejected {
+				sb.Notes += " ejected"
+			}
+			if st.State != fleet.Ready && sb.Notes == "" {
+				sb.Notes = "no traffic"
+			}
+			sm.Backends = append(sm.Backends, sb)
+		}
+		d.Models = append(d.Models, sm)
+	}
+	if ready {
+		d.Readiness = "ready"
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	return statusTmpl.Execute(w, d)
+}
+
+func msOf(v any) string {
+	if f, ok := v.(float64); ok {
+		return fmt.Sprintf("%.1f ms", f)
+	}
+	return "-"
+}

@@ -1,0 +1,253 @@
+package gateway
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/maitred-dev/maitred/fleet"
+	"github.com/maitred-dev/maitred/triage"
+)
+
+// phases partition a request's time, so that they add up to its total:
+//
+//	read     arrival -> body read
+//	door     parse, validate, render, count
+//	queue    waiting for a backend slot (and failed connection attempts)
+//	connect  request sent -> response headers (non-streaming: the whole generation)
+//	prefill  headers -> first event (streams: vLLM's queue + prefill)
+//	decode   first event -> last event
+//	tail     the rest: writing a non-streaming body, or an error answer
+//
+// A phase a request never reached is zero.
+type phases struct {
+	read, door, queue, connect, prefill, decode, tail time.Duration
+}
+
+var phaseNames = []string{"read", "door", "queue", "connect", "prefill", "decode", "tail"}
+
+func (p phases) list() []time.Duration {
+	return []time.Duration{p.read, p.door, p.queue, p.connect, p.prefill, p.decode, p.tail}
+}
+
+// MarshalLogObject writes the phases in milliseconds into the access log.
+func (p phases) MarshalLogObject(enc zapcore.ObjectEncoder) error {
+	for i, d := range p.list() {
+		if d > 0 {
+			enc.AddFloat64(phaseNames[i]+"_ms", float64(d.Microseconds())/1000)
+		}
+	}
+	return nil
+}
+
+// phases cuts [start, end] at each stamp the request reached.
+func (x *exchange) phases(end time.Time) phases {
+	stamps := []time.Time{x.readDone, x.doorDone, x.sentAt, x.headersAt, x.firstEventAt, x.lastEventAt}
+	var out [7]time.Duration
+	prev := x.start
+	for i, t := range stamps {
+		if t.IsZero() || t.Before(prev) {
+			continue
+		}
+		out[i] = t.Sub(prev)
+		prev = t
+	}
+	out[6] = end.Sub(prev)
+	return phases{out[0], out[1], out[2], out[3], out[4], out[5], out[6]}
+}
+
+// layer names where a failed request's progress stopped ("" on success).
+func (x *exchange) layer(status int) triage.Layer {
+	switch x.outcome {
+	case "":
+		switch {
+		case x.streamBroke != "":
+		case status >= 500:
+			return triage.LayerPrefill // the backend answered 5xx itself
+		case status >= 400:
+			return triage.LayerDoor // the backend refused it: a boundary the door did not catch
+		default:
+			return triage.LayerNone
+		}
+	case "client_closed", "aborted":
+		return triage.LayerClient
+	case "queue_full", "queue_timeout", "draining":
+		return triage.LayerQueue
+	case codeModelNotReady, "no_backend":
+		return triage.LayerUnready
+	case codeBackendDown:
+		return triage.LayerConnect
+	case codeBackendTimeout:
+		if x.stream {
+			return triage.LayerConnect
+		}
+		return triage.LayerPrefill
+	case codeShuttingDown:
+		return triage.LayerNone
+	}
+	if x.streamBroke != "" {
+		if x.streamBroke == codeShuttingDown {
+			return triage.LayerNone
+		}
+		if x.events == 0 {
+			return triage.LayerPrefill
+		}
+		return triage.LayerDecode
+	}
+	// Everything else the gateway answers itself is a door rejection.
+	return triage.LayerDoor
+}
+
+type phaseMetrics struct {
+	phase    *prometheus.HistogramVec
+	ttft     *prometheus.HistogramVec
+	tpot     *prometheus.HistogramVec
+	failures *prometheus.CounterVec
+}
+
+func newPhaseMetrics(reg prometheus.Registerer) *phaseMetrics {
+	m := &phaseMetrics{
+		phase: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "maitred_phase_seconds",
+			Help:    "Time per request phase (read, door, queue, connect, prefill, decode, tail), by model.",
+			Buckets: []float64{.0001, .0005, .001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+		}, []string{"model", "phase"}),
+		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "maitred_ttft_seconds",
+			Help:    "Time to first token of streams as the gateway sees it (request sent -> first event: vLLM's queue + prefill), by model and backend.",
+			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"model", "backend"}),
+		tpot: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "maitred_tpot_seconds",
+			Help:    "Mean time per output token of streams (first -> last event over the events between), by model and backend.",
+			Buckets: []float64{.001, .0025, .005, .01, .02, .04, .08, .15, .3, .6, 1},
+		}, []string{"model", "backend"}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "maitred_failures_total",
+			Help: "Failed requests by model and the layer where progress stopped: door, gateway_queue, backend_unready, backend_connect, prefill, decode, client.",
+		}, []string{"model", "layer"}),
+	}
+	reg.MustRegister(m.phase, m.ttft, m.tpot, m.failures)
+	return m
+}
+
+// observe records a finished request in the phase metrics and the triage
+// engine.
+func (g *Gateway) observe(x *exchange, status int, ph phases, total time.Duration) {
+	if x.model == "" || x.endpoint == "/tokenize" {
+		return
+	}
+	for i, d := range ph.list() {
+		if d > 0 {
+			g.phaseM.phase.WithLabelValues(x.model, phaseNames[i]).Observe(d.Seconds())
+		}
+	}
+	backend := ""
+	if x.backend != nil {
+		backend = x.backend.URL.Host
+	}
+	var ttft, tpot time.Duration
+	if x.stream && !x.firstEventAt.IsZero() {
+		ttft = x.firstEventAt.Sub(x.sentAt)
+		g.phaseM.ttft.WithLabelValues(x.model, backend).Observe(ttft.Seconds())
+		// Events between the first and the last: one per token as vLLM
+		// streams them (the first carries the role, the last is [DONE]).
+		if tokens := x.events - 2; tokens >= 2 {
+			tpot = x.lastEventAt.Sub(x.firstEventAt) / time.Duration(tokens)
+			g.phaseM.tpot.WithLabelValues(x.model, backend).Observe(tpot.Seconds())
+		}
+	}
+	layer := x.layer(status)
+	if layer != triage.LayerNone {
+		g.phaseM.failures.WithLabelValues(x.model, string(layer)).Inc()
+	}
+	reason := x.outcome
+	if reason == "" {
+		reason = x.streamBroke
+	}
+	g.triage.Observe(triage.Observation{
+		Time: time.Now(), Model: x.model, Backend: backend, Layer: layer, Reason: reason,
+		Door: ph.door, Queue: ph.queue, Connect: ph.connect, TTFT: ttft, TPOT: tpot,
+		ClientStall: x.clientStall, Total: total, OutputTokens: max(x.events-2, 0), Stream: x.stream,
+	})
+}
+
+// sampleBackend feeds a backend's state and gauges to the triage engine.
+func (g *Gateway) sampleBackend(m *fleet.Model, b *fleet.Backend, gs fleet.Gauges) {
+	st := b.Status()
+	at := gs.At
+	if at.IsZero() {
+		at = time.Now()
+	}
+	g.triage.Sample(triage.BackendSample{
+		Time: at, Model: m.Name, Backend: b.URL.Host,
+		Running: gs.Running, Waiting: gs.Waiting, KVUsage: gs.KVUsage, Preemptions: gs.Preemptions,
+		Ready: st.State == fleet.Ready, State: st.State.String(), StateReason: st.Reason, StateSince: st.Since,
+	})
+	g.triage.GatewayQueue(m.Name, g.pools[m.Name].Advice().Depth, at)
+}
+
+// onTransition tells the queue and the triage engine about a state change.
+func (g *Gateway) onTransition(m *fleet.Model, b *fleet.Backend, _, to fleet.State) {
+	g.pools[m.Name].Kick()
+	if to == fleet.Ready {
+		if st := b.Status(); st.WarmupSeconds > 0 {
+			g.triage.Warmup(m.Name, b.URL.Host, time.Duration(st.WarmupSeconds*float64(time.Second)), 0)
+		}
+	}
+	g.sampleBackend(m, b, b.LastGauges())
+}
+
+// debugTriage answers GET /debug/triage with the current report.
+func (g *Gateway) debugTriage(w http.ResponseWriter, r *http.Request, _ *exchange) error {
+	writeJSON(w, http.StatusOK, g.triage.Report())
+	return nil
+}
+
+type backendRecord struct {
+	Model string `json:"model"`
+	fleet.BackendStatus
+	CacheConfig      map[string]string `json:"cache_config,omitempty"`
+	TokenBudget      int               `json:"token_budget"`
+	InFlightTokens   int               `json:"in_flight_tokens"`
+	Ejected          bool              `json:"ejected"`
+	SlowPathFallback bool              `json:"possible_slow_path_fallback"`
+}
+
+// debugBackends answers GET /debug/backends: each backend's record taken at
+// warm-up (version, max_model_len, cache config, warm-up time) and now.
+func (g *Gateway) debugBackends(w http.ResponseWriter, r *http.Request, _ *exchange) error {
+	rep := g.triage.Report()
+	slow := map[string]bool{}
+	for _, mr := range rep.Models {
+		for _, br := range mr.Backends {
+			if br.SlowPathFallback {
+				slow[mr.Model+"/"+br.Backend] = true
+			}
+		}
+	}
+	var out []backendRecord
+	for _, m := range g.fleet.Models() {
+		st := g.pools[m.Name].Stats()
+		for i, b := range m.Backends {
+			rec := backendRecord{Model: m.Name, BackendStatus: b.Status(), CacheConfig: b.LastGauges().Info,
+				TokenBudget: st.Slots[i].Budget, InFlightTokens: st.Slots[i].Tokens, Ejected: st.Slots[i].Ejected,
+				SlowPathFallback: slow[m.Name+"/"+b.URL.Host]}
+			out = append(out, rec)
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// verdictOf is the report's verdict for one model.
+func verdictOf(rep triage.Report, model string) string {
+	for _, m := range rep.Models {
+		if m.Model == model {
+			return m.Verdict
+		}
+	}
+	return ""
+}
