@@ -16,6 +16,7 @@ import (
 
 	"github.com/maitred-dev/maitred/fleet"
 	"github.com/maitred-dev/maitred/tokenize"
+	"github.com/maitred-dev/maitred/triage"
 )
 
 // fakeBackend is a hand-written stand-in for vLLM used where a test needs
@@ -92,6 +93,12 @@ func startGateway(t *testing.T, mutate func(*fleet.Config), backends ...string) 
 // startGatewayToks is startGateway with tokenizers for model "m".
 func startGatewayToks(t *testing.T, tok *tokenize.Model, mutate func(*fleet.Config), backends ...string) *testGateway {
 	t.Helper()
+	return startGatewayFull(t, tok, nil, mutate, backends...)
+}
+
+// startGatewayFull also takes the triage engine (nil: the default).
+func startGatewayFull(t *testing.T, tok *tokenize.Model, tri *triage.Engine, mutate func(*fleet.Config), backends ...string) *testGateway {
+	t.Helper()
 	cfg := fleet.Default()
 	mc := fleet.ModelConfig{Name: "m"}
 	for _, u := range backends {
@@ -116,7 +123,7 @@ func startGatewayToks(t *testing.T, tok *tokenize.Model, mutate func(*fleet.Conf
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	opts := Options{Config: cfg, Fleet: fl, Logger: log, Registry: reg, Transport: tr}
+	opts := Options{Config: cfg, Fleet: fl, Logger: log, Registry: reg, Transport: tr, Triage: tri}
 	if tok != nil {
 		opts.Tokenizers = map[string]*tokenize.Model{"m": tok}
 	}
@@ -174,4 +181,14 @@ func (tg *testGateway) scrapeOnce(t *testing.T) {
 			tg.ObserveScrape(m, b, g, nil)
 		}
 	}
+}
+
+func httptestServer(t *testing.T, s interface {
+	Handler() http.Handler
+	Close()
+}) string {
+	t.Helper()
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(func() { s.Close(); srv.Close() })
+	return srv.URL
 }

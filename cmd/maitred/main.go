@@ -25,6 +25,7 @@ Usage:
   maitred sim [flags]                           run a simulated vLLM server
   maitred demo [--listen ADDR]                  run the gateway with a simulated backend
   maitred tokenize --model-dir DIR < req.json   print a request's prompt token count
+  maitred triage [--url URL]                    name the layer where requests are stuck
   maitred version                               print the version
 
 Run "maitred <command> --help" for a command's flags.
@@ -51,6 +52,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdDemo(ctx, args[1:], stdout, stderr)
 	case "tokenize":
 		err = cmdTokenize(args[1:], os.Stdin, stdout, stderr)
+	case "triage":
+		err = cmdTriage(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, "maitred", versionString())
 		return 0
