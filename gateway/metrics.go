@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"strconv"
+
 	"github.com/maitred-dev/maitred/fleet"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -82,12 +84,17 @@ var backendStateDesc = prometheus.NewDesc("maitred_backend_state",
 	"1 for the state each backend is in (loading, warming, ready, unhealthy), else 0.",
 	[]string{"model", "backend", "state"}, nil)
 
+var backendInfoDesc = prometheus.NewDesc("maitred_backend_info",
+	"A backend's record from its warm-up: vLLM version, max_model_len, KV cache config (labels of vllm:cache_config_info) and warm-up time; value 1.",
+	[]string{"model", "backend", "version", "max_model_len", "block_size", "num_gpu_blocks", "cache_dtype", "warmup_seconds"}, nil)
+
 var modelReadyDesc = prometheus.NewDesc("maitred_model_ready_backends",
 	"Ready backends per model.", []string{"model"}, nil)
 
 func (c fleetCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- backendStateDesc
 	ch <- modelReadyDesc
+	ch <- backendInfoDesc
 }
 
 func (c fleetCollector) Collect(ch chan<- prometheus.Metric) {
@@ -97,6 +104,12 @@ func (c fleetCollector) Collect(ch chan<- prometheus.Metric) {
 			st := b.Status()
 			if st.State == fleet.Ready {
 				ready++
+			}
+			if st.State == fleet.Ready || st.Version != "" {
+				info := b.LastGauges().Info
+				ch <- prometheus.MustNewConstMetric(backendInfoDesc, prometheus.GaugeValue, 1, m.Name, b.URL.Host, st.Version,
+					strconv.Itoa(st.MaxModelLen), info["block_size"], info["num_gpu_blocks"], info["cache_dtype"],
+					strconv.FormatFloat(st.WarmupSeconds, 'f', 4, 64))
 			}
 			for _, s := range fleet.States() {
 				v := 0.0

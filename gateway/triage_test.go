@@ -268,3 +268,28 @@ func TestStatusPage(t *testing.T) {
 		t.Errorf("Content-Type %q", ct)
 	}
 }
+
+// KV usage near full with preemptions rising, as vLLM shows when its cache
+// runs out.
+func TestTriageKVPressure(t *testing.T) {
+	s := sim.New(sim.Config{Model: "m", OutputTokens: 4, ITL: time.Millisecond}, nil)
+	tg := startE2EWith(t, s, nil)
+	s.Update(func(c *sim.Config) { c.KVUsageFloor = 0.97 })
+	for i := range 30 {
+		readBodyT(t, tg.post(t, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}`))
+		if i%3 == 0 {
+			s.Preempt(2)
+			tg.scrapeOnce(t)
+		}
+	}
+	rep := report(t, tg)
+	if rep.Verdict != triage.VerdictKV {
+		t.Fatalf("verdict %s: %+v", rep.Verdict, rep.Evidence)
+	}
+	if kv := num(t, rep.Evidence, "kv_usage_max"); kv < 0.95 {
+		t.Errorf("kv_usage_max %.3f", kv)
+	}
+	if p := num(t, rep.Evidence, "preemptions_per_min"); p <= 0 {
+		t.Errorf("preemptions_per_min %.1f", p)
+	}
+}

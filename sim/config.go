@@ -72,6 +72,10 @@ type Config struct {
 	FailStatus int
 	// FailMessage overrides the message sent with FailStatus.
 	FailMessage string
+	// KVUsageFloor makes vllm:kv_cache_usage_perc report at least this
+	// (0..1), to simulate a KV cache filled by work the simulator does not
+	// model (prefix cache, other tenants). Admission is not affected.
+	KVUsageFloor float64
 	// Version is the answer of GET /version; default "0.11.0".
 	Version string
 	// ShutdownTimeout mirrors vLLM's --shutdown-timeout: when Run's context
@@ -169,6 +173,10 @@ type Knobs struct {
 	FailMessage       *string  `json:"fail_message,omitempty"`
 	Version           *string  `json:"version,omitempty"`
 	ShutdownTimeoutMs *float64 `json:"shutdown_timeout_ms,omitempty"`
+	KVUsageFloor      *float64 `json:"kv_usage_floor,omitempty"`
+	// Preempt adds this many preemptions to vllm:num_preemptions_total
+	// (a one-shot action, not a setting).
+	Preempt *int `json:"preempt,omitempty"`
 }
 
 // knobsView is what GET/POST /sim/config answer: every knob, with the API
@@ -277,6 +285,9 @@ func (k *Knobs) apply(c *Config) {
 	setS(&c.FailMessage, k.FailMessage)
 	setS(&c.Version, k.Version)
 	setD(&c.ShutdownTimeout, k.ShutdownTimeoutMs)
+	if k.KVUsageFloor != nil {
+		c.KVUsageFloor = *k.KVUsageFloor
+	}
 }
 
 // decodeKnobs parses a /sim/config body strictly (unknown fields rejected).

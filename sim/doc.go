@@ -98,8 +98,11 @@
 //   - The EOS token is not counted in completion_tokens (vLLM counts it when
 //     the model stops by itself), and the "stop" chunk follows the last
 //     content chunk immediately rather than after another ITL.
-//   - No preemption (vllm:num_preemptions_total stays 0), no prefix caching,
-//     no chunked prefill; KV usage is token-, not block-granular.
+//   - No preemption model: vllm:num_preemptions_total grows only through
+//     Preempt (or "preempt" in POST /sim/config), and KVUsageFloor raises
+//     the reported KV usage, so that the kv_pressure symptom can be shown.
+//     No prefix caching, no chunked prefill; KV usage is token-, not
+//     block-granular.
 //   - Sampling parameters other than n, max_tokens, max_completion_tokens,
 //     min_tokens, ignore_eos and temperature (for the greedy check) are
 //     accepted and ignored: no stop strings, logprobs, tools, echo or

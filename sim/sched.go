@@ -91,5 +91,5 @@ func (s *Server) kvUsageLocked() float64 {
 		return 0
 	}
 	u := float64(s.kvUsed) / float64(s.cfg.KVTokens)
-	return min(u, 1)
+	return min(max(u, s.cfg.KVUsageFloor), 1)
 }

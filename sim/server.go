@@ -513,7 +513,20 @@ func (s *Server) simConfig(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s.Update(k.apply)
+		if k.Preempt != nil {
+			s.Preempt(*k.Preempt)
+		}
 		s.log.Info("sim config updated", zap.Any("config", viewOf(s.Config())))
 	}
 	writeJSON(w, http.StatusOK, viewOf(s.Config()))
+}
+
+// Preempt counts n preemptions in vllm:num_preemptions_total, as vLLM does
+// when the KV cache runs out and it evicts running sequences. The simulator
+// does not model the eviction itself; this lets tests and demos show the
+// symptom.
+func (s *Server) Preempt(n int) {
+	if n > 0 {
+		s.m.preemptions.WithLabelValues(s.Config().Model, "0").Add(float64(n))
+	}
 }
