@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"encoding/json"
 	"fmt"
 	"html/template"
 	"net/http"
@@ -29,7 +30,6 @@ td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left}
 <p class="verdict" id="verdict">{{.Report.Verdict}}</p>
 <p>Over the last {{.Report.Window}}: {{.Report.Requests}} requests.</p>
 {{with .Report.Next}}<p>Inspect next:</p><ul>{{range .}}<li>{{.}}</li>{{end}}</ul>{{end}}
-{{with .Evidence}}<table id="evidence"><tr><th>evidence</th><th>value</th></tr>{{range .}}<tr><td>{{.K}}</td><td>{{.V}}</td></tr>{{end}}</table>{{end}}
 {{range .Models}}
 <h2>Model {{.Name}}</h2>
 <p>Verdict <b>{{.Verdict}}</b>; queue depth {{.Queue}}; max_model_len {{.MaxModelLen}}.</p>
@@ -37,6 +37,8 @@ td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left}
 {{range .Backends}}<tr><td>{{.Host}}</td><td class="{{.State}}">{{.State}}</td><td>{{.Since}}</td><td>{{.Reason}}</td><td>{{.InFlight}}</td><td>{{.Tokens}} / {{.Budget}}</td><td>{{.TTFT}}</td><td>{{.TPOT}}</td><td>{{.Notes}}</td></tr>
 {{end}}</table>
 {{end}}
+<h2>Evidence</h2>
+{{with .Evidence}}<table id="evidence"><tr><th>evidence</th><th>value</th></tr>{{range .}}<tr><td>{{.K}}</td><td>{{.V}}</td></tr>{{end}}</table>{{end}}
 <p><a href="/debug/triage">/debug/triage</a> · <a href="/debug/backends">/debug/backends</a> · <a href="/readyz">/readyz</a> · <a href="/metrics">/metrics</a></p>
 </body></html>
 `))
@@ -68,7 +70,8 @@ func (g *Gateway) statusPage(w http.ResponseWriter, r *http.Request, _ *exchange
 	d := statusData{Phase: g.Phase().String(), Readiness: "not ready", Now: time.Now().UTC().Format(time.RFC3339), Report: rep}
 	ready := g.Phase() == Serving
 	for k, v := range rep.Evidence {
-		d.Evidence = append(d.Evidence, kv{k, fmt.Sprint(v)})
+		b, _ := json.Marshal(v)
+		d.Evidence = append(d.Evidence, kv{k, string(b)})
 	}
 	sort.Slice(d.Evidence, func(i, j int) bool { return d.Evidence[i].K < d.Evidence[j].K })
 	for _, m := range g.fleet.Models() {

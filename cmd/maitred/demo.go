@@ -116,6 +116,9 @@ maitred demo: the gateway is on http://%[1]s in front of a simulated vLLM servin
   curl -s http://%[1]s/tokenize -H 'Content-Type: application/json' \
     -d '{"model":"demo","messages":[{"role":"user","content":"Hello!"}]}'
 
+  # where requests are stuck, if anywhere (also: open http://%[1]s/ in a browser)
+  go run ./cmd/maitred triage --url http://%[1]s
+
   # models, readiness, metrics
   curl -s http://%[1]s/v1/models
   curl -s http://%[1]s/readyz
