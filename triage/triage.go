@@ -501,26 +501,35 @@ func (m *model) bucket(idx int64) *mbucket {
 	return b
 }
 
+// slot finds the bucket of an event at t (zero: now) for model and backend,
+// advancing the series' ring first; ok is false (and the event counted as
+// dropped) when t is older than the window. Call with e.mu held.
+func (e *Engine) slot(t time.Time, model, backend string) (m *model, s *series, b *bucket, idx, nowIdx int64, at time.Time, ok bool) {
+	now := e.now()
+	nowIdx = e.bucketIdx(now)
+	if t.IsZero() {
+		t = now
+	}
+	idx, ok = e.place(t, nowIdx)
+	if !ok {
+		e.dropped++
+		return nil, nil, nil, 0, 0, t, false
+	}
+	m = e.model(model)
+	s = e.series(m, backend)
+	e.advance(s, nowIdx)
+	return m, s, s.bucket(idx), idx, nowIdx, t, true
+}
+
 // Observe records one finished request. O(1); it allocates only the first
 // time a model, backend or reason is seen.
 func (e *Engine) Observe(o Observation) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	now := e.now()
-	nowIdx := e.bucketIdx(now)
-	t := o.Time
-	if t.IsZero() {
-		t = now
-	}
-	idx, ok := e.place(t, nowIdx)
+	m, _, b, idx, nowIdx, _, ok := e.slot(o.Time, o.Model, o.Backend)
 	if !ok {
-		e.dropped++
 		return
 	}
-	m := e.model(o.Model)
-	s := e.series(m, o.Backend)
-	e.advance(s, nowIdx)
-	b := s.bucket(idx)
 	b.requests++
 	if o.Layer == LayerNone {
 		b.ok++
@@ -557,21 +566,10 @@ func (e *Engine) Observe(o Observation) {
 func (e *Engine) Sample(smp BackendSample) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	now := e.now()
-	nowIdx := e.bucketIdx(now)
-	t := smp.Time
-	if t.IsZero() {
-		t = now
-	}
-	idx, ok := e.place(t, nowIdx)
+	_, s, b, idx, _, t, ok := e.slot(smp.Time, smp.Model, smp.Backend)
 	if !ok {
-		e.dropped++
 		return
 	}
-	m := e.model(smp.Model)
-	s := e.series(m, smp.Backend)
-	e.advance(s, nowIdx)
-	b := s.bucket(idx)
 	off := t.Sub(time.Unix(0, idx*int64(e.width))).Seconds()
 	b.running.add(off, smp.Running)
 	b.waiting.add(off, smp.Waiting)
