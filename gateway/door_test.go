@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -285,4 +286,38 @@ func postTo(t *testing.T, tg *testGateway, url, body string) *http.Response {
 		t.Fatal(err)
 	}
 	return res
+}
+
+// TestSampledTokenizeCheckCountsMismatches: with tokenize_check_rate 1,
+// every counted request is re-counted by the backend's /tokenize; a
+// backend that counts differently shows in maitred_tokenizer_checks_total.
+func TestSampledTokenizeCheckCountsMismatches(t *testing.T) {
+	fb := newFakeBackend(t, "m", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/tokenize" {
+			io.WriteString(w, `{"count":999,"max_model_len":2048,"tokens":[]}`)
+			return
+		}
+		io.WriteString(w, `{"choices":[]}`)
+	})
+	tg := startGatewayToks(t, loadTok(t, "demo"), func(c *fleet.Config) { c.Models[0].TokenizeCheckRate = 1 }, fb.URL)
+	for range 3 {
+		readBodyT(t, tg.post(t, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":2}`))
+	}
+	tg.Close() // wait for the background checks
+	if m := scrape(t, tg); !strings.Contains(m, `maitred_tokenizer_checks_total{model="m",result="mismatch"} 3`) {
+		t.Errorf("no mismatches counted")
+	}
+	reqs, bodies := fb.requests()
+	n := 0
+	for i, r := range reqs {
+		if r.URL.Path == "/tokenize" {
+			n++
+			if !strings.Contains(string(bodies[i]), `"messages":[{"role":"user","content":"hi"}]`) || strings.Contains(string(bodies[i]), "max_tokens") {
+				t.Errorf("check body %s", bodies[i])
+			}
+		}
+	}
+	if n != 3 {
+		t.Errorf("backend got %d /tokenize checks, want 3", n)
+	}
 }

@@ -48,7 +48,13 @@ func newFakeBackend(t testing.TB, model string, h http.HandlerFunc) *fakeBackend
 			io.WriteString(w, `{"version":"fake"}`)
 			return
 		}
-		if r.Header.Get(fleet.ProbeHeader) != "" {
+		switch r.Header.Get(fleet.ProbeHeader) {
+		case "":
+		case "tokenize":
+			http.NotFound(w, r) // no warm-up tokenizer probe: nothing to compare
+			return
+		case "tokenize-check":
+		default:
 			io.WriteString(w, `{"choices":[{"text":"x"}]}`) // the warm-up generation
 			return
 		}

@@ -8,11 +8,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/maitred-dev/maitred/fleet"
 	"github.com/maitred-dev/maitred/sim"
@@ -291,5 +295,61 @@ func TestTriageKVPressure(t *testing.T) {
 	}
 	if p := num(t, rep.Evidence, "preemptions_per_min"); p <= 0 {
 		t.Errorf("preemptions_per_min %.1f", p)
+	}
+}
+
+// TestPhasesAddUpInTheAccessLog reads the access log of real requests
+// (streaming, non-streaming, rejected) and checks that each one's phases
+// add up to its duration within 1 ms.
+func TestPhasesAddUpInTheAccessLog(t *testing.T) {
+	core, logs := observer.New(zap.InfoLevel)
+	s := sim.New(sim.Config{Model: "m", OutputTokens: 5, ITL: time.Millisecond, TTFT: 3 * time.Millisecond}, nil)
+	url := httptestServer(t, s)
+	cfg := fleet.Default()
+	cfg.Models = []fleet.ModelConfig{{Name: "m", Backends: []fleet.BackendConfig{{URL: url}}}}
+	tr := NewTransport(cfg)
+	t.Cleanup(tr.CloseIdleConnections)
+	fl, _ := fleet.New(cfg, &http.Client{Transport: tr}, nil, nil)
+	g, err := New(Options{Config: cfg, Fleet: fl, Logger: zap.New(core), Transport: tr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g.Close)
+	fl.ProbeAll(t.Context())
+	srv := httptest.NewServer(g.Handler())
+	t.Cleanup(srv.Close)
+	ctr := &http.Transport{}
+	t.Cleanup(ctr.CloseIdleConnections)
+	c := &http.Client{Transport: ctr}
+	for _, body := range []string{
+		`{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}`,
+		`{"model":"m","messages":[{"role":"user","content":"hi"}]}`,
+		`{"model":"m","messages":[{"role":"wizard","content":"hi"}]}`,
+	} {
+		res, err := c.Post(srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		readBodyT(t, res)
+	}
+	n := 0
+	for _, e := range logs.FilterMessage("request").All() {
+		f := e.ContextMap()
+		ph, ok := f["phases"].(map[string]any)
+		if !ok {
+			continue
+		}
+		n++
+		var sum float64
+		for _, v := range ph {
+			sum += v.(float64)
+		}
+		total := float64(f["duration"].(time.Duration).Microseconds()) / 1000
+		if diff := total - sum; diff < -1 || diff > 1 {
+			t.Errorf("phases %v sum to %.3f ms, duration %.3f ms", ph, sum, total)
+		}
+	}
+	if n != 3 {
+		t.Fatalf("%d access-log lines with phases, want 3", n)
 	}
 }
