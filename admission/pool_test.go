@@ -261,6 +261,7 @@ func TestPoolAdviceFollowsDrainRate(t *testing.T) {
 		}
 		fast, slow := measure(100*time.Millisecond), measure(200*time.Millisecond)
 		ratio := float64(slow) / float64(fast)
+		t.Logf("expected wait with 10 queued: %s at the full drain rate, %s at half (x%.2f)", fast, slow, ratio)
 		if ratio < 1.4 || ratio > 2.6 {
 			t.Errorf("expected wait %s at the full rate, %s at half: ratio %.2f, want about 2", fast, slow, ratio)
 		}
