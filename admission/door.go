@@ -64,7 +64,17 @@ func (d *Door) Check(ep Endpoint, body []byte) (Decision, *Rejection) {
 	if rej != nil {
 		return Decision{}, rej
 	}
+	dec, rej := d.checkModel(ep, m, req, body)
+	if rej != nil {
+		rej.Model = m.Name
+	}
+	return dec, rej
+}
+
+// checkModel runs the steps that need the model: 3 to 6.
+func (d *Door) checkModel(ep Endpoint, m Model, req *ojson.Value, body []byte) (Decision, *Rejection) {
 	// 3. The shape of the input.
+	var rej *Rejection
 	if ep == Chat {
 		rej = checkMessages(req)
 	} else {
@@ -78,7 +88,7 @@ func (d *Door) Check(ep Endpoint, body []byte) (Decision, *Rejection) {
 	if rej != nil {
 		return Decision{}, rej
 	}
-	dec := Decision{Model: m.Name, Stream: f.stream, Body: body, MaxTokens: f.maxTokens, N: f.n}
+	dec := Decision{Model: m.Name, Stream: f.stream, Body: body, MaxTokens: f.maxTokens, N: f.n, Request: req}
 	// 5. Render and count; a template that raises is the client's error.
 	if m.Counter == nil {
 		dec.Uncounted = NoTokenizer

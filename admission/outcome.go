@@ -1,6 +1,10 @@
 package admission
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/maitred-dev/maitred/internal/ojson"
+)
 
 // Endpoint is the API a request was sent to.
 type Endpoint int
@@ -103,6 +107,8 @@ type Rejection struct {
 	Message string
 	// Context carries the numbers of a context_length_exceeded rejection.
 	Context *ContextInfo
+	// Model is the configured model the request named, once known.
+	Model string
 }
 
 func (r *Rejection) Error() string {
@@ -137,4 +143,7 @@ type Decision struct {
 	ClampedFrom int
 	// N is the number of choices requested (default 1).
 	N int
+	// Request is the parsed body, for later stages that read it again
+	// (prefix affinity, the sampled tokenizer check): parse once.
+	Request *ojson.Value
 }

@@ -21,7 +21,6 @@ import (
 
 	"github.com/maitred-dev/maitred/admission"
 	"github.com/maitred-dev/maitred/fleet"
-	"github.com/maitred-dev/maitred/internal/ojson"
 )
 
 type ctxKey struct{}
@@ -50,9 +49,7 @@ func (g *Gateway) completions(ep admission.Endpoint) handlerFunc {
 		x.doorDone = time.Now()
 		x.doorTime = x.doorDone.Sub(x.readDone)
 		if rej != nil {
-			if rej.Reason != admission.UnknownModel && rej.Reason != admission.MissingModel {
-				x.model = modelOf(body)
-			}
+			x.model = rej.Model
 			if ci := rej.Context; ci != nil {
 				x.promptTokens, x.maxTokens, x.maxModelLen = ci.PromptTokens, ci.MaxTokens, ci.MaxModelLen
 			}
@@ -73,11 +70,11 @@ func (g *Gateway) completions(ep admission.Endpoint) handlerFunc {
 		class, className := g.class(r)
 		t := g.ticket(dec, len(body), class)
 		if k := g.affinity[m.Name]; k > 0 {
-			t.Affinity = g.prefixHash(m.Name, ep, body, k)
+			t.Affinity = g.prefixHash(m.Name, ep, dec.Request, k)
 		}
 		err = g.dispatch(w, r, x, m, t, className, dec.Body)
 		if err == nil && dec.Uncounted == admission.Counted {
-			g.checker.maybeCheck(x.backend, ep, dec, body)
+			g.checker.maybeCheck(x.backend, ep, dec)
 		}
 		return err
 	}
@@ -162,18 +159,6 @@ func resultOf(x *exchange, err error, aborted bool) admission.Result {
 func (g *Gateway) rejected(x *exchange, reason admission.Reason) {
 	x.outcome = reason.String()
 	g.metrics.rejections.WithLabelValues(x.model, reason.String()).Inc()
-}
-
-// modelOf returns the configured model a rejected body named, for labels.
-func modelOf(body []byte) string {
-	v, err := ojson.Parse(body, ojson.DefaultMaxDepth)
-	if err != nil {
-		return ""
-	}
-	if mv := v.Get("model"); mv != nil && mv.Kind == ojson.String {
-		return mv.Str
-	}
-	return ""
 }
 
 // forward sends body to x.backend through the reverse proxy and returns the

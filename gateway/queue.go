@@ -119,16 +119,13 @@ func (g *Gateway) queueError(m *fleet.Model, o admission.Outcome, t admission.Ti
 
 // prefixHash hashes the first k tokens of the rendered prompt, for prefix
 // affinity; 0 when it cannot be computed.
-func (g *Gateway) prefixHash(model string, ep admission.Endpoint, body []byte, k int) uint64 {
+func (g *Gateway) prefixHash(model string, ep admission.Endpoint, req *ojson.Value, k int) uint64 {
 	tok := g.catalog.tokenizers[model]
-	if tok == nil || k <= 0 {
-		return 0
-	}
-	req, err := ojson.Parse(body, ojson.DefaultMaxDepth)
-	if err != nil {
+	if tok == nil || k <= 0 || req == nil {
 		return 0
 	}
 	var text string
+	var err error
 	if ep == admission.Chat {
 		if text, err = tok.RenderChat(req); err != nil {
 			return 0

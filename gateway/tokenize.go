@@ -127,7 +127,7 @@ var (
 	completionTokenizeKeys = []string{"prompt", "add_special_tokens"}
 )
 
-func (c *tokenizeChecker) maybeCheck(b *fleet.Backend, ep admission.Endpoint, dec admission.Decision, body []byte) {
+func (c *tokenizeChecker) maybeCheck(b *fleet.Backend, ep admission.Endpoint, dec admission.Decision) {
 	rate := c.rate[dec.Model]
 	if rate <= 0 || rand.Float64() >= rate {
 		return
@@ -139,14 +139,14 @@ func (c *tokenizeChecker) maybeCheck(b *fleet.Backend, ep admission.Endpoint, de
 	}
 	c.wg.Go(func() {
 		defer func() { <-c.sem }()
-		c.check(b, ep, dec, body)
+		c.check(b, ep, dec)
 	})
 }
 
-func (c *tokenizeChecker) check(b *fleet.Backend, ep admission.Endpoint, dec admission.Decision, body []byte) {
-	req, err := ojson.Parse(body, ojson.DefaultMaxDepth)
-	if err != nil {
-		return
+func (c *tokenizeChecker) check(b *fleet.Backend, ep admission.Endpoint, dec admission.Decision) {
+	req, body := dec.Request, dec.Body
+	if req == nil || dec.ClampedFrom > 0 {
+		return // a clamped body no longer matches the parsed spans
 	}
 	keys := chatTokenizeKeys
 	if ep == admission.Completions {
