@@ -47,7 +47,6 @@ func (g *Gateway) completions(ep admission.Endpoint) handlerFunc {
 		x.readDone = time.Now()
 		dec, rej := g.door.Check(ep, body)
 		x.doorDone = time.Now()
-		x.doorTime = x.doorDone.Sub(x.readDone)
 		if rej != nil {
 			x.model = rej.Model
 			if ci := rej.Context; ci != nil {
@@ -98,7 +97,6 @@ func (g *Gateway) dispatch(w http.ResponseWriter, r *http.Request, x *exchange, 
 			return g.queueError(m, o, t)
 		}
 		g.metrics.queueWait.WithLabelValues(m.Name, class).Observe(lease.Waited.Seconds())
-		x.queueWait += lease.Waited
 		b := m.Backends[lease.Slot.Index]
 		x.backend, x.proxyErr, x.notSent = b, nil, false
 		err := g.forwardLease(w, r, x, b, lease, body)
@@ -342,7 +340,7 @@ func (g *Gateway) newProxy(rt http.RoundTripper) *httputil.ReverseProxy {
 			// Server-Timing: the phases known before the headers go out.
 			// For a non-streaming answer "backend" is the whole generation.
 			res.Header.Set("Server-Timing", fmt.Sprintf("door;dur=%.3f, queue;dur=%.3f, backend;dur=%.3f",
-				ms(x.doorTime), ms(x.sentAt.Sub(x.doorDone)), ms(x.headersAt.Sub(x.sentAt))))
+				ms(x.doorDone.Sub(x.readDone)), ms(x.sentAt.Sub(x.doorDone)), ms(x.headersAt.Sub(x.sentAt))))
 			res.Header.Set("X-Request-Id", x.id)
 			if res.StatusCode == http.StatusOK && isEventStream(res.Header.Get("Content-Type")) {
 				guard := newStreamGuard(res.Body, x.clientCtx, func(cause error) []byte {

@@ -45,8 +45,6 @@ type exchange struct {
 	retries int
 	// upstreamStatus is the backend's status code, once its headers came.
 	upstreamStatus int
-	queueWait      time.Duration
-	doorTime       time.Duration
 	// clientCtx is the client request's context; cancel cancels the
 	// upstream request only.
 	clientCtx context.Context
