@@ -23,11 +23,25 @@
 // length) the request is forwarded, and the Decision says why it is
 // uncounted: zero false rejections.
 //
-// Reasons and Uncounted are small closed enums that double as metric
-// labels. The package imports no HTTP: statuses are plain numbers.
+// # The queue
+//
+// Pool is one model's admission queue in front of its backends. A request
+// (a Ticket: its token reservation, class and prefix hash) is granted a
+// backend (a Lease) when one has room in requests in flight, in its token
+// budget (KV capacity from cache_config_info, or kv_tokens) and by its
+// scraped saturation; otherwise it waits FIFO within its priority class,
+// bounded in number (QueueFull) and time (QueueTimeout), and leaves at once
+// when its client does (ClientGone). Routing is power of two choices on
+// outstanding tokens, or prefix affinity by consistent hashing with a load
+// bound; backends failing EjectAfter times in a row are ejected for
+// EjectFor. Advice turns the observed release rate into Retry-After.
+//
+// Reasons, Uncounted and Outcomes are small closed enums that double as
+// metric labels. The package imports no HTTP: statuses are plain numbers.
 //
 // # Concurrency
 //
 // A Door holds only its Catalog and is safe for concurrent use; the
-// tokenizers it calls are too.
+// tokenizers it calls are too. A Pool guards its queue and slots with one
+// mutex; waiters block on their own channel and timer, never under the lock.
 package admission

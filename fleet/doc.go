@@ -5,13 +5,22 @@
 // # Model
 //
 // Each configured model has one or more backends (vLLM servers). A prober
-// goroutine per backend asks GET /health and then GET /v1/models every
-// health.interval: a backend is Loading until both succeed and the model is
-// listed (vLLM refuses connections while it loads), then Ready, and
-// Unhealthy when a ready backend fails a probe. The max_model_len a backend
-// reports is recorded; Model.MaxModelLen prefers the config's value.
-// Requests go only to Ready backends: Pick takes the one with the fewest
-// requests in flight.
+// goroutine per backend moves it through a state machine every
+// health.interval:
+//
+//	loading   /health does not answer 200 (vLLM refuses connections while it loads)
+//	warming   /health 200; then /v1/models must list the model with a
+//	          max_model_len agreeing with the config, a one-token warm-up
+//	          generation must succeed, and the backend's /tokenize must count
+//	          a probe conversation as the gateway does
+//	ready     requests may go here
+//	unhealthy unhealthy_threshold failed probes or real connection failures
+//	          in a row; it warms up again when /health recovers
+//
+// A scraper reads each ready backend's /metrics every scrape_interval
+// (vllm:num_requests_waiting, running, kv_cache_usage_perc,
+// num_preemptions_total, cache_config_info) for the admission pools and
+// triage. Probe requests carry X-Maitred-Probe.
 //
 // # Concurrency
 //

@@ -11,21 +11,33 @@
 // access-log line and the request metrics. Nothing else in maitred writes an
 // HTTP response.
 //
-// A completion request is read once (within max_body_bytes), parsed with the
-// strict ojson reader to learn its model and whether it streams, and its
-// original bytes are forwarded unchanged through a single
-// httputil.ReverseProxy. The proxy drops hop-by-hop headers both ways, drops
+// A completion request is read once (within max_body_bytes) and goes
+// through the door (admission.Door: strict parse, shape, chat template,
+// exact context check), then waits in its model's admission.Pool for a
+// backend with room, and its original bytes are forwarded unchanged through
+// a single httputil.ReverseProxy. A connection failure before anything
+// reached a backend goes back to the pool for another one. The proxy drops hop-by-hop headers both ways, drops
 // the client's Authorization and cookies, and sends the backend's own key.
 // Backend answers, errors included, pass through byte for byte. A streaming
 // answer is wrapped in a streamGuard that passes each complete SSE event on
 // at once (the proxy flushes every write) and, if the backend stream ends
-// without [DONE], ends the client's stream with one error event and [DONE].
+// without [DONE], ends the client's stream with one error event and [DONE]
+// naming why (backend_disconnected, backend_stalled, server_shutting_down).
+//
+// Each request carries a phase clock (read, door, queue, connect, prefill,
+// decode, tail) whose phases add up to its duration; they go to the access
+// log, maitred_phase_seconds, Server-Timing and the triage engine, with the
+// layer where a failed request stopped. Serve owns the drain timeline:
+// readiness fails at once, new requests are served for drain_delay, then
+// in-flight work gets drain_timeout before it is ended on purpose.
 //
 // # Concurrency
 //
-// A Gateway is immutable after New except for its lifecycle phase (atomic)
-// and its metrics; each request's state lives in its exchange, owned by the
-// request's goroutine and read by the proxy hooks of that same request. A
+// A Gateway is immutable after New except for its lifecycle phase (atomic),
+// its pools and triage engine (each with its own lock) and its metrics;
+// each request's state lives in its exchange, owned by the request's
+// goroutine and read by the proxy hooks of that same request; the timers
+// that cancel an upstream request only set atomic flags and cancel. A
 // client that disconnects cancels the request context, which cancels the
 // backend request, so vLLM aborts it and frees its KV cache.
 package gateway
