@@ -120,9 +120,7 @@ func New(o Options) (*Gateway, error) {
 		g.affinity[mc.Name] = mc.PrefixAffinityTokens
 	}
 	if o.Triage == nil {
-		tc := triage.DefaultConfig()
-		tc.Window = o.Config.TriageWindow.D()
-		o.Triage = triage.New(tc, time.Now)
+		o.Triage = triage.New(triageConfig(o.Config), time.Now)
 	}
 	g.triage = o.Triage
 	g.phaseM = newPhaseMetrics(o.Registry)

@@ -482,3 +482,50 @@ func TestClientClosedIsNotABackendError(t *testing.T) {
 		t.Errorf("backend state after a client left: %+v", st)
 	}
 }
+
+// TestDrainAnswersQueuedRequestsAtOnce: requests waiting in the queue when
+// the shutdown signal comes get 503 with Retry-After at once, while the one
+// holding the backend finishes.
+func TestDrainAnswersQueuedRequestsAtOnce(t *testing.T) {
+	gate := make(chan struct{})
+	sc := simConfig("m")
+	backend := sim.New(sc, zap.NewNop())
+	addr := freePort(t)
+	up, _ := runSim(t, backend, addr)
+	<-up
+	cfg := fleet.Default()
+	fastHealth(&cfg)
+	cfg.DrainDelay = fleet.Duration(time.Second)
+	cfg.Models = []fleet.ModelConfig{{Name: "m", Backends: []fleet.BackendConfig{{URL: "http://" + addr, MaxInFlight: 1}}}}
+	s := serveGateway(t, cfg, nil)
+	eventually(t, "ready", func() bool { code, _ := s.readyz(t); return code == 200 })
+	backend.Update(func(c *sim.Config) { c.TokenGate = gate })
+	type answer struct {
+		code  int
+		retry string
+		body  string
+	}
+	send := func() chan answer {
+		ch := make(chan answer, 1)
+		go func() {
+			res := postJSON(t, s, "/v1/completions", `{"model":"m","prompt":"hi","max_tokens":1}`)
+			ch <- answer{res.StatusCode, res.Header.Get("Retry-After"), readBodyT(t, res)}
+		}()
+		return ch
+	}
+	holding := send()
+	eventually(t, "the first request to run", func() bool { return backend.Stats().Running == 1 })
+	queued := []chan answer{send(), send()}
+	eventually(t, "two queued", func() bool { return s.gw.pools["m"].Advice().Depth == 2 })
+	s.stop()
+	for _, q := range queued {
+		a := <-q
+		if a.code != 503 || a.retry == "" || !strings.Contains(a.body, "server_shutting_down") {
+			t.Fatalf("queued request at shutdown: %d Retry-After=%q %s", a.code, a.retry, a.body)
+		}
+	}
+	gate <- struct{}{}
+	if a := <-holding; a.code != 200 {
+		t.Fatalf("the running request: %d %s", a.code, a.body)
+	}
+}

@@ -251,3 +251,41 @@ func verdictOf(rep triage.Report, model string) string {
 	}
 	return ""
 }
+
+// triageConfig maps the config file's triage keys onto the engine's; zero
+// values keep the engine's defaults.
+func triageConfig(c fleet.Config) triage.Config {
+	tc := triage.DefaultConfig()
+	tc.Window = c.TriageWindow.D()
+	t := c.Triage
+	if t.Baseline > 0 {
+		tc.Baseline = t.Baseline.D()
+	}
+	th := &tc.Thresholds
+	setI := func(dst *int, v int) {
+		if v > 0 {
+			*dst = v
+		}
+	}
+	setF := func(dst *float64, v float64) {
+		if v > 0 {
+			*dst = v
+		}
+	}
+	setD := func(dst *time.Duration, v fleet.Duration) {
+		if v > 0 {
+			*dst = v.D()
+		}
+	}
+	setI(&th.MinSamples, t.MinSamples)
+	setF(&th.TTFTRiseFactor, t.TTFTRiseFactor)
+	setD(&th.TTFTMinDelta, t.TTFTMinDelta)
+	setF(&th.TPOTStableFactor, t.TPOTStableFactor)
+	setF(&th.TPOTRiseFactor, t.TPOTRiseFactor)
+	setD(&th.TPOTMinDelta, t.TPOTMinDelta)
+	setI(&th.MinFailures, t.MinFailures)
+	setF(&th.MinFailureShare, t.MinFailureShare)
+	setF(&th.KVFull, t.KVFull)
+	setF(&th.SlowPathFactor, t.SlowPathFactor)
+	return tc
+}

@@ -353,3 +353,18 @@ func TestPhasesAddUpInTheAccessLog(t *testing.T) {
 		t.Fatalf("%d access-log lines with phases, want 3", n)
 	}
 }
+
+func TestTriageThresholdsFromConfig(t *testing.T) {
+	cfg, err := fleet.Parse([]byte("triage_window: 2m\ntriage: {kv_full: 0.9, ttft_min_delta: 10ms, min_samples: 7}\nmodels: [{name: m, backends: [{url: 'http://h:1'}]}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := triageConfig(cfg)
+	def := triage.DefaultThresholds()
+	if tc.Window != 2*time.Minute || tc.Thresholds.KVFull != 0.9 || tc.Thresholds.TTFTMinDelta != 10*time.Millisecond || tc.Thresholds.MinSamples != 7 {
+		t.Errorf("set thresholds not applied: %+v", tc)
+	}
+	if tc.Thresholds.TPOTRiseFactor != def.TPOTRiseFactor || tc.Baseline != triage.DefaultConfig().Baseline {
+		t.Errorf("unset thresholds lost their defaults: %+v", tc)
+	}
+}
