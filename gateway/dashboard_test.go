@@ -24,7 +24,8 @@ func TestGrafanaDashboardUsesRealMetrics(t *testing.T) {
 	e.sim.Update(func(c *sim.Config) { c.CutAfterChunks = 1 })
 	readBodyT(t, e.gw.post(t, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}`))
 	e.gw.scrapeOnce(t)
-	exported := scrape(t, e.gw)
+	e.gw.quiesce() // series recorded after the last byte reached the client
+	exported := e.gw.gathered(t)
 	names := regexp.MustCompile(`maitred_[a-z_]+`).FindAllString(string(data), -1)
 	if len(names) < 10 {
 		t.Fatalf("dashboard queries only %d metrics", len(names))

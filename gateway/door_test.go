@@ -303,8 +303,8 @@ func TestSampledTokenizeCheckCountsMismatches(t *testing.T) {
 	for range 3 {
 		readBodyT(t, tg.post(t, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":2}`))
 	}
-	tg.Close() // wait for the background checks
-	if m := scrape(t, tg); !strings.Contains(m, `maitred_tokenizer_checks_total{model="m",result="mismatch"} 3`) {
+	tg.quiesce() // the check starts after the response is relayed: wait for handlers, then checks
+	if m := tg.gathered(t); !strings.Contains(m, `maitred_tokenizer_checks_total{model="m",result="mismatch"} 3`) {
 		t.Errorf("no mismatches counted")
 	}
 	reqs, bodies := fb.requests()

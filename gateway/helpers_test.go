@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
@@ -87,6 +88,32 @@ type testGateway struct {
 	Fleet  *fleet.Fleet
 	client *http.Client
 	reg    *prometheus.Registry
+	srv    *httptest.Server
+}
+
+// quiesce waits for every request the test sent to finish in its handler
+// (httptest.Server.Close blocks on them) and then for the gateway's
+// background work, so what those requests left behind can be read from
+// tg.reg without racing them. The HTTP side is closed afterwards.
+func (tg *testGateway) quiesce() {
+	tg.srv.Close()
+	tg.Gateway.Close()
+}
+
+// gathered renders tg.reg in the text exposition format, without HTTP.
+func (tg *testGateway) gathered(t *testing.T) string {
+	t.Helper()
+	mfs, err := tg.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, mf := range mfs {
+		if _, err := expfmt.MetricFamilyToText(&b, mf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b.String()
 }
 
 // startGateway serves a gateway for model "m" in front of the given backend
@@ -144,7 +171,7 @@ func startGatewayFull(t *testing.T, tok *tokenize.Model, tri *triage.Engine, mut
 	t.Cleanup(srv.Close)
 	ctr := &http.Transport{}
 	t.Cleanup(ctr.CloseIdleConnections)
-	return &testGateway{Gateway: g, URL: srv.URL, Fleet: fl, client: &http.Client{Transport: ctr, Timeout: 30 * time.Second}, reg: reg}
+	return &testGateway{Gateway: g, URL: srv.URL, Fleet: fl, client: &http.Client{Transport: ctr, Timeout: 30 * time.Second}, reg: reg, srv: srv}
 }
 
 func (tg *testGateway) post(t *testing.T, path, body string, hdr ...string) *http.Response {

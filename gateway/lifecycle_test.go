@@ -438,7 +438,8 @@ func TestStalledStreamEndsWithBackendStalled(t *testing.T) {
 		t.Fatalf("stream: %q", body)
 	}
 	eventually(t, "the simulator to count the abort", func() bool { return e.sim.Stats().Aborted == 1 })
-	m := scrape(t, e.gw)
+	e.gw.quiesce()
+	m := e.gw.gathered(t)
 	if !strings.Contains(m, `maitred_backend_errors_total{backend="`) || !strings.Contains(m, `kind="stream_stalled"`) {
 		t.Errorf("no stream_stalled backend error in metrics")
 	}

@@ -75,7 +75,8 @@ func TestQueueFullTimeoutAndClientGone(t *testing.T) {
 	if n := len(completionRequests(e.sim)); n != 1 {
 		t.Errorf("the simulator received %d client requests; only the first may run", n)
 	}
-	m := scrape(t, e.gw)
+	e.gw.quiesce() // outcomes are counted as handlers return
+	m := e.gw.gathered(t)
 	for _, want := range []string{`maitred_admission_total{model="m",outcome="queue_full"} 1`, `maitred_admission_total{model="m",outcome="queue_timeout"} 1`, `maitred_admission_total{model="m",outcome="client_gone"} 1`} {
 		if !strings.Contains(m, want) {
 			t.Errorf("metrics lack %s", want)
