@@ -61,7 +61,6 @@ type Gateway struct {
 	queueTimeout   map[string]time.Duration
 	affinity       map[string]int
 	triage         *triage.Engine
-	phaseM         *phaseMetrics
 }
 
 type modelTimeouts struct {
@@ -123,7 +122,6 @@ func New(o Options) (*Gateway, error) {
 		o.Triage = triage.New(triageConfig(o.Config), time.Now)
 	}
 	g.triage = o.Triage
-	g.phaseM = newPhaseMetrics(o.Registry)
 	// A backend turning ready (or not) changes what the queue can place
 	// and what triage knows.
 	o.Fleet.OnTransition(g.onTransition)

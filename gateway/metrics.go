@@ -21,6 +21,12 @@ type metrics struct {
 	backendErrors *prometheus.CounterVec
 	admissions    *prometheus.CounterVec
 	queueWait     *prometheus.HistogramVec
+
+	// The phase clock (triage.go): where each request's time went.
+	phase    *prometheus.HistogramVec
+	ttft     *prometheus.HistogramVec
+	tpot     *prometheus.HistogramVec
+	failures *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -55,22 +61,41 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "maitred_tokenizer_checks_total",
 			Help: "Sampled comparisons of the local prompt count with the backend's POST /tokenize, by model and result (match, mismatch, error).",
 		}, []string{"model", "result"}),
+		backendErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "maitred_backend_errors_total",
+			Help: "Backend failures by model, backend and kind: connect_failed, failed_before_headers, first_byte_timeout, stream_stalled, stream_disconnected.",
+		}, []string{"model", "backend", "kind"}),
+		admissions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "maitred_admission_total",
+			Help: "Queue decisions by model and outcome: admitted, queue_full, queue_timeout, client_gone, over_budget, no_backend, draining.",
+		}, []string{"model", "outcome"}),
+		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "maitred_queue_wait_seconds",
+			Help:    "Time admitted requests waited in the gateway's queue, by model and priority class.",
+			Buckets: []float64{0, .001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"model", "class"}),
+		phase: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "maitred_phase_seconds",
+			Help:    "Time per request phase (read, door, queue, connect, prefill, decode, tail), by model.",
+			Buckets: []float64{.0001, .0005, .001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+		}, []string{"model", "phase"}),
+		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "maitred_ttft_seconds",
+			Help:    "Time to first token of streams as the gateway sees it (request sent -> first event: vLLM's queue + prefill), by model and backend.",
+			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"model", "backend"}),
+		tpot: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "maitred_tpot_seconds",
+			Help:    "Mean time per output token of streams (first -> last event over the events between), by model and backend.",
+			Buckets: []float64{.001, .0025, .005, .01, .02, .04, .08, .15, .3, .6, 1},
+		}, []string{"model", "backend"}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "maitred_failures_total",
+			Help: "Failed requests by model and the layer where progress stopped: door, gateway_queue, backend_unready, backend_connect, prefill, decode, client.",
+		}, []string{"model", "layer"}),
 	}
-	m.backendErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "maitred_backend_errors_total",
-		Help: "Backend failures by model, backend and kind: connect_failed, failed_before_headers, first_byte_timeout, stream_stalled, stream_disconnected.",
-	}, []string{"model", "backend", "kind"})
-	m.admissions = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "maitred_admission_total",
-		Help: "Queue decisions by model and outcome: admitted, queue_full, queue_timeout, client_gone, over_budget, no_backend, draining.",
-	}, []string{"model", "outcome"})
-	m.queueWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "maitred_queue_wait_seconds",
-		Help:    "Time admitted requests waited in the gateway's queue, by model and priority class.",
-		Buckets: []float64{0, .001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
-	}, []string{"model", "class"})
-	reg.MustRegister(m.admissions, m.queueWait)
 	reg.MustRegister(m.requests, m.duration, m.inFlight, m.streamErrors, m.rejections, m.uncounted, m.tokChecks, m.backendErrors,
+		m.admissions, m.queueWait, m.phase, m.ttft, m.tpot, m.failures,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

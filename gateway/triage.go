@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap/zapcore"
 
 	"github.com/maitred-dev/maitred/fleet"
@@ -100,39 +99,6 @@ func (x *exchange) layer(status int) triage.Layer {
 	return triage.LayerDoor
 }
 
-type phaseMetrics struct {
-	phase    *prometheus.HistogramVec
-	ttft     *prometheus.HistogramVec
-	tpot     *prometheus.HistogramVec
-	failures *prometheus.CounterVec
-}
-
-func newPhaseMetrics(reg prometheus.Registerer) *phaseMetrics {
-	m := &phaseMetrics{
-		phase: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "maitred_phase_seconds",
-			Help:    "Time per request phase (read, door, queue, connect, prefill, decode, tail), by model.",
-			Buckets: []float64{.0001, .0005, .001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
-		}, []string{"model", "phase"}),
-		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "maitred_ttft_seconds",
-			Help:    "Time to first token of streams as the gateway sees it (request sent -> first event: vLLM's queue + prefill), by model and backend.",
-			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
-		}, []string{"model", "backend"}),
-		tpot: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "maitred_tpot_seconds",
-			Help:    "Mean time per output token of streams (first -> last event over the events between), by model and backend.",
-			Buckets: []float64{.001, .0025, .005, .01, .02, .04, .08, .15, .3, .6, 1},
-		}, []string{"model", "backend"}),
-		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "maitred_failures_total",
-			Help: "Failed requests by model and the layer where progress stopped: door, gateway_queue, backend_unready, backend_connect, prefill, decode, client.",
-		}, []string{"model", "layer"}),
-	}
-	reg.MustRegister(m.phase, m.ttft, m.tpot, m.failures)
-	return m
-}
-
 // observe records a finished request in the phase metrics and the triage
 // engine.
 func (g *Gateway) observe(x *exchange, status int, ph phases, total time.Duration) {
@@ -141,7 +107,7 @@ func (g *Gateway) observe(x *exchange, status int, ph phases, total time.Duratio
 	}
 	for i, d := range ph.list() {
 		if d > 0 {
-			g.phaseM.phase.WithLabelValues(x.model, phaseNames[i]).Observe(d.Seconds())
+			g.metrics.phase.WithLabelValues(x.model, phaseNames[i]).Observe(d.Seconds())
 		}
 	}
 	backend := ""
@@ -151,17 +117,17 @@ func (g *Gateway) observe(x *exchange, status int, ph phases, total time.Duratio
 	var ttft, tpot time.Duration
 	if x.stream && !x.firstEventAt.IsZero() {
 		ttft = x.firstEventAt.Sub(x.sentAt)
-		g.phaseM.ttft.WithLabelValues(x.model, backend).Observe(ttft.Seconds())
+		g.metrics.ttft.WithLabelValues(x.model, backend).Observe(ttft.Seconds())
 		// Events between the first and the last: one per token as vLLM
 		// streams them (the first carries the role, the last is [DONE]).
 		if tokens := x.events - 2; tokens >= 2 {
 			tpot = x.lastEventAt.Sub(x.firstEventAt) / time.Duration(tokens)
-			g.phaseM.tpot.WithLabelValues(x.model, backend).Observe(tpot.Seconds())
+			g.metrics.tpot.WithLabelValues(x.model, backend).Observe(tpot.Seconds())
 		}
 	}
 	layer := x.layer(status)
 	if layer != triage.LayerNone {
-		g.phaseM.failures.WithLabelValues(x.model, string(layer)).Inc()
+		g.metrics.failures.WithLabelValues(x.model, string(layer)).Inc()
 	}
 	reason := x.outcome
 	if reason == "" {

@@ -2,6 +2,7 @@ package tokenize
 
 import (
 	"sort"
+	"strings"
 	"unicode"
 	"unicode/utf8"
 
@@ -250,27 +251,42 @@ func (c clSplitter) next(s string, i int) int {
 		}
 	}
 	if cl&cN != 0 {
-		j := i + w
-		for n := 1; n < c.k && j < len(s); n++ {
-			r2, w2 := decodeAt(s, j)
-			if runeClass(r2)&cN == 0 {
-				break
-			}
-			j += w2
-		}
-		return j
+		return digitRun(s, i+w, c.k-1)
 	}
+	if e := punctRun(s, i, r, cSp|cL|cN, "\r\n"); e > 0 {
+		return e
+	}
+	return wsTail(s, i)
+}
+
+// digitRun extends a \p{N} match at s[:i] by at most more further digits:
+// the tail of \p{N}{1,k}.
+func digitRun(s string, i, more int) int {
+	for ; more > 0 && i < len(s); more-- {
+		r, w := decodeAt(s, i)
+		if runeClass(r)&cN == 0 {
+			break
+		}
+		i += w
+	}
+	return i
+}
+
+// punctRun matches " ?X+[tail]*" at s[i:], where r is the rune at i and X
+// is every rune outside the classes in not; -1 when X+ does not match.
+func punctRun(s string, i int, r rune, not uint16, tail string) int {
 	j := i
 	if r == ' ' {
 		j++
 	}
-	if e := classRunNot(s, j, cSp|cL|cN); e > j {
-		for e < len(s) && (s[e] == '\r' || s[e] == '\n') {
-			e++
-		}
-		return e
+	e := classRunNot(s, j, not)
+	if e == j {
+		return -1
 	}
-	return wsTail(s, i)
+	for e < len(s) && strings.IndexByte(tail, s[e]) >= 0 {
+		e++
+	}
+	return e
 }
 
 // o200kSplitter is the o200k_base (gpt-oss) pattern:
@@ -337,24 +353,9 @@ func (o o200kSplitter) next(s string, i int) int {
 		return e + contraction(s, e)
 	}
 	if cl&cN != 0 {
-		j := i + w
-		for n := 1; n < 3 && j < len(s); n++ {
-			r2, w2 := decodeAt(s, j)
-			if runeClass(r2)&cN == 0 {
-				break
-			}
-			j += w2
-		}
-		return j
+		return digitRun(s, i+w, 2)
 	}
-	j := i
-	if r == ' ' {
-		j++
-	}
-	if e := classRunNot(s, j, cSp|cL|cN); e > j {
-		for e < len(s) && (s[e] == '\r' || s[e] == '\n' || s[e] == '/') {
-			e++
-		}
+	if e := punctRun(s, i, r, cSp|cL|cN, "\r\n/"); e > 0 {
 		return e
 	}
 	return wsTail(s, i)

@@ -274,6 +274,22 @@ func findCommentEnd(src string, k int) (int, bool) {
 	return 0, false
 }
 
+// stringEnd returns the index just past the string literal opening at
+// s[p] (a backslash escapes the next byte), or len(s) and false when it is
+// not closed.
+func stringEnd(s string, p int) (int, bool) {
+	q := s[p]
+	for p++; p < len(s); p++ {
+		switch s[p] {
+		case '\\':
+			p++
+		case q:
+			return p + 1, true
+		}
+	}
+	return len(s), false
+}
+
 // findTagEnd scans a {{ }} or {% %} body, skipping string literals and
 // ignoring closers while brackets are open, as jinja2's lexer does.
 func findTagEnd(src string, k int, kind byte) (bodyEnd, end int, err error) {
@@ -282,17 +298,11 @@ func findTagEnd(src string, k int, kind byte) (bodyEnd, end int, err error) {
 		c := src[p]
 		switch c {
 		case '\'', '"':
-			q := c
-			p++
-			for p < len(src) && src[p] != q {
-				if src[p] == '\\' {
-					p++
-				}
-				p++
-			}
-			if p >= len(src) {
+			e, ok := stringEnd(src, p)
+			if !ok {
 				return 0, 0, fmt.Errorf("unterminated string in template tag")
 			}
+			p = e - 1 // the loop steps past the closing quote
 			continue
 		case '(', '[', '{':
 			depth++
@@ -322,19 +332,8 @@ func rewriteTag(body string, idents map[string]bool) (string, error) {
 		c := body[p]
 		switch {
 		case c == '\'' || c == '"':
-			q := c
 			s := p
-			p++
-			for p < len(body) && body[p] != q {
-				if body[p] == '\\' {
-					p++
-				}
-				p++
-			}
-			p++
-			if p > len(body) {
-				p = len(body)
-			}
+			p, _ = stringEnd(body, p)
 			b.WriteString(body[s:p])
 			prevPipe = false
 		case c == '|':
@@ -403,15 +402,7 @@ func alwaysString(body string) bool {
 		c := body[p]
 		switch {
 		case c == '\'' || c == '"':
-			q := c
-			p++
-			for p < len(body) && body[p] != q {
-				if body[p] == '\\' {
-					p++
-				}
-				p++
-			}
-			p++
+			p, _ = stringEnd(body, p)
 			if litEnd < 0 {
 				litEnd = p
 			}
