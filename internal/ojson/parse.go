@@ -254,6 +254,36 @@ func (p *parser) array() (*Value, error) {
 	}
 }
 
+// smallObject is the member count up to which duplicate keys are found by
+// a scan; beyond it a set takes over, so that an object of n keys costs
+// O(n), not O(n²) (200,000 keys in a 2 MB body took a minute of CPU by
+// scanning alone).
+const smallObject = 16
+
+// duplicate reports whether key is already among members, keeping *seen
+// in step once the object outgrows smallObject.
+func (p *parser) duplicate(members []Member, seen *map[string]struct{}, key string) bool {
+	if len(members) < smallObject {
+		for i := range members {
+			if members[i].Key == key {
+				return true
+			}
+		}
+		return false
+	}
+	if *seen == nil {
+		*seen = make(map[string]struct{}, 2*len(members))
+		for i := range members {
+			(*seen)[members[i].Key] = struct{}{}
+		}
+	}
+	if _, dup := (*seen)[key]; dup {
+		return true
+	}
+	(*seen)[key] = struct{}{}
+	return false
+}
+
 func (p *parser) object() (*Value, error) {
 	start := p.pos
 	if err := p.enter(start); err != nil {
@@ -269,6 +299,7 @@ func (p *parser) object() (*Value, error) {
 		return v, nil
 	}
 	p.path = append(p.path, pathElem{index: -1})
+	var seen map[string]struct{}
 	for {
 		p.skipSpace()
 		if p.pos >= len(p.data) {
@@ -282,11 +313,9 @@ func (p *parser) object() (*Value, error) {
 		if err != nil {
 			return nil, err
 		}
-		for i := range v.Members {
-			if v.Members[i].Key == key {
-				p.path[len(p.path)-1].key = key
-				return nil, p.errorf(keyStart, "duplicate key %q", key)
-			}
+		if p.duplicate(v.Members, &seen, key) {
+			p.path[len(p.path)-1].key = key
+			return nil, p.errorf(keyStart, "duplicate key %q", key)
 		}
 		p.path[len(p.path)-1].key = key
 		p.skipSpace()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -146,6 +147,53 @@ func toAny(v *Value) any {
 		return out
 	}
 	return nil
+}
+
+// manyKeys is an object of n distinct keys, then extra members verbatim.
+func manyKeys(n int, extra string) []byte {
+	var sb strings.Builder
+	sb.WriteByte('{')
+	for i := range n {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		fmt.Fprintf(&sb, `"k%d":%d`, i, i)
+	}
+	sb.WriteString(extra)
+	sb.WriteByte('}')
+	return []byte(sb.String())
+}
+
+// TestParseDuplicateAmongManyKeys: past smallObject members the duplicate
+// check switches from a scan to a set; both must find the same duplicates,
+// wherever they sit.
+func TestParseDuplicateAmongManyKeys(t *testing.T) {
+	for _, n := range []int{smallObject - 1, smallObject, smallObject + 1, 5000} {
+		v, err := Parse(manyKeys(n, ""), 0)
+		if err != nil || len(v.Members) != n {
+			t.Fatalf("%d distinct keys: %v", n, err)
+		}
+		for _, dup := range []int{0, n / 2, n - 1} {
+			_, err := Parse(manyKeys(n, fmt.Sprintf(`,"k%d":true`, dup)), 0)
+			se, ok := err.(*SyntaxError)
+			if !ok || se.Msg != fmt.Sprintf("duplicate key %q", fmt.Sprintf("k%d", dup)) {
+				t.Errorf("%d keys, k%d again: %v", n, dup, err)
+			}
+		}
+	}
+}
+
+// BenchmarkParseManyKeys: an object of 200,000 keys (2.3 MB) must parse
+// in linear time; a pairwise duplicate scan took a minute here.
+func BenchmarkParseManyKeys(b *testing.B) {
+	data := manyKeys(200_000, "")
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Parse(data, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
 
 func BenchmarkParseChat(b *testing.B) {
