@@ -4,7 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"net"
 	"os"
+	"path"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,7 +28,9 @@ func TestKubernetesManifest(t *testing.T) {
 		t.Fatal(err)
 	}
 	var cfg *Config
-	var grace, period, failures int
+	var grace, period, failures, containerPort int
+	var configArg string
+	var mounts []string
 	probes := map[string]string{}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	for {
@@ -44,6 +52,16 @@ func TestKubernetesManifest(t *testing.T) {
 			spec := doc["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
 			grace = spec["terminationGracePeriodSeconds"].(int)
 			ctr := spec["containers"].([]any)[0].(map[string]any)
+			containerPort = ctr["ports"].([]any)[0].(map[string]any)["containerPort"].(int)
+			args := ctr["args"].([]any)
+			for i, a := range args {
+				if a == "--config" && i+1 < len(args) {
+					configArg = args[i+1].(string)
+				}
+			}
+			for _, m := range ctr["volumeMounts"].([]any) {
+				mounts = append(mounts, m.(map[string]any)["mountPath"].(string))
+			}
 			for _, p := range []string{"readinessProbe", "livenessProbe"} {
 				probe := ctr[p].(map[string]any)
 				probes[p] = probe["httpGet"].(map[string]any)["path"].(string)
@@ -56,6 +74,13 @@ func TestKubernetesManifest(t *testing.T) {
 	if cfg == nil || grace == 0 {
 		t.Fatal("manifest lacks the ConfigMap or the Deployment")
 	}
+	// The pod must be reachable on the port it declares.
+	if host, port, _ := net.SplitHostPort(cfg.Listen); (host != "0.0.0.0" && host != "" && host != "::") || port != strconv.Itoa(containerPort) {
+		t.Errorf("listen %q is not reachable as containerPort %d", cfg.Listen, containerPort)
+	}
+	if mountDir := path.Dir(configArg); !slices.Contains(mounts, mountDir) {
+		t.Errorf("--config %s is not under a mounted volume %v", configArg, mounts)
+	}
 	if probes["readinessProbe"] != "/readyz" || probes["livenessProbe"] != "/livez" {
 		t.Errorf("probes = %v", probes)
 	}
@@ -65,5 +90,39 @@ func TestKubernetesManifest(t *testing.T) {
 	}
 	if noticed := time.Duration(period*failures) * time.Second; noticed > cfg.DrainDelay.D() {
 		t.Errorf("the readiness probe notices the drain after %s, later than drain_delay %s", noticed, cfg.DrainDelay.D())
+	}
+}
+
+// TestDockerfile checks what can be checked of the image without a
+// container engine: the builder's Go is the module's, the build is static
+// and of cmd/maitred, and the default command reads its config where the
+// Kubernetes manifest mounts it, on the port it exposes.
+func TestDockerfile(t *testing.T) {
+	df, err := os.ReadFile("../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mod, err := os.ReadFile("../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	goVersion := regexp.MustCompile(`(?m)^go (\S+)$`).FindSubmatch(mod)
+	if goVersion == nil || !strings.Contains(string(df), "FROM golang:"+string(goVersion[1])+" ") {
+		t.Errorf("the builder image is not golang:%s (go.mod)", goVersion[1])
+	}
+	for _, want := range []string{"CGO_ENABLED=0 go build", "./cmd/maitred", "USER 65532:65532", "EXPOSE 8080",
+		`CMD ["serve", "--config", "/etc/maitred/maitred.yaml"]`} {
+		if !strings.Contains(string(df), want) {
+			t.Errorf("Dockerfile lacks %q", want)
+		}
+	}
+	k8s, err := os.ReadFile("../deploy/kubernetes.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`args: ["serve", "--config", "/etc/maitred/maitred.yaml"]`, "containerPort: 8080", "mountPath: /etc/maitred,"} {
+		if !strings.Contains(string(k8s), want) {
+			t.Errorf("deploy/kubernetes.yaml lacks %q, which the image expects", want)
+		}
 	}
 }
