@@ -27,6 +27,7 @@ FUZZ_TARGETS := \
 	./admission:FuzzDoor \
 	./tokenize:FuzzPretokenize \
 	./tokenize:FuzzBPE \
+	./tokenize:FuzzRewriteConcat \
 	./tokenize:FuzzCountChat:30s
 
 fuzz:

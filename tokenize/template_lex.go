@@ -19,6 +19,8 @@ import (
 // The same pass rewrites:
 //   - {{ E }} to {{ (E)|__mt_str }}, so output follows Python's str()
 //     (None, float repr, repr of lists and dicts);
+//   - each operand of ~ to (operand)|__mt_str, as jinja2 str()s them
+//     (template_concat.go);
 //   - the filters tojson, string, trim and join to Python-compatible
 //     versions (the engine resolves unknown filter names from the render
 //     scope);
@@ -119,7 +121,9 @@ func lexTemplate(src string) (*lexed, error) {
 			if err != nil {
 				return nil, err
 			}
-			if kind == '{' && !alwaysString(rw) {
+			isStr := kind == '{' && alwaysString(rw)
+			rw = rewriteConcat(rw)
+			if kind == '{' && !isStr {
 				out.WriteString("{{ (" + rw + ")|" + strFilt + " }}")
 			} else if kind == '{' {
 				out.WriteString("{{ " + rw + " }}")

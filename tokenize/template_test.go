@@ -14,9 +14,7 @@ import (
 
 // knownFeatureGaps are single-feature templates this package still renders
 // differently from Python, with the cause.
-var knownFeatureGaps = map[string]string{
-	"concat_none": "the engine's ~ operator prints None as \"\" and floats with %g; it cannot be overridden without parsing expressions",
-}
+var knownFeatureGaps = map[string]string{}
 
 // TestTemplateFeatures renders the single-feature templates of
 // testdata/chat/features.golden.jsonl and compares with Python jinja2.
