@@ -1,6 +1,7 @@
 package ojson
 
 import (
+	"encoding/binary"
 	"fmt"
 	"strconv"
 	"strings"
@@ -354,6 +355,10 @@ func (p *parser) str() (string, error) {
 	start := p.pos + 1
 	i := start
 	for i < len(d) {
+		i = plainASCII(d, i)
+		if i >= len(d) {
+			break
+		}
 		c := d[i]
 		switch {
 		case c == '"':
@@ -374,6 +379,37 @@ func (p *parser) str() (string, error) {
 		}
 	}
 	return "", p.errorf(len(d), "unexpected end of JSON input in a string")
+}
+
+// plainASCII returns the index of the first byte at or after i that a
+// string scan must look at: a quote, a backslash, a control character or a
+// non-ASCII byte. It tests eight bytes at a time (prompts are mostly long
+// plain runs; this is the door's hottest loop on a large body).
+func plainASCII(d []byte, i int) int {
+	const (
+		ones  = 0x0101010101010101
+		highs = 0x8080808080808080
+	)
+	for ; i+8 <= len(d); i += 8 {
+		x := binary.LittleEndian.Uint64(d[i:])
+		q := x ^ ('"' * ones)
+		b := x ^ ('\\' * ones)
+		special := x | // any byte >= 0x80
+			((x - 0x20*ones) &^ x) | // any byte < 0x20
+			((q - ones) &^ q) | // any '"'
+			((b - ones) &^ b) // any '\\'
+		if special&highs != 0 {
+			break
+		}
+	}
+	for i < len(d) {
+		c := d[i]
+		if c == '"' || c == '\\' || c < 0x20 || c >= utf8.RuneSelf {
+			return i
+		}
+		i++
+	}
+	return i
 }
 
 func (p *parser) strSlow(start, i int) (string, error) {
