@@ -126,11 +126,17 @@ func startGateway(t *testing.T, mutate func(*fleet.Config), backends ...string) 
 // startGatewayToks is startGateway with tokenizers for model "m".
 func startGatewayToks(t *testing.T, tok *tokenize.Model, mutate func(*fleet.Config), backends ...string) *testGateway {
 	t.Helper()
-	return startGatewayFull(t, tok, nil, mutate, backends...)
+	return startGatewayFull(t, tok, extras{}, mutate, backends...)
 }
 
-// startGatewayFull also takes the triage engine (nil: the default).
-func startGatewayFull(t *testing.T, tok *tokenize.Model, tri *triage.Engine, mutate func(*fleet.Config), backends ...string) *testGateway {
+// extras are the parts startGatewayFull otherwise defaults.
+type extras struct {
+	triage *triage.Engine // nil: the default engine
+	log    *zap.Logger    // nil: the test's log at warn level
+}
+
+// startGatewayFull also takes the triage engine and the logger.
+func startGatewayFull(t *testing.T, tok *tokenize.Model, ex extras, mutate func(*fleet.Config), backends ...string) *testGateway {
 	t.Helper()
 	cfg := fleet.Default()
 	mc := fleet.ModelConfig{Name: "m"}
@@ -144,7 +150,10 @@ func startGatewayFull(t *testing.T, tok *tokenize.Model, tri *triage.Engine, mut
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
+	log := ex.log
+	if log == nil {
+		log = zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
+	}
 	tr := NewTransport(cfg)
 	t.Cleanup(tr.CloseIdleConnections)
 	var counters map[string]fleet.PromptCounter
@@ -156,7 +165,7 @@ func startGatewayFull(t *testing.T, tok *tokenize.Model, tri *triage.Engine, mut
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	opts := Options{Config: cfg, Fleet: fl, Logger: log, Registry: reg, Transport: tr, Triage: tri}
+	opts := Options{Config: cfg, Fleet: fl, Logger: log, Registry: reg, Transport: tr, Triage: ex.triage}
 	if tok != nil {
 		opts.Tokenizers = map[string]*tokenize.Model{"m": tok}
 	}

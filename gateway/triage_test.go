@@ -216,7 +216,7 @@ func TestTriagePrefillPressure(t *testing.T) {
 func startE2EWith(t *testing.T, s *sim.Server, tri *triage.Engine) *testGateway {
 	t.Helper()
 	srv := httptestServer(t, s)
-	return startGatewayFull(t, nil, tri, nil, srv)
+	return startGatewayFull(t, nil, extras{triage: tri}, nil, srv)
 }
 
 // ITL raised under a fixed load: TPOT rises against the moving baseline.
