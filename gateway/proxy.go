@@ -181,7 +181,11 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, x *exchange, b
 	out := r.WithContext(context.WithValue(ctx, ctxKey{}, x))
 	out.Body = io.NopCloser(bytes.NewReader(body))
 	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	// One framing upstream: the length of the bytes the door read, even
+	// when the client sent them chunked.
 	out.ContentLength = int64(len(body))
+	out.TransferEncoding = nil
+	out.Trailer = nil
 	g.proxy.ServeHTTP(w, out)
 	if x.proxyErr != nil {
 		return g.classify(r, x)
@@ -275,7 +279,7 @@ func checkContentType(ct string) error {
 // whole JSON before it can route, and forwards the same bytes.
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
 	if r.ContentLength > limit {
-		return nil, tooLarge(limit)
+		return nil, tooLarge(w, limit)
 	}
 	rd := http.MaxBytesReader(w, r.Body, limit)
 	var buf []byte
@@ -293,7 +297,7 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 		if err != nil {
 			var mbe *http.MaxBytesError
 			if errors.As(err, &mbe) {
-				return nil, tooLarge(limit)
+				return nil, tooLarge(w, limit)
 			}
 			if r.Context().Err() != nil {
 				return nil, errClientGone
@@ -306,7 +310,11 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 	}
 }
 
-func tooLarge(limit int64) *Error {
+// tooLarge answers a body over the limit. The rest of that body is still
+// on the connection, unread: the connection closes after the answer, as
+// nginx and Go's MaxBytesReader do, rather than being drained for reuse.
+func tooLarge(w http.ResponseWriter, limit int64) *Error {
+	w.Header().Set("Connection", "close")
 	return &Error{Status: http.StatusRequestEntityTooLarge, Type: typeInvalidRequest, Code: codeRequestTooLarge,
 		Message: fmt.Sprintf("The request body exceeds the gateway's limit of %d bytes.", limit)}
 }
