@@ -43,6 +43,18 @@ func newPools(cfg fleet.Config, fl *fleet.Fleet) map[string]*admission.Pool {
 	return pools
 }
 
+// ejected lists the model's backends its pool has ejected as outliers
+// (slot i is backend i).
+func (g *Gateway) ejected(m *fleet.Model) []*fleet.Backend {
+	var out []*fleet.Backend
+	for i, s := range g.pools[m.Name].Stats().Slots {
+		if s.Ejected {
+			out = append(out, m.Backends[i])
+		}
+	}
+	return out
+}
+
 // ObserveScrape feeds a backend's scraped gauges to its model's pool.
 func (g *Gateway) ObserveScrape(m *fleet.Model, b *fleet.Backend, gs fleet.Gauges, err error) {
 	if err != nil {

@@ -205,6 +205,23 @@ func TestFailingBackendIsEjectedAndReadmitted(t *testing.T) {
 	if st := pool.Stats().Slots[0]; !st.Ejected || st.Ejections != 1 {
 		t.Fatalf("failing backend: %+v", st)
 	}
+	// /tokenize bypasses the queue (no local tokenizer here), yet avoids
+	// the ejected backend too.
+	tokenizes := func(s *sim.Server) int {
+		n := 0
+		for _, r := range s.Received() {
+			if r.Path == "/tokenize" && r.Header.Get(fleet.ProbeHeader) == "" {
+				n++
+			}
+		}
+		return n
+	}
+	for range 4 {
+		readBodyT(t, tg.post(t, "/tokenize", `{"model":"m","prompt":"hi"}`))
+	}
+	if a, b := tokenizes(sims[0]), tokenizes(sims[1]); a != 0 || b != 4 {
+		t.Errorf("/tokenize while backend 0 is ejected: %d to it, %d to the other", a, b)
+	}
 	eventually(t, "readmission after the cool-off", func() bool { return !pool.Stats().Slots[0].Ejected })
 	if errs := cycle(); errs > 3 || pool.Stats().Slots[0].Ejections != 2 {
 		t.Fatalf("second cycle: %d errors, %d ejections", errs, pool.Stats().Slots[0].Ejections)

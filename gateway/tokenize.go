@@ -89,7 +89,13 @@ func (g *Gateway) tokenize(w http.ResponseWriter, r *http.Request, x *exchange) 
 			return err
 		}
 	}
-	b := m.Pick()
+	// Outside the queue: /tokenize holds no KV and should not wait behind
+	// generations. It still avoids a backend ejected as an outlier, unless
+	// every ready one is.
+	b := m.PickExcept(g.ejected(m))
+	if b == nil {
+		b = m.Pick()
+	}
 	if b == nil {
 		return g.notReady(m)
 	}

@@ -133,9 +133,10 @@ func TestReceived(t *testing.T) {
 	e := newEnv(t, Config{OutputTokens: 1})
 	e.post("/v1/chat/completions", chatBody, "Authorization", "Bearer abc", "X-Custom", "1")
 	e.get("/health") // not recorded
+	e.post("/tokenize", `{"prompt":"hi"}`)
 	got := e.sim.Received()
-	if len(got) != 1 {
-		t.Fatalf("received %d", len(got))
+	if len(got) != 2 || got[1].Path != "/tokenize" || string(got[1].Body) != `{"prompt":"hi"}` {
+		t.Fatalf("received %+v", got)
 	}
 	r := got[0]
 	if r.Method != http.MethodPost || r.Path != "/v1/chat/completions" || string(r.Body) != chatBody ||

@@ -75,7 +75,7 @@ type Stats struct {
 	Waiting int `json:"waiting"`
 }
 
-// Received is one request seen on /v1/*.
+// Received is one request seen on /v1/* or POST /tokenize.
 type Received struct {
 	Method string
 	Path   string
@@ -137,8 +137,9 @@ func (s *Server) Stats() Stats {
 	return st
 }
 
-// Received returns copies of the last (up to 1000) requests seen on /v1/*,
-// oldest first, including ones rejected by authorization.
+// Received returns copies of the last (up to 1000) requests seen on /v1/*
+// and POST /tokenize, oldest first, including ones rejected by
+// authorization.
 func (s *Server) Received() []Received {
 	s.recvMu.Lock()
 	defer s.recvMu.Unlock()
@@ -360,6 +361,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		if !ok {
 			return
 		}
+		s.record(r, body)
 		s.tokenize(w, r, body)
 	case "/sim/config":
 		if !allow(w, r, http.MethodGet, http.MethodPost) {
