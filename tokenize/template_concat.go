@@ -122,10 +122,7 @@ func concatLevel(body string, i int, closer byte) (string, int) {
 			out.WriteString(body[p:e])
 			p = e
 		case isIdentStart(c):
-			e := p
-			for e < len(body) && isIdentPart(body[e]) {
-				e++
-			}
+			e := identEnd(body, p)
 			w := body[p:e]
 			switch {
 			case concatBoundaryWords[w] && !afterDot(body, p):
@@ -176,10 +173,7 @@ func testEnd(body string, e int) int {
 		for s < len(body) && isWS(body[s]) {
 			s++
 		}
-		t := s
-		for t < len(body) && isIdentPart(body[t]) {
-			t++
-		}
+		t := identEnd(body, s)
 		return t, body[s:t]
 	}
 	if t, w := word(e); w == "not" {

@@ -346,9 +346,7 @@ func rewriteTag(body string, idents map[string]bool) (string, error) {
 			prevPipe = true
 		case isIdentStart(c):
 			s := p
-			for p < len(body) && isIdentPart(body[p]) {
-				p++
-			}
+			p = identEnd(body, p)
 			w := body[s:p]
 			if prevPipe {
 				if r, ok := filterRenames[w]; ok {
@@ -386,6 +384,14 @@ func isIdentStart(c byte) bool {
 
 func isIdentPart(c byte) bool { return isIdentStart(c) || (c >= '0' && c <= '9') }
 
+// identEnd returns the end of the identifier characters at s[p:].
+func identEnd(s string, p int) int {
+	for p < len(s) && isIdentPart(s[p]) {
+		p++
+	}
+	return p
+}
+
 // alwaysString reports whether an output expression (already rewritten)
 // evaluates to a string in both engines, so printing it needs no Python
 // str(): a string literal, a string literal followed by + or ~ (Python
@@ -419,9 +425,7 @@ func alwaysString(body string) bool {
 			nextIsFilter = true
 		case isIdentStart(c):
 			s := p
-			for p < len(body) && isIdentPart(body[p]) {
-				p++
-			}
+			p = identEnd(body, p)
 			w := body[s:p]
 			if depth == 0 {
 				switch w {
