@@ -80,6 +80,7 @@ var (
 	vStr    = jinja.NewCallable("string", filterStr)
 	vTrim   = jinja.NewCallable("trim", filterTrim)
 	vJoin   = jinja.NewCallable("join", filterJoin)
+	vList   = jinja.NewCallable("list", filterList)
 	vRaise  = jinja.NewCallable("raise_exception", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
 		msg := ""
 		if len(args) > 0 {
@@ -96,12 +97,21 @@ var (
 // raised a TypeError this package detects); *unsupportedError when a
 // feature is not reproduced exactly; any other error is an engine failure
 // that Python may or may not share.
-func (t *Template) Render(vars map[string]jinja.Value, now func() time.Time) (string, error) {
+func (t *Template) Render(vars map[string]jinja.Value, now func() time.Time) (out string, err error) {
+	// The engine can panic on input Python handles (strings.Repeat with a
+	// negative count for 'x' * -1, where Python gives ""): that is a case
+	// not reproduced, never a crash.
+	defer func() {
+		if r := recover(); r != nil {
+			out, err = "", errUnsupported(fmt.Sprintf("the template engine failed: %v", r))
+		}
+	}()
 	vars[textVar] = t.texts
 	vars[strFilt] = vStr
 	vars["__mt_tojson"] = vToJSON
 	vars["__mt_trim"] = vTrim
 	vars["__mt_join"] = vJoin
+	vars["__mt_list"] = vList
 	vars["raise_exception"] = vRaise
 	if now == nil {
 		now = time.Now
@@ -112,7 +122,7 @@ func (t *Template) Render(vars map[string]jinja.Value, now func() time.Time) (st
 		}
 		return jinja.NewString(pyStrftime(now(), pyStr(args[0]))), nil
 	})
-	out, err := t.tmpl.RenderValues(vars)
+	out, err = t.tmpl.RenderValues(vars)
 	if err != nil {
 		var re *raisedError
 		var te *pyTypeError

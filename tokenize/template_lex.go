@@ -21,7 +21,7 @@ import (
 //     (None, float repr, repr of lists and dicts);
 //   - each operand of ~ to (operand)|__mt_str, as jinja2 str()s them
 //     (template_concat.go);
-//   - the filters tojson, string, trim and join to Python-compatible
+//   - the filters tojson, string, trim, join and list to Python-compatible
 //     versions (the engine resolves unknown filter names from the render
 //     scope);
 //   - and records the identifiers the template references.
@@ -36,6 +36,7 @@ var filterRenames = map[string]string{
 	"string": "__mt_str",
 	"trim":   "__mt_trim",
 	"join":   "__mt_join",
+	"list":   "__mt_list",
 }
 
 type lexed struct {

@@ -425,6 +425,42 @@ func filterTrim(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Value,
 
 // filterJoin is jinja2's join(value, d=”, attribute=None) with str() of
 // each item.
+// pyIter is what iterating v yields in Python: a list's items, a string's
+// characters, a dict's keys; an Undefined is empty (jinja2's Undefined
+// iterates as nothing). ok is false for anything else.
+func pyIter(v jinja.Value) (items []jinja.Value, ok bool) {
+	switch {
+	case v.IsList():
+		return v.AsList().Items, true
+	case v.IsString():
+		for _, r := range v.AsString() {
+			items = append(items, jinja.NewString(string(r)))
+		}
+		return items, true
+	case v.IsDict():
+		for _, k := range v.AsDict().Keys {
+			items = append(items, jinja.NewString(k))
+		}
+		return items, true
+	case v.IsUndefined():
+		return nil, true
+	}
+	return nil, false
+}
+
+// filterList is jinja2's list filter, Python's list(value): a dict gives
+// its keys (the engine's gives [dict]).
+func filterList(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+	if len(args) == 0 {
+		return jinja.Undefined(), errUnsupported("list without a value")
+	}
+	items, ok := pyIter(args[0])
+	if !ok {
+		return jinja.Undefined(), errUnsupported("list of a non-iterable value")
+	}
+	return jinja.NewList(append([]jinja.Value(nil), items...)), nil
+}
+
 func filterJoin(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Value, error) {
 	if len(args) == 0 {
 		return jinja.NewString(""), nil
@@ -439,19 +475,8 @@ func filterJoin(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Value,
 	if !hasAttr && len(args) > 2 {
 		attr, hasAttr = args[2], true
 	}
-	var items []jinja.Value
-	switch v := args[0]; {
-	case v.IsList():
-		items = v.AsList().Items
-	case v.IsString():
-		for _, r := range v.AsString() {
-			items = append(items, jinja.NewString(string(r)))
-		}
-	case v.IsDict():
-		for _, k := range v.AsDict().Keys {
-			items = append(items, jinja.NewString(k))
-		}
-	default:
+	items, ok := pyIter(args[0])
+	if !ok {
 		return jinja.Undefined(), errUnsupported("join over a non-iterable value")
 	}
 	var b strings.Builder
