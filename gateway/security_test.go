@@ -153,3 +153,49 @@ func TestFramingAndHeaders(t *testing.T) {
 		}
 	})
 }
+
+// TestSlowHeadersAreCut: a client trickling its header block (slowloris)
+// is answered and disconnected at read_header_timeout, while a normal
+// request on another connection is served meanwhile.
+func TestSlowHeadersAreCut(t *testing.T) {
+	fb := newFakeBackend(t, "m", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `{"choices":[]}`)
+	})
+	tg := startGateway(t, func(c *fleet.Config) { c.ReadHeaderTimeout = fleet.Duration(300 * time.Millisecond) }, fb.URL)
+	addr := rawGateway(t, tg)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "POST /v1/completions HTTP/1.1\r\nHost: gw\r\nX-Slow: a")
+	cut := make(chan error, 1)
+	go func() {
+		// Keep trickling until the server gives up on us (or, failing,
+		// for 100 rounds: ~30 times read_header_timeout).
+		for range 100 {
+			if _, err := io.WriteString(c, "a"); err != nil {
+				cut <- err
+				return
+			}
+			one := make([]byte, 1)
+			c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+			if _, err := c.Read(one); err != nil {
+				if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+					continue // still open: trickle on
+				}
+				cut <- err
+				return
+			}
+			// Bytes from the server: its 408/400 answer; the close follows.
+		}
+		cut <- nil
+	}()
+	res := tg.post(t, "/v1/completions", `{"model":"m","prompt":"x","max_tokens":1}`)
+	if readBodyT(t, res); res.StatusCode != 200 {
+		t.Errorf("a normal request during the slow one: %d", res.StatusCode)
+	}
+	if err := <-cut; err == nil {
+		t.Fatal("the slow connection was not cut")
+	}
+}
