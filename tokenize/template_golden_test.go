@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -147,4 +148,40 @@ func diffContext(want, got string) string {
 	lo := max(0, i-60)
 	return "  want …" + strings.ReplaceAll(want[lo:min(len(want), i+60)], "\n", "⏎") +
 		"\n  got  …" + strings.ReplaceAll(got[lo:min(len(got), i+60)], "\n", "⏎")
+}
+
+// TestModelConcurrentUse counts the golden conversations of one model from
+// four goroutines at once (run under -race by make test): every count
+// equals the golden, as it does alone.
+func TestModelConcurrentUse(t *testing.T) {
+	m := fixtureModel(t, "qwen3")
+	var bodies []*ojson.Value
+	var want []int
+	for _, g := range readChatGoldens(t, "qwen3") {
+		if g.Tokens == nil {
+			continue
+		}
+		b, err := ojson.Parse([]byte(g.Body), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bodies, want = append(bodies, b), append(want, *g.Tokens)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for range 4 {
+		wg.Go(func() {
+			for i, b := range bodies {
+				if c, err := m.CountChat(b, 0); err != nil || c.Tokens != want[i] {
+					errs <- fmt.Errorf("conversation %d: %+v %v, want %d", i, c, err, want[i])
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
 }
