@@ -17,6 +17,7 @@
 // Usage: go run ./bench [-rate 300] [-duration 20s] [-json]
 //
 //	go run ./bench -scenario overload [-capacity 40] [-overload-3x 30s]
+//	go run ./bench -scenario soak [-streams 1000] [-hold 20s]
 package main
 
 import (
@@ -56,10 +57,12 @@ var (
 	maxDur     = flag.Duration("max-duration", 5*time.Second, "length of each path's throughput run")
 	conc       = flag.Int("conc", 32, "closed-loop workers in the throughput phase")
 	jsonOut    = flag.Bool("json", false, "print results as JSON")
-	scenario   = flag.String("scenario", "proxy", "proxy: direct vs bare vs maitred; overload: the admission queue at 1x and 3x capacity")
+	scenario   = flag.String("scenario", "proxy", "proxy: direct vs bare vs maitred; overload: the admission queue at 1x and 3x capacity; soak: memory and goroutines per open stream")
 	capacity   = flag.Int("capacity", 40, "overload: the backend's capacity in requests/s")
 	over1      = flag.Duration("overload-1x", 10*time.Second, "overload: length of the 1x phase")
 	over3      = flag.Duration("overload-3x", 30*time.Second, "overload: length of the 3x phase")
+	soakN      = flag.Int("streams", 1000, "soak: streams held open at once")
+	soakHold   = flag.Duration("hold", 20*time.Second, "soak: how long each stream stays open")
 )
 
 const chatBody = `{"model":"demo","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Say hello in five words."}],"max_tokens":8}`
@@ -72,8 +75,11 @@ type path struct {
 func main() {
 	flag.Parse()
 	run := run
-	if *scenario == "overload" {
+	switch *scenario {
+	case "overload":
 		run = func() error { return overload(*capacity, *over1, *over3) }
+	case "soak":
+		run = func() error { return soak(*soakN, *soakHold) }
 	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)

@@ -13,6 +13,7 @@ import (
 	"net/http/httputil"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -319,6 +320,17 @@ func tooLarge(w http.ResponseWriter, limit int64) *Error {
 		Message: fmt.Sprintf("The request body exceeds the gateway's limit of %d bytes.", limit)}
 }
 
+// copyBuffers are the proxy's copy buffers: 8 KiB rather than
+// ReverseProxy's default 32 KiB, because a stream holds its buffer for as
+// long as it is open (an SSE event is far smaller), and pooled, because a
+// short request gives it back at once.
+type copyBuffers struct{}
+
+var copyBufferPool = sync.Pool{New: func() any { b := make([]byte, 8<<10); return &b }}
+
+func (copyBuffers) Get() []byte  { return *copyBufferPool.Get().(*[]byte) }
+func (copyBuffers) Put(b []byte) { copyBufferPool.Put(&b) }
+
 // newProxy builds the one reverse proxy every backend request goes through.
 // The backend is chosen per request and travels in the request context.
 func (g *Gateway) newProxy(rt http.RoundTripper) *httputil.ReverseProxy {
@@ -326,6 +338,7 @@ func (g *Gateway) newProxy(rt http.RoundTripper) *httputil.ReverseProxy {
 		Transport: rt,
 		// Flush every write: SSE events must reach the client as they come.
 		FlushInterval: -1,
+		BufferPool:    copyBuffers{},
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			x := pr.In.Context().Value(ctxKey{}).(*exchange)
 			pr.SetURL(x.backend.URL)

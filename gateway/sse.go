@@ -47,7 +47,9 @@ func (g *streamGuard) watchIdle(d time.Duration, onIdle func()) {
 }
 
 func newStreamGuard(body io.ReadCloser, ctx context.Context, onBreak func(error) []byte) *streamGuard {
-	return &streamGuard{body: body, ctx: ctx, onBreak: onBreak, buf: make([]byte, 0, 32<<10)}
+	// 4 KiB holds several vLLM events; the buffer grows for larger ones.
+	// It lives as long as the stream, so its size is paid per open stream.
+	return &streamGuard{body: body, ctx: ctx, onBreak: onBreak, buf: make([]byte, 0, 4<<10)}
 }
 
 func (g *streamGuard) Read(p []byte) (int, error) {
