@@ -11,6 +11,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -319,5 +321,45 @@ func TestSampledTokenizeCheckCountsMismatches(t *testing.T) {
 	}
 	if n != 3 {
 		t.Errorf("backend got %d /tokenize checks, want 3", n)
+	}
+}
+
+// TestTokenizeMatchesChatGoldens: POST /tokenize on the golden
+// conversations of tokenize/testdata/chat (rendered by Python jinja2 and
+// counted by HF tokenizers) answers the golden count, for every case the
+// template renders. (No fixture template reads the clock; one that called
+// strftime_now would need the goldens' fixed date.)
+func TestTokenizeMatchesChatGoldens(t *testing.T) {
+	for _, name := range []string{"qwen3", "llama3_1", "deepseek_v3", "gemma3"} {
+		t.Run(name, func(t *testing.T) {
+			data, err := os.ReadFile(filepath.Join("..", "tokenize", "testdata", "chat", name+".golden.jsonl"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := startCounted(t, loadTok(t, name), 1<<20, nil)
+			checked := 0
+			for line := range strings.SplitSeq(strings.TrimSpace(string(data)), "\n") {
+				var g struct {
+					ID     string `json:"id"`
+					Body   string `json:"body"`
+					Tokens *int   `json:"tokens"`
+				}
+				if err := json.Unmarshal([]byte(line), &g); err != nil {
+					t.Fatal(err)
+				}
+				if g.Tokens == nil {
+					continue // the template raises: the door tests cover that
+				}
+				body := `{"model":"m",` + strings.TrimPrefix(g.Body, "{")
+				res := e.gw.post(t, "/tokenize", body)
+				got := readBodyT(t, res)
+				var a tokenizeAnswer
+				if res.StatusCode != 200 || json.Unmarshal([]byte(got), &a) != nil || a.Count != *g.Tokens {
+					t.Errorf("%s: %d %.200s, want count %d", g.ID, res.StatusCode, got, *g.Tokens)
+				}
+				checked++
+			}
+			t.Logf("%s: %d golden conversations, /tokenize count equal to HF's for each", name, checked)
+		})
 	}
 }
