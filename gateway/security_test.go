@@ -47,8 +47,8 @@ func exchangeRaw(t *testing.T, addr, raw string) (statuses []int, closed bool) {
 	}
 	br := bufio.NewReader(c)
 	for {
-		// The deadline only ends the read of a connection the server keeps
-		// open; no assertion depends on it.
+		// The deadline bounds the wait on a connection the server keeps
+		// open (reported as not closed); no timing is asserted.
 		c.SetReadDeadline(time.Now().Add(2 * time.Second))
 		res, err := http.ReadResponse(br, nil)
 		if err != nil {
@@ -66,11 +66,12 @@ func exchangeRaw(t *testing.T, addr, raw string) (statuses []int, closed bool) {
 	}
 }
 
-// TestFramingAndHeaders replays reliability's request-smuggling and
-// hop-by-hop rows against the gateway's real server: every ambiguous
-// framing is refused before the backend, a well-framed request reaches it
-// with one framing and exactly the bytes the gateway parsed, and no client
-// credential or hop-by-hop header goes upstream.
+// TestFramingAndHeaders replays the request-smuggling, hop-by-hop and
+// limit cases trusted proxies test, as raw bytes, against the gateway's
+// real server: every ambiguous framing is refused before the backend, a
+// well-framed request reaches it with one framing and exactly the bytes
+// the gateway parsed, and no client credential or hop-by-hop header goes
+// upstream.
 func TestFramingAndHeaders(t *testing.T) {
 	fb := newFakeBackend(t, "m", func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, `{"choices":[]}`)
