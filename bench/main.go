@@ -88,7 +88,6 @@ func main() {
 }
 
 func run() error {
-	ctx := context.Background()
 	stamps := &stampBook{m: map[string][]time.Time{}}
 
 	backend := sim.New(sim.Config{Model: "demo", MaxModelLen: 4096, OutputTokens: 8, MaxNumSeqs: 100000, KVTokens: 1 << 30}, zap.NewNop())
@@ -115,17 +114,7 @@ func run() error {
 	// The access log is on, at info, as in production; it is encoded as JSON
 	// and discarded so that the terminal is not the bottleneck.
 	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(io.Discard), zap.InfoLevel))
-	fl, err := fleet.New(cfg, &http.Client{Transport: poolTransport()}, log, nil)
-	if err != nil {
-		return err
-	}
-	gw, err := gateway.New(gateway.Options{Config: cfg, Fleet: fl, Logger: log, Registry: prometheus.NewRegistry()})
-	if err != nil {
-		return err
-	}
-	fl.ProbeAll(ctx)
-	gw.SetPhase(gateway.Serving)
-	gwURL, stopGW, err := serve(gw.Handler())
+	gwURL, _, stopGW, err := serveGateway(cfg, log)
 	if err != nil {
 		return err
 	}
@@ -176,6 +165,28 @@ func serve(h http.Handler) (string, func(), error) {
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(ln)
 	return "http://" + ln.Addr().String(), func() { srv.Close() }, nil
+}
+
+// serveGateway runs a gateway for cfg on loopback, probes its backends
+// once and marks it serving. It returns its URL, the transport it reaches
+// backends with, and how to stop it.
+func serveGateway(cfg fleet.Config, log *zap.Logger) (string, *http.Transport, func(), error) {
+	fl, err := fleet.New(cfg, &http.Client{Transport: poolTransport()}, log, nil)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	tr := gateway.NewTransport(cfg)
+	gw, err := gateway.New(gateway.Options{Config: cfg, Fleet: fl, Logger: log, Registry: prometheus.NewRegistry(), Transport: tr})
+	if err != nil {
+		return "", nil, nil, err
+	}
+	fl.ProbeAll(context.Background())
+	gw.SetPhase(gateway.Serving)
+	url, stop, err := serve(gw.Handler())
+	if err != nil {
+		return "", nil, nil, err
+	}
+	return url, tr, func() { stop(); tr.CloseIdleConnections(); gw.Close() }, nil
 }
 
 func poolTransport() *http.Transport {

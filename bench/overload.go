@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,11 +12,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/maitred-dev/maitred/fleet"
-	"github.com/maitred-dev/maitred/gateway"
 	"github.com/maitred-dev/maitred/sim"
 )
 
@@ -41,14 +38,7 @@ func overload(capacityRPS int, d1, d3 time.Duration) error {
 	cfg := fleet.Default()
 	cfg.Models = []fleet.ModelConfig{{Name: "demo", QueueSize: 64, QueueTimeout: fleet.Duration(2 * time.Second),
 		Backends: []fleet.BackendConfig{{URL: simURL, MaxInFlight: inFlight}}}}
-	fl, _ := fleet.New(cfg, &http.Client{Transport: poolTransport()}, zap.NewNop(), nil)
-	gw, err := gateway.New(gateway.Options{Config: cfg, Fleet: fl, Registry: prometheus.NewRegistry()})
-	if err != nil {
-		return err
-	}
-	fl.ProbeAll(context.Background())
-	gw.SetPhase(gateway.Serving)
-	gwURL, stopGW, err := serve(gw.Handler())
+	gwURL, _, stopGW, err := serveGateway(cfg, zap.NewNop())
 	if err != nil {
 		return err
 	}

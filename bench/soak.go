@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"fmt"
 	"net/http"
 	"runtime"
@@ -11,11 +10,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/maitred-dev/maitred/fleet"
-	"github.com/maitred-dev/maitred/gateway"
 	"github.com/maitred-dev/maitred/sim"
 )
 
@@ -36,18 +33,7 @@ func soak(n int, hold time.Duration) error {
 	defer stopSim()
 	cfg := fleet.Default()
 	cfg.Models = []fleet.ModelConfig{{Name: "demo", QueueSize: n, Backends: []fleet.BackendConfig{{URL: simURL, MaxInFlight: 2 * n}}}}
-	fl, err := fleet.New(cfg, &http.Client{Transport: poolTransport()}, zap.NewNop(), nil)
-	if err != nil {
-		return err
-	}
-	gwTransport := gateway.NewTransport(cfg)
-	gw, err := gateway.New(gateway.Options{Config: cfg, Fleet: fl, Registry: prometheus.NewRegistry(), Transport: gwTransport})
-	if err != nil {
-		return err
-	}
-	fl.ProbeAll(context.Background())
-	gw.SetPhase(gateway.Serving)
-	gwURL, stopGW, err := serve(gw.Handler())
+	gwURL, gwTransport, stopGW, err := serveGateway(cfg, zap.NewNop())
 	if err != nil {
 		return err
 	}
