@@ -49,7 +49,7 @@ func exchangeRaw(t *testing.T, addr, raw string) (statuses []int, closed bool) {
 	for {
 		// The deadline bounds the wait on a connection the server keeps
 		// open (reported as not closed); no timing is asserted.
-		c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
 		res, err := http.ReadResponse(br, nil)
 		if err != nil {
 			if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
