@@ -57,3 +57,27 @@ func FuzzRewriteConcat(f *testing.F) {
 		}
 	})
 }
+
+// TestTruthFilterPadding pins the arguments added to the truth-test forms
+// of select, reject, selectattr and rejectattr (the engine panics on
+// them); TestTemplateFeatures checks the renders against Python.
+func TestTruthFilterPadding(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{`l|select`, `l|select(none)`},
+		{`l|reject|list`, `l|reject(none)|__mt_list`},
+		{`l|select()`, `l|select(none)`},
+		{`l|select('string')`, `l|select('string')`},
+		{`m|selectattr('role')`, `m|selectattr('role', 'truthy')`},
+		{`m|rejectattr( 'a' ) | list`, `m|rejectattr( 'a' , 'truthy') | __mt_list`},
+		{`m|selectattr('role', 'equalto', 'x')`, `m|selectattr('role', 'equalto', 'x')`},
+		{`m|selectattr(f(a, b))`, `m|selectattr(f(a, b), 'truthy')`},
+		{`m|selectattr('a,)')`, `m|selectattr('a,)', 'truthy')`},
+		{`select`, `select`},
+	}
+	for _, tt := range tests {
+		got, err := rewriteTag(tt.in, map[string]bool{})
+		if err != nil || got != tt.want {
+			t.Errorf("rewriteTag(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
+		}
+	}
+}

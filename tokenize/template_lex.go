@@ -333,7 +333,12 @@ func rewriteTag(body string, idents map[string]bool) (string, error) {
 	var b strings.Builder
 	b.Grow(len(body) + 16)
 	prevPipe := false
+	pad := map[int]string{} // text to write before body[i]
 	for p := 0; p < len(body); {
+		if s, ok := pad[p]; ok {
+			b.WriteString(s)
+			delete(pad, p)
+		}
 		c := body[p]
 		switch {
 		case c == '\'' || c == '"':
@@ -357,6 +362,9 @@ func rewriteTag(body string, idents map[string]bool) (string, error) {
 				idents[w] = true
 			}
 			b.WriteString(w)
+			if prevPipe {
+				padTruthFilter(w, body, p, &b, pad)
+			}
 			prevPipe = false
 		case c >= '0' && c <= '9':
 			s := p
@@ -377,6 +385,70 @@ func rewriteTag(body string, idents map[string]bool) (string, error) {
 		}
 	}
 	return b.String(), nil
+}
+
+// truthFilters are the filters whose truth-test form (no test given) the
+// engine mishandles: it slices its arguments past their end and panics
+// (select, reject with no test; selectattr, rejectattr with only the
+// attribute). The value is how many arguments after the filtered value the
+// engine needs; padTruthFilter adds the ones that select the same
+// truthiness test inside the engine: a non-string test name for select and
+// reject, the engine's own "truthy" for the attr forms.
+var truthFilters = map[string]struct {
+	need int
+	pad  string
+}{
+	"select":     {1, "none"},
+	"reject":     {1, "none"},
+	"selectattr": {2, "'truthy'"},
+	"rejectattr": {2, "'truthy'"},
+}
+
+// padTruthFilter, for a filter name ending at body[p], arranges for the
+// missing arguments to be written: at once when the filter has no
+// parentheses, else just before its closing parenthesis (through pad, so
+// the arguments themselves are still rewritten as usual).
+func padTruthFilter(name, body string, p int, b *strings.Builder, pad map[int]string) {
+	tf, ok := truthFilters[name]
+	if !ok {
+		return
+	}
+	q := p
+	for q < len(body) && isWS(body[q]) {
+		q++
+	}
+	if q >= len(body) || body[q] != '(' {
+		if tf.need == 1 {
+			b.WriteString("(" + tf.pad + ")")
+		}
+		return // selectattr without its attribute: Python raises; leave it
+	}
+	args, depth, empty := 1, 0, true
+	for r := q + 1; r < len(body); r++ {
+		switch c := body[r]; {
+		case c == '\'' || c == '"':
+			e, _ := stringEnd(body, r)
+			r = e - 1
+			empty = false
+		case c == '(' || c == '[' || c == '{':
+			depth++
+			empty = false
+		case (c == ')' || c == ']' || c == '}') && depth > 0:
+			depth--
+		case c == ')':
+			switch {
+			case empty && tf.need == 1:
+				pad[r] = tf.pad
+			case !empty && args == tf.need-1:
+				pad[r] = ", " + tf.pad
+			}
+			return
+		case c == ',' && depth == 0:
+			args++
+		case !isWS(c):
+			empty = false
+		}
+	}
 }
 
 func isIdentStart(c byte) bool {

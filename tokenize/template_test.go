@@ -17,6 +17,7 @@ import (
 var knownFeatureGaps = map[string]string{
 	"prec_unary_filter": "the engine has no ** operator: a template using it fails to load, with the engine's parse error",
 	"prec_in_is":        "the engine parses a test's argument only in parentheses (is divisibleby(6)): a template with `is divisibleby 6` fails to load",
+	"format_filter":     "the engine has no format filter: the render fails and the request is forwarded uncounted",
 	"arith_values":      "the engine's int * str is 0 ('s' * 3 repeats, 3 * 's' does not): such a template renders \"0\" where Python repeats the string",
 }
 
