@@ -81,6 +81,7 @@ var (
 	vTrim   = jinja.NewCallable("trim", filterTrim)
 	vJoin   = jinja.NewCallable("join", filterJoin)
 	vList   = jinja.NewCallable("list", filterList)
+	vFormat = jinja.NewCallable("format", filterFormat)
 	vRaise  = jinja.NewCallable("raise_exception", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
 		msg := ""
 		if len(args) > 0 {
@@ -112,6 +113,7 @@ func (t *Template) Render(vars map[string]jinja.Value, now func() time.Time) (ou
 	vars["__mt_trim"] = vTrim
 	vars["__mt_join"] = vJoin
 	vars["__mt_list"] = vList
+	vars["__mt_format"] = vFormat
 	vars["raise_exception"] = vRaise
 	if now == nil {
 		now = time.Now

@@ -21,7 +21,7 @@ import (
 //     (None, float repr, repr of lists and dicts);
 //   - each operand of ~ to (operand)|__mt_str, as jinja2 str()s them
 //     (template_concat.go);
-//   - the filters tojson, string, trim, join and list to Python-compatible
+//   - the filters tojson, string, trim, join, list and format to Python-compatible
 //     versions (the engine resolves unknown filter names from the render
 //     scope);
 //   - and records the identifiers the template references.
@@ -37,6 +37,7 @@ var filterRenames = map[string]string{
 	"trim":   "__mt_trim",
 	"join":   "__mt_join",
 	"list":   "__mt_list",
+	"format": "__mt_format",
 }
 
 type lexed struct {
@@ -515,7 +516,7 @@ func alwaysString(body string) bool {
 		p++
 	}
 	switch lastFilter {
-	case "__mt_tojson", "__mt_trim", "__mt_str", "__mt_join":
+	case "__mt_tojson", "__mt_trim", "__mt_str", "__mt_join", "__mt_format":
 		return true
 	}
 	if firstLit && litEnd > 0 {

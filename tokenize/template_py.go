@@ -425,6 +425,79 @@ func filterTrim(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Value,
 
 // filterJoin is jinja2's join(value, d=”, attribute=None) with str() of
 // each item.
+// filterFormat is jinja2's format filter, Python's `value % args`, for the
+// conversions whose output this package reproduces exactly: %s, %r, %d,
+// %i, %f and %.Nf, and %%. Anything else (widths, flags, %x, %e, %(name)s,
+// a count mismatch, which Python raises on) is unsupported: the request is
+// forwarded uncounted.
+func filterFormat(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Value, error) {
+	if len(args) == 0 || !args[0].IsString() || len(kwargs) > 0 {
+		return jinja.Undefined(), errUnsupported("format of a non-string or with keyword arguments")
+	}
+	f, vals := args[0].AsString(), args[1:]
+	var b strings.Builder
+	next := 0
+	for i := 0; i < len(f); i++ {
+		if f[i] != '%' {
+			b.WriteByte(f[i])
+			continue
+		}
+		i++
+		prec := -1
+		if i+1 < len(f) && f[i] == '.' && f[i+1] >= '0' && f[i+1] <= '9' {
+			prec = 0
+			for i++; i < len(f) && f[i] >= '0' && f[i] <= '9'; i++ {
+				prec = prec*10 + int(f[i]-'0')
+			}
+		}
+		if i >= len(f) {
+			return jinja.Undefined(), errUnsupported("format string ending in %")
+		}
+		conv := f[i]
+		if conv == '%' && prec < 0 {
+			b.WriteByte('%')
+			continue
+		}
+		if next >= len(vals) {
+			return jinja.Undefined(), errUnsupported("format with fewer arguments than conversions")
+		}
+		v := vals[next]
+		next++
+		switch {
+		case conv == 's' && prec < 0:
+			b.WriteString(pyStr(v))
+		case conv == 'r' && prec < 0:
+			pyRepr(&b, v)
+		case (conv == 'd' || conv == 'i') && prec < 0 && (v.IsInt() || v.IsBool()):
+			if v.IsBool() {
+				b.WriteString(map[bool]string{true: "1", false: "0"}[v.AsBool()])
+			} else {
+				b.WriteString(strconv.FormatInt(v.AsInt(), 10))
+			}
+		case conv == 'f' && (v.IsInt() || v.IsFloat()):
+			x := float64(0)
+			if v.IsInt() {
+				x = float64(v.AsInt())
+			} else {
+				x = v.AsFloat()
+			}
+			if prec < 0 {
+				prec = 6
+			}
+			if math.IsInf(x, 0) || math.IsNaN(x) {
+				return jinja.Undefined(), errUnsupported("format of inf or nan")
+			}
+			b.WriteString(strconv.FormatFloat(x, 'f', prec, 64))
+		default:
+			return jinja.Undefined(), errUnsupported(fmt.Sprintf("format conversion %%%c", conv))
+		}
+	}
+	if next != len(vals) {
+		return jinja.Undefined(), errUnsupported("format with more arguments than conversions")
+	}
+	return jinja.NewString(b.String()), nil
+}
+
 // pyIter is what iterating v yields in Python: a list's items, a string's
 // characters, a dict's keys; an Undefined is empty (jinja2's Undefined
 // iterates as nothing). ok is false for anything else.

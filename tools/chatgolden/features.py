@@ -49,6 +49,7 @@ FEATURES = [
     ("filters_misc", "{{ l|length }} {{ d|list }} {{ 'abc'|upper }} {{ [3,1,2]|sort }} {{ [1,2]|last }} {{ [1,2]|first }} {{ 'a'|default('b') }} {{ missing|default('z') }} {{ [1,2,3]|reverse|list }}"),
     ("dict_get", "{{ d.get('z') }} {{ d.get('nope') }} {{ d.get('nope', 5) }} {{ d['m'] }} {{ d.z }}"),
     ("format_filter", "{{ '%s|%d|%.2f'|format(f1, i, f6) }} {{ 'x%sy'|format(none) }} {{ '%s'|format(l) }}"),
+    ("format_more", "{{ '%d%%|%r|%.1f|%f|%s and %s|%i'|format(5, s, 2.25, i, t, e, t) }}{{ '[INST] %s [/INST]'|format(u) }}"),
     ("map_select", "{{ [{'a': 1.5}, {'a': none}]|map(attribute='a')|list }} {{ l|select|list }} {{ l|reject('none')|list }} {{ [d]|selectattr('z')|list|length }}"),
     ("truth_filters", "{{ l|select()|list }} {{ l|reject|list }} {{ [d, {'z': 0}]|rejectattr('z')|list|length }} {{ [{'r': 'a'}, {'r': ''}]|selectattr( 'r' )|map(attribute='r')|join(',') }} {{ [{'r': none}, {'r': 1}]|selectattr('r', 'none')|list|length }} {{ l|select|map('string')|join('|') }}"),
     ("ns_loop", "{% set ns = namespace(n=0) %}{% for x in l %}{% set ns.n = ns.n + 1 %}{% endfor %}{{ ns.n }}"),
