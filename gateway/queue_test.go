@@ -114,7 +114,12 @@ func TestTokenBudgetHoldsAcrossBackends(t *testing.T) {
 		c.ITL = 2 * time.Millisecond
 		c.OutputTokens = 20
 	})
-	tg := startGatewayToks(t, tok, func(c *fleet.Config) { c.Models[0].QueueSize = 100 }, urls...)
+	tg := startGatewayToks(t, tok, func(c *fleet.Config) {
+		c.Models[0].QueueSize = 100
+		// One scrape serves the whole burst: gauges must not turn stale
+		// (stale counts as saturated) on a slow machine.
+		c.ScrapeInterval = fleet.Duration(time.Hour)
+	}, urls...)
 	tg.scrapeOnce(t) // learn each budget from vllm:cache_config_info
 	pool := tg.pools["m"]
 	for _, s := range pool.Stats().Slots {

@@ -185,19 +185,24 @@ func TestTriagePrefillPressure(t *testing.T) {
 			mu.Unlock()
 		})
 	}
-	// Watch the backend's gauges as the scraper would, until enough
-	// requests finished to judge TTFT.
+	// Watch the backend's gauges as the scraper would, for as long as
+	// requests run (gauges left to go stale count as saturation and would
+	// hold the rest in the gateway's queue); judge once enough finished.
+	var rep triage.Report
+	judged := false
 	for {
 		tg.scrapeOnce(t)
 		mu.Lock()
 		n := done
 		mu.Unlock()
-		if n >= 24 {
+		if n >= 24 && !judged {
+			rep, judged = report(t, tg), true
+		}
+		if n == 40 {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	rep := report(t, tg)
 	wg.Wait()
 	if rep.Verdict != triage.VerdictPrefill {
 		t.Fatalf("verdict %s: %+v", rep.Verdict, rep.Evidence)
@@ -283,8 +288,10 @@ func TestTriageKVPressure(t *testing.T) {
 		readBodyT(t, tg.post(t, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}`))
 		if i%3 == 0 {
 			s.Preempt(2)
-			tg.scrapeOnce(t)
 		}
+		// Every request: gauges left to go stale would count as
+		// saturation and hold the next request in the gateway's queue.
+		tg.scrapeOnce(t)
 	}
 	rep := report(t, tg)
 	if rep.Verdict != triage.VerdictKV {
