@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -28,6 +29,9 @@ type Error struct {
 	// Context, on a context_length_exceeded error, adds the numbers to the
 	// error object so that clients can act without parsing the message.
 	Context *contextFields
+	// CloseConn ends the connection after the answer: the request left
+	// unread bytes on it (a body over the limit).
+	CloseConn bool
 }
 
 // contextFields are the machine-readable numbers of a context error.
@@ -109,6 +113,9 @@ func (e *Error) write(w http.ResponseWriter) {
 	if e.RetryAfter > 0 {
 		h.Set("Retry-After", strconv.Itoa(retrySeconds(e.RetryAfter)))
 	}
+	if e.CloseConn {
+		h.Set("Connection", "close")
+	}
 	body, _ := json.Marshal(e.envelope())
 	body = append(body, '\n')
 	h.Set("Content-Length", strconv.Itoa(len(body)))
@@ -126,6 +133,26 @@ func (e *Error) sseEvent() []byte {
 	out = append(out, body...)
 	out = append(out, "\n\ndata: [DONE]\n\n"...)
 	return out
+}
+
+// logText is an error as the access log writes it. A client error's
+// message can quote the request (a chat template's raise_exception often
+// includes the offending message, a JSON error names a key), so a 4xx is
+// logged by status, code and param only; the numbers that matter are
+// fields of their own. A 5xx is the gateway's own wording or a transport
+// error and is logged whole.
+func logText(err error) string {
+	var e *Error
+	if !errors.As(err, &e) || e.Status >= 500 {
+		return err.Error()
+	}
+	s := strconv.Itoa(e.Status) + " " + e.Code
+	// A JSON error's param is a key path of the client's own naming;
+	// every other param is built from the API's field names.
+	if e.Param != "" && e.Code != codeInvalidJSON {
+		s += " (param " + e.Param + ")"
+	}
+	return s
 }
 
 func retrySeconds(d time.Duration) int {

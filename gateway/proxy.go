@@ -280,7 +280,7 @@ func checkContentType(ct string) error {
 // whole JSON before it can route, and forwards the same bytes.
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
 	if r.ContentLength > limit {
-		return nil, tooLarge(w, limit)
+		return nil, tooLarge(limit)
 	}
 	rd := http.MaxBytesReader(w, r.Body, limit)
 	var buf []byte
@@ -298,7 +298,7 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 		if err != nil {
 			var mbe *http.MaxBytesError
 			if errors.As(err, &mbe) {
-				return nil, tooLarge(w, limit)
+				return nil, tooLarge(limit)
 			}
 			if r.Context().Err() != nil {
 				return nil, errClientGone
@@ -314,10 +314,9 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 // tooLarge answers a body over the limit. The rest of that body is still
 // on the connection, unread: the connection closes after the answer, as
 // nginx and Go's MaxBytesReader do, rather than being drained for reuse.
-func tooLarge(w http.ResponseWriter, limit int64) *Error {
-	w.Header().Set("Connection", "close")
+func tooLarge(limit int64) *Error {
 	return &Error{Status: http.StatusRequestEntityTooLarge, Type: typeInvalidRequest, Code: codeRequestTooLarge,
-		Message: fmt.Sprintf("The request body exceeds the gateway's limit of %d bytes.", limit)}
+		Message: fmt.Sprintf("The request body exceeds the gateway's limit of %d bytes.", limit), CloseConn: true}
 }
 
 // copyBuffers are the proxy's copy buffers: 8 KiB rather than

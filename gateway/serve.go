@@ -195,26 +195,6 @@ func (g *Gateway) finish(x *exchange, rec *recorder, r *http.Request, err error)
 	ce.Write(fields...)
 }
 
-// logText is an error as the access log writes it. A client error's
-// message can quote the request (a chat template's raise_exception often
-// includes the offending message, a JSON error names a key), so for 4xx
-// only its status, code and param are logged; the numbers that matter are
-// fields of their own. A 5xx is the gateway's own wording or a transport
-// error and is logged whole.
-func logText(err error) string {
-	var e *Error
-	if errors.As(err, &e) && e.Status < 500 {
-		s := strconv.Itoa(e.Status) + " " + e.Code
-		// A JSON error's param is a key path of the client's own naming;
-		// every other param is built from the API's field names.
-		if e.Param != "" && e.Code != codeInvalidJSON {
-			s += " (param " + e.Param + ")"
-		}
-		return s
-	}
-	return err.Error()
-}
-
 // requestID returns the client's X-Request-Id when it is a sane token, else
 // a fresh random one.
 func requestID(r *http.Request) string {
