@@ -563,6 +563,21 @@ type PoolStats struct {
 	Decisions map[string]int
 }
 
+// Ejected lists the slots ejected as outliers right now, for work that
+// bypasses the queue but should still avoid them.
+func (p *Pool) Ejected() []int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.now()
+	var out []int
+	for i, s := range p.slots {
+		if now.Before(s.ejectedUntil) {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
 // Stats returns a snapshot.
 func (p *Pool) Stats() PoolStats {
 	p.mu.Lock()

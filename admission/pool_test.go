@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -164,11 +165,11 @@ func TestPoolEjectsAndReadmits(t *testing.T) {
 		if errorsSeen != 3 {
 			t.Fatalf("clients saw %d errors before the ejection, want the threshold 3", errorsSeen)
 		}
-		if st := p.Stats().Slots[0]; !st.Ejected || st.Ejections != 1 {
-			t.Fatalf("bad backend: %+v", st)
+		if st := p.Stats().Slots[0]; !st.Ejected || st.Ejections != 1 || !slices.Equal(p.Ejected(), []int{0}) {
+			t.Fatalf("bad backend: %+v, Ejected() %v", st, p.Ejected())
 		}
 		time.Sleep(5 * time.Second) // the cool-off
-		if st := p.Stats().Slots[0]; st.Ejected {
+		if st := p.Stats().Slots[0]; st.Ejected || len(p.Ejected()) != 0 {
 			t.Fatalf("not readmitted after the cool-off: %+v", st)
 		}
 		errorsSeen = 0

@@ -47,10 +47,8 @@ func newPools(cfg fleet.Config, fl *fleet.Fleet) map[string]*admission.Pool {
 // (slot i is backend i).
 func (g *Gateway) ejected(m *fleet.Model) []*fleet.Backend {
 	var out []*fleet.Backend
-	for i, s := range g.pools[m.Name].Stats().Slots {
-		if s.Ejected {
-			out = append(out, m.Backends[i])
-		}
+	for _, i := range g.pools[m.Name].Ejected() {
+		out = append(out, m.Backends[i])
 	}
 	return out
 }
