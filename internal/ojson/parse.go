@@ -263,7 +263,7 @@ const smallObject = 16
 
 // duplicate reports whether key is already among members, keeping *seen
 // in step once the object outgrows smallObject.
-func (p *parser) duplicate(members []Member, seen *map[string]struct{}, key string) bool {
+func duplicate(members []Member, seen *map[string]struct{}, key string) bool {
 	if len(members) < smallObject {
 		for i := range members {
 			if members[i].Key == key {
@@ -314,7 +314,7 @@ func (p *parser) object() (*Value, error) {
 		if err != nil {
 			return nil, err
 		}
-		if p.duplicate(v.Members, &seen, key) {
+		if duplicate(v.Members, &seen, key) {
 			p.path[len(p.path)-1].key = key
 			return nil, p.errorf(keyStart, "duplicate key %q", key)
 		}
@@ -353,12 +353,9 @@ func (p *parser) object() (*Value, error) {
 func (p *parser) str() (string, error) {
 	d := p.data
 	start := p.pos + 1
-	i := start
-	for i < len(d) {
-		i = plainASCII(d, i)
-		if i >= len(d) {
-			break
-		}
+	// plainASCII stops only at a quote, a backslash, a control character
+	// or a non-ASCII byte.
+	for i := plainASCII(d, start); i < len(d); i = plainASCII(d, i) {
 		c := d[i]
 		switch {
 		case c == '"':
@@ -368,8 +365,6 @@ func (p *parser) str() (string, error) {
 			return p.strSlow(start, i)
 		case c < 0x20:
 			return "", p.errorf(i, "control character %s in a string", quoteByte(c))
-		case c < utf8.RuneSelf:
-			i++
 		default:
 			r, size := utf8.DecodeRune(d[i:])
 			if r == utf8.RuneError && size == 1 {
