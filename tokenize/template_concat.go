@@ -12,8 +12,8 @@ import "strings"
 // parse_math2 expression (*, /, //, % and tighter). It ends at the next ~,
 // at anything that binds less tightly (binary + and -, comparisons, and,
 // or, not, in, if, else, and the punctuation of the enclosing construct:
-// , : = and the closing bracket), or at the end of the tag. A test (`x is [not] name`) binds more tightly
-// and stays inside. Brackets are rewritten recursively, as their own level.
+// , : = and the closing bracket), or at the end of the tag. A test
+// (`x is [not] name`) binds more tightly and stays inside. Brackets are rewritten recursively, as their own level.
 
 // concatBoundaryWords end an operand of ~: the operators of lower
 // precedence and the statement keywords that can precede an expression.
@@ -62,19 +62,23 @@ func concatLevel(body string, i int, closer byte) (string, int) {
 			pieces = append(pieces, cur.String())
 			// The chain is parenthesised as a whole: the engine's ~ binds
 			// looser than + and -, jinja2's tighter.
-			first, last := pieces[0], pieces[len(pieces)-1]
-			lead := first[:len(first)-len(strings.TrimLeft(first, " \t\n"))]
-			trail := last[len(strings.TrimRight(last, " \t\n")):]
-			pieces[0] = first[len(lead):]
-			pieces[len(pieces)-1] = strings.TrimRight(pieces[len(pieces)-1], " \t\n")
-			out.WriteString(lead + "(")
+			// Whitespace stays where it was, the chain's outer whitespace
+			// outside the parentheses.
+			var outerTrail string
 			for k, piece := range pieces {
-				if k > 0 {
+				lead, core, trail := splitSpace(piece)
+				if k == 0 {
+					out.WriteString(lead + "(")
+					lead = ""
+				} else {
 					out.WriteByte('~')
 				}
-				out.WriteString(wrapOperand(piece))
+				if k == len(pieces)-1 {
+					outerTrail, trail = trail, ""
+				}
+				out.WriteString(lead + wrapOperand(core) + trail)
 			}
-			out.WriteString(")" + trail)
+			out.WriteString(")" + outerTrail)
 		}
 		pieces = pieces[:0]
 		cur.Reset()
@@ -91,7 +95,7 @@ func concatLevel(body string, i int, closer byte) (string, int) {
 			cur.WriteString(body[p:e])
 			p = e
 		case c == '(' || c == '[' || c == '{':
-			inner, e := concatLevel(body, p+1, map[byte]byte{'(': ')', '[': ']', '{': '}'}[c])
+			inner, e := concatLevel(body, p+1, closerOf(c))
 			cur.WriteByte(c)
 			cur.WriteString(inner)
 			if e < len(body) {
@@ -145,16 +149,33 @@ func concatLevel(body string, i int, closer byte) (string, int) {
 	return out.String(), p
 }
 
-// wrapOperand gives one operand the str() filter, keeping the whitespace
-// around it where it was.
-func wrapOperand(piece string) string {
-	core := strings.TrimSpace(piece)
+// wrapOperand gives one operand (without its surrounding whitespace) the
+// str() filter.
+func wrapOperand(core string) string {
 	if core == "" {
-		return piece // a syntax error: leave it for the engine to report
+		return core // a syntax error: leave it for the engine to report
 	}
-	lead := piece[:strings.Index(piece, core)]
-	trail := piece[len(lead)+len(core):]
-	return lead + "(" + core + ")|" + strFilt + trail
+	return "(" + core + ")|" + strFilt
+}
+
+// splitSpace splits s into its leading whitespace, the rest up to its
+// trailing whitespace, and that trailing whitespace.
+func splitSpace(s string) (lead, core, trail string) {
+	core = strings.TrimLeft(s, " \t\n")
+	lead = s[:len(s)-len(core)]
+	trimmed := strings.TrimRight(core, " \t\n")
+	return lead, trimmed, core[len(trimmed):]
+}
+
+// closerOf is the bracket that closes open.
+func closerOf(open byte) byte {
+	switch open {
+	case '(':
+		return ')'
+	case '[':
+		return ']'
+	}
+	return '}'
 }
 
 // afterDot reports whether the identifier at body[p] is an attribute name
@@ -169,10 +190,7 @@ func afterDot(body string, p int) bool {
 // testEnd returns the end of "[not] name" after an "is" ending at e.
 func testEnd(body string, e int) int {
 	word := func(at int) (int, string) {
-		s := at
-		for s < len(body) && isWS(body[s]) {
-			s++
-		}
+		s := skipWS(body, at)
 		t := identEnd(body, s)
 		return t, body[s:t]
 	}

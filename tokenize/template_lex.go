@@ -183,20 +183,24 @@ func isWS(c byte) bool {
 	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'
 }
 
+// skipWS returns the index of the first non-whitespace byte at or after i.
+func skipWS(s string, i int) int {
+	for i < len(s) && isWS(s[i]) {
+		i++
+	}
+	return i
+}
+
 // rawBegin reports whether src[k:] is `\s*raw\s*(-%}\s*|%})` and returns
 // the end of that match.
 func rawBegin(src string, k int) (int, bool) {
 	i := k
-	for i < len(src) && isWS(src[i]) {
-		i++
-	}
+	i = skipWS(src, i)
 	if !strings.HasPrefix(src[i:], "raw") {
 		return 0, false
 	}
 	i += 3
-	for i < len(src) && isWS(src[i]) {
-		i++
-	}
+	i = skipWS(src, i)
 	switch {
 	case strings.HasPrefix(src[i:], "-%}"):
 		return skipSpace(src, i+3), true
@@ -232,14 +236,10 @@ func findEndRaw(src string, pos int) (bodyEnd, end int, sign byte, ok bool) {
 			s = src[k]
 			k++
 		}
-		for k < len(src) && isWS(src[k]) {
-			k++
-		}
+		k = skipWS(src, k)
 		if strings.HasPrefix(src[k:], "endraw") {
 			k += 6
-			for k < len(src) && isWS(src[k]) {
-				k++
-			}
+			k = skipWS(src, k)
 			if e, ok := blockClose(src, k, '%'); ok {
 				return i, e, s, true
 			}
@@ -414,10 +414,7 @@ func padTruthFilter(name, body string, p int, b *strings.Builder, pad map[int]st
 	if !ok {
 		return
 	}
-	q := p
-	for q < len(body) && isWS(body[q]) {
-		q++
-	}
+	q := skipWS(body, p)
 	if q >= len(body) || body[q] != '(' {
 		if tf.need == 1 {
 			b.WriteString("(" + tf.pad + ")")

@@ -423,8 +423,6 @@ func filterTrim(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Value,
 	return jinja.NewString(strings.TrimFunc(s, pyIsSpace)), nil
 }
 
-// filterJoin is jinja2's join(value, d=”, attribute=None) with str() of
-// each item.
 // filterFormat is jinja2's format filter, Python's `value % args`, for the
 // conversions whose output this package reproduces exactly: %s, %r, %d,
 // %i, %f and %.Nf, and %%. Anything else (widths, flags, %x, %e, %(name)s,
@@ -468,18 +466,16 @@ func filterFormat(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Valu
 			b.WriteString(pyStr(v))
 		case conv == 'r' && prec < 0:
 			pyRepr(&b, v)
-		case (conv == 'd' || conv == 'i') && prec < 0 && (v.IsInt() || v.IsBool()):
-			if v.IsBool() {
-				b.WriteString(map[bool]string{true: "1", false: "0"}[v.AsBool()])
-			} else {
-				b.WriteString(strconv.FormatInt(v.AsInt(), 10))
-			}
+		case (conv == 'd' || conv == 'i') && prec < 0 && v.IsBool():
+			b.WriteString(strconv.Itoa(boolInt(v.AsBool())))
+		case (conv == 'd' || conv == 'i') && prec < 0 && v.IsInt():
+			b.WriteString(strconv.FormatInt(v.AsInt(), 10))
 		case conv == 'f' && (v.IsInt() || v.IsFloat()):
-			x := float64(0)
-			if v.IsInt() {
-				x = float64(v.AsInt())
-			} else {
+			var x float64
+			if v.IsFloat() {
 				x = v.AsFloat()
+			} else {
+				x = float64(v.AsInt())
 			}
 			if prec < 0 {
 				prec = 6
@@ -496,6 +492,13 @@ func filterFormat(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Valu
 		return jinja.Undefined(), errUnsupported("format with more arguments than conversions")
 	}
 	return jinja.NewString(b.String()), nil
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // pyIter is what iterating v yields in Python: a list's items, a string's
@@ -534,6 +537,8 @@ func filterList(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, erro
 	return jinja.NewList(append([]jinja.Value(nil), items...)), nil
 }
 
+// filterJoin is jinja2's join(value, d=”, attribute=None) with str() of
+// each item.
 func filterJoin(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Value, error) {
 	if len(args) == 0 {
 		return jinja.NewString(""), nil
