@@ -315,9 +315,15 @@ func TestE2EErrorsAreTypedSDKErrors(t *testing.T) {
 // completionRequests returns what the simulator received from clients on
 // its generation routes (the gateway's probes and warm-up excluded).
 func completionRequests(s *sim.Server) []sim.Received {
+	return clientRequests(s, func(path string) bool { return strings.HasSuffix(path, "completions") })
+}
+
+// clientRequests are the requests s received on the paths match accepts,
+// without the gateway's own probes.
+func clientRequests(s *sim.Server, match func(path string) bool) []sim.Received {
 	var out []sim.Received
 	for _, r := range s.Received() {
-		if strings.HasSuffix(r.Path, "completions") && r.Header.Get(fleet.ProbeHeader) == "" {
+		if match(r.Path) && r.Header.Get(fleet.ProbeHeader) == "" {
 			out = append(out, r)
 		}
 	}

@@ -213,13 +213,7 @@ func TestFailingBackendIsEjectedAndReadmitted(t *testing.T) {
 	// /tokenize bypasses the queue (no local tokenizer here), yet avoids
 	// the ejected backend too.
 	tokenizes := func(s *sim.Server) int {
-		n := 0
-		for _, r := range s.Received() {
-			if r.Path == "/tokenize" && r.Header.Get(fleet.ProbeHeader) == "" {
-				n++
-			}
-		}
-		return n
+		return len(clientRequests(s, func(path string) bool { return path == "/tokenize" }))
 	}
 	for range 4 {
 		readBodyT(t, tg.post(t, "/tokenize", `{"model":"m","prompt":"hi"}`))
