@@ -31,6 +31,17 @@ type Config struct {
 	IdleTimeout Duration `yaml:"idle_timeout"`
 	// MaxHeaderBytes caps request header size.
 	MaxHeaderBytes int `yaml:"max_header_bytes"`
+	// ReadBodyTimeout bounds how long a client may take to send a request
+	// body once its headers are in; a body still incomplete then gets 408
+	// and the connection closes.
+	ReadBodyTimeout Duration `yaml:"read_body_timeout"`
+	// MaxConnections caps the client connections open at once; past it the
+	// gateway stops accepting until one closes (0: no cap).
+	MaxConnections int `yaml:"max_connections"`
+	// MaxBodyBytesInFlight caps the request body bytes held in memory by
+	// all requests at once (read so far, or held for forwarding); a request
+	// whose body would pass it gets 503 server_busy (0: no cap).
+	MaxBodyBytesInFlight int64 `yaml:"max_body_bytes_in_flight"`
 	// FirstByteTimeout is how long the gateway waits for a backend's
 	// response headers before answering 504 backend_timeout. vLLM sends the
 	// headers of a non-streaming answer only when generation is complete, so
@@ -248,24 +259,27 @@ func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(),
 // Default returns a config holding every default and no models.
 func Default() Config {
 	return Config{
-		Listen:             "127.0.0.1:8080",
-		MaxBodyBytes:       8 << 20,
-		ReadHeaderTimeout:  Duration(10 * time.Second),
-		IdleTimeout:        Duration(120 * time.Second),
-		MaxHeaderBytes:     64 << 10,
-		FirstByteTimeout:   Duration(300 * time.Second),
-		StreamIdleTimeout:  Duration(60 * time.Second),
-		DrainDelay:         Duration(5 * time.Second),
-		DrainTimeout:       Duration(60 * time.Second),
-		BackendDialTimeout: Duration(5 * time.Second),
-		ScrapeInterval:     Duration(250 * time.Millisecond),
-		SaturatedWaiting:   4,
-		SaturatedKVUsage:   0.98,
-		PriorityClasses:    []string{"default"},
-		DefaultPriority:    "default",
-		EjectAfter:         5,
-		TriageWindow:       Duration(5 * time.Minute),
-		EjectFor:           Duration(10 * time.Second),
+		Listen:               "127.0.0.1:8080",
+		MaxBodyBytes:         8 << 20,
+		ReadHeaderTimeout:    Duration(10 * time.Second),
+		IdleTimeout:          Duration(120 * time.Second),
+		MaxHeaderBytes:       64 << 10,
+		ReadBodyTimeout:      Duration(30 * time.Second),
+		MaxConnections:       4096,
+		MaxBodyBytesInFlight: 512 << 20,
+		FirstByteTimeout:     Duration(300 * time.Second),
+		StreamIdleTimeout:    Duration(60 * time.Second),
+		DrainDelay:           Duration(5 * time.Second),
+		DrainTimeout:         Duration(60 * time.Second),
+		BackendDialTimeout:   Duration(5 * time.Second),
+		ScrapeInterval:       Duration(250 * time.Millisecond),
+		SaturatedWaiting:     4,
+		SaturatedKVUsage:     0.98,
+		PriorityClasses:      []string{"default"},
+		DefaultPriority:      "default",
+		EjectAfter:           5,
+		TriageWindow:         Duration(5 * time.Minute),
+		EjectFor:             Duration(10 * time.Second),
 		Health: HealthConfig{
 			Interval:           Duration(time.Second),
 			Timeout:            Duration(2 * time.Second),
@@ -451,11 +465,20 @@ func (c *Config) Validate() error {
 	if c.MaxHeaderBytes < 4096 {
 		add("max_header_bytes", "must be at least 4096, got %d", c.MaxHeaderBytes)
 	}
+	if c.MaxConnections < 0 {
+		add("max_connections", "must be 0 (no cap) or positive, got %d", c.MaxConnections)
+	}
+	if c.MaxBodyBytesInFlight < 0 {
+		add("max_body_bytes_in_flight", "must be 0 (no cap) or positive, got %d", c.MaxBodyBytesInFlight)
+	} else if c.MaxBodyBytesInFlight > 0 && c.MaxBodyBytesInFlight < c.MaxBodyBytes {
+		add("max_body_bytes_in_flight", "must be 0 (no cap) or at least max_body_bytes (%d), got %d", c.MaxBodyBytes, c.MaxBodyBytesInFlight)
+	}
 	for _, d := range []struct {
 		path string
 		v    Duration
 	}{
 		{"read_header_timeout", c.ReadHeaderTimeout},
+		{"read_body_timeout", c.ReadBodyTimeout},
 		{"idle_timeout", c.IdleTimeout},
 		{"first_byte_timeout", c.FirstByteTimeout},
 		{"stream_idle_timeout", c.StreamIdleTimeout},

@@ -73,6 +73,9 @@ const (
 	codeDisconnected     = "backend_disconnected"
 	codeStalled          = "backend_stalled"
 	codeShuttingDown     = "server_shutting_down"
+	codeServerBusy       = "server_busy"
+	codeRequestTimeout   = "request_timeout"
+	codeAmbiguousFraming = "ambiguous_framing"
 )
 
 func badRequest(code, param, format string, args ...any) *Error {

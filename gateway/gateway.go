@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -47,6 +48,8 @@ type Gateway struct {
 	proxy   *httputil.ReverseProxy
 	handler http.Handler
 	phase   atomic.Int32
+	// bodies is the budget of request body bytes held at once.
+	bodies  bodyBudget
 	door    *admission.Door
 	catalog *catalog
 	checker *tokenizeChecker
@@ -103,6 +106,7 @@ func New(o Options) (*Gateway, error) {
 		reg:     o.Registry,
 		metrics: newMetrics(o.Registry),
 	}
+	g.bodies.limit = o.Config.MaxBodyBytesInFlight
 	g.stopCtx, g.hardStop = context.WithCancel(context.Background())
 	g.timeouts = map[string]modelTimeouts{}
 	for i := range o.Config.Models {
@@ -163,27 +167,58 @@ func (g *Gateway) Phase() Phase { return Phase(g.phase.Load()) }
 // Handler returns the gateway's HTTP handler.
 func (g *Gateway) Handler() http.Handler { return g.handler }
 
+// route is one path the gateway serves and the methods it answers.
+type route struct {
+	path    string
+	methods []string
+	h       http.Handler
+}
+
 func (g *Gateway) routes() http.Handler {
+	get, post, probe := []string{http.MethodGet}, []string{http.MethodPost}, []string{http.MethodGet, http.MethodHead}
+	table := []route{
+		{"/v1/chat/completions", post, g.serve("/v1/chat/completions", g.completions(admission.Chat))},
+		{"/v1/completions", post, g.serve("/v1/completions", g.completions(admission.Completions))},
+		{"/tokenize", post, g.serve("/tokenize", g.tokenize)},
+		{"/v1/models", get, g.serve("/v1/models", g.listModels)},
+		// Probes answer HEAD too: some load balancers send it.
+		{"/livez", probe, g.serve("/livez", g.livez)},
+		{"/readyz", probe, g.serve("/readyz", g.readyz)},
+		{"/health", probe, g.serve("/health", g.health)},
+		{"/debug/triage", get, g.serve("/debug/triage", g.debugTriage)},
+		{"/debug/backends", get, g.serve("/debug/backends", g.debugBackends)},
+		{"/", get, g.serve("/", g.statusPage)},
+		{"/metrics", get, promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{Registry: g.reg})},
+	}
 	r := chi.NewRouter()
-	r.Post("/v1/chat/completions", g.serve("/v1/chat/completions", g.completions(admission.Chat)))
-	r.Post("/v1/completions", g.serve("/v1/completions", g.completions(admission.Completions)))
-	r.Post("/tokenize", g.serve("/tokenize", g.tokenize))
-	r.Get("/v1/models", g.serve("/v1/models", g.listModels))
-	r.Get("/livez", g.serve("/livez", g.livez))
-	r.Get("/readyz", g.serve("/readyz", g.readyz))
-	r.Get("/debug/triage", g.serve("/debug/triage", g.debugTriage))
-	r.Get("/debug/backends", g.serve("/debug/backends", g.debugBackends))
-	r.Get("/", g.serve("/", g.statusPage))
-	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{Registry: g.reg}))
+	allow := map[string]string{}
+	for _, rt := range table {
+		for _, m := range rt.methods {
+			r.Method(m, rt.path, rt.h)
+		}
+		allow[rt.path] = strings.Join(rt.methods, ", ")
+	}
 	r.NotFound(g.serve("unmatched", func(w http.ResponseWriter, r *http.Request, _ *exchange) error {
 		return &Error{Status: http.StatusNotFound, Type: typeInvalidRequest, Code: codeUnknownURL,
 			Message: "Invalid URL (" + r.Method + " " + r.URL.Path + ")"}
 	}))
 	r.MethodNotAllowed(g.serve("unmatched", func(w http.ResponseWriter, r *http.Request, _ *exchange) error {
+		w.Header().Set("Allow", allow[r.URL.Path]) // RFC 9110: a 405 names the methods that are
 		return &Error{Status: http.StatusMethodNotAllowed, Type: typeInvalidRequest, Code: codeMethodNotAllowed,
-			Message: "Method " + r.Method + " is not allowed for " + r.URL.Path}
+			Message: "Method " + r.Method + " is not allowed for " + r.URL.Path + "; use " + allow[r.URL.Path] + "."}
 	}))
-	return r
+	// A request framed two ways is refused before any route sees it.
+	ambiguous := g.serve("unmatched", func(w http.ResponseWriter, r *http.Request, _ *exchange) error {
+		return &Error{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: codeAmbiguousFraming, CloseConn: true,
+			Message: "The request carries both Transfer-Encoding and Content-Length; send one framing."}
+	})
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if fc, ok := req.Context().Value(connKey{}).(*framedConn); ok && fc.nextRequest() {
+			ambiguous(w, req)
+			return
+		}
+		r.ServeHTTP(w, req)
+	})
 }
 
 // Server returns an http.Server for the gateway with the timeouts and limits
@@ -195,8 +230,16 @@ func (g *Gateway) Server() *http.Server {
 		ReadHeaderTimeout: g.cfg.ReadHeaderTimeout.D(),
 		IdleTimeout:       g.cfg.IdleTimeout.D(),
 		MaxHeaderBytes:    g.cfg.MaxHeaderBytes,
+		ConnContext:       connContext,
 		ErrorLog:          zap.NewStdLog(g.log.Named("http")),
 	}
+}
+
+// Listener wraps the client listener: it caps the connections open at
+// once (max_connections) and watches each one's request framing. Serve
+// wraps its listener with it; an embedder serving Server() itself must too.
+func (g *Gateway) Listener(ln net.Listener) net.Listener {
+	return newListener(ln, g.cfg.MaxConnections, g.metrics.connections.Add)
 }
 
 // Close waits for background work (sampled tokenizer checks) to end.
@@ -217,6 +260,7 @@ func (g *Gateway) Close() { g.checker.wait() }
 func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	srv := g.Server()
 	errc := make(chan error, 1)
+	ln = g.Listener(ln)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
 	case err := <-errc:

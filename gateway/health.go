@@ -33,6 +33,31 @@ type readyBody struct {
 // and the gateway is serving (not starting, not draining), else 503; the
 // body says which model and backend and why, and since when.
 func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request, _ *exchange) error {
+	body, ok := g.readiness()
+	status := http.StatusOK
+	if !ok {
+		status = http.StatusServiceUnavailable
+	}
+	writeJSON(w, status, body)
+	return nil
+}
+
+// health answers GET /health as vLLM does (200 or 503, empty body), for
+// load balancers and scripts written for vLLM. A vLLM server listens only
+// once its model is loaded, so its /health means "can serve": here that
+// is readiness, as /readyz judges it.
+func (g *Gateway) health(w http.ResponseWriter, r *http.Request, _ *exchange) error {
+	status := http.StatusOK
+	if _, ok := g.readiness(); !ok {
+		status = http.StatusServiceUnavailable
+	}
+	w.Header().Set("Content-Length", "0")
+	w.WriteHeader(status)
+	return nil
+}
+
+// readiness is /readyz's verdict and its detail.
+func (g *Gateway) readiness() (readyBody, bool) {
 	body := readyBody{Phase: g.Phase().String()}
 	ok := g.Phase() == Serving
 	for _, m := range g.fleet.Models() {
@@ -48,14 +73,11 @@ func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request, _ *exchange) er
 		ok = ok && rm.Ready
 		body.Models = append(body.Models, rm)
 	}
-	status := http.StatusOK
 	body.Status = "ready"
 	if !ok {
-		status = http.StatusServiceUnavailable
 		body.Status = "not_ready"
 	}
-	writeJSON(w, status, body)
-	return nil
+	return body, ok
 }
 
 type modelEntry struct {

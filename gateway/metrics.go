@@ -21,6 +21,7 @@ type metrics struct {
 	backendErrors *prometheus.CounterVec
 	admissions    *prometheus.CounterVec
 	queueWait     *prometheus.HistogramVec
+	connections   prometheus.Gauge
 
 	// The phase clock (triage.go): where each request's time went.
 	phase    *prometheus.HistogramVec
@@ -69,6 +70,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "maitred_admission_total",
 			Help: "Queue decisions by model and outcome: admitted, queue_full, queue_timeout, client_gone, over_budget, no_backend, draining.",
 		}, []string{"model", "outcome"}),
+		connections: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "maitred_client_connections",
+			Help: "Client connections open (max_connections caps them).",
+		}),
 		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "maitred_queue_wait_seconds",
 			Help:    "Time admitted requests waited in the gateway's queue, by model and priority class.",
@@ -95,7 +100,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"model", "layer"}),
 	}
 	reg.MustRegister(m.requests, m.duration, m.inFlight, m.streamErrors, m.rejections, m.uncounted, m.tokChecks, m.backendErrors,
-		m.admissions, m.queueWait, m.phase, m.ttft, m.tpot, m.failures,
+		m.admissions, m.queueWait, m.connections, m.phase, m.ttft, m.tpot, m.failures,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"mime"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -36,7 +35,7 @@ func (g *Gateway) completions(ep admission.Endpoint) handlerFunc {
 			g.rejected(x, admission.UnsupportedMedia)
 			return err
 		}
-		body, err := readBody(w, r, g.cfg.MaxBodyBytes)
+		body, err := g.readBody(w, r, x)
 		x.bytesIn = len(body)
 		if err != nil {
 			var e *Error
@@ -264,61 +263,6 @@ func dialReason(err error) string {
 	return "connect failed"
 }
 
-func checkContentType(ct string) error {
-	if ct == "" {
-		return nil // curl -d without -H and many scripts send none; the body decides
-	}
-	mt, _, err := mime.ParseMediaType(ct)
-	if err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json")) {
-		return nil
-	}
-	return &Error{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: codeUnsupportedMedia,
-		Message: fmt.Sprintf("Content-Type must be application/json, got %q.", ct)}
-}
-
-// readBody reads the whole body within the limit. The gateway needs the
-// whole JSON before it can route, and forwards the same bytes.
-func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
-	if r.ContentLength > limit {
-		return nil, tooLarge(limit)
-	}
-	rd := http.MaxBytesReader(w, r.Body, limit)
-	var buf []byte
-	if r.ContentLength > 0 {
-		buf = make([]byte, 0, r.ContentLength+1)
-	} else {
-		buf = make([]byte, 0, 4096)
-	}
-	for {
-		n, err := rd.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err == io.EOF {
-			return buf, nil
-		}
-		if err != nil {
-			var mbe *http.MaxBytesError
-			if errors.As(err, &mbe) {
-				return nil, tooLarge(limit)
-			}
-			if r.Context().Err() != nil {
-				return nil, errClientGone
-			}
-			return nil, badRequest("body_read_error", "", "The request body could not be read: %v", err)
-		}
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-	}
-}
-
-// tooLarge answers a body over the limit. The rest of that body is still
-// on the connection, unread: the connection closes after the answer, as
-// nginx and Go's MaxBytesReader do, rather than being drained for reuse.
-func tooLarge(limit int64) *Error {
-	return &Error{Status: http.StatusRequestEntityTooLarge, Type: typeInvalidRequest, Code: codeRequestTooLarge,
-		Message: fmt.Sprintf("The request body exceeds the gateway's limit of %d bytes.", limit), CloseConn: true}
-}
-
 // copyBuffers are the proxy's copy buffers: 8 KiB rather than
 // ReverseProxy's default 32 KiB, because a stream holds its buffer for as
 // long as it is open (an SSE event is far smaller), and pooled, because a
@@ -329,6 +273,13 @@ var copyBufferPool = sync.Pool{New: func() any { b := make([]byte, 8<<10); retur
 
 func (copyBuffers) Get() []byte  { return *copyBufferPool.Get().(*[]byte) }
 func (copyBuffers) Put(b []byte) { copyBufferPool.Put(&b) }
+
+// clientOnlyHeaders never reach a backend: the client's credentials
+// (Authorization, API-key headers, cookies), the client's claim to an
+// address (X-Real-IP; the gateway sets X-Forwarded-For itself), and
+// Expect: the gateway already holds the whole body, and a backend's own
+// 100 Continue relayed by the proxy would be the client's second.
+var clientOnlyHeaders = []string{"Authorization", "Proxy-Authorization", "Cookie", "X-Api-Key", "Api-Key", "X-Real-Ip", "Expect"}
 
 // newProxy builds the one reverse proxy every backend request goes through.
 // The backend is chosen per request and travels in the request context.
@@ -345,12 +296,19 @@ func (g *Gateway) newProxy(rt http.RoundTripper) *httputil.ReverseProxy {
 			h := pr.Out.Header
 			// The client's credentials are for the gateway, never for a
 			// backend; the backend gets its own key from the config.
-			h.Del("Authorization")
-			h.Del("Cookie")
+			for _, k := range clientOnlyHeaders {
+				h.Del(k)
+			}
+			for k := range h {
+				if strings.HasPrefix(k, "X-Maitred-") {
+					delete(h, k) // the gateway's own (priority, probe marks)
+				}
+			}
 			if x.backend.Key != "" {
 				h.Set("Authorization", "Bearer "+x.backend.Key)
 			}
-			h.Set("X-Request-Id", x.id)
+			x.upstreamID = newID()
+			h.Set("X-Request-Id", x.upstreamID)
 		},
 		ModifyResponse: func(res *http.Response) error {
 			x := res.Request.Context().Value(ctxKey{}).(*exchange)
@@ -361,7 +319,9 @@ func (g *Gateway) newProxy(rt http.RoundTripper) *httputil.ReverseProxy {
 			// For a non-streaming answer "backend" is the whole generation.
 			res.Header.Set("Server-Timing", fmt.Sprintf("door;dur=%.3f, queue;dur=%.3f, backend;dur=%.3f",
 				ms(x.doorDone.Sub(x.readDone)), ms(x.sentAt.Sub(x.doorDone)), ms(x.headersAt.Sub(x.sentAt))))
-			res.Header.Set("X-Request-Id", x.id)
+			// The client's id is already on the response (serve set it);
+			// the backend's echo of its own id would add a second value.
+			res.Header.Del("X-Request-Id")
 			if res.StatusCode == http.StatusOK && isEventStream(res.Header.Get("Content-Type")) {
 				guard := newStreamGuard(res.Body, x.clientCtx, func(cause error) []byte {
 					return g.streamBroken(x, cause)

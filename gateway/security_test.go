@@ -25,7 +25,7 @@ func rawGateway(t *testing.T, tg *testGateway) string {
 		t.Fatal(err)
 	}
 	hs := tg.Server()
-	go hs.Serve(ln)
+	go hs.Serve(tg.Listener(ln))
 	// Shutdown, not Close: it waits for each connection's goroutine, some of
 	// which linger to let a client read an answer before its unread body
 	// is reset.
@@ -93,9 +93,22 @@ func TestFramingAndHeaders(t *testing.T) {
 		closed   bool
 		bodies   []string // what the backend must receive, in order
 	}{
+		// Framed two ways: refused and closed, so the request in its
+		// tail is never served either (Go's server alone serves both).
 		{"TE and CL, then a second request in the body's tail",
 			head + "Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked(body("one")) +
 				head + "Content-Length: " + strconv.Itoa(len(body("two"))) + "\r\nConnection: close\r\n\r\n" + body("two"),
+			[]int{400}, true, nil},
+		{"CL and TE (other order, other case)",
+			head + "transfer-encoding: chunked\r\ncontent-length: 4\r\n\r\n" + chunked(body("one")),
+			[]int{400}, true, nil},
+		{"a well-framed request, then one framed two ways",
+			head + "Content-Length: " + strconv.Itoa(len(body("one"))) + "\r\n\r\n" + body("one") +
+				head + "Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked(body("two")),
+			[]int{200, 400}, true, []string{body("one")}},
+		{"chunked alone, twice on one connection",
+			head + "Transfer-Encoding: chunked\r\n\r\n" + chunked(body("one")) +
+				head + "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + chunked(body("two")),
 			[]int{200, 200}, true, []string{body("one"), body("two")}},
 		{"TE gzip, chunked", head + "Transfer-Encoding: gzip, chunked\r\n\r\n" + chunked(body("x")), []int{501}, true, nil},
 		{"two TE lines", head + "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked(body("x")), []int{501}, true, nil},

@@ -38,6 +38,14 @@ type exchange struct {
 	backend  *fleet.Backend
 	stream   bool
 	bytesIn  int
+	// bodyHeld is the body budget the request reserved (given back at
+	// its end).
+	bodyHeld int64
+	// upstreamID is the X-Request-Id of the last backend request: fresh
+	// for each attempt, never the client's, which vLLM versions before
+	// 0.11.1 took as the engine's request id (two clients sending the same
+	// one collided, and one's disconnect aborted the other's request).
+	upstreamID string
 	// proxyErr is set by the reverse proxy's error handler.
 	proxyErr error
 	// notSent: the last backend was never connected to (safe to retry).
@@ -118,6 +126,7 @@ func (g *Gateway) serve(endpoint string, h handlerFunc) http.HandlerFunc {
 }
 
 func (g *Gateway) finish(x *exchange, rec *recorder, r *http.Request, err error) {
+	g.bodies.give(x.bodyHeld)
 	status := rec.status
 	if !rec.wroteHeader {
 		status = statusClientClosed
@@ -158,6 +167,9 @@ func (g *Gateway) finish(x *exchange, rec *recorder, r *http.Request, err error)
 	}
 	if x.backend != nil {
 		fields = append(fields, zap.String("backend", x.backend.URL.Host))
+	}
+	if x.upstreamID != "" {
+		fields = append(fields, zap.String("upstream_request_id", x.upstreamID))
 	}
 	if x.stream {
 		fields = append(fields, zap.Bool("stream", true))
@@ -201,6 +213,11 @@ func requestID(r *http.Request) string {
 	if id := r.Header.Get("X-Request-Id"); id != "" && len(id) <= 128 && printableASCII(id) {
 		return id
 	}
+	return newID()
+}
+
+// newID is a random 128-bit id in hex.
+func newID() string {
 	var b [16]byte
 	rand.Read(b[:])
 	return hex.EncodeToString(b[:])

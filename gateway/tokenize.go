@@ -37,7 +37,7 @@ func (g *Gateway) tokenize(w http.ResponseWriter, r *http.Request, x *exchange) 
 	if err := checkContentType(r.Header.Get("Content-Type")); err != nil {
 		return err
 	}
-	body, err := readBody(w, r, g.cfg.MaxBodyBytes)
+	body, err := g.readBody(w, r, x)
 	x.bytesIn = len(body)
 	if err != nil {
 		return err
