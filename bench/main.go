@@ -49,20 +49,22 @@ import (
 )
 
 var (
-	rate       = flag.Int("rate", 300, "non-streaming requests per second, all paths together x3 (each path gets this rate)")
-	duration   = flag.Duration("duration", 20*time.Second, "length of the fixed-rate phase")
-	streamRate = flag.Int("stream-rate", 30, "streaming requests per second per path")
-	streamDur  = flag.Duration("stream-duration", 10*time.Second, "length of the streaming phase")
-	events     = flag.Int("events", 20, "tokens per streamed answer")
-	maxDur     = flag.Duration("max-duration", 5*time.Second, "length of each path's throughput run")
-	conc       = flag.Int("conc", 32, "closed-loop workers in the throughput phase")
-	jsonOut    = flag.Bool("json", false, "print results as JSON")
-	scenario   = flag.String("scenario", "proxy", "proxy: direct vs bare vs maitred; overload: the admission queue at 1x and 3x capacity; soak: memory and goroutines per open stream")
-	capacity   = flag.Int("capacity", 40, "overload: the backend's capacity in requests/s")
-	over1      = flag.Duration("overload-1x", 10*time.Second, "overload: length of the 1x phase")
-	over3      = flag.Duration("overload-3x", 30*time.Second, "overload: length of the 3x phase")
-	soakN      = flag.Int("streams", 1000, "soak: streams held open at once")
-	soakHold   = flag.Duration("hold", 20*time.Second, "soak: how long each stream stays open")
+	rate         = flag.Int("rate", 300, "non-streaming requests per second, all paths together x3 (each path gets this rate)")
+	duration     = flag.Duration("duration", 20*time.Second, "length of the fixed-rate phase")
+	streamRate   = flag.Int("stream-rate", 30, "streaming requests per second per path")
+	streamDur    = flag.Duration("stream-duration", 10*time.Second, "length of the streaming phase")
+	events       = flag.Int("events", 20, "tokens per streamed answer")
+	maxDur       = flag.Duration("max-duration", 5*time.Second, "length of each path's throughput run")
+	conc         = flag.Int("conc", 32, "closed-loop workers in the throughput phase")
+	jsonOut      = flag.Bool("json", false, "print results as JSON")
+	scenario     = flag.String("scenario", "proxy", "proxy: direct vs bare vs maitred; overload: the admission queue at 1x and 3x capacity; soak: memory and goroutines per open stream; slowbody: memory and timeouts under declared-but-unsent bodies")
+	capacity     = flag.Int("capacity", 40, "overload: the backend's capacity in requests/s")
+	over1        = flag.Duration("overload-1x", 10*time.Second, "overload: length of the 1x phase")
+	over3        = flag.Duration("overload-3x", 30*time.Second, "overload: length of the 3x phase")
+	soakN        = flag.Int("streams", 1000, "soak: streams held open at once")
+	soakHold     = flag.Duration("hold", 20*time.Second, "soak: how long each stream stays open")
+	slowN        = flag.Int("conns", 400, "slowbody: connections each declaring a large body and sending one byte")
+	slowDeclared = flag.Int64("declared", 8<<20, "slowbody: the Content-Length each declares")
 )
 
 const chatBody = `{"model":"demo","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Say hello in five words."}],"max_tokens":8}`
@@ -80,6 +82,8 @@ func main() {
 		run = func() error { return overload(*capacity, *over1, *over3) }
 	case "soak":
 		run = func() error { return soak(*soakN, *soakHold) }
+	case "slowbody":
+		run = func() error { return slowBodies(*slowN, *slowDeclared) }
 	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -182,11 +186,15 @@ func serveGateway(cfg fleet.Config, log *zap.Logger) (string, *http.Transport, f
 	}
 	fl.ProbeAll(context.Background())
 	gw.SetPhase(gateway.Serving)
-	url, stop, err := serve(gw.Handler())
+	// As in production: the gateway's own server and listener (its
+	// timeouts, connection cap and framing watch).
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", nil, nil, err
 	}
-	return url, tr, func() { stop(); tr.CloseIdleConnections(); gw.Close() }, nil
+	srv := gw.Server()
+	go srv.Serve(gw.Listener(ln))
+	return "http://" + ln.Addr().String(), tr, func() { srv.Close(); tr.CloseIdleConnections(); gw.Close() }, nil
 }
 
 func poolTransport() *http.Transport {

@@ -11,6 +11,15 @@
 // access-log line and the request metrics. Nothing else in maitred writes an
 // HTTP response.
 //
+// Below the router, Gateway.Listener wraps the client listener: it caps
+// open connections (max_connections) and follows each connection's byte
+// stream with a framing scanner (conn.go), because net/http drops the
+// Content-Length of a request that also says Transfer-Encoding and a
+// handler could not otherwise refuse such a request. A request body is
+// read into a buffer that grows with the bytes received (never a declared
+// length), within read_body_timeout and the gateway-wide body budget
+// (max_body_bytes_in_flight), held until serve ends the request.
+//
 // A completion request is read once (within max_body_bytes) and goes
 // through the door (admission.Door: strict parse, shape, chat template,
 // exact context check), then waits in its model's admission.Pool for a
@@ -34,7 +43,10 @@
 // # Concurrency
 //
 // A Gateway is immutable after New except for its lifecycle phase (atomic),
-// its pools and triage engine (each with its own lock) and its metrics;
+// its pools and triage engine (each with its own lock), its body budget
+// (atomic) and its metrics; a framedConn's scanner runs in net/http's reads
+// of that connection, one at a time, and hands its verdict to the handler
+// through atomics;
 // each request's state lives in its exchange, owned by the request's
 // goroutine and read by the proxy hooks of that same request; the timers
 // that cancel an upstream request only set atomic flags and cancel. A

@@ -136,6 +136,15 @@ func TestErrors(t *testing.T) {
 			rejected: 1,
 		},
 		{
+			// vLLM cuts at ';' without trimming: the space makes it another type.
+			name: "space before the parameters", body: `{` + chatHi + `}`, hdr: []string{"Content-Type", "application/json ; charset=utf-8"}, status: 400,
+			want:     `{"error":{"message":"Unsupported Media Type: Only 'application/json' is allowed","type":"Bad Request","param":null,"code":400}}`,
+			rejected: 1,
+		},
+		{
+			name: "upper case with parameters", body: `{` + chatHi + `}`, hdr: []string{"Content-Type", "Application/JSON;charset=utf-8"}, status: 200,
+		},
+		{
 			name: "unknown route", method: "GET", path: "/v1/nope", status: 404,
 			want: `{"error":{"message":"Not Found","type":"Not Found","param":null,"code":404}}`, rejected: 0,
 		},

@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"math"
-	"mime"
 	"net/http"
+	"strings"
 
 	"github.com/maitred-dev/maitred/internal/ojson"
 )
@@ -92,9 +92,11 @@ func optFloat(obj *ojson.Value, name string) (*float64, *apiError) {
 	return &f, nil
 }
 
-// checkContentType is vLLM's validate_json_request dependency.
+// checkContentType is vLLM's validate_json_request dependency: the header,
+// lowercased and cut at its first ';', must be exactly application/json
+// ("application/json ; charset=utf-8" is refused too).
 func checkContentType(r *http.Request) *apiError {
-	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	mt, _, _ := strings.Cut(strings.ToLower(r.Header.Get("Content-Type")), ";")
 	if mt != "application/json" {
 		return &apiError{Status: http.StatusBadRequest, Type: "Bad Request",
 			Message: "Unsupported Media Type: Only 'application/json' is allowed"}
