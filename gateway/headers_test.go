@@ -30,7 +30,7 @@ func TestRequestIDsUpstream(t *testing.T) {
 		seen[id]++
 		mu.Unlock()
 		arrived <- struct{}{}
-		<-release // both are in flight together
+		<-release                          // both are in flight together
 		w.Header().Set("X-Request-Id", id) // vLLM --enable-request-id-headers
 		io.WriteString(w, `{"choices":[]}`)
 	})
