@@ -5,6 +5,7 @@ package gateway
 // context check.
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,15 +16,19 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/maitred-dev/maitred/fleet"
 	"github.com/maitred-dev/maitred/internal/fixtures"
+	"github.com/maitred-dev/maitred/internal/ojson"
 	"github.com/maitred-dev/maitred/sim"
 	"github.com/maitred-dev/maitred/tokenize"
 )
@@ -360,6 +365,214 @@ func TestTokenizeMatchesChatGoldens(t *testing.T) {
 				checked++
 			}
 			t.Logf("%s: %d golden conversations, /tokenize count equal to HF's for each", name, checked)
+		})
+	}
+}
+
+// errorEnvelope decodes OpenAI's error envelope with the context numbers.
+type errorEnvelope struct {
+	Error struct {
+		Message           string `json:"message"`
+		Type              string `json:"type"`
+		Code              string `json:"code"`
+		Param             string `json:"param"`
+		PromptTokens      int    `json:"prompt_tokens"`
+		MaxTokens         *int   `json:"max_tokens"`
+		MaxModelLen       int    `json:"max_model_len"`
+		PromptTokensExact *bool  `json:"prompt_tokens_exact"`
+	} `json:"error"`
+}
+
+// TestWhitespaceFreePromptRefusedOnBound (issue 11, defect 2): a prompt
+// that is one long pre-token ("abab…", no whitespace) over the context is
+// refused without merging the whole pre-token: the door counts it by its
+// byte bound, so the refusal reports a lower bound (prompt_tokens_exact
+// false) far below the prompt's full count, which the door never computes.
+// Four at once, as in the issue. Before the fix the door merged every byte
+// (seconds of CPU and ~30 bytes of memory a byte for a 7 MB prompt) and
+// reported the full count.
+func TestWhitespaceFreePromptRefusedOnBound(t *testing.T) {
+	tok := loadTok(t, "qwen3")
+	const maxLen = 4096
+	e := startCounted(t, tok, maxLen, nil)
+	text := strings.Repeat("ab", 256<<10)
+	bodies := map[string]string{
+		"/v1/chat/completions": `{"model":"m","max_tokens":100,"messages":[{"role":"user","content":"` + text + `"}]}`,
+		"/v1/completions":      `{"model":"m","max_tokens":100,"prompt":"` + text + `"}`,
+	}
+	full := map[string]int{}
+	for path, body := range bodies {
+		v, err := ojson.Parse([]byte(body), ojson.DefaultMaxDepth)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c tokenize.Count
+		if path == "/v1/completions" {
+			c, err = tok.CountCompletion(v, 0)
+		} else {
+			c, err = tok.CountChat(v, 0)
+		}
+		if err != nil || !c.Exact {
+			t.Fatalf("%s: full count %+v %v", path, c, err)
+		}
+		full[path] = c.Tokens
+	}
+	var wg sync.WaitGroup
+	for i := range 4 {
+		path := "/v1/chat/completions"
+		if i%2 == 1 {
+			path = "/v1/completions"
+		}
+		wg.Go(func() {
+			res := e.gw.post(t, path, bodies[path])
+			body := readBodyT(t, res)
+			var env errorEnvelope
+			if res.StatusCode != 400 || json.Unmarshal([]byte(body), &env) != nil {
+				t.Errorf("%s: %d %.300s", path, res.StatusCode, body)
+				return
+			}
+			er := env.Error
+			param := "messages"
+			if path == "/v1/completions" {
+				param = "prompt"
+			}
+			if er.Code != "context_length_exceeded" || er.Type != "invalid_request_error" || er.Param != param ||
+				er.MaxModelLen != maxLen || er.MaxTokens == nil || *er.MaxTokens != 100 {
+				t.Errorf("%s: envelope %.300s", path, body)
+			}
+			if er.PromptTokensExact == nil || *er.PromptTokensExact {
+				t.Errorf("%s: a refusal on a bound must say prompt_tokens_exact false: %.300s", path, body)
+			}
+			// The full count merges every byte; the byte bound of "abab…"
+			// (a token covers at most a few dozen bytes) is far below it.
+			// A count that stopped only after the pre-token (the chat
+			// template's closing tokens uncounted) is not far below.
+			if er.PromptTokens+100 <= maxLen || er.PromptTokens > full[path]/2 {
+				t.Errorf("%s: prompt_tokens %d: want a bound over the context (%d) and well below the full count %d", path, er.PromptTokens, maxLen-100, full[path])
+			}
+			if want := fmt.Sprintf("at least %d", er.PromptTokens); !strings.Contains(er.Message, want) {
+				t.Errorf("%s: message %q lacks %q", path, er.Message, want)
+			}
+		})
+	}
+	wg.Wait()
+	if n := len(completionRequests(e.sim)); n != 0 {
+		t.Errorf("the simulator received %d requests; every one was refused", n)
+	}
+}
+
+// TestWhitespaceFreePromptNearLimitStaysExact: around the limit, a prompt
+// that is one long pre-token is still counted exactly: whatever the
+// gateway forwards the backend accepts, whatever it refuses the backend
+// refuses (checked by sending it straight to the backend, which counts
+// with the same tokenizer), and /tokenize answers the backend's count.
+func TestWhitespaceFreePromptNearLimitStaysExact(t *testing.T) {
+	const maxLen = 512
+	tok := loadTok(t, "qwen3")
+	e := startCounted(t, tok, maxLen, nil)
+	direct := sim.New(sim.Config{Model: "m", MaxModelLen: maxLen, OutputTokens: 1, Tokenizer: sim.ModelTokenizer(tok)}, zap.NewNop())
+	dsrv := httptest.NewServer(direct.Handler())
+	defer func() { direct.Close(); dsrv.Close() }()
+	forwarded, refused := 0, 0
+	for pairs := 480; pairs <= 520; pairs += 4 {
+		text := strings.Repeat("ab", pairs) // one pre-token, about one token a pair
+		for _, ep := range []struct{ path, body string }{
+			{"/v1/chat/completions", `{"model":"m","max_tokens":8,"messages":[{"role":"user","content":"` + text + `"}]}`},
+			{"/v1/completions", `{"model":"m","max_tokens":8,"prompt":"` + text + `"}`},
+		} {
+			res := e.gw.post(t, ep.path, ep.body)
+			gbody := readBodyT(t, res)
+			dres := postTo(t, e.gw, dsrv.URL+ep.path, ep.body)
+			dbody := readBodyT(t, dres)
+			if res.StatusCode == 200 {
+				forwarded++
+			} else {
+				refused++
+			}
+			if res.StatusCode != dres.StatusCode {
+				t.Errorf("%s, %d pairs: gateway %d %.200s, backend %d %.200s", ep.path, pairs, res.StatusCode, gbody, dres.StatusCode, dbody)
+			}
+		}
+	}
+	if forwarded == 0 || refused == 0 {
+		t.Errorf("the sweep did not straddle the limit: %d forwarded, %d refused", forwarded, refused)
+	}
+	// The simulator, like vLLM's renderer, refuses to /tokenize a prompt
+	// over its context: compare with one whose context is long enough.
+	wide := httptestServer(t, sim.New(sim.Config{Model: "m", MaxModelLen: 1 << 20, Tokenizer: sim.ModelTokenizer(tok)}, zap.NewNop()))
+	body := `{"model":"m","prompt":"` + strings.Repeat("ab", 32<<10) + `"}`
+	gres := e.gw.post(t, "/tokenize", body)
+	gb := readBodyT(t, gres)
+	dres := postTo(t, e.gw, wide+"/tokenize", body)
+	db := readBodyT(t, dres)
+	var ga, da tokenizeAnswer
+	if gres.StatusCode != 200 || json.Unmarshal([]byte(gb), &ga) != nil || json.Unmarshal([]byte(db), &da) != nil || ga.Count != da.Count || ga.Count != len(ga.Tokens) {
+		t.Errorf("/tokenize of a long pre-token: gateway %d count %d, backend count %d", gres.StatusCode, ga.Count, da.Count)
+	}
+}
+
+// BenchmarkGatewayLongPretoken: four concurrent 7 MB chat prompts through
+// the gateway (qwen3's tokenizer, a 32k context) per iteration, refused at
+// the door; whitespace-free ("aaaa…", one pre-token) side by side with
+// spaced ("a a a …"). cpu-ms/req is the process's CPU time (gateway and
+// the test's client together) per request, from getrusage.
+func BenchmarkGatewayLongPretoken(b *testing.B) {
+	const size = 7 << 20
+	tok, err := tokenize.LoadDir(fixtures.ModelDir(b, "qwen3"), tokenize.LoadOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := sim.New(sim.Config{Model: "m", MaxModelLen: 32768, Tokenizer: sim.ModelTokenizer(tok)}, zap.NewNop())
+	srv := httptest.NewServer(s.Handler())
+	defer func() { s.Close(); srv.Close() }()
+	cfg := fleet.Default()
+	cfg.Models = []fleet.ModelConfig{{Name: "m", Backends: []fleet.BackendConfig{{URL: srv.URL}}}}
+	gtr := NewTransport(cfg)
+	defer gtr.CloseIdleConnections()
+	toks := map[string]*tokenize.Model{"m": tok}
+	fl, _ := fleet.New(cfg, &http.Client{Transport: gtr}, zap.NewNop(), PromptCounters(toks))
+	g, err := New(Options{Config: cfg, Fleet: fl, Logger: zap.NewNop(), Registry: prometheus.NewRegistry(), Transport: gtr, Tokenizers: toks})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer g.Close()
+	fl.ProbeAll(context.Background())
+	g.SetPhase(Serving)
+	gw := httptest.NewServer(g.Handler())
+	defer gw.Close()
+	ctr := &http.Transport{}
+	defer ctr.CloseIdleConnections()
+	client := &http.Client{Transport: ctr}
+	for _, tx := range []struct{ name, text string }{
+		{"pretoken", strings.Repeat("a", size)},
+		{"spaced", strings.Repeat("a ", size/2)},
+	} {
+		body := `{"model":"m","max_tokens":100,"messages":[{"role":"user","content":"` + tx.text + `"}]}`
+		b.Run(tx.name, func(b *testing.B) {
+			b.ReportAllocs()
+			var before, after syscall.Rusage
+			syscall.Getrusage(syscall.RUSAGE_SELF, &before)
+			for b.Loop() {
+				var wg sync.WaitGroup
+				for range 4 {
+					wg.Go(func() {
+						res, err := client.Post(gw.URL+"/v1/chat/completions", "application/json", strings.NewReader(body))
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						got, _ := io.ReadAll(res.Body)
+						res.Body.Close()
+						if res.StatusCode != 400 || !strings.Contains(string(got), "context_length_exceeded") {
+							b.Errorf("%d %.200s", res.StatusCode, got)
+						}
+					})
+				}
+				wg.Wait()
+			}
+			syscall.Getrusage(syscall.RUSAGE_SELF, &after)
+			cpu := time.Duration(after.Utime.Nano() + after.Stime.Nano() - before.Utime.Nano() - before.Stime.Nano())
+			b.ReportMetric(float64(cpu.Milliseconds())/float64(4*b.N), "cpu-ms/req")
 		})
 	}
 }
