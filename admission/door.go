@@ -88,7 +88,8 @@ func (d *Door) checkModel(ep Endpoint, m Model, req *ojson.Value, body []byte) (
 	if rej != nil {
 		return Decision{}, rej
 	}
-	dec := Decision{Model: m.Name, Stream: f.stream, Body: body, MaxTokens: f.maxTokens, N: f.n, Request: req}
+	dec := Decision{Model: m.Name, Stream: f.stream, Body: body, MaxTokens: f.maxTokens, N: f.n, Request: req,
+		Prompts: promptCount(ep, req)}
 	// 5. Render and count; a template that raises is the client's error.
 	if m.Counter == nil {
 		dec.Uncounted = NoTokenizer
@@ -284,18 +285,45 @@ func count(ep Endpoint, m Model, req *ojson.Value, limit int) (tokenize.Count, *
 	return tokenize.Count{Reason: "counting failed: " + err.Error()}, nil
 }
 
-// fit applies the context rule: P + M > L, or P >= L without M, is
-// rejected, or clamped when the model says so and the prompt alone fits.
+// promptCount is the number of prompts vLLM runs for the request: a
+// completions prompt that is a list of strings or of token-id lists is a
+// batch (checkPrompt has checked the shape).
+func promptCount(ep Endpoint, req *ojson.Value) int {
+	if ep == Completions {
+		if p := req.Get("prompt"); p != nil && p.Kind == ojson.Array && len(p.Items) > 0 && p.Items[0].Kind != ojson.Number {
+			return len(p.Items)
+		}
+	}
+	return 1
+}
+
+// fit applies the context rule to each prompt (a batch's prompts are
+// checked on their own, as vLLM runs them): P + M > L, or P >= L without
+// M, is rejected, or clamped when the model says so and every prompt
+// alone fits.
 func fit(dec Decision, m Model, f fields, c tokenize.Count, req *ojson.Value, ep Endpoint) (Decision, *Rejection) {
-	p, l, mt := c.Tokens, m.MaxModelLen, f.maxTokens
-	over := c.Truncated || (mt > 0 && p+mt > l) || (mt == 0 && p >= l)
-	if !over {
+	l, mt := m.MaxModelLen, f.maxTokens
+	prompts := c.Each
+	if prompts == nil {
+		prompts = []int{c.Tokens}
+	}
+	bad, largest := -1, 0
+	for i, p := range prompts {
+		largest = max(largest, p)
+		if bad < 0 && ((mt > 0 && p+mt > l) || (mt == 0 && p >= l)) {
+			bad = i
+		}
+	}
+	if c.Truncated && bad < 0 {
+		bad = len(prompts) - 1 // over the limit itself
+	}
+	if bad < 0 {
 		return dec, nil
 	}
-	if m.Clamp && !c.Truncated && mt > 0 && p < l {
-		body, err := clampMaxTokens(dec.Body, req, l-p)
+	if m.Clamp && !c.Truncated && mt > 0 && largest < l {
+		body, err := clampMaxTokens(dec.Body, req, l-largest)
 		if err == nil {
-			dec.Body, dec.ClampedFrom, dec.MaxTokens = body, mt, l-p
+			dec.Body, dec.ClampedFrom, dec.MaxTokens = body, mt, l-largest
 			return dec, nil
 		}
 	}
@@ -303,7 +331,11 @@ func fit(dec Decision, m Model, f fields, c tokenize.Count, req *ojson.Value, ep
 	if ep == Completions {
 		param = "prompt"
 	}
-	info := &ContextInfo{PromptTokens: p, PromptExact: !c.Truncated, MaxTokens: mt, MaxModelLen: l}
+	exact := !c.Truncated || bad < len(prompts)-1
+	info := &ContextInfo{PromptTokens: prompts[bad], PromptExact: exact, MaxTokens: mt, MaxModelLen: l}
+	if c.Each != nil {
+		info.Batch, info.Index = dec.Prompts, bad
+	}
 	return Decision{}, &Rejection{Reason: ContextLength, Status: 400, Code: "context_length_exceeded", Param: param,
 		Message: contextMessage(info, ep), Context: info}
 }
@@ -315,20 +347,28 @@ func contextMessage(c *ContextInfo, ep Endpoint) string {
 	if ep == Completions {
 		what = "prompt"
 	}
+	in := "the " + what
+	if c.Batch > 0 {
+		in = fmt.Sprintf("prompt[%d] of the batch of %d", c.Index, c.Batch)
+	}
 	p := strconv.Itoa(c.PromptTokens)
 	if !c.PromptExact {
 		p = "at least " + p
 	}
 	if c.MaxTokens == 0 {
-		return fmt.Sprintf("This model's maximum context length is %d tokens. However, your %s resulted in %s tokens. Please reduce the length of the %s.",
-			c.MaxModelLen, what, p, what)
+		your := "your " + what
+		if c.Batch > 0 {
+			your = in
+		}
+		return fmt.Sprintf("This model's maximum context length is %d tokens. However, %s resulted in %s tokens. Please reduce the length of the %s.",
+			c.MaxModelLen, your, p, what)
 	}
 	total := strconv.Itoa(c.PromptTokens + c.MaxTokens)
 	if !c.PromptExact {
 		total = "at least " + total
 	}
-	return fmt.Sprintf("This model's maximum context length is %d tokens. However, you requested %s tokens (%s in the %s, %d in the completion). Please reduce the length of the %s or completion.",
-		c.MaxModelLen, total, p, what, c.MaxTokens, what)
+	return fmt.Sprintf("This model's maximum context length is %d tokens. However, you requested %s tokens (%s in %s, %d in the completion). Please reduce the length of the %s or completion.",
+		c.MaxModelLen, total, p, in, c.MaxTokens, what)
 }
 
 // clampMaxTokens rewrites the max_tokens and max_completion_tokens values

@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/maitred-dev/maitred/fleet"
 	"github.com/maitred-dev/maitred/internal/fixtures"
@@ -575,4 +576,101 @@ func BenchmarkGatewayLongPretoken(b *testing.B) {
 			b.ReportMetric(float64(cpu.Milliseconds())/float64(4*b.N), "cpu-ms/req")
 		})
 	}
+}
+
+// TestBatchedCompletionsCountEveryPrompt (issue 11, defect 9): a list
+// prompt is a batch that vLLM runs as that many requests, each checked
+// against the context on its own and each with n choices of up to
+// max_tokens. The door counts every prompt (the context error names the
+// one that does not fit), the reservation covers them all (prompts plus
+// prompts × n × max_tokens, so a batch beyond every backend's KV budget is
+// refused as n=100000 is), and the access log's prompt_tokens is the sum.
+func TestBatchedCompletionsCountEveryPrompt(t *testing.T) {
+	const maxLen = 8192
+	tok := loadTok(t, "qwen3")
+	s := sim.New(sim.Config{Model: "m", MaxModelLen: maxLen, OutputTokens: 1, Tokenizer: sim.ModelTokenizer(tok)}, zap.NewNop())
+	url := httptestServer(t, s)
+	core, logs := observer.New(zap.InfoLevel)
+	tg := startGatewayFull(t, tok, extras{log: zap.New(core)}, func(c *fleet.Config) {
+		c.Models[0].Backends[0].KVTokens = 100_000
+	}, url)
+	direct := httptestServer(t, sim.New(sim.Config{Model: "m", MaxModelLen: maxLen, OutputTokens: 1, Tokenizer: sim.ModelTokenizer(tok)}, zap.NewNop()))
+
+	list := func(item string, k int) string {
+		return "[" + strings.TrimSuffix(strings.Repeat(item+",", k), ",") + "]"
+	}
+	for _, tc := range []struct{ name, body string }{
+		{"5000 strings", `{"model":"m","max_tokens":4000,"prompt":` + list(`"hi"`, 5000) + `}`},
+		{"2000 id lists", `{"model":"m","max_tokens":100,"prompt":` + list(`[1,2,3]`, 2000) + `}`},
+		{"10 prompts n=3000", `{"model":"m","max_tokens":4,"n":3000,"prompt":` + list(`"hi"`, 10) + `}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := tg.post(t, "/v1/completions", tc.body)
+			body := readBodyT(t, res)
+			if res.StatusCode != 400 || !strings.Contains(body, `"code":"exceeds_kv_capacity"`) {
+				t.Errorf("%d %.300s", res.StatusCode, body)
+			}
+		})
+	}
+
+	// One prompt of the batch does not fit with max_tokens: the error
+	// names it, with its own count, and the backend refuses it too.
+	long := strings.TrimSpace(strings.Repeat("tea ", 8150)) // 8150 tokens
+	body := `{"model":"m","max_tokens":100,"prompt":["hi","` + long + `","hello"]}`
+	res := tg.post(t, "/v1/completions", body)
+	gb := readBodyT(t, res)
+	var env errorEnvelope
+	if res.StatusCode != 400 || json.Unmarshal([]byte(gb), &env) != nil || env.Error.Code != "context_length_exceeded" || env.Error.Param != "prompt" {
+		t.Fatalf("%d %.300s", res.StatusCode, gb)
+	}
+	one, err := tok.CountCompletion(mustParse(t, `{"prompt":"`+long+`"}`), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env.Error.PromptTokens != one.Tokens || env.Error.PromptTokensExact == nil || !*env.Error.PromptTokensExact ||
+		!strings.Contains(env.Error.Message, fmt.Sprintf("(%d in prompt[1] of the batch of 3, 100 in the completion)", one.Tokens)) {
+		t.Errorf("context error %s: want prompt[1]'s exact count %d", gb, one.Tokens)
+	}
+	if dres := postTo(t, tg, direct+"/v1/completions", body); dres.StatusCode != 400 {
+		t.Errorf("the backend accepts what the gateway refused: %s", readBodyT(t, dres))
+	} else {
+		readBodyT(t, dres)
+	}
+
+	// A batch that fits is forwarded, logged with the sum of its prompts.
+	prompts := []string{"hi there", "once upon a time", "tea for two"}
+	res = tg.post(t, "/v1/completions", `{"model":"m","max_tokens":3,"prompt":["hi there","once upon a time","tea for two"]}`)
+	if b := readBodyT(t, res); res.StatusCode != 200 {
+		t.Fatalf("%d %s", res.StatusCode, b)
+	}
+	sum := 0
+	for _, p := range prompts {
+		c, err := tok.CountCompletion(mustParse(t, `{"prompt":"`+p+`"}`), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum += c.Tokens
+	}
+	if n := len(completionRequests(s)); n != 1 {
+		t.Errorf("the simulator received %d requests, want only the batch that fits", n)
+	}
+	tg.quiesce()
+	var logged []int64
+	for _, e := range logs.FilterMessage("request").All() {
+		if p, ok := e.ContextMap()["prompt_tokens"].(int64); ok && e.ContextMap()["status"] == int64(200) {
+			logged = append(logged, p)
+		}
+	}
+	if len(logged) != 1 || logged[0] != int64(sum) {
+		t.Errorf("logged prompt_tokens %v, want the batch's sum %d", logged, sum)
+	}
+}
+
+func mustParse(t *testing.T, s string) *ojson.Value {
+	t.Helper()
+	v, err := ojson.Parse([]byte(s), ojson.DefaultMaxDepth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
