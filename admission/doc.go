@@ -24,7 +24,9 @@
 // Where the count cannot be exact (no tokenizer, multimodal parts, a
 // template feature reproduced only approximately, an unknown context
 // length) the request is forwarded, and the Decision says why it is
-// uncounted: zero false rejections.
+// uncounted: zero false rejections. Only max_tokens >= max_model_len is
+// refused uncounted: a prompt vLLM accepts is at least one token, so it
+// can never fit.
 //
 // # The queue
 //

@@ -93,7 +93,7 @@ func (d *Door) checkModel(ep Endpoint, m Model, req *ojson.Value, body []byte) (
 	// 5. Render and count; a template that raises is the client's error.
 	if m.Counter == nil {
 		dec.Uncounted = NoTokenizer
-		return dec, nil
+		return uncountedFit(dec, m, ep)
 	}
 	// Count only as far as the decision needs: a 10 MB prompt against a
 	// 4k context stops just past 4k tokens. Counting up to the whole
@@ -105,7 +105,7 @@ func (d *Door) checkModel(ep Endpoint, m Model, req *ojson.Value, body []byte) (
 	}
 	if !c.Exact {
 		dec.Uncounted, dec.Detail = NotExact, c.Reason
-		return dec, nil
+		return uncountedFit(dec, m, ep)
 	}
 	dec.PromptTokens = c.Tokens
 	// 6. The context.
@@ -224,7 +224,13 @@ func readFields(req *ojson.Value, ep Endpoint) (fields, *Rejection) {
 	return f, nil
 }
 
-// positiveInt reads an optional integer field that must be at least 1.
+// maxCount bounds max_tokens, max_completion_tokens and n: more than any
+// context holds or any backend runs, so vLLM refuses a larger value
+// whatever the prompt, and the door's arithmetic stays far from overflow.
+const maxCount = 1 << 31
+
+// positiveInt reads an optional integer field that must be at least 1 and
+// at most maxCount. A value out of range is named as the client sent it.
 func positiveInt(req *ojson.Value, key string) (int, *Rejection) {
 	v := req.Get(key)
 	if v == nil || v.IsNull() {
@@ -234,14 +240,11 @@ func positiveInt(req *ojson.Value, key string) (int, *Rejection) {
 		return 0, invalidParam(key, "invalid_type", "%s must be an integer, got %s.", key, describe(v))
 	}
 	n, ok := v.Int()
-	if !ok && !strings.HasPrefix(v.Str, "-") {
-		n, ok = 1<<31, true // beyond int64: beyond any context too
-	}
-	if !ok || n < 1 {
+	if strings.HasPrefix(v.Str, "-") || (ok && n < 1) {
 		return 0, invalidParam(key, "invalid_value", "%s must be at least 1, got %s.", key, v.Str)
 	}
-	if n > 1<<31 {
-		n = 1 << 31 // beyond any context; keeps the arithmetic in range
+	if !ok || n > maxCount { // beyond int64, or beyond any context
+		return 0, invalidParam(key, "invalid_value", "%s is out of range: it must be at most %d, got %s.", key, maxCount, v.Str)
 	}
 	return int(n), nil
 }
@@ -283,6 +286,28 @@ func count(ep Endpoint, m Model, req *ojson.Value, limit int) (tokenize.Count, *
 	}
 	// Anything else is this package failing, not the client: let vLLM decide.
 	return tokenize.Count{Reason: "counting failed: " + err.Error()}, nil
+}
+
+// uncountedFit is the context rule for a prompt the door cannot count: a
+// prompt vLLM accepts is at least one token (it refuses an empty one), so
+// max_tokens >= max_model_len can never fit, whatever the prompt. The
+// refusal reports that lower bound, 1, as not exact. Anything else is
+// forwarded for vLLM to decide; no clamp without a count.
+func uncountedFit(dec Decision, m Model, ep Endpoint) (Decision, *Rejection) {
+	l, mt := m.MaxModelLen, dec.MaxTokens
+	if l <= 0 || mt < l {
+		return dec, nil
+	}
+	param := "messages"
+	if ep == Completions {
+		param = "prompt"
+	}
+	info := &ContextInfo{PromptTokens: 1, PromptExact: false, MaxTokens: mt, MaxModelLen: l}
+	if dec.Prompts > 1 {
+		info.Batch = dec.Prompts
+	}
+	return Decision{}, &Rejection{Reason: ContextLength, Status: 400, Code: "context_length_exceeded", Param: param,
+		Message: contextMessage(info, ep), Context: info}
 }
 
 // promptCount is the number of prompts vLLM runs for the request: a

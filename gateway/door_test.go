@@ -674,3 +674,72 @@ func mustParse(t *testing.T, s string) *ojson.Value {
 	}
 	return v
 }
+
+// TestUncountedMaxTokensBeyondContext (issue 11, defect 16): without a
+// tokenizer the door cannot count the prompt, but a prompt vLLM accepts is
+// at least one token, so max_tokens >= max_model_len can never fit: it is
+// refused at the door with the lower bound 1 as not exact, and never
+// reaches the backend. One token less is forwarded for the backend to
+// decide.
+func TestUncountedMaxTokensBeyondContext(t *testing.T) {
+	s := sim.New(sim.Config{Model: "m", MaxModelLen: 64, OutputTokens: 1}, zap.NewNop())
+	tg := startGateway(t, nil, httptestServer(t, s))
+	for _, tc := range []struct{ path, body, param string }{
+		{"/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":64}`, "messages"},
+		{"/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":8,"max_completion_tokens":500}`, "messages"},
+		{"/v1/completions", `{"model":"m","prompt":"","max_tokens":64}`, "prompt"},
+		{"/v1/completions", `{"model":"m","prompt":["a","b"],"max_tokens":1000}`, "prompt"},
+	} {
+		res := tg.post(t, tc.path, tc.body)
+		body := readBodyT(t, res)
+		var env errorEnvelope
+		if res.StatusCode != 400 || json.Unmarshal([]byte(body), &env) != nil {
+			t.Errorf("%s: %d %.300s", tc.body, res.StatusCode, body)
+			continue
+		}
+		er := env.Error
+		if er.Code != "context_length_exceeded" || er.Param != tc.param || er.PromptTokens != 1 || er.PromptTokensExact == nil ||
+			*er.PromptTokensExact || er.MaxModelLen != 64 || er.MaxTokens == nil || !strings.Contains(er.Message, "at least 1 in ") {
+			t.Errorf("%s: %s", tc.body, body)
+		}
+	}
+	if n := len(completionRequests(s)); n != 0 {
+		t.Fatalf("the backend received %d requests that can never fit", n)
+	}
+	res := tg.post(t, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":63}`)
+	readBodyT(t, res)
+	if n := len(completionRequests(s)); n != 1 {
+		t.Errorf("max_tokens one below the context: the backend received %d requests, want it forwarded", n)
+	}
+}
+
+// TestMaxTokensOutOfRangeNamedAsSent (issue 11, defect 17): max_tokens,
+// max_completion_tokens or n beyond any context (2^63 and more, past
+// int64) is refused with the value the client sent, not a wrapped or
+// clamped number, with or without a tokenizer.
+func TestMaxTokensOutOfRangeNamedAsSent(t *testing.T) {
+	counted := startCounted(t, loadTok(t, "demo"), 64, nil)
+	s := sim.New(sim.Config{Model: "m", MaxModelLen: 64, OutputTokens: 1}, zap.NewNop())
+	uncounted := startGateway(t, nil, httptestServer(t, s))
+	for _, tc := range []struct{ field, value string }{
+		{"max_tokens", "9223372036854775808"},
+		{"max_tokens", "9223372036854775807"},
+		{"max_completion_tokens", "100000000000000000000000000000"},
+		{"max_tokens", "2147483649"},
+		{"n", "9223372036854775808"},
+	} {
+		for _, tg := range []*testGateway{counted.gw, uncounted} {
+			body := `{"model":"m","messages":[{"role":"user","content":"hi"}],"` + tc.field + `":` + tc.value + `}`
+			res := tg.post(t, "/v1/chat/completions", body)
+			got := readBodyT(t, res)
+			var env errorEnvelope
+			if res.StatusCode != 400 || json.Unmarshal([]byte(got), &env) != nil || env.Error.Code != "invalid_value" ||
+				env.Error.Param != tc.field || !strings.Contains(env.Error.Message, "got "+tc.value) {
+				t.Errorf("%s=%s: %d %s", tc.field, tc.value, res.StatusCode, got)
+			}
+		}
+	}
+	if n := len(completionRequests(s)) + len(completionRequests(counted.sim)); n != 0 {
+		t.Errorf("the backends received %d requests", n)
+	}
+}
