@@ -16,12 +16,17 @@
 //  4. max_tokens / max_completion_tokens, n and stream are well-typed;
 //  5. the model's chat template renders (a raise_exception is the client's
 //     error, in the template's own words);
-//  6. prompt + max_tokens fits max_model_len, or the model clamps.
+//  6. prompt + max_tokens fits max_model_len, or the model clamps; each
+//     prompt of a batch (a completions list prompt, which vLLM runs as
+//     that many requests) on its own. The Decision carries the number of
+//     prompts and the sum of their counts, for the queue's reservation.
 //
 // Where the count cannot be exact (no tokenizer, multimodal parts, a
 // template feature reproduced only approximately, an unknown context
 // length) the request is forwarded, and the Decision says why it is
-// uncounted: zero false rejections.
+// uncounted: zero false rejections. Only max_tokens >= max_model_len is
+// refused uncounted: a prompt vLLM accepts is at least one token, so it
+// can never fit.
 //
 // # The queue
 //

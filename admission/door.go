@@ -88,11 +88,12 @@ func (d *Door) checkModel(ep Endpoint, m Model, req *ojson.Value, body []byte) (
 	if rej != nil {
 		return Decision{}, rej
 	}
-	dec := Decision{Model: m.Name, Stream: f.stream, Body: body, MaxTokens: f.maxTokens, N: f.n, Request: req}
+	dec := Decision{Model: m.Name, Stream: f.stream, Body: body, MaxTokens: f.maxTokens, N: f.n, Request: req,
+		Prompts: promptCount(ep, req)}
 	// 5. Render and count; a template that raises is the client's error.
 	if m.Counter == nil {
 		dec.Uncounted = NoTokenizer
-		return dec, nil
+		return uncountedFit(dec, m, ep)
 	}
 	// Count only as far as the decision needs: a 10 MB prompt against a
 	// 4k context stops just past 4k tokens. Counting up to the whole
@@ -104,7 +105,7 @@ func (d *Door) checkModel(ep Endpoint, m Model, req *ojson.Value, body []byte) (
 	}
 	if !c.Exact {
 		dec.Uncounted, dec.Detail = NotExact, c.Reason
-		return dec, nil
+		return uncountedFit(dec, m, ep)
 	}
 	dec.PromptTokens = c.Tokens
 	// 6. The context.
@@ -223,7 +224,13 @@ func readFields(req *ojson.Value, ep Endpoint) (fields, *Rejection) {
 	return f, nil
 }
 
-// positiveInt reads an optional integer field that must be at least 1.
+// maxCount bounds max_tokens, max_completion_tokens and n: more than any
+// context holds or any backend runs, so vLLM refuses a larger value
+// whatever the prompt, and the door's arithmetic stays far from overflow.
+const maxCount = 1 << 31
+
+// positiveInt reads an optional integer field that must be at least 1 and
+// at most maxCount. A value out of range is named as the client sent it.
 func positiveInt(req *ojson.Value, key string) (int, *Rejection) {
 	v := req.Get(key)
 	if v == nil || v.IsNull() {
@@ -233,14 +240,11 @@ func positiveInt(req *ojson.Value, key string) (int, *Rejection) {
 		return 0, invalidParam(key, "invalid_type", "%s must be an integer, got %s.", key, describe(v))
 	}
 	n, ok := v.Int()
-	if !ok && !strings.HasPrefix(v.Str, "-") {
-		n, ok = 1<<31, true // beyond int64: beyond any context too
-	}
-	if !ok || n < 1 {
+	if strings.HasPrefix(v.Str, "-") || (ok && n < 1) {
 		return 0, invalidParam(key, "invalid_value", "%s must be at least 1, got %s.", key, v.Str)
 	}
-	if n > 1<<31 {
-		n = 1 << 31 // beyond any context; keeps the arithmetic in range
+	if !ok || n > maxCount { // beyond int64, or beyond any context
+		return 0, invalidParam(key, "invalid_value", "%s is out of range: it must be at most %d, got %s.", key, maxCount, v.Str)
 	}
 	return int(n), nil
 }
@@ -284,18 +288,67 @@ func count(ep Endpoint, m Model, req *ojson.Value, limit int) (tokenize.Count, *
 	return tokenize.Count{Reason: "counting failed: " + err.Error()}, nil
 }
 
-// fit applies the context rule: P + M > L, or P >= L without M, is
-// rejected, or clamped when the model says so and the prompt alone fits.
-func fit(dec Decision, m Model, f fields, c tokenize.Count, req *ojson.Value, ep Endpoint) (Decision, *Rejection) {
-	p, l, mt := c.Tokens, m.MaxModelLen, f.maxTokens
-	over := c.Truncated || (mt > 0 && p+mt > l) || (mt == 0 && p >= l)
-	if !over {
+// uncountedFit is the context rule for a prompt the door cannot count: a
+// prompt vLLM accepts is at least one token (it refuses an empty one), so
+// max_tokens >= max_model_len can never fit, whatever the prompt. The
+// refusal reports that lower bound, 1, as not exact. Anything else is
+// forwarded for vLLM to decide; no clamp without a count.
+func uncountedFit(dec Decision, m Model, ep Endpoint) (Decision, *Rejection) {
+	l, mt := m.MaxModelLen, dec.MaxTokens
+	if l <= 0 || mt < l {
 		return dec, nil
 	}
-	if m.Clamp && !c.Truncated && mt > 0 && p < l {
-		body, err := clampMaxTokens(dec.Body, req, l-p)
+	param := "messages"
+	if ep == Completions {
+		param = "prompt"
+	}
+	info := &ContextInfo{PromptTokens: 1, PromptExact: false, MaxTokens: mt, MaxModelLen: l}
+	if dec.Prompts > 1 {
+		info.Batch = dec.Prompts
+	}
+	return Decision{}, &Rejection{Reason: ContextLength, Status: 400, Code: "context_length_exceeded", Param: param,
+		Message: contextMessage(info, ep), Context: info}
+}
+
+// promptCount is the number of prompts vLLM runs for the request: a
+// completions prompt that is a list of strings or of token-id lists is a
+// batch (checkPrompt has checked the shape).
+func promptCount(ep Endpoint, req *ojson.Value) int {
+	if ep == Completions {
+		if p := req.Get("prompt"); p != nil && p.Kind == ojson.Array && len(p.Items) > 0 && p.Items[0].Kind != ojson.Number {
+			return len(p.Items)
+		}
+	}
+	return 1
+}
+
+// fit applies the context rule to each prompt (a batch's prompts are
+// checked on their own, as vLLM runs them): P + M > L, or P >= L without
+// M, is rejected, or clamped when the model says so and every prompt
+// alone fits.
+func fit(dec Decision, m Model, f fields, c tokenize.Count, req *ojson.Value, ep Endpoint) (Decision, *Rejection) {
+	l, mt := m.MaxModelLen, f.maxTokens
+	prompts := c.Each
+	if prompts == nil {
+		prompts = []int{c.Tokens}
+	}
+	bad, largest := -1, 0
+	for i, p := range prompts {
+		largest = max(largest, p)
+		if bad < 0 && ((mt > 0 && p+mt > l) || (mt == 0 && p >= l)) {
+			bad = i
+		}
+	}
+	if c.Truncated && bad < 0 {
+		bad = len(prompts) - 1 // over the limit itself
+	}
+	if bad < 0 {
+		return dec, nil
+	}
+	if m.Clamp && !c.Truncated && mt > 0 && largest < l {
+		body, err := clampMaxTokens(dec.Body, req, l-largest)
 		if err == nil {
-			dec.Body, dec.ClampedFrom, dec.MaxTokens = body, mt, l-p
+			dec.Body, dec.ClampedFrom, dec.MaxTokens = body, mt, l-largest
 			return dec, nil
 		}
 	}
@@ -303,7 +356,11 @@ func fit(dec Decision, m Model, f fields, c tokenize.Count, req *ojson.Value, ep
 	if ep == Completions {
 		param = "prompt"
 	}
-	info := &ContextInfo{PromptTokens: p, PromptExact: !c.Truncated, MaxTokens: mt, MaxModelLen: l}
+	exact := !c.Truncated || bad < len(prompts)-1
+	info := &ContextInfo{PromptTokens: prompts[bad], PromptExact: exact, MaxTokens: mt, MaxModelLen: l}
+	if c.Each != nil {
+		info.Batch, info.Index = dec.Prompts, bad
+	}
 	return Decision{}, &Rejection{Reason: ContextLength, Status: 400, Code: "context_length_exceeded", Param: param,
 		Message: contextMessage(info, ep), Context: info}
 }
@@ -315,20 +372,28 @@ func contextMessage(c *ContextInfo, ep Endpoint) string {
 	if ep == Completions {
 		what = "prompt"
 	}
+	in := "the " + what
+	if c.Batch > 0 {
+		in = fmt.Sprintf("prompt[%d] of the batch of %d", c.Index, c.Batch)
+	}
 	p := strconv.Itoa(c.PromptTokens)
 	if !c.PromptExact {
 		p = "at least " + p
 	}
 	if c.MaxTokens == 0 {
-		return fmt.Sprintf("This model's maximum context length is %d tokens. However, your %s resulted in %s tokens. Please reduce the length of the %s.",
-			c.MaxModelLen, what, p, what)
+		your := "your " + what
+		if c.Batch > 0 {
+			your = in
+		}
+		return fmt.Sprintf("This model's maximum context length is %d tokens. However, %s resulted in %s tokens. Please reduce the length of the %s.",
+			c.MaxModelLen, your, p, what)
 	}
 	total := strconv.Itoa(c.PromptTokens + c.MaxTokens)
 	if !c.PromptExact {
 		total = "at least " + total
 	}
-	return fmt.Sprintf("This model's maximum context length is %d tokens. However, you requested %s tokens (%s in the %s, %d in the completion). Please reduce the length of the %s or completion.",
-		c.MaxModelLen, total, p, what, c.MaxTokens, what)
+	return fmt.Sprintf("This model's maximum context length is %d tokens. However, you requested %s tokens (%s in %s, %d in the completion). Please reduce the length of the %s or completion.",
+		c.MaxModelLen, total, p, in, c.MaxTokens, what)
 }
 
 // clampMaxTokens rewrites the max_tokens and max_completion_tokens values

@@ -86,3 +86,44 @@ func BenchmarkParseOnly(b *testing.B) {
 		ojson.Parse(body, ojson.DefaultMaxDepth)
 	}
 }
+
+// BenchmarkDoorLongPretoken: a 7 MB chat prompt that is one pre-token
+// ("aaaa…", no whitespace), side by side with the same size of spaced text
+// ("a a a …"), against a 32k and a 128k context. Both must be refused as
+// over the context with a few tens of milliseconds of CPU, not seconds:
+// the door's work is bounded by bytes as well as tokens.
+func BenchmarkDoorLongPretoken(b *testing.B) {
+	const size = 7 << 20
+	texts := []struct{ name, text string }{
+		{"pretoken", strings.Repeat("a", size)},
+		{"spaced", strings.Repeat("a ", size/2)},
+	}
+	// llama2 has no chat template: its prompt goes to /v1/completions.
+	for _, mc := range []struct {
+		name string
+		ep   Endpoint
+	}{{"qwen3", Chat}, {"llama3_1", Chat}, {"gemma3", Chat}, {"llama2", Completions}} {
+		m := loadModel(b, mc.name)
+		for _, l := range []int{32768, 131072} {
+			d := NewDoor(catalog{"m": {Name: "m", Counter: m, MaxModelLen: l}})
+			for _, tx := range texts {
+				body := []byte(`{"model":"m","max_tokens":100,"messages":[{"role":"user","content":"` + tx.text + `"}]}`)
+				if mc.ep == Completions {
+					body = []byte(`{"model":"m","max_tokens":100,"prompt":"` + tx.text + `"}`)
+				}
+				b.Run(fmt.Sprintf("%s/ctx=%d/%s", mc.name, l, tx.name), func(b *testing.B) {
+					_, rej := d.Check(mc.ep, body)
+					if rej == nil || rej.Reason != ContextLength {
+						b.Fatalf("want a context rejection, got %+v", rej)
+					}
+					b.SetBytes(int64(len(body)))
+					b.ReportAllocs()
+					for b.Loop() {
+						d.Check(mc.ep, body)
+					}
+					b.ReportMetric(float64(rej.Context.PromptTokens), "prompt_tokens")
+				})
+			}
+		}
+	}
+}

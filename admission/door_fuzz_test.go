@@ -17,6 +17,8 @@ var seedBodies = []string{
 	`{"model":"demo","messages":[{"role":"user","content":"x"}],"chat_template_kwargs":{"enable_thinking":false}}`,
 	`{"model":"demo","messages":[{"role":"assistant","content":"x"}],"continue_final_message":true,"add_generation_prompt":false}`,
 	`[1,2]`, `{"model":`, `nope`, `{"model":"nocount","prompt":[1,2,3]}`, `{}`,
+	`{"model":"nocount","prompt":["a","b"],"max_tokens":100}`, `{"model":"demo","prompt":"x","max_tokens":9223372036854775808}`,
+	`{"model":"demo","prompt":["a","` + strings.Repeat("b ", 70) + `"],"max_tokens":4}`,
 }
 
 // FuzzDoor runs the whole door on arbitrary bodies: it never panics, and
@@ -47,7 +49,7 @@ func FuzzDoor(f *testing.F) {
 			if dec.ClampedFrom == 0 && string(dec.Body) != body {
 				t.Fatalf("forwarded body changed without clamping")
 			}
-			if dec.Model == "" || dec.N < 1 {
+			if dec.Model == "" || dec.N < 1 || dec.Prompts < 1 {
 				t.Fatalf("decision %+v", dec)
 			}
 		}

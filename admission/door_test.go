@@ -255,3 +255,49 @@ func TestReasonLabelsAreStable(t *testing.T) {
 		seen[s] = true
 	}
 }
+
+// A list prompt is a batch: each prompt is checked against the context on
+// its own (the first that does not fit is named), the decision carries
+// the number of prompts and the sum of their counts, and a clamp fits the
+// largest.
+func TestDoorBatch(t *testing.T) {
+	m := demoModel(t)
+	count := func(p string) int {
+		c, err := m.CountCompletion(mustParse(t, `{"prompt":"`+p+`"}`), 0)
+		if err != nil || !c.Exact {
+			t.Fatal(c, err)
+		}
+		return c.Tokens
+	}
+	d := NewDoor(catalog{"demo": {Name: "demo", Counter: m, MaxModelLen: 64}})
+	words := strings.TrimSpace(strings.Repeat("word ", 40))
+	dec, rej := d.Check(Completions, []byte(`{"model":"demo","max_tokens":4,"prompt":["hello there","hi"]}`))
+	if rej != nil || dec.Prompts != 2 || dec.PromptTokens != count("hello there")+count("hi") {
+		t.Errorf("batch that fits: %+v %v", dec, rej)
+	}
+	_, rej = d.Check(Completions, []byte(`{"model":"demo","max_tokens":30,"prompt":["hi","`+words+`","`+words+words+`"]}`))
+	if rej == nil || rej.Context == nil || rej.Context.Index != 1 || rej.Context.Batch != 3 || rej.Context.PromptTokens != count(words) ||
+		!rej.Context.PromptExact || !strings.Contains(rej.Message, "in prompt[1] of the batch of 3, 30 in the completion") {
+		t.Errorf("batch with prompt[1] over: %+v %+v", rej, rej.Context)
+	}
+	if dec, rej := d.Check(Completions, []byte(`{"model":"demo","max_tokens":4,"prompt":[[1,2],[3],[4,5,6]]}`)); rej != nil || dec.Prompts != 3 || dec.PromptTokens != 6 {
+		t.Errorf("id batch: %+v %v", dec, rej)
+	}
+	if dec, rej := d.Check(Completions, []byte(`{"model":"demo","max_tokens":4,"prompt":[1,2,3]}`)); rej != nil || dec.Prompts != 1 || dec.PromptTokens != 3 {
+		t.Errorf("one id prompt: %+v %v", dec, rej)
+	}
+	dc := NewDoor(catalog{"demo": {Name: "demo", Counter: m, MaxModelLen: 64, Clamp: true}})
+	dec, rej = dc.Check(Completions, []byte(`{"model":"demo","max_tokens":60,"prompt":["hi","`+words+`"]}`))
+	if rej != nil || dec.MaxTokens != 64-count(words) {
+		t.Errorf("clamped batch: %+v %v", dec, rej)
+	}
+}
+
+func mustParse(t *testing.T, s string) *ojson.Value {
+	t.Helper()
+	v, err := ojson.Parse([]byte(s), ojson.DefaultMaxDepth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}

@@ -117,12 +117,18 @@ func (r *Rejection) Error() string {
 
 // ContextInfo is the arithmetic behind a context decision.
 type ContextInfo struct {
+	// PromptTokens is the prompt's count; in a batch, the count of the
+	// prompt at Index, the first that does not fit.
 	PromptTokens int
 	// PromptExact is false when counting stopped at the limit: PromptTokens
 	// is then a lower bound.
 	PromptExact bool
 	MaxTokens   int // 0 when the request set none
 	MaxModelLen int
+	// Batch is the number of prompts of a batched completions request (a
+	// list prompt), 0 for a single prompt; Index is then the offending
+	// prompt's.
+	Batch, Index int
 }
 
 // Decision is a request the door lets through.
@@ -132,9 +138,14 @@ type Decision struct {
 	// Body is what to forward: the client's bytes, or a copy with
 	// max_tokens lowered when the model clamps.
 	Body []byte
-	// PromptTokens is exact when Uncounted is Counted.
+	// PromptTokens is exact when Uncounted is Counted. For a batch of
+	// prompts it is their sum, as vLLM's usage.prompt_tokens.
 	PromptTokens int
-	Uncounted    Uncounted
+	// Prompts is the number of prompts: more than 1 for a batched
+	// completions request, which vLLM runs as that many requests, each
+	// with its own n choices of up to MaxTokens.
+	Prompts   int
+	Uncounted Uncounted
 	// Detail explains Uncounted (the tokenizer's reason).
 	Detail string
 	// MaxTokens is the output budget requested (after clamping), 0 if none.

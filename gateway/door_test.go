@@ -5,6 +5,7 @@ package gateway
 // context check.
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,15 +16,20 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/maitred-dev/maitred/fleet"
 	"github.com/maitred-dev/maitred/internal/fixtures"
+	"github.com/maitred-dev/maitred/internal/ojson"
 	"github.com/maitred-dev/maitred/sim"
 	"github.com/maitred-dev/maitred/tokenize"
 )
@@ -361,5 +367,379 @@ func TestTokenizeMatchesChatGoldens(t *testing.T) {
 			}
 			t.Logf("%s: %d golden conversations, /tokenize count equal to HF's for each", name, checked)
 		})
+	}
+}
+
+// errorEnvelope decodes OpenAI's error envelope with the context numbers.
+type errorEnvelope struct {
+	Error struct {
+		Message           string `json:"message"`
+		Type              string `json:"type"`
+		Code              string `json:"code"`
+		Param             string `json:"param"`
+		PromptTokens      int    `json:"prompt_tokens"`
+		MaxTokens         *int   `json:"max_tokens"`
+		MaxModelLen       int    `json:"max_model_len"`
+		PromptTokensExact *bool  `json:"prompt_tokens_exact"`
+	} `json:"error"`
+}
+
+// TestWhitespaceFreePromptRefusedOnBound (issue 11, defect 2): a prompt
+// that is one long pre-token ("abab…", no whitespace) over the context is
+// refused without merging the whole pre-token: the door counts it by its
+// byte bound, so the refusal reports a lower bound (prompt_tokens_exact
+// false) far below the prompt's full count, which the door never computes.
+// Four at once, as in the issue. Before the fix the door merged every byte
+// (seconds of CPU and ~30 bytes of memory a byte for a 7 MB prompt) and
+// reported the full count.
+func TestWhitespaceFreePromptRefusedOnBound(t *testing.T) {
+	tok := loadTok(t, "qwen3")
+	const maxLen = 4096
+	e := startCounted(t, tok, maxLen, nil)
+	text := strings.Repeat("ab", 256<<10)
+	bodies := map[string]string{
+		"/v1/chat/completions": `{"model":"m","max_tokens":100,"messages":[{"role":"user","content":"` + text + `"}]}`,
+		"/v1/completions":      `{"model":"m","max_tokens":100,"prompt":"` + text + `"}`,
+	}
+	full := map[string]int{}
+	for path, body := range bodies {
+		v, err := ojson.Parse([]byte(body), ojson.DefaultMaxDepth)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c tokenize.Count
+		if path == "/v1/completions" {
+			c, err = tok.CountCompletion(v, 0)
+		} else {
+			c, err = tok.CountChat(v, 0)
+		}
+		if err != nil || !c.Exact {
+			t.Fatalf("%s: full count %+v %v", path, c, err)
+		}
+		full[path] = c.Tokens
+	}
+	var wg sync.WaitGroup
+	for i := range 4 {
+		path := "/v1/chat/completions"
+		if i%2 == 1 {
+			path = "/v1/completions"
+		}
+		wg.Go(func() {
+			res := e.gw.post(t, path, bodies[path])
+			body := readBodyT(t, res)
+			var env errorEnvelope
+			if res.StatusCode != 400 || json.Unmarshal([]byte(body), &env) != nil {
+				t.Errorf("%s: %d %.300s", path, res.StatusCode, body)
+				return
+			}
+			er := env.Error
+			param := "messages"
+			if path == "/v1/completions" {
+				param = "prompt"
+			}
+			if er.Code != "context_length_exceeded" || er.Type != "invalid_request_error" || er.Param != param ||
+				er.MaxModelLen != maxLen || er.MaxTokens == nil || *er.MaxTokens != 100 {
+				t.Errorf("%s: envelope %.300s", path, body)
+			}
+			if er.PromptTokensExact == nil || *er.PromptTokensExact {
+				t.Errorf("%s: a refusal on a bound must say prompt_tokens_exact false: %.300s", path, body)
+			}
+			// The full count merges every byte; the byte bound of "abab…"
+			// (a token covers at most a few dozen bytes) is far below it.
+			// A count that stopped only after the pre-token (the chat
+			// template's closing tokens uncounted) is not far below.
+			if er.PromptTokens+100 <= maxLen || er.PromptTokens > full[path]/2 {
+				t.Errorf("%s: prompt_tokens %d: want a bound over the context (%d) and well below the full count %d", path, er.PromptTokens, maxLen-100, full[path])
+			}
+			if want := fmt.Sprintf("at least %d", er.PromptTokens); !strings.Contains(er.Message, want) {
+				t.Errorf("%s: message %q lacks %q", path, er.Message, want)
+			}
+		})
+	}
+	wg.Wait()
+	if n := len(completionRequests(e.sim)); n != 0 {
+		t.Errorf("the simulator received %d requests; every one was refused", n)
+	}
+}
+
+// TestWhitespaceFreePromptNearLimitStaysExact: around the limit, a prompt
+// that is one long pre-token is still counted exactly: whatever the
+// gateway forwards the backend accepts, whatever it refuses the backend
+// refuses (checked by sending it straight to the backend, which counts
+// with the same tokenizer), and /tokenize answers the backend's count.
+func TestWhitespaceFreePromptNearLimitStaysExact(t *testing.T) {
+	const maxLen = 512
+	tok := loadTok(t, "qwen3")
+	e := startCounted(t, tok, maxLen, nil)
+	direct := sim.New(sim.Config{Model: "m", MaxModelLen: maxLen, OutputTokens: 1, Tokenizer: sim.ModelTokenizer(tok)}, zap.NewNop())
+	dsrv := httptest.NewServer(direct.Handler())
+	defer func() { direct.Close(); dsrv.Close() }()
+	forwarded, refused := 0, 0
+	for pairs := 480; pairs <= 520; pairs += 4 {
+		text := strings.Repeat("ab", pairs) // one pre-token, about one token a pair
+		for _, ep := range []struct{ path, body string }{
+			{"/v1/chat/completions", `{"model":"m","max_tokens":8,"messages":[{"role":"user","content":"` + text + `"}]}`},
+			{"/v1/completions", `{"model":"m","max_tokens":8,"prompt":"` + text + `"}`},
+		} {
+			res := e.gw.post(t, ep.path, ep.body)
+			gbody := readBodyT(t, res)
+			dres := postTo(t, e.gw, dsrv.URL+ep.path, ep.body)
+			dbody := readBodyT(t, dres)
+			if res.StatusCode == 200 {
+				forwarded++
+			} else {
+				refused++
+			}
+			if res.StatusCode != dres.StatusCode {
+				t.Errorf("%s, %d pairs: gateway %d %.200s, backend %d %.200s", ep.path, pairs, res.StatusCode, gbody, dres.StatusCode, dbody)
+			}
+		}
+	}
+	if forwarded == 0 || refused == 0 {
+		t.Errorf("the sweep did not straddle the limit: %d forwarded, %d refused", forwarded, refused)
+	}
+	// The simulator, like vLLM's renderer, refuses to /tokenize a prompt
+	// over its context: compare with one whose context is long enough.
+	wide := httptestServer(t, sim.New(sim.Config{Model: "m", MaxModelLen: 1 << 20, Tokenizer: sim.ModelTokenizer(tok)}, zap.NewNop()))
+	body := `{"model":"m","prompt":"` + strings.Repeat("ab", 32<<10) + `"}`
+	gres := e.gw.post(t, "/tokenize", body)
+	gb := readBodyT(t, gres)
+	dres := postTo(t, e.gw, wide+"/tokenize", body)
+	db := readBodyT(t, dres)
+	var ga, da tokenizeAnswer
+	if gres.StatusCode != 200 || json.Unmarshal([]byte(gb), &ga) != nil || json.Unmarshal([]byte(db), &da) != nil || ga.Count != da.Count || ga.Count != len(ga.Tokens) {
+		t.Errorf("/tokenize of a long pre-token: gateway %d count %d, backend count %d", gres.StatusCode, ga.Count, da.Count)
+	}
+}
+
+// BenchmarkGatewayLongPretoken: four concurrent 7 MB chat prompts through
+// the gateway (qwen3's tokenizer, a 32k context) per iteration, refused at
+// the door; whitespace-free ("aaaa…", one pre-token) side by side with
+// spaced ("a a a …"). cpu-ms/req is the process's CPU time (gateway and
+// the test's client together) per request, from getrusage.
+func BenchmarkGatewayLongPretoken(b *testing.B) {
+	const size = 7 << 20
+	tok, err := tokenize.LoadDir(fixtures.ModelDir(b, "qwen3"), tokenize.LoadOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := sim.New(sim.Config{Model: "m", MaxModelLen: 32768, Tokenizer: sim.ModelTokenizer(tok)}, zap.NewNop())
+	srv := httptest.NewServer(s.Handler())
+	defer func() { s.Close(); srv.Close() }()
+	cfg := fleet.Default()
+	cfg.Models = []fleet.ModelConfig{{Name: "m", Backends: []fleet.BackendConfig{{URL: srv.URL}}}}
+	gtr := NewTransport(cfg)
+	defer gtr.CloseIdleConnections()
+	toks := map[string]*tokenize.Model{"m": tok}
+	fl, _ := fleet.New(cfg, &http.Client{Transport: gtr}, zap.NewNop(), PromptCounters(toks))
+	g, err := New(Options{Config: cfg, Fleet: fl, Logger: zap.NewNop(), Registry: prometheus.NewRegistry(), Transport: gtr, Tokenizers: toks})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer g.Close()
+	fl.ProbeAll(context.Background())
+	g.SetPhase(Serving)
+	gw := httptest.NewServer(g.Handler())
+	defer gw.Close()
+	ctr := &http.Transport{}
+	defer ctr.CloseIdleConnections()
+	client := &http.Client{Transport: ctr}
+	for _, tx := range []struct{ name, text string }{
+		{"pretoken", strings.Repeat("a", size)},
+		{"spaced", strings.Repeat("a ", size/2)},
+	} {
+		body := `{"model":"m","max_tokens":100,"messages":[{"role":"user","content":"` + tx.text + `"}]}`
+		b.Run(tx.name, func(b *testing.B) {
+			b.ReportAllocs()
+			var before, after syscall.Rusage
+			syscall.Getrusage(syscall.RUSAGE_SELF, &before)
+			for b.Loop() {
+				var wg sync.WaitGroup
+				for range 4 {
+					wg.Go(func() {
+						res, err := client.Post(gw.URL+"/v1/chat/completions", "application/json", strings.NewReader(body))
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						got, _ := io.ReadAll(res.Body)
+						res.Body.Close()
+						if res.StatusCode != 400 || !strings.Contains(string(got), "context_length_exceeded") {
+							b.Errorf("%d %.200s", res.StatusCode, got)
+						}
+					})
+				}
+				wg.Wait()
+			}
+			syscall.Getrusage(syscall.RUSAGE_SELF, &after)
+			cpu := time.Duration(after.Utime.Nano() + after.Stime.Nano() - before.Utime.Nano() - before.Stime.Nano())
+			b.ReportMetric(float64(cpu.Milliseconds())/float64(4*b.N), "cpu-ms/req")
+		})
+	}
+}
+
+// TestBatchedCompletionsCountEveryPrompt (issue 11, defect 9): a list
+// prompt is a batch that vLLM runs as that many requests, each checked
+// against the context on its own and each with n choices of up to
+// max_tokens. The door counts every prompt (the context error names the
+// one that does not fit), the reservation covers them all (prompts plus
+// prompts × n × max_tokens, so a batch beyond every backend's KV budget is
+// refused as n=100000 is), and the access log's prompt_tokens is the sum.
+func TestBatchedCompletionsCountEveryPrompt(t *testing.T) {
+	const maxLen = 8192
+	tok := loadTok(t, "qwen3")
+	s := sim.New(sim.Config{Model: "m", MaxModelLen: maxLen, OutputTokens: 1, Tokenizer: sim.ModelTokenizer(tok)}, zap.NewNop())
+	url := httptestServer(t, s)
+	core, logs := observer.New(zap.InfoLevel)
+	tg := startGatewayFull(t, tok, extras{log: zap.New(core)}, func(c *fleet.Config) {
+		c.Models[0].Backends[0].KVTokens = 100_000
+	}, url)
+	direct := httptestServer(t, sim.New(sim.Config{Model: "m", MaxModelLen: maxLen, OutputTokens: 1, Tokenizer: sim.ModelTokenizer(tok)}, zap.NewNop()))
+
+	list := func(item string, k int) string {
+		return "[" + strings.TrimSuffix(strings.Repeat(item+",", k), ",") + "]"
+	}
+	for _, tc := range []struct{ name, body string }{
+		{"5000 strings", `{"model":"m","max_tokens":4000,"prompt":` + list(`"hi"`, 5000) + `}`},
+		{"2000 id lists", `{"model":"m","max_tokens":100,"prompt":` + list(`[1,2,3]`, 2000) + `}`},
+		{"10 prompts n=3000", `{"model":"m","max_tokens":4,"n":3000,"prompt":` + list(`"hi"`, 10) + `}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := tg.post(t, "/v1/completions", tc.body)
+			body := readBodyT(t, res)
+			if res.StatusCode != 400 || !strings.Contains(body, `"code":"exceeds_kv_capacity"`) {
+				t.Errorf("%d %.300s", res.StatusCode, body)
+			}
+		})
+	}
+
+	// One prompt of the batch does not fit with max_tokens: the error
+	// names it, with its own count, and the backend refuses it too.
+	long := strings.TrimSpace(strings.Repeat("tea ", 8150)) // 8150 tokens
+	body := `{"model":"m","max_tokens":100,"prompt":["hi","` + long + `","hello"]}`
+	res := tg.post(t, "/v1/completions", body)
+	gb := readBodyT(t, res)
+	var env errorEnvelope
+	if res.StatusCode != 400 || json.Unmarshal([]byte(gb), &env) != nil || env.Error.Code != "context_length_exceeded" || env.Error.Param != "prompt" {
+		t.Fatalf("%d %.300s", res.StatusCode, gb)
+	}
+	one, err := tok.CountCompletion(mustParse(t, `{"prompt":"`+long+`"}`), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env.Error.PromptTokens != one.Tokens || env.Error.PromptTokensExact == nil || !*env.Error.PromptTokensExact ||
+		!strings.Contains(env.Error.Message, fmt.Sprintf("(%d in prompt[1] of the batch of 3, 100 in the completion)", one.Tokens)) {
+		t.Errorf("context error %s: want prompt[1]'s exact count %d", gb, one.Tokens)
+	}
+	if dres := postTo(t, tg, direct+"/v1/completions", body); dres.StatusCode != 400 {
+		t.Errorf("the backend accepts what the gateway refused: %s", readBodyT(t, dres))
+	} else {
+		readBodyT(t, dres)
+	}
+
+	// A batch that fits is forwarded, logged with the sum of its prompts.
+	prompts := []string{"hi there", "once upon a time", "tea for two"}
+	res = tg.post(t, "/v1/completions", `{"model":"m","max_tokens":3,"prompt":["hi there","once upon a time","tea for two"]}`)
+	if b := readBodyT(t, res); res.StatusCode != 200 {
+		t.Fatalf("%d %s", res.StatusCode, b)
+	}
+	sum := 0
+	for _, p := range prompts {
+		c, err := tok.CountCompletion(mustParse(t, `{"prompt":"`+p+`"}`), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum += c.Tokens
+	}
+	if n := len(completionRequests(s)); n != 1 {
+		t.Errorf("the simulator received %d requests, want only the batch that fits", n)
+	}
+	tg.quiesce()
+	var logged []int64
+	for _, e := range logs.FilterMessage("request").All() {
+		if p, ok := e.ContextMap()["prompt_tokens"].(int64); ok && e.ContextMap()["status"] == int64(200) {
+			logged = append(logged, p)
+		}
+	}
+	if len(logged) != 1 || logged[0] != int64(sum) {
+		t.Errorf("logged prompt_tokens %v, want the batch's sum %d", logged, sum)
+	}
+}
+
+func mustParse(t *testing.T, s string) *ojson.Value {
+	t.Helper()
+	v, err := ojson.Parse([]byte(s), ojson.DefaultMaxDepth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// TestUncountedMaxTokensBeyondContext (issue 11, defect 16): without a
+// tokenizer the door cannot count the prompt, but a prompt vLLM accepts is
+// at least one token, so max_tokens >= max_model_len can never fit: it is
+// refused at the door with the lower bound 1 as not exact, and never
+// reaches the backend. One token less is forwarded for the backend to
+// decide.
+func TestUncountedMaxTokensBeyondContext(t *testing.T) {
+	s := sim.New(sim.Config{Model: "m", MaxModelLen: 64, OutputTokens: 1}, zap.NewNop())
+	tg := startGateway(t, nil, httptestServer(t, s))
+	for _, tc := range []struct{ path, body, param string }{
+		{"/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":64}`, "messages"},
+		{"/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":8,"max_completion_tokens":500}`, "messages"},
+		{"/v1/completions", `{"model":"m","prompt":"","max_tokens":64}`, "prompt"},
+		{"/v1/completions", `{"model":"m","prompt":["a","b"],"max_tokens":1000}`, "prompt"},
+	} {
+		res := tg.post(t, tc.path, tc.body)
+		body := readBodyT(t, res)
+		var env errorEnvelope
+		if res.StatusCode != 400 || json.Unmarshal([]byte(body), &env) != nil {
+			t.Errorf("%s: %d %.300s", tc.body, res.StatusCode, body)
+			continue
+		}
+		er := env.Error
+		if er.Code != "context_length_exceeded" || er.Param != tc.param || er.PromptTokens != 1 || er.PromptTokensExact == nil ||
+			*er.PromptTokensExact || er.MaxModelLen != 64 || er.MaxTokens == nil || !strings.Contains(er.Message, "at least 1 in ") {
+			t.Errorf("%s: %s", tc.body, body)
+		}
+	}
+	if n := len(completionRequests(s)); n != 0 {
+		t.Fatalf("the backend received %d requests that can never fit", n)
+	}
+	res := tg.post(t, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":63}`)
+	readBodyT(t, res)
+	if n := len(completionRequests(s)); n != 1 {
+		t.Errorf("max_tokens one below the context: the backend received %d requests, want it forwarded", n)
+	}
+}
+
+// TestMaxTokensOutOfRangeNamedAsSent (issue 11, defect 17): max_tokens,
+// max_completion_tokens or n beyond any context (2^63 and more, past
+// int64) is refused with the value the client sent, not a wrapped or
+// clamped number, with or without a tokenizer.
+func TestMaxTokensOutOfRangeNamedAsSent(t *testing.T) {
+	counted := startCounted(t, loadTok(t, "demo"), 64, nil)
+	s := sim.New(sim.Config{Model: "m", MaxModelLen: 64, OutputTokens: 1}, zap.NewNop())
+	uncounted := startGateway(t, nil, httptestServer(t, s))
+	for _, tc := range []struct{ field, value string }{
+		{"max_tokens", "9223372036854775808"},
+		{"max_tokens", "9223372036854775807"},
+		{"max_completion_tokens", "100000000000000000000000000000"},
+		{"max_tokens", "2147483649"},
+		{"n", "9223372036854775808"},
+	} {
+		for _, tg := range []*testGateway{counted.gw, uncounted} {
+			body := `{"model":"m","messages":[{"role":"user","content":"hi"}],"` + tc.field + `":` + tc.value + `}`
+			res := tg.post(t, "/v1/chat/completions", body)
+			got := readBodyT(t, res)
+			var env errorEnvelope
+			if res.StatusCode != 400 || json.Unmarshal([]byte(got), &env) != nil || env.Error.Code != "invalid_value" ||
+				env.Error.Param != tc.field || !strings.Contains(env.Error.Message, "got "+tc.value) {
+				t.Errorf("%s=%s: %d %s", tc.field, tc.value, res.StatusCode, got)
+			}
+		}
+	}
+	if n := len(completionRequests(s)) + len(completionRequests(counted.sim)); n != 0 {
+		t.Errorf("the backends received %d requests", n)
 	}
 }

@@ -84,20 +84,35 @@ func (g *Gateway) class(r *http.Request) (int, string) {
 }
 
 // ticket sizes a request's claim on a backend's token budget: its prompt
-// plus n times its output budget. An uncounted prompt is estimated at four
-// bytes a token, for the budget only; it is never refused on that guess.
+// plus n times its output budget, for each prompt of a batch (vLLM runs a
+// list prompt as that many requests; PromptTokens is already their sum).
+// An uncounted prompt is estimated at four bytes a token, for the budget
+// only; it is never refused on that guess. The claim saturates at
+// maxTicket, beyond any budget, so the arithmetic cannot overflow.
 func (g *Gateway) ticket(dec admission.Decision, bodyLen int, class int) admission.Ticket {
 	out := dec.MaxTokens
 	if out == 0 {
 		out = g.expectedOutput[dec.Model]
 	}
 	t := admission.Ticket{Class: class, Exact: dec.Uncounted == admission.Counted}
-	if t.Exact {
-		t.Tokens = dec.PromptTokens + max(dec.N, 1)*out
-	} else {
-		t.Tokens = bodyLen/4 + max(dec.N, 1)*out
+	prompt := dec.PromptTokens
+	if !t.Exact {
+		prompt = bodyLen / 4
 	}
+	t.Tokens = min(prompt+satMul(satMul(max(dec.Prompts, 1), max(dec.N, 1)), out), maxTicket)
 	return t
+}
+
+// maxTicket caps a reservation: more tokens than any KV cache holds, small
+// enough that adding up reservations cannot overflow.
+const maxTicket = 1 << 40
+
+// satMul is a*b for non-negative operands, saturating at maxTicket.
+func satMul(a, b int) int {
+	if a != 0 && b > maxTicket/a {
+		return maxTicket
+	}
+	return a * b
 }
 
 // queueError renders a pool outcome that is not Admitted.

@@ -10,17 +10,24 @@ import (
 
 // Count is the prompt-token count of a request.
 type Count struct {
-	// Tokens is the number of prompt tokens vLLM will see. When Truncated
-	// it is a lower bound greater than the limit; when !Exact it is 0 or a
-	// best effort that must not be used to reject.
+	// Tokens is the number of prompt tokens vLLM will see: for a batch of
+	// prompts (a /v1/completions list), the sum over them, as vLLM's
+	// usage.prompt_tokens. When Truncated it is a lower bound; when !Exact
+	// it is 0 or a best effort that must not be used to reject.
 	Tokens int
+	// Each holds each prompt's count, in order, for a batch of more than
+	// one prompt (nil otherwise). vLLM runs each as its own request,
+	// checked against the context on its own. When Truncated, counting
+	// stopped at the last entry, a lower bound greater than the limit.
+	Each []int
 	// Exact is false when this package cannot reproduce vLLM's count
 	// (multimodal parts, a template feature reproduced only approximately,
 	// no chat template, ...); Reason says why. The gateway then forwards
 	// and lets vLLM decide.
 	Exact  bool
 	Reason string
-	// Truncated: counting stopped as soon as Tokens exceeded the limit.
+	// Truncated: counting stopped as soon as one prompt's count exceeded
+	// the limit.
 	Truncated bool
 }
 
@@ -108,14 +115,18 @@ func (m *Model) TokenizeChat(body *ojson.Value) ([]int, error) {
 // of such lists. Text is tokenized with special tokens (BOS) unless the
 // body sets add_special_tokens=false, as vLLM does; token ids count as
 // given. vLLM runs each prompt of a list as a separate request, each
-// checked against the context on its own, so the count for a list is that
-// of its largest prompt.
+// checked against the context on its own: Count.Each has each prompt's
+// count and Count.Tokens their sum; limit applies to each prompt, and
+// counting stops at the first one over it.
 func (m *Model) CountCompletion(body *ojson.Value, limit int) (Count, error) {
 	prompts, addSpecial, err := completionPrompts(body)
 	if err != nil {
 		return notExact(err)
 	}
-	best := Count{Exact: true}
+	c := Count{Exact: true}
+	if len(prompts) > 1 {
+		c.Each = make([]int, 0, len(prompts))
+	}
 	for _, p := range prompts {
 		var n int
 		exact := true
@@ -125,14 +136,16 @@ func (m *Model) CountCompletion(body *ojson.Value, limit int) (Count, error) {
 		} else {
 			n, exact = m.enc.Count(p.text, addSpecial, limit)
 		}
-		if n > best.Tokens {
-			best.Tokens, best.Truncated = n, !exact
+		c.Tokens += n
+		if c.Each != nil {
+			c.Each = append(c.Each, n)
 		}
-		if best.Truncated {
-			break // already over the limit
+		if !exact {
+			c.Truncated = true
+			break // this prompt alone is over the limit
 		}
 	}
-	return best, nil
+	return c, nil
 }
 
 // TokenizeCompletion returns the token ids of a completions request with a

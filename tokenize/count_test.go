@@ -3,6 +3,7 @@ package tokenize
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -119,8 +120,13 @@ func TestCountCompletion(t *testing.T) {
 	if got := one(`{"prompt":[1,2,3]}`); got != 3 {
 		t.Errorf("ids: %d", got)
 	}
-	if got := one(`{"prompt":[[1],[1,2,3,4]]}`); got != 4 {
+	// A batch: the sum, and each prompt's count in order.
+	if got := one(`{"prompt":[[1],[1,2,3,4]]}`); got != 5 {
 		t.Errorf("id lists: %d", got)
+	}
+	c, _ := m.CountCompletion(parseBody(t, `{"prompt":["Hello world","Hello world","Hello world"]}`), 0)
+	if c.Tokens != 3*n || !slices.Equal(c.Each, []int{n, n, n}) || c.Truncated {
+		t.Errorf("batch: %+v, want each %d", c, n)
 	}
 	for _, bad := range []string{`{}`, `{"prompt":[]}`, `{"prompt":[1,"a"]}`, `{"prompt":{"x":1}}`, `{"prompt":[-1]}`} {
 		_, err := m.CountCompletion(parseBody(t, bad), 0)
@@ -129,9 +135,14 @@ func TestCountCompletion(t *testing.T) {
 			t.Errorf("%s: %v", bad, err)
 		}
 	}
-	c, _ := m.CountCompletion(parseBody(t, `{"prompt":"`+strings.Repeat("word ", 1000)+`"}`), 10)
-	if !c.Truncated || c.Tokens <= 10 {
+	c, _ = m.CountCompletion(parseBody(t, `{"prompt":"`+strings.Repeat("word ", 1000)+`"}`), 10)
+	if !c.Truncated || c.Tokens <= 10 || c.Each != nil {
 		t.Errorf("limit: %+v", c)
+	}
+	// The limit is per prompt; counting stops at the first over it.
+	c, _ = m.CountCompletion(parseBody(t, `{"prompt":["Hello world","`+strings.Repeat("word ", 1000)+`","Hello world"]}`), 10)
+	if !c.Truncated || len(c.Each) != 2 || c.Each[0] != n || c.Each[1] <= 10 || c.Tokens != n+c.Each[1] {
+		t.Errorf("batch over the limit: %+v", c)
 	}
 }
 

@@ -22,6 +22,9 @@ package tokenize
 //     that (O(n log n): a 1 MB single piece takes well under a second).
 //     SentencePiece models use merges-rank BPE over characters with byte
 //     fallback (encoder_spm.go), always with the heap.
+//     Counting against a limit bounds the work by bytes too: a piece over
+//     96 bytes first counts as a lower bound from its bytes and is merged
+//     only while the limit is still in reach (encoder_bound.go).
 //  6. addSpecial applies the post-processor (TemplateProcessing: BOS for
 //     Llama 2/3 and Gemma). WithSpecials overrides it where transformers
 //     does from tokenizer_config.json (DeepSeek V3: add_bos_token).

@@ -43,6 +43,9 @@ type encScratch struct {
 	out   *[]int
 	n     int
 	limit int
+	// deferred holds, while counting against a limit, the long pieces
+	// counted so far by their byte bound only (encoder_bound.go).
+	deferred []deferredPiece
 
 	rawFn, normFn func(seg string, id int) bool
 	wordFn        func(w string) bool
@@ -66,9 +69,22 @@ func (t *Tokenizer) AppendEncode(dst []int, text string, addSpecial bool) []int 
 	return dst
 }
 
+// deferredPiece is a long piece counted by its bound so far.
+type deferredPiece struct {
+	piece string
+	bound int
+}
+
 // Count returns len(Encode(text, addSpecial)) without building the id
 // slice. With limit > 0 it stops once the count exceeds limit and then
 // returns a lower bound n > limit with exact=false.
+//
+// Against a limit, the work is bounded by bytes as well as tokens: a piece
+// longer than boundMin bytes first counts as its byte bound
+// (encoder_bound.go), and is merged exactly only if, once everything else
+// is counted, the limit is still in reach. A 7 MB pre-token over a 32k or
+// 128k context is refused on its bound in milliseconds; a prompt whose
+// count is near the limit is still counted exactly.
 func (t *Tokenizer) Count(text string, addSpecial bool, limit int) (int, bool) {
 	n := t.run(text, addSpecial, limit, nil)
 	if limit > 0 && n > limit {
@@ -173,6 +189,18 @@ func (t *Tokenizer) run(text string, addSpecial bool, limit int, out *[]int) int
 	if addSpecial && !sc.over() {
 		sc.emit(t.suffix)
 	}
+	// Long pieces counted by their bound: merge them exactly while the
+	// limit is in reach. Each exact count is at least its bound, so if
+	// counting stops here, n is still a lower bound.
+	for _, d := range sc.deferred {
+		if sc.over() {
+			break
+		}
+		sc.n -= d.bound
+		sc.count(d.piece)
+	}
+	clear(sc.deferred) // the pieces belong to the caller's text
+	sc.deferred = sc.deferred[:0]
 	n := sc.n
 	sc.out = nil
 	t.pool.Put(sc)
@@ -220,6 +248,13 @@ func (sc *encScratch) normSeg(seg string, id int) bool {
 
 // word runs the model over one pre-token piece.
 func (sc *encScratch) word(w string) bool {
+	if sc.out == nil && sc.limit > 0 && len(w) > boundMin {
+		if b := sc.t.pieceBound(w); b >= 0 {
+			sc.n += b
+			sc.deferred = append(sc.deferred, deferredPiece{w, b})
+			return !sc.over()
+		}
+	}
 	if sc.out != nil {
 		before := len(*sc.out)
 		if sc.t.bl != nil {
@@ -230,6 +265,11 @@ func (sc *encScratch) word(w string) bool {
 		sc.n += len(*sc.out) - before
 		return !sc.over()
 	}
+	return sc.count(w)
+}
+
+// count adds the exact number of tokens of one piece.
+func (sc *encScratch) count(w string) bool {
 	sc.ids = sc.ids[:0]
 	if sc.t.bl != nil {
 		sc.ids = sc.t.bl.encode(sc.ids, w, &sc.bpe)

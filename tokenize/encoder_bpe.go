@@ -84,6 +84,7 @@ type rankBPE struct {
 	short  *shortTable // the ranks of tokens up to 7 bytes
 	byteID [256]int32
 	maxLen int // longest token in bytes
+	reach  *reachTable
 }
 
 // scanLimit is the piece length up to which the quadratic scan (fast for

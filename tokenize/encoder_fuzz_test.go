@@ -90,7 +90,8 @@ var (
 )
 
 // FuzzBPE checks the owned pre-tokenizer + BPE against tiktoken-go on
-// cl100k_base, and the scan BPE against the heap BPE.
+// cl100k_base, the scan BPE against the heap BPE, and the byte bound
+// against the exact count.
 func FuzzBPE(f *testing.F) {
 	for _, s := range tokFuzzSeeds {
 		f.Add(s)
@@ -123,6 +124,9 @@ func FuzzBPE(f *testing.F) {
 			b := fuzzCL.bl.heapMerge(nil, s, &sc)
 			if !slices.Equal(a, b) {
 				t.Fatalf("%q: scan %v heap %v", s, a, b)
+			}
+			if lb := fuzzCL.pieceBound(s); lb > len(b) {
+				t.Fatalf("%q: byte bound %d above the exact count %d", s, lb, len(b))
 			}
 		}
 	})

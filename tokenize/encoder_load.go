@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"strings"
 	"unicode/utf8"
@@ -479,6 +480,7 @@ func buildRankBPE(vocab map[string]int32, merges []tjMerge, added map[string]int
 		last = rc
 	}
 	b.short = newShortTable(b.ranks)
+	b.reach = newReachTable(maps.Keys(b.ranks), 1)
 	if !ignoreMerges {
 		// encode looks a whole piece up before merging (tiktoken does the
 		// same; HF only with ignore_merges). That shortcut is exact only if
@@ -539,5 +541,37 @@ func buildMergeBPE(vocab map[string]int32, merges []tjMerge, unk *string, byteFa
 		}
 		m.merges.put(uint64(uint32(a))<<32|uint64(uint32(b)), uint64(i)<<32|uint64(uint32(c)))
 	}
+	m.reach = spmReach(m, merges)
 	return m, nil
+}
+
+// spmReach builds the byte bound's table for a merges model, or nil where
+// a token's text is not the bytes it covers: a dropped unknown character
+// (no unk, no byte fallback) covers bytes with no token, a fused <unk>
+// covers any number of them, and a merge of a <0xXX> or <unk> token would
+// cover other bytes than its text.
+func spmReach(m *mergeBPE, merges []tjMerge) *reachTable {
+	floor := 1
+	switch {
+	case m.hasBytes:
+	case m.unk >= 0 && !m.fuseUnk:
+		floor = utf8.UTFMax
+	default:
+		return nil
+	}
+	special := map[int32]bool{}
+	if m.unk >= 0 {
+		special[m.unk] = true
+	}
+	if m.hasBytes {
+		for _, id := range m.byteID {
+			special[id] = true
+		}
+	}
+	for _, mg := range merges {
+		if special[m.vocab[mg[0]]] || special[m.vocab[mg[1]]] {
+			return nil
+		}
+	}
+	return newReachTable(maps.Keys(m.vocab), floor)
 }

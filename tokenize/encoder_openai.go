@@ -2,6 +2,7 @@ package tokenize
 
 import (
 	"fmt"
+	"maps"
 
 	tiktoken_loader "github.com/pkoukk/tiktoken-go-loader"
 )
@@ -51,6 +52,7 @@ func NewOpenAI(name string) (*Tokenizer, error) {
 		}
 	}
 	b.short = newShortTable(b.ranks)
+	b.reach = newReachTable(maps.Keys(b.ranks), 1)
 	sp, err := splitterFor(enc.pattern)
 	if err != nil {
 		return nil, err

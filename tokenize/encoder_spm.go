@@ -20,6 +20,7 @@ type mergeBPE struct {
 	unk          int32      // -1: none
 	fuseUnk      bool
 	ignoreMerges bool
+	reach        *reachTable // nil: no byte bound (see encoder_bound.go)
 }
 
 func (m *mergeBPE) pair(a, b int32) (rank, id int32, ok bool) {
