@@ -57,6 +57,12 @@ func (x *exchange) phases(end time.Time) phases {
 	return phases{out[0], out[1], out[2], out[3], out[4], out[5], out[6]}
 }
 
+// outcomeBackendRejected is the outcome of a request the backend answered
+// with its own 4xx: not a door rejection (the door passed it) and not a
+// backend failure (the backend is working; it does not count toward
+// ejection).
+const outcomeBackendRejected = "backend_rejected"
+
 // layer names where a failed request's progress stopped ("" on success).
 func (x *exchange) layer(status int) triage.Layer {
 	switch x.outcome {
@@ -66,7 +72,7 @@ func (x *exchange) layer(status int) triage.Layer {
 		case status >= 500:
 			return triage.LayerPrefill // the backend answered 5xx itself
 		case status >= 400:
-			return triage.LayerDoor // the backend refused it: a boundary the door did not catch
+			return triage.LayerBackend // the backend refused it with its own 4xx
 		default:
 			return triage.LayerNone
 		}
@@ -85,6 +91,8 @@ func (x *exchange) layer(status int) triage.Layer {
 		return triage.LayerPrefill
 	case codeShuttingDown:
 		return triage.LayerNone
+	case outcomeBackendRejected:
+		return triage.LayerBackend
 	}
 	if x.streamBroke != "" {
 		if x.streamBroke == codeShuttingDown {
@@ -126,6 +134,11 @@ func (g *Gateway) observe(x *exchange, status int, ph phases, total time.Duratio
 		}
 	}
 	layer := x.layer(status)
+	if layer == triage.LayerBackend && x.outcome == "" {
+		// Named here, before the access line is written, so that the log
+		// and triage say the same.
+		x.outcome = outcomeBackendRejected
+	}
 	if layer != triage.LayerNone {
 		g.metrics.failures.WithLabelValues(x.model, string(layer)).Inc()
 	}

@@ -12,8 +12,8 @@
 //   - Engine.Observe: one finished request, its phase durations (door,
 //     gateway queue, backend connect, TTFT, TPOT, client write stalls,
 //     total) and, if it failed, the Layer where progress stopped (door,
-//     gateway_queue, backend_unready, backend_connect, prefill, decode,
-//     client) with a reason code.
+//     gateway_queue, backend_unready, backend_connect, backend (the
+//     backend's own 4xx), prefill, decode, client) with a reason code.
 //   - Engine.Sample: one scrape of a backend's vLLM gauges
 //     (num_requests_running, num_requests_waiting, kv_cache_usage_perc,
 //     the num_preemptions_total counter) and the gateway's view of its state
@@ -95,8 +95,10 @@
 //     queue timeouts, where requests never reach a backend) or significant
 //     prefill failures (timed out before the first token, so no TTFT was
 //     measured).
-//  5. boundary: significant door rejections making >= DoorShare (50%) of
-//     the failures. Evidence: rejections by reason.
+//  5. boundary: significant door rejections plus the backends' own 4xx
+//     answers (layer backend: a request the door passed and vLLM refused)
+//     making >= DoorShare (50%) of the failures. Evidence: rejections by
+//     reason, door_rejections and backend_rejections.
 //  6. client_side: significant client-layer failures making >= ClientShare
 //     (50%) of the failures, or stalled requests (ClientStall >=
 //     StallFraction (20%) of Total) making >= StalledRequestShare (20%) of
@@ -149,8 +151,8 @@
 // affected_backends, affected_share; unavailable_failures,
 // no_ready_backend_failures, connect_failures, unavailable_share,
 // unavailable_backends; gateway_queue_failures, prefill_failures;
-// door_rejections, door_share, rejection_rate; client_failure_share,
-// stalled_requests. Backend evidence adds ttft_warmup_ms,
+// door_rejections, backend_rejections, door_share, rejection_rate;
+// client_failure_share, stalled_requests. Backend evidence adds ttft_warmup_ms,
 // ttft_moving_baseline_ms (and its coverage in seconds),
 // ttft_baseline_source ("warmup" or "moving"), the same for TPOT,
 // kv_usage_min, waiting_max, samples, not_ready_share and

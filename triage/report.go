@@ -49,6 +49,7 @@ var nextSteps = map[string][]string{
 	},
 	VerdictBoundary: {
 		"client payloads, by rejection reason",
+		"requests the backend refused itself (backend_rejections, failures_by_reason backend_rejected): the backend's log says why",
 		"max_tokens requested against the model's max_model_len",
 		"whether a client stopped truncating its history",
 	},
@@ -687,13 +688,15 @@ func (e *Engine) evaluate(bes []*beval, scopes []*mscope, now time.Time) (string
 		ev["prefill_failures"] = np
 		add(VerdictPrefill, ev)
 	}
-	// boundary
-	nd := layers[layerDoor]
-	if significant(nd) && share(nd, failures) >= th.DoorShare {
+	// boundary: requests refused at the door, or by the backend itself
+	// (its own 4xx: a shape the door does not check).
+	nd, nb := layers[layerDoor], layers[layerBackend]
+	if significant(nd+nb) && share(nd+nb, failures) >= th.DoorShare {
 		add(VerdictBoundary, map[string]any{
 			"door_rejections":      nd,
-			"door_share":           r3(share(nd, failures)),
-			"rejection_rate":       r3(share(nd, requests)),
+			"backend_rejections":   nb,
+			"door_share":           r3(share(nd+nb, failures)),
+			"rejection_rate":       r3(share(nd+nb, requests)),
 			"rejections_by_reason": rbr,
 		})
 	}

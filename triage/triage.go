@@ -15,6 +15,7 @@ const (
 	LayerQueue   Layer = "gateway_queue"   // queue full / queue timeout in the gateway
 	LayerUnready Layer = "backend_unready" // no ready backend
 	LayerConnect Layer = "backend_connect" // could not connect / failed before headers / first-byte timeout
+	LayerBackend Layer = "backend"         // the backend refused the request with its own 4xx
 	LayerPrefill Layer = "prefill"         // failed or timed out before the first token
 	LayerDecode  Layer = "decode"          // broke or stalled after the first token
 	LayerClient  Layer = "client"          // the client left or read too slowly
@@ -27,6 +28,7 @@ const (
 	layerQueue
 	layerUnready
 	layerConnect
+	layerBackend
 	layerPrefill
 	layerDecode
 	layerClient
@@ -39,6 +41,7 @@ var layerNames = [numLayers]string{
 	layerQueue:   string(LayerQueue),
 	layerUnready: string(LayerUnready),
 	layerConnect: string(LayerConnect),
+	layerBackend: string(LayerBackend),
 	layerPrefill: string(LayerPrefill),
 	layerDecode:  string(LayerDecode),
 	layerClient:  string(LayerClient),
@@ -55,6 +58,8 @@ func layerIndex(l Layer) int {
 		return layerUnready
 	case LayerConnect:
 		return layerConnect
+	case LayerBackend:
+		return layerBackend
 	case LayerPrefill:
 		return layerPrefill
 	case LayerDecode:
@@ -67,7 +72,7 @@ func layerIndex(l Layer) int {
 
 // Layers lists the failure layers, for pre-registering label values.
 func Layers() []Layer {
-	return []Layer{LayerDoor, LayerQueue, LayerUnready, LayerConnect, LayerPrefill, LayerDecode, LayerClient}
+	return []Layer{LayerDoor, LayerQueue, LayerUnready, LayerConnect, LayerBackend, LayerPrefill, LayerDecode, LayerClient}
 }
 
 // OverflowLabel is the name under which models, backends and reasons beyond
