@@ -75,6 +75,11 @@ type Config struct {
 	// EjectAfter times in a row gets no requests for EjectFor.
 	EjectAfter int      `yaml:"eject_after"`
 	EjectFor   Duration `yaml:"eject_for"`
+	// MaxEjectionPercent bounds ejection as Envoy's max_ejection_percent:
+	// at most this percentage of a model's ready backends are ejected at
+	// once (rounded down, but at least one), and never the last ready one
+	// left in rotation: a single-backend model is never ejected.
+	MaxEjectionPercent int `yaml:"max_ejection_percent"`
 	// Models are the models served, each with its backends.
 	Models []ModelConfig `yaml:"models"`
 }
@@ -266,6 +271,7 @@ func Default() Config {
 		EjectAfter:         5,
 		TriageWindow:       Duration(5 * time.Minute),
 		EjectFor:           Duration(10 * time.Second),
+		MaxEjectionPercent: 10,
 		Health: HealthConfig{
 			Interval:           Duration(time.Second),
 			Timeout:            Duration(2 * time.Second),
@@ -502,6 +508,9 @@ func (c *Config) Validate() error {
 	}
 	if c.EjectAfter < 0 {
 		add("eject_after", "must not be negative, got %d", c.EjectAfter)
+	}
+	if c.MaxEjectionPercent < 0 || c.MaxEjectionPercent > 100 {
+		add("max_ejection_percent", "want a percentage from 0 to 100, got %d", c.MaxEjectionPercent)
 	}
 	if c.Health.WarmupPrompt == "" {
 		add("health.warmup_prompt", "must not be empty")

@@ -5,14 +5,18 @@ package gateway
 // real HTTP with a misbehaving backend.
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/maitred-dev/maitred/fleet"
+	"github.com/maitred-dev/maitred/sim"
 	"github.com/maitred-dev/maitred/triage"
 )
 
@@ -86,5 +90,157 @@ func TestBackendRejectionIsNotADoorRejection(t *testing.T) {
 	}
 	if door != 1 || backend != 6 {
 		t.Errorf("access lines: %d door, %d backend", door, backend)
+	}
+}
+
+// TestLastBackendIsNeverEjected: five fast 5xx from a model's only backend
+// used to eject it for eject_for, so that every request then waited
+// queue_timeout and got 503 while /readyz said 200 and nothing was logged.
+// Now the ejection is held back (and logged once), and the backend keeps
+// serving as soon as it answers again.
+func TestLastBackendIsNeverEjected(t *testing.T) {
+	sims, urls := startSims(t, 1, nil)
+	core, logs := observer.New(zap.InfoLevel)
+	tg := startGatewayFull(t, nil, extras{log: zap.New(core)}, func(c *fleet.Config) {
+		c.EjectAfter = 5
+		c.EjectFor = fleet.Duration(time.Hour)
+		c.Models[0].QueueTimeout = fleet.Duration(300 * time.Millisecond)
+	}, urls...)
+	sims[0].Update(func(c *sim.Config) { c.FailStatus = 500 }) // after warm-up
+	for i := range 8 {
+		res := tg.post(t, "/v1/completions", `{"model":"m","prompt":"hi","max_tokens":1}`)
+		if body := readBodyT(t, res); res.StatusCode != 500 {
+			t.Fatalf("request %d while the backend fails: %d %s (want its own 500, not a queue answer)", i, res.StatusCode, body)
+		}
+	}
+	sims[0].Update(func(c *sim.Config) { c.FailStatus = 0 })
+	res := tg.post(t, "/v1/completions", `{"model":"m","prompt":"hi","max_tokens":1}`)
+	if body := readBodyT(t, res); res.StatusCode != 200 {
+		t.Fatalf("the recovered backend is not served: %d %s", res.StatusCode, body)
+	}
+	if st := tg.pools["m"].Stats().Slots[0]; st.Ejected || st.Ejections != 0 {
+		t.Errorf("the only backend was ejected: %+v", st)
+	}
+	if n := logs.FilterMessageSnippet("not ejected").Len(); n != 1 {
+		t.Errorf("%d log lines about the held ejection, want 1 per run of failures", n)
+	}
+}
+
+// TestEjectionIsLoggedAndShown: with two failing backends one is ejected
+// (logged, and shown in /readyz, /debug/backends and triage as
+// backend_unavailable with reason ejected); the other is held back by the
+// bound and keeps serving, so nothing waits for queue_timeout.
+func TestEjectionIsLoggedAndShown(t *testing.T) {
+	sims, urls := startSims(t, 2, nil)
+	core, logs := observer.New(zap.InfoLevel)
+	tg := startGatewayFull(t, nil, extras{log: zap.New(core)}, func(c *fleet.Config) {
+		c.EjectAfter = 3
+		c.EjectFor = fleet.Duration(time.Hour)
+		c.Models[0].QueueTimeout = fleet.Duration(300 * time.Millisecond)
+	}, urls...)
+	for _, s := range sims {
+		s.Update(func(c *sim.Config) { c.FailStatus = 500 })
+	}
+	for i := range 20 {
+		res := tg.post(t, "/v1/completions", `{"model":"m","prompt":"hi","max_tokens":1}`)
+		if body := readBodyT(t, res); res.StatusCode != 500 {
+			t.Fatalf("request %d: %d %s (want the backend's own 500)", i, res.StatusCode, body)
+		}
+	}
+	st := tg.pools["m"].Stats()
+	ejected := -1
+	for i, sl := range st.Slots {
+		if sl.Ejected {
+			if ejected >= 0 {
+				t.Fatalf("both backends ejected: %+v", st.Slots)
+			}
+			ejected = i
+		}
+	}
+	if ejected < 0 {
+		t.Fatalf("no backend ejected: %+v", st.Slots)
+	}
+	host := tg.Fleet.Models()[0].Backends[ejected].URL.Host
+	if e := logs.FilterMessageSnippet("backend ejected").All(); len(e) != 1 || e[0].ContextMap()["backend"] != host {
+		t.Errorf("ejection log lines: %v", e)
+	}
+	if n := logs.FilterMessageSnippet("not ejected").Len(); n != 1 {
+		t.Errorf("%d log lines about the held ejection of the other backend, want 1", n)
+	}
+
+	res, err := tg.client.Get(tg.URL + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rz struct {
+		Models []struct {
+			Ejected  int `json:"ejected_backends"`
+			Backends []struct {
+				URL          string     `json:"url"`
+				Ejected      bool       `json:"ejected"`
+				EjectedUntil *time.Time `json:"ejected_until"`
+			} `json:"backends"`
+		} `json:"models"`
+	}
+	if err := json.Unmarshal([]byte(readBodyT(t, res)), &rz); err != nil {
+		t.Fatal(err)
+	}
+	if m := rz.Models[0]; m.Ejected != 1 || !m.Backends[ejected].Ejected || m.Backends[ejected].EjectedUntil == nil || m.Backends[1-ejected].Ejected {
+		t.Errorf("/readyz does not show the ejection: %+v", rz)
+	}
+	res, err = tg.client.Get(tg.URL + "/debug/backends")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recs []backendRecord
+	if err := json.Unmarshal([]byte(readBodyT(t, res)), &recs); err != nil {
+		t.Fatal(err)
+	}
+	if r := recs[ejected]; !r.Ejected || r.EjectedUntil == nil || r.Ejections != 1 {
+		t.Errorf("/debug/backends: %+v", r)
+	}
+	rep := report(t, tg)
+	if rep.Verdict != triage.VerdictUnavailable {
+		t.Fatalf("triage verdict %s, want backend_unavailable: %v", rep.Verdict, rep.Evidence)
+	}
+	down, _ := rep.Evidence["unavailable_backends"].([]any)
+	found := false
+	for _, d := range down {
+		if d, _ := d.(map[string]any); d["reason"] == "ejected" && strings.HasSuffix(d["backend"].(string), host) {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("triage does not name the ejected backend with reason ejected: %v", down)
+	}
+}
+
+// TestQueueTimeoutNamesTheCause: a request that waited queue_timeout is
+// told what held the backends back.
+func TestQueueTimeoutNamesTheCause(t *testing.T) {
+	gate := make(chan struct{})
+	e := startE2E(t, sim.Config{OutputTokens: 1, TokenGate: gate}, func(c *fleet.Config) {
+		c.Models[0].Backends[0].MaxInFlight = 1
+		c.Models[0].QueueTimeout = fleet.Duration(200 * time.Millisecond)
+	})
+	first := make(chan int, 1)
+	go func() {
+		res, err := e.gw.client.Post(e.gw.URL+"/v1/completions", "application/json", strings.NewReader(`{"model":"m","prompt":"hi","max_tokens":1}`))
+		if err != nil {
+			first <- 0
+			return
+		}
+		res.Body.Close()
+		first <- res.StatusCode
+	}()
+	eventually(t, "the first request to run", func() bool { return e.sim.Stats().Running == 1 })
+	res := e.gw.post(t, "/v1/completions", `{"model":"m","prompt":"hi","max_tokens":1}`)
+	body := readBodyT(t, res)
+	if res.StatusCode != 503 || !strings.Contains(body, "of 1 backend: 1 busy (at max_in_flight or its token budget)") {
+		t.Errorf("queue timeout: %d %s", res.StatusCode, body)
+	}
+	gate <- struct{}{}
+	if c := <-first; c != 200 {
+		t.Errorf("first: %d", c)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
 
 	"github.com/maitred-dev/maitred/admission"
 	"github.com/maitred-dev/maitred/fleet"
@@ -18,29 +19,63 @@ import (
 const PriorityHeader = "X-Maitred-Priority"
 
 // newPools builds each model's admission pool over its fleet backends.
-func newPools(cfg fleet.Config, fl *fleet.Fleet) map[string]*admission.Pool {
+// onEvent, when set, hears each model's pool events.
+func newPools(cfg fleet.Config, fl *fleet.Fleet, onEvent func(m *fleet.Model, e admission.Event)) map[string]*admission.Pool {
 	pools := map[string]*admission.Pool{}
 	for i := range cfg.Models {
 		mc := &cfg.Models[i]
 		fm, _ := fl.Model(mc.Name)
+		var events func(admission.Event)
+		if onEvent != nil {
+			events = func(e admission.Event) { onEvent(fm, e) }
+		}
 		var slots []admission.SlotConfig
 		for j, b := range fm.Backends {
 			bc := mc.Backends[j]
 			slots = append(slots, admission.SlotConfig{Name: b.URL.Host, Ready: b.Ready, MaxInFlight: bc.MaxInFlight, KVTokens: bc.KVTokens})
 		}
 		pools[mc.Name] = admission.NewPool(mc.Name, admission.PoolConfig{
-			QueueSize:        mc.QueueSizeOrDefault(),
-			QueueTimeout:     mc.QueueTimeoutOrDefault(),
-			Classes:          len(cfg.PriorityClasses),
-			SaturatedWaiting: cfg.SaturatedWaiting,
-			SaturatedKV:      cfg.SaturatedKVUsage,
-			StaleAfter:       4 * cfg.ScrapeInterval.D(),
-			EjectAfter:       cfg.EjectAfter,
-			EjectFor:         cfg.EjectFor.D(),
-			AffinityLoad:     1.5,
+			QueueSize:          mc.QueueSizeOrDefault(),
+			QueueTimeout:       mc.QueueTimeoutOrDefault(),
+			Classes:            len(cfg.PriorityClasses),
+			SaturatedWaiting:   cfg.SaturatedWaiting,
+			SaturatedKV:        cfg.SaturatedKVUsage,
+			StaleAfter:         4 * cfg.ScrapeInterval.D(),
+			EjectAfter:         cfg.EjectAfter,
+			EjectFor:           cfg.EjectFor.D(),
+			MaxEjectionPercent: cfg.MaxEjectionPercent,
+			AffinityLoad:       1.5,
+			OnEvent:            events,
 		}, slots, nil)
 	}
 	return pools
+}
+
+// poolEvent logs a pool's ejection events and tells triage at once, so
+// that an ejection is never silent.
+func (g *Gateway) poolEvent(m *fleet.Model, e admission.Event) {
+	b := m.Backends[e.Index]
+	fields := []zap.Field{zap.String("model", m.Name), zap.String("backend", b.URL.Host),
+		zap.Int("ejected_backends", e.Ejected), zap.Int("ready_backends", e.Ready)}
+	switch e.Kind {
+	case admission.Ejected:
+		g.log.Warn("backend ejected after consecutive failures", append(fields,
+			zap.Int("failures", e.Failures), zap.Duration("eject_for", g.cfg.EjectFor.D()), zap.Time("until", e.Until))...)
+	case admission.EjectionEnded:
+		g.log.Info("backend ejection ended", append(fields, zap.String("reason", e.Reason))...)
+	case admission.EjectionHeld:
+		g.log.Warn("backend not ejected: max_ejection_percent reached or no other ready backend left in rotation",
+			append(fields, zap.Int("failures", e.Failures), zap.Int("max_ejection_percent", g.cfg.MaxEjectionPercent))...)
+	case admission.GaugesChanged:
+		lvl := zap.InfoLevel
+		if e.Gauges == admission.GaugesUnavailable {
+			lvl = zap.WarnLevel
+		}
+		if ce := g.log.Check(lvl, "backend gauges "+e.Gauges.String()); ce != nil {
+			ce.Write(append(fields, zap.String("reason", e.Reason))...)
+		}
+	}
+	g.sampleBackend(m, b, b.LastGauges())
 }
 
 // ejected lists the model's backends its pool has ejected as outliers
@@ -111,8 +146,8 @@ func (g *Gateway) queueError(m *fleet.Model, o admission.Outcome, t admission.Ti
 				m.Name, w.Depth, w.Expected.Round(time.Millisecond), retrySeconds(w.Expected))}
 	case admission.QueueTimeout:
 		return &Error{Status: http.StatusServiceUnavailable, Type: typeServer, Code: "queue_timeout", RetryAfter: w.Expected,
-			Message: fmt.Sprintf("The request waited %s for a backend of model %q without one freeing up (%d still waiting; expected wait %s).",
-				g.queueTimeout[m.Name], m.Name, w.Depth, w.Expected.Round(time.Millisecond))}
+			Message: fmt.Sprintf("The request waited %s for a backend of model %q without one freeing up, %s (%d still waiting; expected wait %s).",
+				g.queueTimeout[m.Name], m.Name, p.Blocked(t), w.Depth, w.Expected.Round(time.Millisecond))}
 	case admission.OverBudget:
 		return &Error{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: "exceeds_kv_capacity", Param: "max_tokens",
 			Message: fmt.Sprintf("The request needs %d tokens of KV cache (prompt plus output budget), more than any backend of model %q holds; it can never run. Lower max_tokens or n.", t.Tokens, m.Name)}

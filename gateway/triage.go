@@ -1,11 +1,13 @@
 package gateway
 
 import (
+	"fmt"
 	"net/http"
 	"time"
 
 	"go.uber.org/zap/zapcore"
 
+	"github.com/maitred-dev/maitred/admission"
 	"github.com/maitred-dev/maitred/fleet"
 	"github.com/maitred-dev/maitred/triage"
 )
@@ -160,12 +162,28 @@ func (g *Gateway) sampleBackend(m *fleet.Model, b *fleet.Backend, gs fleet.Gauge
 	if at.IsZero() {
 		at = time.Now()
 	}
-	g.triage.Sample(triage.BackendSample{
+	smp := triage.BackendSample{
 		Time: at, Model: m.Name, Backend: b.URL.Host,
 		Running: gs.Running, Waiting: gs.Waiting, KVUsage: gs.KVUsage, Preemptions: gs.Preemptions,
 		Ready: st.State == fleet.Ready, State: st.State.String(), StateReason: st.Reason, StateSince: st.Since,
-	})
+	}
+	if slot, ok := g.slotOf(m, b); ok && slot.Ejected {
+		smp.Ejected = true
+		smp.StateReason = fmt.Sprintf("ejected after %d consecutive failures until %s", g.cfg.EjectAfter, slot.EjectedUntil.UTC().Format(time.RFC3339))
+		smp.StateSince = slot.EjectedUntil.Add(-g.cfg.EjectFor.D())
+	}
+	g.triage.Sample(smp)
 	g.triage.GatewayQueue(m.Name, g.pools[m.Name].Advice().Depth, at)
+}
+
+// slotOf is b's slot in its model's pool, as a snapshot.
+func (g *Gateway) slotOf(m *fleet.Model, b *fleet.Backend) (admission.SlotStats, bool) {
+	for i, bb := range m.Backends {
+		if bb == b {
+			return g.pools[m.Name].Stats().Slots[i], true
+		}
+	}
+	return admission.SlotStats{}, false
 }
 
 // onTransition tells the queue and the triage engine about a state change.
@@ -192,6 +210,9 @@ type backendRecord struct {
 	TokenBudget      int               `json:"token_budget"`
 	InFlightTokens   int               `json:"in_flight_tokens"`
 	Ejected          bool              `json:"ejected"`
+	EjectedUntil     *time.Time        `json:"ejected_until,omitempty"`
+	Ejections        int               `json:"ejections"`
+	Failures         int               `json:"consecutive_failures"`
 	SlowPathFallback bool              `json:"possible_slow_path_fallback"`
 }
 
@@ -213,7 +234,12 @@ func (g *Gateway) debugBackends(w http.ResponseWriter, r *http.Request, _ *excha
 		for i, b := range m.Backends {
 			rec := backendRecord{Model: m.Name, BackendStatus: b.Status(), CacheConfig: b.LastGauges().Info,
 				TokenBudget: st.Slots[i].Budget, InFlightTokens: st.Slots[i].Tokens, Ejected: st.Slots[i].Ejected,
+				Ejections: st.Slots[i].Ejections, Failures: st.Slots[i].Failures,
 				SlowPathFallback: slow[m.Name+"/"+b.URL.Host]}
+			if st.Slots[i].Ejected {
+				until := st.Slots[i].EjectedUntil.UTC()
+				rec.EjectedUntil = &until
+			}
 			out = append(out, rec)
 		}
 	}

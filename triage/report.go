@@ -114,6 +114,9 @@ type BackendReport struct {
 	State       string `json:"state,omitempty"`
 	StateReason string `json:"state_reason,omitempty"`
 	StateSince  string `json:"state_since,omitempty"`
+	// Ejected: the gateway's queue ejected it as an outlier (StateReason
+	// says until when).
+	Ejected bool `json:"ejected,omitempty"`
 	// Matches lists the per-backend classes this backend shows
 	// (backend_unavailable, kv_pressure, decode_pressure,
 	// admission_or_prefill_pressure), in precedence order.
@@ -298,7 +301,7 @@ func (e *Engine) evalSeries(be *beval, lo int64, origin time.Time, now time.Time
 		be.preBase, be.preBaseKnown = v*60, true
 	}
 
-	be.notReadyNow = s.sampled && !s.ready && !s.lastSample.Before(origin)
+	be.notReadyNow = s.sampled && (!s.ready || s.ejected) && !s.lastSample.Before(origin)
 	connect := a.layers[layerConnect] + a.layers[layerUnready]
 	be.unavailable = be.notReadyNow || (connect >= th.MinFailures && float64(connect) >= th.MinFailureShare*float64(a.requests))
 	waitingGrowing := be.waiting.N > 0 && (be.waiting.SlopePerMin >= th.GrowthPerMin || be.waiting.Last >= th.WaitingHigh)
@@ -631,6 +634,14 @@ func (e *Engine) evaluate(bes []*beval, scopes []*mscope, now time.Time) (string
 			"ready":            be.s.sampled && be.s.ready,
 			"connect_failures": conn,
 		}
+		switch {
+		case be.notReadyNow && be.s.ejected:
+			d["reason"] = "ejected"
+		case be.notReadyNow:
+			d["reason"] = "not_ready"
+		case conn > 0:
+			d["reason"] = "connect_failures"
+		}
 		if be.s.state != "" {
 			d["state"] = be.s.state
 		}
@@ -759,6 +770,7 @@ func (e *Engine) backendReport(be *beval, now time.Time) BackendReport {
 		Ready:       s.sampled && s.ready,
 		State:       s.state,
 		StateReason: s.stateReason,
+		Ejected:     s.sampled && s.ejected,
 	}
 	if !s.stateSince.IsZero() {
 		br.StateSince = s.stateSince.UTC().Format(time.RFC3339)

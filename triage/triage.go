@@ -105,9 +105,12 @@ type BackendSample struct {
 	KVUsage          float64 // vllm:kv_cache_usage_perc, 0..1
 	Preemptions      float64 // vllm:num_preemptions_total (a counter)
 	Ready            bool
-	State            string // gateway's view: loading/warming/ready/unhealthy
-	StateReason      string
-	StateSince       time.Time
+	// Ejected: ready, but ejected as an outlier by the gateway's queue
+	// (StateReason says until when); counts as not ready.
+	Ejected     bool
+	State       string // gateway's view: loading/warming/ready/unhealthy
+	StateReason string
+	StateSince  time.Time
 }
 
 // Thresholds are every threshold the rules use. A zero field takes its
@@ -301,7 +304,7 @@ type series struct {
 	prevPreempt        float64
 	prevTime           time.Time
 	lastSample         time.Time
-	ready              bool
+	ready, ejected     bool
 	state, stateReason string
 	stateSince         time.Time
 	sampled            bool
@@ -580,7 +583,7 @@ func (e *Engine) Sample(smp BackendSample) {
 	b.waiting.add(off, smp.Waiting)
 	b.kv.add(off, smp.KVUsage)
 	b.samples++
-	if !smp.Ready {
+	if !smp.Ready || smp.Ejected {
 		b.notReady++
 	}
 	if s.hasPrev && t.After(s.prevTime) {
@@ -599,7 +602,7 @@ func (e *Engine) Sample(smp BackendSample) {
 	if !s.sampled || !t.Before(s.lastSample) {
 		s.sampled = true
 		s.lastSample = t
-		s.ready = smp.Ready
+		s.ready, s.ejected = smp.Ready, smp.Ejected
 		s.state, s.stateReason = smp.State, smp.StateReason
 		s.stateSince = smp.StateSince
 	}
