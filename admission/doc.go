@@ -41,6 +41,15 @@
 // silent. Blocked says what holds the backends back when a request timed
 // out. Advice turns the observed release rate into Retry-After.
 //
+// A backend's gauges are fresh (checked against the saturation levels),
+// stale when the last good scrape is older than StaleAfter (held back: a
+// scrape missed under load says nothing good), or unavailable when scrapes
+// fail and never succeeded, or UnreadableScrapes answers in a row could
+// not be read (an error status, not vLLM's page), or they have failed for
+// GaugesUnavailableAfter whatever the error: unavailable gauges are not
+// checked, and the backend is admitted on its in-flight and token-budget
+// limits alone, rather than held back for ever.
+//
 // Reasons, Uncounted and Outcomes are small closed enums that double as
 // metric labels. The package imports no HTTP: statuses are plain numbers.
 //

@@ -56,8 +56,17 @@ type PoolConfig struct {
 	// no new requests until it recovers. Zero disables the check.
 	SaturatedWaiting float64
 	SaturatedKV      float64
-	// StaleAfter: scraped gauges older than this count as saturated.
+	// StaleAfter: scraped gauges older than this count as saturated (a
+	// scrape missed under load must not let a burst through on old
+	// numbers), unless they are unavailable.
 	StaleAfter time.Duration
+	// GaugesUnavailableAfter: scrapes failing for this long, whatever the
+	// error, make a backend's gauges unavailable (0: only by
+	// UnreadableScrapes answers in a row, or when none ever succeeded).
+	// Unavailable gauges are not checked at all: the backend is admitted
+	// on its in-flight and token-budget limits alone, rather than held
+	// back for ever by numbers that will not come.
+	GaugesUnavailableAfter time.Duration
 	// EjectAfter consecutive 5xx answers or connection failures eject a
 	// backend for EjectFor.
 	EjectAfter int
@@ -137,12 +146,17 @@ type Event struct {
 type GaugesState int
 
 const (
-	GaugesUnknown GaugesState = iota // not scraped yet
-	GaugesFresh
-	GaugesStale
-	GaugesUnavailable
+	GaugesUnknown     GaugesState = iota // not scraped yet: not checked
+	GaugesFresh                          // checked against the saturation levels
+	GaugesStale                          // older than StaleAfter: counted as saturated
+	GaugesUnavailable                    // cannot be read (see GaugesUnavailableAfter): not checked
 	numGaugesStates
 )
+
+// GaugesStates lists every GaugesState, for metric labels.
+func GaugesStates() []GaugesState {
+	return []GaugesState{GaugesUnknown, GaugesFresh, GaugesStale, GaugesUnavailable}
+}
 
 var gaugesStateNames = [...]string{"unknown", "fresh", "stale", "unavailable"}
 
@@ -152,6 +166,11 @@ func (g GaugesState) String() string {
 	}
 	return fmt.Sprintf("GaugesState(%d)", int(g))
 }
+
+// UnreadableScrapes answers in a row that cannot be read (an error status,
+// not vLLM's exposition, too large) make a backend's gauges unavailable at
+// once: waiting does not mend them.
+const UnreadableScrapes = 3
 
 // Gauges are a backend's scraped vLLM gauges.
 type Gauges struct {
@@ -172,6 +191,14 @@ type Slot struct {
 	gauges   Gauges
 	scraped  bool // gauges were read at least once
 
+	// Failed scrapes: the current run, of which the last unreadable ones
+	// in a row, since when; the total and the last error.
+	scrapeFails, unreadable int
+	failingSince            time.Time
+	scrapeErrors            int
+	lastScrapeErr           string
+	gstate                  GaugesState // as last reported
+
 	fails        int
 	ejectedUntil time.Time // zero when not ejected
 	ejections    int
@@ -189,6 +216,11 @@ type SlotStats struct {
 	Ejections      int
 	// Failures is the current run of consecutive failures.
 	Failures int
+	// GaugesState is how far its gauges can be trusted; ScrapeErrors
+	// counts failed scrapes, LastScrapeError is the latest.
+	GaugesState     GaugesState
+	ScrapeErrors    int
+	LastScrapeError string
 }
 
 // Ticket is what a request asks of the pool.
@@ -456,7 +488,7 @@ func (p *Pool) eligible(s *Slot, now time.Time) bool {
 	if !s.cfg.Ready() || !s.ejectedUntil.IsZero() {
 		return false
 	}
-	if s.scraped {
+	if s.scraped && p.gaugesLocked(s, now) != GaugesUnavailable {
 		if p.staleLocked(s, now) {
 			return false // stale gauges: assume the worst for new work
 		}
@@ -468,6 +500,37 @@ func (p *Pool) eligible(s *Slot, now time.Time) bool {
 		}
 	}
 	return true
+}
+
+// gaugesLocked is the slot's gauges state:
+//
+//	unavailable  scrapes are failing and none ever succeeded, or the last
+//	             UnreadableScrapes were answered with an unreadable page, or
+//	             they have failed for GaugesUnavailableAfter
+//	unknown      never scraped
+//	stale        the last success is older than StaleAfter
+//	fresh        otherwise
+func (p *Pool) gaugesLocked(s *Slot, now time.Time) GaugesState {
+	switch {
+	case s.scrapeFails > 0 && (!s.scraped || s.unreadable >= UnreadableScrapes ||
+		(p.cfg.GaugesUnavailableAfter > 0 && now.Sub(s.failingSince) >= p.cfg.GaugesUnavailableAfter)):
+		return GaugesUnavailable
+	case !s.scraped:
+		return GaugesUnknown
+	case p.staleLocked(s, now):
+		return GaugesStale
+	}
+	return GaugesFresh
+}
+
+// noteGaugesLocked reports a slot entering or leaving GaugesUnavailable.
+func (p *Pool) noteGaugesLocked(s *Slot, now time.Time, reason string) {
+	st := p.gaugesLocked(s, now)
+	was := s.gstate
+	s.gstate = st
+	if (st == GaugesUnavailable) != (was == GaugesUnavailable) {
+		p.emit(Event{Kind: GaugesChanged, Slot: s.Name, Index: s.Index, Gauges: st, Reason: reason})
+	}
 }
 
 // staleLocked: the slot's gauges are too old to trust (see eligible).
@@ -657,6 +720,33 @@ func (p *Pool) SetGauges(slot int, g Gauges) {
 	p.mu.Lock()
 	s := p.slots[slot]
 	s.gauges, s.scraped = g, true
+	s.scrapeFails, s.unreadable, s.failingSince = 0, 0, time.Time{}
+	p.noteGaugesLocked(s, p.now(), "scraped again")
+	p.dispatchLocked()
+	p.unlock()
+}
+
+// ScrapeFailed records a failed scrape of a backend's /metrics. answered:
+// the backend answered with a page that cannot be read (an error status,
+// not vLLM's exposition, too large), as opposed to no answer in time;
+// reason is the error, for the log. Gauges that turn unavailable free the
+// backend for work the queue was holding back.
+func (p *Pool) ScrapeFailed(slot int, answered bool, reason string) {
+	p.mu.Lock()
+	s := p.slots[slot]
+	now := p.now()
+	if s.scrapeFails == 0 {
+		s.failingSince = now
+	}
+	s.scrapeFails++
+	s.scrapeErrors++
+	s.lastScrapeErr = reason
+	if answered {
+		s.unreadable++
+	} else {
+		s.unreadable = 0
+	}
+	p.noteGaugesLocked(s, now, reason)
 	p.dispatchLocked()
 	p.unlock()
 }
@@ -772,7 +862,7 @@ func (p *Pool) Blocked(t Ticket) Blockage {
 			b.NotReady++
 		case !s.ejectedUntil.IsZero():
 			b.Ejected++
-		case p.staleLocked(s, now):
+		case p.gaugesLocked(s, now) == GaugesStale:
 			b.Stale++
 		case !p.eligible(s, now):
 			b.Saturated++
@@ -817,10 +907,12 @@ func (p *Pool) Stats() PoolStats {
 	for c, q := range p.queue {
 		st.Depth[c] = len(q)
 	}
-	p.reconcileLocked(p.now())
+	now := p.now()
+	p.reconcileLocked(now)
 	for _, s := range p.slots {
 		st.Slots = append(st.Slots, SlotStats{Name: s.Name, InFlight: s.inFlight, Tokens: s.tokens, Budget: s.budget(),
-			Gauges: s.gauges, Ejected: !s.ejectedUntil.IsZero(), EjectedUntil: s.ejectedUntil, Ejections: s.ejections, Failures: s.fails})
+			Gauges: s.gauges, Ejected: !s.ejectedUntil.IsZero(), EjectedUntil: s.ejectedUntil, Ejections: s.ejections, Failures: s.fails,
+			GaugesState: p.gaugesLocked(s, now), ScrapeErrors: s.scrapeErrors, LastScrapeError: s.lastScrapeErr})
 	}
 	for k, v := range p.decisions {
 		st.Decisions[k] = v

@@ -54,7 +54,11 @@ type Config struct {
 	Health HealthConfig `yaml:"health"`
 	// ScrapeInterval is how often each ready backend's /metrics is read
 	// (vllm:num_requests_waiting, kv_cache_usage_perc, cache_config_info).
-	// Gauges older than 4 intervals count as saturated for new admissions.
+	// Gauges older than 4 intervals are stale and count as saturated for
+	// new admissions; gauges that cannot be read (3 unreadable answers in
+	// a row, or scrapes failing for max(40 intervals, 5s), or never read)
+	// are unavailable and not checked: the backend is then admitted on its
+	// max_in_flight and token budget alone.
 	ScrapeInterval Duration `yaml:"scrape_interval"`
 	// SaturatedWaiting and SaturatedKVUsage: a backend whose scraped
 	// waiting queue or KV usage reaches these gets no new requests (they

@@ -20,7 +20,11 @@
 // A scraper reads each ready backend's /metrics every scrape_interval
 // (vllm:num_requests_waiting, running, kv_cache_usage_perc,
 // num_preemptions_total, cache_config_info) for the admission pools and
-// triage. Probe requests carry X-Maitred-Probe.
+// triage. It streams the page line by line and parses only those families'
+// samples, up to MaxMetricsBytes; a failed scrape is a *ScrapeError that
+// tells an unreadable answer (error status, not vLLM's page, too large)
+// from no answer, and the pools judge from that whether the gauges are
+// stale or unavailable. Probe requests carry X-Maitred-Probe.
 //
 // # Concurrency
 //

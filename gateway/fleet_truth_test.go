@@ -5,16 +5,20 @@ package gateway
 // real HTTP with a misbehaving backend.
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/maitred-dev/maitred/admission"
 	"github.com/maitred-dev/maitred/fleet"
 	"github.com/maitred-dev/maitred/sim"
 	"github.com/maitred-dev/maitred/triage"
@@ -244,3 +248,116 @@ func TestQueueTimeoutNamesTheCause(t *testing.T) {
 		t.Errorf("first: %d", c)
 	}
 }
+
+// metricsBackend is a vLLM stand-in whose /metrics page can break while
+// /health and generation keep working.
+type metricsBackend struct {
+	*httptest.Server
+	mode   atomic.Value // "ok", "404", "garbage"
+	broken atomic.Int64 // /metrics answers given while broken
+}
+
+func newMetricsBackend(t *testing.T) *metricsBackend {
+	mb := &metricsBackend{}
+	mb.mode.Store("ok")
+	mb.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/health":
+		case "/v1/models":
+			io.WriteString(w, `{"object":"list","data":[{"id":"m","object":"model","created":1700000000,"owned_by":"vllm","max_model_len":2048}]}`)
+		case "/metrics":
+			switch mb.mode.Load() {
+			case "ok":
+				io.WriteString(w, "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"m\"} 0\n"+
+					"# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{model_name=\"m\"} 0\n")
+			case "404":
+				mb.broken.Add(1)
+				http.NotFound(w, r)
+			default:
+				mb.broken.Add(1)
+				io.WriteString(w, "<html><body>metrics moved</body></html>\n")
+			}
+		case "/v1/completions":
+			io.WriteString(w, `{"id":"c","object":"text_completion","choices":[{"index":0,"text":"x","finish_reason":"length"}]}`)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(mb.Close)
+	return mb
+}
+
+// TestBrokenMetricsDoNotStopRouting: a backend whose /metrics breaks
+// (404, or a page that is not vLLM's) while it serves generations used to
+// be held back for ever (stale gauges count as saturated): every request
+// waited queue_timeout and got 503. Its gauges now turn unavailable after
+// three unreadable answers, and it is served on its in-flight and
+// token-budget limits alone, saying so in a metric, a log line,
+// /debug/backends and triage.
+func TestBrokenMetricsDoNotStopRouting(t *testing.T) {
+	for _, mode := range []string{"404", "garbage"} {
+		t.Run(mode, func(t *testing.T) {
+			mb := newMetricsBackend(t)
+			core, logs := observer.New(zap.InfoLevel)
+			tg := startGatewayFull(t, nil, extras{log: zap.New(core)}, func(c *fleet.Config) {
+				c.ScrapeInterval = fleet.Duration(5 * time.Millisecond)
+				c.Models[0].QueueTimeout = fleet.Duration(2 * time.Second)
+			}, mb.URL)
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan struct{})
+			go func() { tg.Fleet.RunScraper(ctx, 5*time.Millisecond, tg.ObserveScrape); close(done) }()
+			t.Cleanup(func() { cancel(); <-done })
+			pool := tg.pools["m"]
+			eventually(t, "a first scrape", func() bool { return pool.Stats().Slots[0].Gauges.At != (time.Time{}) })
+			mb.mode.Store(mode)
+			// Ten broken scrapes at 5 ms intervals: at least 45 ms since the
+			// last good one, past the 20 ms after which gauges are stale.
+			eventually(t, "ten broken scrapes", func() bool { return mb.broken.Load() >= 10 })
+			res := tg.post(t, "/v1/completions", `{"model":"m","prompt":"hi","max_tokens":1}`)
+			if body := readBodyT(t, res); res.StatusCode != 200 {
+				t.Fatalf("with /metrics broken: %d %s", res.StatusCode, body)
+			}
+			cancel()
+			<-done
+			if st := pool.Stats().Slots[0]; st.GaugesState != admission.GaugesUnavailable || st.ScrapeErrors < 10 {
+				t.Errorf("slot %+v", st)
+			}
+			m := tg.gathered(t)
+			for _, want := range []string{`maitred_backend_gauges_state{backend="` + hostOf(mb.URL) + `",model="m",state="unavailable"} 1`, `maitred_backend_scrape_errors_total{backend="` + hostOf(mb.URL) + `",model="m"}`} {
+				if !strings.Contains(m, want) {
+					t.Errorf("metrics lack %s", want)
+				}
+			}
+			if n := logs.FilterMessage("backend gauges unavailable").Len(); n != 1 {
+				t.Errorf("%d log lines on the transition to unavailable, want 1", n)
+			}
+			res, err := tg.client.Get(tg.URL + "/debug/backends")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var recs []backendRecord
+			if err := json.Unmarshal([]byte(readBodyT(t, res)), &recs); err != nil {
+				t.Fatal(err)
+			}
+			if r := recs[0]; r.GaugesState != "unavailable" || r.LastScrapeError == "" {
+				t.Errorf("/debug/backends: %+v", r)
+			}
+			rep := report(t, tg)
+			if b := rep.Models[0].Backends; len(b) != 1 || b[0].Gauges != "unavailable" {
+				t.Errorf("triage backends: %+v", b)
+			}
+			// Readable again: fresh, and logged.
+			mb.mode.Store("ok")
+			g, err := tg.Fleet.Scrape(t.Context(), tg.Fleet.Models()[0].Backends[0])
+			tg.ObserveScrape(tg.Fleet.Models()[0], tg.Fleet.Models()[0].Backends[0], g, err)
+			if st := pool.Stats().Slots[0]; st.GaugesState != admission.GaugesFresh {
+				t.Errorf("after a good scrape: %s", st.GaugesState)
+			}
+			if n := logs.FilterMessage("backend gauges fresh").Len(); n != 1 {
+				t.Errorf("%d log lines on the recovery, want 1", n)
+			}
+		})
+	}
+}
+
+func hostOf(u string) string { return strings.TrimPrefix(u, "http://") }

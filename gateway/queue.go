@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"net/http"
@@ -35,17 +36,20 @@ func newPools(cfg fleet.Config, fl *fleet.Fleet, onEvent func(m *fleet.Model, e 
 			slots = append(slots, admission.SlotConfig{Name: b.URL.Host, Ready: b.Ready, MaxInFlight: bc.MaxInFlight, KVTokens: bc.KVTokens})
 		}
 		pools[mc.Name] = admission.NewPool(mc.Name, admission.PoolConfig{
-			QueueSize:          mc.QueueSizeOrDefault(),
-			QueueTimeout:       mc.QueueTimeoutOrDefault(),
-			Classes:            len(cfg.PriorityClasses),
-			SaturatedWaiting:   cfg.SaturatedWaiting,
-			SaturatedKV:        cfg.SaturatedKVUsage,
-			StaleAfter:         4 * cfg.ScrapeInterval.D(),
-			EjectAfter:         cfg.EjectAfter,
-			EjectFor:           cfg.EjectFor.D(),
-			MaxEjectionPercent: cfg.MaxEjectionPercent,
-			AffinityLoad:       1.5,
-			OnEvent:            events,
+			QueueSize:        mc.QueueSizeOrDefault(),
+			QueueTimeout:     mc.QueueTimeoutOrDefault(),
+			Classes:          len(cfg.PriorityClasses),
+			SaturatedWaiting: cfg.SaturatedWaiting,
+			SaturatedKV:      cfg.SaturatedKVUsage,
+			StaleAfter:       4 * cfg.ScrapeInterval.D(),
+			// A scrape times out after max(interval, 1s); 40 intervals (10 s
+			// at the default) of failures is persistent, not a missed scrape.
+			GaugesUnavailableAfter: max(40*cfg.ScrapeInterval.D(), 5*time.Second),
+			EjectAfter:             cfg.EjectAfter,
+			EjectFor:               cfg.EjectFor.D(),
+			MaxEjectionPercent:     cfg.MaxEjectionPercent,
+			AffinityLoad:           1.5,
+			OnEvent:                events,
 		}, slots, nil)
 	}
 	return pools
@@ -75,7 +79,7 @@ func (g *Gateway) poolEvent(m *fleet.Model, e admission.Event) {
 			ce.Write(append(fields, zap.String("reason", e.Reason))...)
 		}
 	}
-	g.sampleBackend(m, b, b.LastGauges())
+	g.sampleBackend(m, b, nil)
 }
 
 // ejected lists the model's backends its pool has ejected as outliers
@@ -88,17 +92,28 @@ func (g *Gateway) ejected(m *fleet.Model) []*fleet.Backend {
 	return out
 }
 
-// ObserveScrape feeds a backend's scraped gauges to its model's pool.
+// ObserveScrape feeds a backend's scraped gauges, or the scrape's failure,
+// to its model's pool, and its state to triage.
 func (g *Gateway) ObserveScrape(m *fleet.Model, b *fleet.Backend, gs fleet.Gauges, err error) {
-	if err != nil {
-		return // the last gauges age and turn stale on their own
+	if errors.Is(err, fleet.ErrNotReady) {
+		g.sampleBackend(m, b, nil)
+		return
 	}
-	g.sampleBackend(m, b, gs)
 	p := g.pools[m.Name]
 	for i, bb := range m.Backends {
-		if bb == b {
-			p.SetGauges(i, admission.Gauges{Waiting: gs.Waiting, Running: gs.Running, KVUsage: gs.KVUsage, KVCapacity: gs.KVCapacity, At: gs.At})
+		if bb != b {
+			continue
 		}
+		if err != nil {
+			// The last gauges age and turn stale; failures that persist
+			// turn them unavailable (see admission.Pool.ScrapeFailed).
+			var se *fleet.ScrapeError
+			p.ScrapeFailed(i, errors.As(err, &se) && se.Answered, err.Error())
+			g.sampleBackend(m, b, nil)
+			return
+		}
+		p.SetGauges(i, admission.Gauges{Waiting: gs.Waiting, Running: gs.Running, KVUsage: gs.KVUsage, KVCapacity: gs.KVCapacity, At: gs.At})
+		g.sampleBackend(m, b, &gs)
 	}
 }
 
@@ -211,12 +226,14 @@ var (
 	vllmRunDesc     = prometheus.NewDesc("maitred_backend_vllm_running", "vllm:num_requests_running as last scraped.", []string{"model", "backend"}, nil)
 	vllmKVDesc      = prometheus.NewDesc("maitred_backend_vllm_kv_cache_usage", "vllm:kv_cache_usage_perc as last scraped (0 to 1).", []string{"model", "backend"}, nil)
 	ejectedDesc     = prometheus.NewDesc("maitred_backend_ejected", "1 while a backend is ejected as an outlier.", []string{"model", "backend"}, nil)
+	gaugesStateDesc = prometheus.NewDesc("maitred_backend_gauges_state", "1 for the state of a backend's scraped vLLM gauges: unknown (not scraped yet), fresh, stale (counted as saturated), unavailable (scrapes failing: admitted on in-flight and token-budget limits alone).", []string{"model", "backend", "state"}, nil)
+	scrapeErrDesc   = prometheus.NewDesc("maitred_backend_scrape_errors_total", "Failed scrapes of a backend's /metrics.", []string{"model", "backend"}, nil)
 	ejectionsDesc   = prometheus.NewDesc("maitred_backend_ejections_total", "Outlier ejections per backend.", []string{"model", "backend"}, nil)
 	routingDesc     = prometheus.NewDesc("maitred_routing_decisions_total", "Backend choices by policy: p2c (power of two choices), affinity (prefix), only (one candidate).", []string{"model", "policy"}, nil)
 )
 
 func (c poolCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{queueDepthDesc, inflightTokDesc, budgetDesc, inflightDesc, vllmWaitDesc, vllmRunDesc, vllmKVDesc, ejectedDesc, ejectionsDesc, routingDesc} {
+	for _, d := range []*prometheus.Desc{queueDepthDesc, inflightTokDesc, budgetDesc, inflightDesc, vllmWaitDesc, vllmRunDesc, vllmKVDesc, ejectedDesc, ejectionsDesc, routingDesc, gaugesStateDesc, scrapeErrDesc} {
 		ch <- d
 	}
 }
@@ -243,6 +260,14 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			gv(ejectedDesc, ejected)
 			ch <- prometheus.MustNewConstMetric(ejectionsDesc, prometheus.CounterValue, float64(s.Ejections), name, s.Name)
+			for _, gs := range admission.GaugesStates() {
+				v := 0.0
+				if gs == s.GaugesState {
+					v = 1
+				}
+				ch <- prometheus.MustNewConstMetric(gaugesStateDesc, prometheus.GaugeValue, v, name, s.Name, gs.String())
+			}
+			ch <- prometheus.MustNewConstMetric(scrapeErrDesc, prometheus.CounterValue, float64(s.ScrapeErrors), name, s.Name)
 		}
 		for policy, n := range st.Decisions {
 			ch <- prometheus.MustNewConstMetric(routingDesc, prometheus.CounterValue, float64(n), name, policy)

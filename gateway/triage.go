@@ -155,25 +155,30 @@ func (g *Gateway) observe(x *exchange, status int, ph phases, total time.Duratio
 	})
 }
 
-// sampleBackend feeds a backend's state and gauges to the triage engine.
-func (g *Gateway) sampleBackend(m *fleet.Model, b *fleet.Backend, gs fleet.Gauges) {
+// sampleBackend feeds a backend's state and, when gs is set, the gauges of
+// a scrape to the triage engine.
+func (g *Gateway) sampleBackend(m *fleet.Model, b *fleet.Backend, gs *fleet.Gauges) {
 	st := b.Status()
-	at := gs.At
-	if at.IsZero() {
-		at = time.Now()
-	}
 	smp := triage.BackendSample{
-		Time: at, Model: m.Name, Backend: b.URL.Host,
-		Running: gs.Running, Waiting: gs.Waiting, KVUsage: gs.KVUsage, Preemptions: gs.Preemptions,
+		Time: time.Now(), Model: m.Name, Backend: b.URL.Host, NoGauges: gs == nil,
 		Ready: st.State == fleet.Ready, State: st.State.String(), StateReason: st.Reason, StateSince: st.Since,
 	}
-	if slot, ok := g.slotOf(m, b); ok && slot.Ejected {
-		smp.Ejected = true
-		smp.StateReason = fmt.Sprintf("ejected after %d consecutive failures until %s", g.cfg.EjectAfter, slot.EjectedUntil.UTC().Format(time.RFC3339))
-		smp.StateSince = slot.EjectedUntil.Add(-g.cfg.EjectFor.D())
+	if gs != nil {
+		smp.Running, smp.Waiting, smp.KVUsage, smp.Preemptions = gs.Running, gs.Waiting, gs.KVUsage, gs.Preemptions
+		if !gs.At.IsZero() {
+			smp.Time = gs.At
+		}
+	}
+	if slot, ok := g.slotOf(m, b); ok {
+		smp.GaugesState = slot.GaugesState.String()
+		if slot.Ejected {
+			smp.Ejected = true
+			smp.StateReason = fmt.Sprintf("ejected after %d consecutive failures until %s", g.cfg.EjectAfter, slot.EjectedUntil.UTC().Format(time.RFC3339))
+			smp.StateSince = slot.EjectedUntil.Add(-g.cfg.EjectFor.D())
+		}
 	}
 	g.triage.Sample(smp)
-	g.triage.GatewayQueue(m.Name, g.pools[m.Name].Advice().Depth, at)
+	g.triage.GatewayQueue(m.Name, g.pools[m.Name].Advice().Depth, smp.Time)
 }
 
 // slotOf is b's slot in its model's pool, as a snapshot.
@@ -194,7 +199,7 @@ func (g *Gateway) onTransition(m *fleet.Model, b *fleet.Backend, _, to fleet.Sta
 			g.triage.Warmup(m.Name, b.URL.Host, time.Duration(st.WarmupSeconds*float64(time.Second)), 0)
 		}
 	}
-	g.sampleBackend(m, b, b.LastGauges())
+	g.sampleBackend(m, b, nil)
 }
 
 // debugTriage answers GET /debug/triage with the current report.
@@ -213,6 +218,9 @@ type backendRecord struct {
 	EjectedUntil     *time.Time        `json:"ejected_until,omitempty"`
 	Ejections        int               `json:"ejections"`
 	Failures         int               `json:"consecutive_failures"`
+	GaugesState      string            `json:"gauges_state"`
+	ScrapeErrors     int               `json:"scrape_errors"`
+	LastScrapeError  string            `json:"last_scrape_error,omitempty"`
 	SlowPathFallback bool              `json:"possible_slow_path_fallback"`
 }
 
@@ -235,6 +243,7 @@ func (g *Gateway) debugBackends(w http.ResponseWriter, r *http.Request, _ *excha
 			rec := backendRecord{Model: m.Name, BackendStatus: b.Status(), CacheConfig: b.LastGauges().Info,
 				TokenBudget: st.Slots[i].Budget, InFlightTokens: st.Slots[i].Tokens, Ejected: st.Slots[i].Ejected,
 				Ejections: st.Slots[i].Ejections, Failures: st.Slots[i].Failures,
+				GaugesState: st.Slots[i].GaugesState.String(), ScrapeErrors: st.Slots[i].ScrapeErrors, LastScrapeError: st.Slots[i].LastScrapeError,
 				SlowPathFallback: slow[m.Name+"/"+b.URL.Host]}
 			if st.Slots[i].Ejected {
 				until := st.Slots[i].EjectedUntil.UTC()

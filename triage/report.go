@@ -117,6 +117,10 @@ type BackendReport struct {
 	// Ejected: the gateway's queue ejected it as an outlier (StateReason
 	// says until when).
 	Ejected bool `json:"ejected,omitempty"`
+	// Gauges is the gateway's trust in its scraped gauges: unknown, fresh,
+	// stale (counted as saturated) or unavailable (scrapes failing; the
+	// backend is admitted on its in-flight and token-budget limits alone).
+	Gauges string `json:"gauges,omitempty"`
 	// Matches lists the per-backend classes this backend shows
 	// (backend_unavailable, kv_pressure, decode_pressure,
 	// admission_or_prefill_pressure), in precedence order.
@@ -771,6 +775,7 @@ func (e *Engine) backendReport(be *beval, now time.Time) BackendReport {
 		State:       s.state,
 		StateReason: s.stateReason,
 		Ejected:     s.sampled && s.ejected,
+		Gauges:      s.gaugesState,
 	}
 	if !s.stateSince.IsZero() {
 		br.StateSince = s.stateSince.UTC().Format(time.RFC3339)

@@ -107,7 +107,13 @@ type BackendSample struct {
 	Ready            bool
 	// Ejected: ready, but ejected as an outlier by the gateway's queue
 	// (StateReason says until when); counts as not ready.
-	Ejected     bool
+	Ejected bool
+	// NoGauges: a sample of the state only (the scrape failed, or the
+	// backend is not scraped): the gauge fields are ignored.
+	NoGauges bool
+	// GaugesState is the gateway's trust in the backend's gauges:
+	// unknown, fresh, stale or unavailable ("" when not told).
+	GaugesState string
 	State       string // gateway's view: loading/warming/ready/unhealthy
 	StateReason string
 	StateSince  time.Time
@@ -306,6 +312,7 @@ type series struct {
 	lastSample         time.Time
 	ready, ejected     bool
 	state, stateReason string
+	gaugesState        string
 	stateSince         time.Time
 	sampled            bool
 }
@@ -578,14 +585,31 @@ func (e *Engine) Sample(smp BackendSample) {
 	if !ok {
 		return
 	}
-	off := t.Sub(time.Unix(0, idx*int64(e.width))).Seconds()
-	b.running.add(off, smp.Running)
-	b.waiting.add(off, smp.Waiting)
-	b.kv.add(off, smp.KVUsage)
 	b.samples++
 	if !smp.Ready || smp.Ejected {
 		b.notReady++
 	}
+	if !smp.NoGauges {
+		e.gauges(s, b, idx, t, smp)
+	}
+	if !s.sampled || !t.Before(s.lastSample) {
+		s.sampled = true
+		s.lastSample = t
+		s.ready, s.ejected = smp.Ready, smp.Ejected
+		s.state, s.stateReason = smp.State, smp.StateReason
+		s.stateSince = smp.StateSince
+		if smp.GaugesState != "" {
+			s.gaugesState = smp.GaugesState
+		}
+	}
+}
+
+// gauges adds a sample's gauges to its bucket and the preemption rate.
+func (e *Engine) gauges(s *series, b *bucket, idx int64, t time.Time, smp BackendSample) {
+	off := t.Sub(time.Unix(0, idx*int64(e.width))).Seconds()
+	b.running.add(off, smp.Running)
+	b.waiting.add(off, smp.Waiting)
+	b.kv.add(off, smp.KVUsage)
 	if s.hasPrev && t.After(s.prevTime) {
 		d := smp.Preemptions - s.prevPreempt
 		if d < 0 { // counter reset: count what the new counter has seen
@@ -598,13 +622,6 @@ func (e *Engine) Sample(smp BackendSample) {
 	}
 	if !s.hasPrev || t.After(s.prevTime) {
 		s.hasPrev, s.prevPreempt, s.prevTime = true, smp.Preemptions, t
-	}
-	if !s.sampled || !t.Before(s.lastSample) {
-		s.sampled = true
-		s.lastSample = t
-		s.ready, s.ejected = smp.Ready, smp.Ejected
-		s.state, s.stateReason = smp.State, smp.StateReason
-		s.stateSince = smp.StateSince
 	}
 }
 
