@@ -102,6 +102,11 @@ type HealthConfig struct {
 	WarmupPrompt string `yaml:"warmup_prompt"`
 	// WarmupTimeout bounds the warm-up generation.
 	WarmupTimeout Duration `yaml:"warmup_timeout"`
+	// WarmupBackoffMax caps the wait between failed warm-ups: a backend
+	// whose warm-up fails (a tokenizer or max_model_len mismatch, a failed
+	// generation) is tried again after one interval, then twice that, and
+	// so on up to this; success, or the backend restarting, resets it.
+	WarmupBackoffMax Duration `yaml:"warmup_backoff_max"`
 }
 
 // TriageConfig holds the thresholds of the triage rules (0: the default).
@@ -143,6 +148,12 @@ type ModelConfig struct {
 	// the context: "reject" (400 context_length_exceeded) or "clamp"
 	// (lower max_tokens to what fits, when the prompt alone fits).
 	OnOverflow string `yaml:"on_overflow"`
+	// TokenizerCheck is what a backend whose /tokenize counts the warm-up
+	// probe differently from this gateway's tokenizer and chat template
+	// gets: "enforce" (the default: it stays warming, tokenizer_mismatch),
+	// "warn" (it becomes ready; the mismatch is logged, exported and shown
+	// in /debug/backends and triage) or "off" (no probe).
+	TokenizerCheck string `yaml:"tokenizer_check"`
 	// TokenizeCheckRate is the fraction of counted requests whose prompt
 	// is also counted by the backend's POST /tokenize, to catch a tokenizer
 	// or chat template that differs from the backend's (0 to 1).
@@ -165,6 +176,21 @@ type ModelConfig struct {
 	StreamIdleTimeout Duration `yaml:"stream_idle_timeout"`
 	// Backends serve this model.
 	Backends []BackendConfig `yaml:"backends"`
+}
+
+// Values of tokenizer_check.
+const (
+	TokenizerEnforce = "enforce"
+	TokenizerWarn    = "warn"
+	TokenizerOff     = "off"
+)
+
+// TokenizerCheckOrDefault is tokenizer_check, enforce when unset.
+func (m *ModelConfig) TokenizerCheckOrDefault() string {
+	if m.TokenizerCheck == "" {
+		return TokenizerEnforce
+	}
+	return m.TokenizerCheck
 }
 
 // MinReadyOrDefault is min_ready, 1 when unset.
@@ -282,6 +308,7 @@ func Default() Config {
 			UnhealthyThreshold: 3,
 			WarmupPrompt:       "Hello",
 			WarmupTimeout:      Duration(60 * time.Second),
+			WarmupBackoffMax:   Duration(2 * time.Minute),
 		},
 	}
 }
@@ -477,6 +504,7 @@ func (c *Config) Validate() error {
 		{"backend_dial_timeout", c.BackendDialTimeout},
 		{"health.interval", c.Health.Interval},
 		{"health.timeout", c.Health.Timeout},
+		{"health.warmup_backoff_max", c.Health.WarmupBackoffMax},
 	} {
 		if d.v <= 0 {
 			add(d.path, "must be positive, got %s", d.v.D())
@@ -536,6 +564,11 @@ func (c *Config) Validate() error {
 		case "", "reject", "clamp":
 		default:
 			add(p+".on_overflow", "want reject or clamp, got %q", m.OnOverflow)
+		}
+		switch m.TokenizerCheck {
+		case "", TokenizerEnforce, TokenizerWarn, TokenizerOff:
+		default:
+			add(p+".tokenizer_check", "want enforce, warn or off, got %q", m.TokenizerCheck)
 		}
 		if m.TokenizeCheckRate < 0 || m.TokenizeCheckRate > 1 {
 			add(p+".tokenize_check_rate", "want a fraction from 0 to 1, got %v", m.TokenizeCheckRate)

@@ -13,6 +13,9 @@
 //	          max_model_len agreeing with the config, a one-token warm-up
 //	          generation must succeed, and the backend's /tokenize must count
 //	          a probe conversation as the gateway does
+//	          (tokenizer_check: warn serves it anyway, recording the
+//	          mismatch; off skips the probe). A failed warm-up is retried
+//	          with exponential backoff up to health.warmup_backoff_max
 //	ready     requests may go here
 //	unhealthy unhealthy_threshold failed probes or real connection failures
 //	          in a row; it warms up again when /health recovers

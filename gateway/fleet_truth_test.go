@@ -361,3 +361,81 @@ func TestBrokenMetricsDoNotStopRouting(t *testing.T) {
 }
 
 func hostOf(u string) string { return strings.TrimPrefix(u, "http://") }
+
+// mismatchBackend is a vLLM stand-in whose /tokenize counts every prompt as
+// 999 tokens: another tokenizer than the gateway's.
+func mismatchBackend(t *testing.T) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/health":
+		case "/v1/models":
+			io.WriteString(w, `{"object":"list","data":[{"id":"m","object":"model","created":1700000000,"owned_by":"vllm","max_model_len":2048}]}`)
+		case "/tokenize":
+			io.WriteString(w, `{"count":999,"max_model_len":2048,"tokens":[]}`)
+		case "/v1/chat/completions", "/v1/completions":
+			io.WriteString(w, `{"id":"c","object":"text_completion","choices":[{"index":0,"text":"x","finish_reason":"length"}]}`)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// TestTokenizerMismatchIsCompatibility: a backend held back by a tokenizer
+// mismatch is triage's compatibility (the ingredients layer), with both
+// counts and what to check, not backend_unavailable with advice about
+// /health and OOM kills; with tokenizer_check: warn it serves, and the
+// mismatch shows in a metric and /debug/backends.
+func TestTokenizerMismatchIsCompatibility(t *testing.T) {
+	tok := loadTok(t, "demo")
+	t.Run("enforce", func(t *testing.T) {
+		tg := startGatewayToks(t, tok, nil, mismatchBackend(t).URL)
+		res := tg.post(t, "/v1/completions", `{"model":"m","prompt":"hi","max_tokens":1}`)
+		if body := readBodyT(t, res); res.StatusCode != 503 {
+			t.Fatalf("a mismatching backend served: %d %s", res.StatusCode, body)
+		}
+		rep := report(t, tg)
+		if rep.Verdict != triage.VerdictCompat {
+			t.Fatalf("verdict %s, want compatibility: %v", rep.Verdict, rep.Evidence)
+		}
+		bad, _ := rep.Evidence["incompatible_backends"].([]any)
+		if len(bad) != 1 {
+			t.Fatalf("incompatible_backends %v", rep.Evidence["incompatible_backends"])
+		}
+		d := bad[0].(map[string]any)
+		if d["check"] != "tokenizer" || d["backend_value"] != float64(999) || d["gateway"] == nil || d["gateway"] == float64(999) {
+			t.Errorf("evidence %v", d)
+		}
+		if !strings.Contains(strings.Join(rep.Next, "\n"), "tokenizer_check: warn") {
+			t.Errorf("next steps %v", rep.Next)
+		}
+		if b := rep.Models[0].Backends[0]; b.Compatibility == nil || b.Compatibility.Backend != 999 || b.Matches[0] != triage.VerdictCompat {
+			t.Errorf("backend report %+v", b)
+		}
+	})
+	t.Run("warn", func(t *testing.T) {
+		tg := startGatewayToks(t, tok, func(c *fleet.Config) { c.Models[0].TokenizerCheck = fleet.TokenizerWarn }, mismatchBackend(t).URL)
+		res := tg.post(t, "/v1/completions", `{"model":"m","prompt":"hi","max_tokens":1}`)
+		if body := readBodyT(t, res); res.StatusCode != 200 {
+			t.Fatalf("tokenizer_check warn: %d %s", res.StatusCode, body)
+		}
+		if m := tg.gathered(t); !strings.Contains(m, `maitred_backend_mismatch{accepted="true",backend="`) {
+			t.Errorf("no maitred_backend_mismatch in the metrics")
+		}
+		res, err := tg.client.Get(tg.URL + "/debug/backends")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var recs []backendRecord
+		if err := json.Unmarshal([]byte(readBodyT(t, res)), &recs); err != nil {
+			t.Fatal(err)
+		}
+		if mm := recs[0].Mismatch; mm == nil || !mm.Accepted || mm.Backend != 999 {
+			t.Errorf("/debug/backends mismatch %+v", recs[0].Mismatch)
+		}
+		if rep := report(t, tg); rep.Verdict == triage.VerdictCompat {
+			t.Errorf("an accepted mismatch is the verdict: %v", rep.Evidence)
+		}
+	})
+}

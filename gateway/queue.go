@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -227,13 +228,14 @@ var (
 	vllmKVDesc      = prometheus.NewDesc("maitred_backend_vllm_kv_cache_usage", "vllm:kv_cache_usage_perc as last scraped (0 to 1).", []string{"model", "backend"}, nil)
 	ejectedDesc     = prometheus.NewDesc("maitred_backend_ejected", "1 while a backend is ejected as an outlier.", []string{"model", "backend"}, nil)
 	gaugesStateDesc = prometheus.NewDesc("maitred_backend_gauges_state", "1 for the state of a backend's scraped vLLM gauges: unknown (not scraped yet), fresh, stale (counted as saturated), unavailable (scrapes failing: admitted on in-flight and token-budget limits alone).", []string{"model", "backend", "state"}, nil)
+	mismatchDesc    = prometheus.NewDesc("maitred_backend_mismatch", "1 while a backend serves other ingredients than this gateway's, found at warm-up: check tokenizer (its /tokenize counts the probe differently) or max_model_len; accepted=true when tokenizer_check is warn and it is served anyway.", []string{"model", "backend", "check", "accepted"}, nil)
 	scrapeErrDesc   = prometheus.NewDesc("maitred_backend_scrape_errors_total", "Failed scrapes of a backend's /metrics.", []string{"model", "backend"}, nil)
 	ejectionsDesc   = prometheus.NewDesc("maitred_backend_ejections_total", "Outlier ejections per backend.", []string{"model", "backend"}, nil)
 	routingDesc     = prometheus.NewDesc("maitred_routing_decisions_total", "Backend choices by policy: p2c (power of two choices), affinity (prefix), only (one candidate).", []string{"model", "policy"}, nil)
 )
 
 func (c poolCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{queueDepthDesc, inflightTokDesc, budgetDesc, inflightDesc, vllmWaitDesc, vllmRunDesc, vllmKVDesc, ejectedDesc, ejectionsDesc, routingDesc, gaugesStateDesc, scrapeErrDesc} {
+	for _, d := range []*prometheus.Desc{queueDepthDesc, inflightTokDesc, budgetDesc, inflightDesc, vllmWaitDesc, vllmRunDesc, vllmKVDesc, ejectedDesc, ejectionsDesc, routingDesc, gaugesStateDesc, scrapeErrDesc, mismatchDesc} {
 		ch <- d
 	}
 }
@@ -268,6 +270,13 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 				ch <- prometheus.MustNewConstMetric(gaugesStateDesc, prometheus.GaugeValue, v, name, s.Name, gs.String())
 			}
 			ch <- prometheus.MustNewConstMetric(scrapeErrDesc, prometheus.CounterValue, float64(s.ScrapeErrors), name, s.Name)
+		}
+		if fm, ok := c.g.fleet.Model(name); ok {
+			for _, b := range fm.Backends {
+				if mm := b.Status().Mismatch; mm != nil {
+					ch <- prometheus.MustNewConstMetric(mismatchDesc, prometheus.GaugeValue, 1, name, b.URL.Host, mm.Check, strconv.FormatBool(mm.Accepted))
+				}
+			}
 		}
 		for policy, n := range st.Decisions {
 			ch <- prometheus.MustNewConstMetric(routingDesc, prometheus.CounterValue, float64(n), name, policy)

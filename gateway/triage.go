@@ -163,6 +163,9 @@ func (g *Gateway) sampleBackend(m *fleet.Model, b *fleet.Backend, gs *fleet.Gaug
 		Time: time.Now(), Model: m.Name, Backend: b.URL.Host, NoGauges: gs == nil,
 		Ready: st.State == fleet.Ready, State: st.State.String(), StateReason: st.Reason, StateSince: st.Since,
 	}
+	if mm := st.Mismatch; mm != nil {
+		smp.Compat = &triage.Compatibility{Check: mm.Check, Gateway: mm.Gateway, Backend: mm.Backend, Accepted: mm.Accepted}
+	}
 	if gs != nil {
 		smp.Running, smp.Waiting, smp.KVUsage, smp.Preemptions = gs.Running, gs.Waiting, gs.KVUsage, gs.Preemptions
 		if !gs.At.IsZero() {

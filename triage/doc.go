@@ -17,7 +17,9 @@
 //   - Engine.Sample: one scrape of a backend's vLLM gauges
 //     (num_requests_running, num_requests_waiting, kv_cache_usage_perc,
 //     the num_preemptions_total counter) and the gateway's view of its state
-//     (ready or not, loading/warming/ready/unhealthy, why, since when).
+//     (ready or not, ejected, loading/warming/ready/unhealthy, why, since
+//     when, the trust in its gauges, a known compatibility difference); a
+//     sample with NoGauges carries the state only.
 //   - Engine.GatewayQueue: a sample of the gateway's queue depth for a model.
 //   - Engine.Warmup: a backend's TTFT and TPOT measured at warm-up, idle.
 //
@@ -81,10 +83,20 @@
 // MinFailures (5) failures making at least MinFailureShare (1%) of the
 // window's requests.
 //
+//  0. compatibility (the ingredients layer): a backend held back because
+//     it serves other ingredients than the gateway's: its /tokenize counts
+//     the warm-up probe differently (tokenizer or chat template), or it
+//     serves another max_model_len. No restart fixes that. Evidence:
+//     incompatible_backends, each with the check, the gateway's count and
+//     the backend's (backend_value), its state and since when. A mismatch
+//     accepted with tokenizer_check: warn is not a verdict; it shows in
+//     the BackendReport's Compatibility.
 //  1. backend_unavailable: significant backend_unready + backend_connect
 //     failures, or a backend whose latest sample in the window says not
-//     ready. Evidence: the failures, and per backend its state, reason,
-//     since when, the share of not-ready samples and its connect failures.
+//     ready or ejected as an outlier (other than for compatibility).
+//     Evidence: the failures, and per backend its state, reason (ejected,
+//     not_ready, connect_failures), since when, the share of not-ready
+//     samples and its connect failures.
 //  2. kv_pressure (per backend): max KV usage >= KVFull (0.95) and either
 //     preemptions per minute > PreemptionsPerMin (0), or waiting growing
 //     (slope) while running is not.

@@ -114,9 +114,27 @@ type BackendSample struct {
 	// GaugesState is the gateway's trust in the backend's gauges:
 	// unknown, fresh, stale or unavailable ("" when not told).
 	GaugesState string
+	// Compat is a known difference of ingredients (tokenizer, chat
+	// template, context length) between the gateway and the backend; nil
+	// when none is known.
+	Compat      *Compatibility
 	State       string // gateway's view: loading/warming/ready/unhealthy
 	StateReason string
 	StateSince  time.Time
+}
+
+// Compatibility is a difference of ingredients between the gateway and a
+// backend found at warm-up: the backend counts the probe conversation with
+// another tokenizer or chat template, or serves another context length.
+type Compatibility struct {
+	// Check is "tokenizer" or "max_model_len".
+	Check string `json:"check"`
+	// Gateway and Backend are the two counts (or context lengths).
+	Gateway int `json:"gateway"`
+	Backend int `json:"backend"`
+	// Accepted: the model's tokenizer_check is warn, so the backend is
+	// served anyway.
+	Accepted bool `json:"accepted,omitempty"`
 }
 
 // Thresholds are every threshold the rules use. A zero field takes its
@@ -313,6 +331,7 @@ type series struct {
 	ready, ejected     bool
 	state, stateReason string
 	gaugesState        string
+	compat             *Compatibility
 	stateSince         time.Time
 	sampled            bool
 }
@@ -600,6 +619,11 @@ func (e *Engine) Sample(smp BackendSample) {
 		s.stateSince = smp.StateSince
 		if smp.GaugesState != "" {
 			s.gaugesState = smp.GaugesState
+		}
+		s.compat = nil
+		if smp.Compat != nil {
+			c := *smp.Compat
+			s.compat = &c
 		}
 	}
 }
