@@ -26,6 +26,7 @@ unit:
 FUZZ_TARGETS := \
 	./internal/ojson:FuzzParse:60000x \
 	./fleet:FuzzParse:15000x \
+	./fleet:FuzzParseMetrics:20000x \
 	./gateway:FuzzStreamGuard:5000x \
 	./admission:FuzzDoor:40000x \
 	./tokenize:FuzzPretokenize:10000x \

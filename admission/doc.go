@@ -39,7 +39,21 @@
 // when its client does (ClientGone). Routing is power of two choices on
 // outstanding tokens, or prefix affinity by consistent hashing with a load
 // bound; backends failing EjectAfter times in a row are ejected for
-// EjectFor. Advice turns the observed release rate into Retry-After.
+// EjectFor, at most MaxEjectionPercent of the ready ones at once (at least
+// one) and never the last ready backend in rotation: an ejection that would
+// leave none ends at once. OnEvent hears every ejection, its end, an
+// ejection held back by that bound, and gauges-state changes, so none is
+// silent. Blocked says what holds the backends back when a request timed
+// out. Advice turns the observed release rate into Retry-After.
+//
+// A backend's gauges are fresh (checked against the saturation levels),
+// stale when the last good scrape is older than StaleAfter (held back: a
+// scrape missed under load says nothing good), or unavailable when scrapes
+// fail and never succeeded, or UnreadableScrapes answers in a row could
+// not be read (an error status, not vLLM's page), or they have failed for
+// GaugesUnavailableAfter whatever the error: unavailable gauges are not
+// checked, and the backend is admitted on its in-flight and token-budget
+// limits alone, rather than held back for ever.
 //
 // Reasons, Uncounted and Outcomes are small closed enums that double as
 // metric labels. The package imports no HTTP: statuses are plain numbers.

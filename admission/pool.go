@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 )
@@ -55,12 +56,31 @@ type PoolConfig struct {
 	// no new requests until it recovers. Zero disables the check.
 	SaturatedWaiting float64
 	SaturatedKV      float64
-	// StaleAfter: scraped gauges older than this count as saturated.
+	// StaleAfter: scraped gauges older than this count as saturated (a
+	// scrape missed under load must not let a burst through on old
+	// numbers), unless they are unavailable.
 	StaleAfter time.Duration
+	// GaugesUnavailableAfter: scrapes failing for this long, whatever the
+	// error, make a backend's gauges unavailable (0: only by
+	// UnreadableScrapes answers in a row, or when none ever succeeded).
+	// Unavailable gauges are not checked at all: the backend is admitted
+	// on its in-flight and token-budget limits alone, rather than held
+	// back for ever by numbers that will not come.
+	GaugesUnavailableAfter time.Duration
 	// EjectAfter consecutive 5xx answers or connection failures eject a
 	// backend for EjectFor.
 	EjectAfter int
 	EjectFor   time.Duration
+	// MaxEjectionPercent bounds ejection, as Envoy's max_ejection_percent:
+	// at most this share of the model's ready backends are ejected at once,
+	// rounded down but at least one; and never the last ready backend left
+	// in rotation, so a model is never emptied by ejection (a client able
+	// to provoke 5xx must not be able to switch a model off).
+	MaxEjectionPercent int
+	// OnEvent, when set, is told of ejections and their ends, ejections
+	// held back by the bound, and changes of a backend's gauges state. It
+	// is called after the pool's lock is released.
+	OnEvent func(Event)
 	// AffinityLoad bounds prefix affinity: a backend is skipped when its
 	// outstanding tokens exceed AffinityLoad times the average (e.g. 1.25).
 	AffinityLoad float64
@@ -77,6 +97,80 @@ type SlotConfig struct {
 	// does not export vllm:cache_config_info (0: no budget).
 	KVTokens int
 }
+
+// EventKind is what happened to a backend in the pool.
+type EventKind int
+
+const (
+	// Ejected: EjectAfter failures in a row; no requests until Until.
+	Ejected EventKind = iota
+	// EjectionEnded: back in rotation (Reason says why: eject_for elapsed,
+	// or no other ready backend was left in rotation).
+	EjectionEnded
+	// EjectionHeld: EjectAfter failures in a row, but ejecting it would
+	// exceed MaxEjectionPercent or leave no ready backend in rotation; it
+	// keeps its traffic. Reported once per run of failures.
+	EjectionHeld
+	// GaugesChanged: the backend's gauges state changed (Gauges, Reason).
+	GaugesChanged
+)
+
+var eventNames = [...]string{"ejected", "ejection_ended", "ejection_held", "gauges_changed"}
+
+func (k EventKind) String() string {
+	if k >= 0 && int(k) < len(eventNames) {
+		return eventNames[k]
+	}
+	return fmt.Sprintf("EventKind(%d)", int(k))
+}
+
+// Event is a change in a backend's standing in the pool.
+type Event struct {
+	Kind  EventKind
+	Slot  string
+	Index int
+	// Failures is the run of consecutive failures (Ejected, EjectionHeld).
+	Failures int
+	// Until is the end of an ejection (Ejected).
+	Until time.Time
+	// Ejected and Ready count the model's ejected and ready backends after
+	// the event.
+	Ejected, Ready int
+	// Gauges is the new gauges state (GaugesChanged).
+	Gauges GaugesState
+	// Reason explains EjectionEnded and GaugesChanged.
+	Reason string
+}
+
+// GaugesState is how far a backend's scraped gauges can be trusted.
+type GaugesState int
+
+const (
+	GaugesUnknown     GaugesState = iota // not scraped yet: not checked
+	GaugesFresh                          // checked against the saturation levels
+	GaugesStale                          // older than StaleAfter: counted as saturated
+	GaugesUnavailable                    // cannot be read (see GaugesUnavailableAfter): not checked
+	numGaugesStates
+)
+
+// GaugesStates lists every GaugesState, for metric labels.
+func GaugesStates() []GaugesState {
+	return []GaugesState{GaugesUnknown, GaugesFresh, GaugesStale, GaugesUnavailable}
+}
+
+var gaugesStateNames = [...]string{"unknown", "fresh", "stale", "unavailable"}
+
+func (g GaugesState) String() string {
+	if g >= 0 && g < numGaugesStates {
+		return gaugesStateNames[g]
+	}
+	return fmt.Sprintf("GaugesState(%d)", int(g))
+}
+
+// UnreadableScrapes answers in a row that cannot be read (an error status,
+// not vLLM's exposition, too large) make a backend's gauges unavailable at
+// once: waiting does not mend them.
+const UnreadableScrapes = 3
 
 // Gauges are a backend's scraped vLLM gauges.
 type Gauges struct {
@@ -97,9 +191,18 @@ type Slot struct {
 	gauges   Gauges
 	scraped  bool // gauges were read at least once
 
+	// Failed scrapes: the current run, of which the last unreadable ones
+	// in a row, since when; the total and the last error.
+	scrapeFails, unreadable int
+	failingSince            time.Time
+	scrapeErrors            int
+	lastScrapeErr           string
+	gstate                  GaugesState // as last reported
+
 	fails        int
-	ejectedUntil time.Time
+	ejectedUntil time.Time // zero when not ejected
 	ejections    int
+	held         bool // an EjectionHeld was reported for this run of failures
 }
 
 // SlotStats is a snapshot of a slot.
@@ -109,7 +212,15 @@ type SlotStats struct {
 	Tokens, Budget int
 	Gauges         Gauges
 	Ejected        bool
+	EjectedUntil   time.Time
 	Ejections      int
+	// Failures is the current run of consecutive failures.
+	Failures int
+	// GaugesState is how far its gauges can be trusted; ScrapeErrors
+	// counts failed scrapes, LastScrapeError is the latest.
+	GaugesState     GaugesState
+	ScrapeErrors    int
+	LastScrapeError string
 }
 
 // Ticket is what a request asks of the pool.
@@ -173,6 +284,8 @@ type Pool struct {
 	rnd       *rand.Rand
 	ring      []ringPoint
 	decisions map[string]int
+	// pending events, delivered to cfg.OnEvent by unlock.
+	pending []Event
 }
 
 type ringPoint struct {
@@ -201,6 +314,68 @@ func NewPool(name string, cfg PoolConfig, slots []SlotConfig, now func() time.Ti
 	return p
 }
 
+// unlock releases the lock, then delivers the events raised under it.
+func (p *Pool) unlock() {
+	ev := p.pending
+	p.pending = nil
+	p.mu.Unlock()
+	if p.cfg.OnEvent != nil {
+		for _, e := range ev {
+			p.cfg.OnEvent(e)
+		}
+	}
+}
+
+func (p *Pool) emit(e Event) {
+	if p.cfg.OnEvent == nil {
+		return
+	}
+	e.Ready, e.Ejected = p.countLocked()
+	p.pending = append(p.pending, e)
+}
+
+// countLocked counts the ready backends and those of them ejected.
+func (p *Pool) countLocked() (ready, ejected int) {
+	for _, s := range p.slots {
+		if s.cfg.Ready() {
+			ready++
+			if !s.ejectedUntil.IsZero() {
+				ejected++
+			}
+		}
+	}
+	return ready, ejected
+}
+
+// reconcileLocked ends ejections whose time is up, and those that leave
+// the model without a ready backend in rotation (the backends still in
+// rotation may have turned unready since): ejection moves traffic to a
+// backend's peers, and without peers there is nowhere to move it.
+func (p *Pool) reconcileLocked(now time.Time) {
+	for _, s := range p.slots {
+		if !s.ejectedUntil.IsZero() && !now.Before(s.ejectedUntil) {
+			s.ejectedUntil = time.Time{}
+			p.emit(Event{Kind: EjectionEnded, Slot: s.Name, Index: s.Index, Reason: "eject_for elapsed"})
+		}
+	}
+	if ready, ejected := p.countLocked(); ejected > 0 && ejected == ready {
+		for _, s := range p.slots {
+			if !s.ejectedUntil.IsZero() && s.cfg.Ready() {
+				s.ejectedUntil = time.Time{}
+				p.emit(Event{Kind: EjectionEnded, Slot: s.Name, Index: s.Index, Reason: "no other ready backend left in rotation"})
+			}
+		}
+	}
+}
+
+// mayEjectLocked applies the ejection bound to one more ejection.
+func (p *Pool) mayEjectLocked() bool {
+	ready, ejected := p.countLocked()
+	allowed := max(1, p.cfg.MaxEjectionPercent*ready/100)
+	allowed = min(allowed, ready-1)
+	return ejected+1 <= allowed
+}
+
 // Acquire waits for a backend slot for t, or returns why not. The context
 // is the client's: when it ends, the request leaves the queue at once and
 // is never dispatched.
@@ -208,32 +383,32 @@ func (p *Pool) Acquire(ctx context.Context, t Ticket) (*Lease, Outcome) {
 	t.Class = min(max(t.Class, 0), p.cfg.Classes-1)
 	p.mu.Lock()
 	if p.draining {
-		p.mu.Unlock()
+		p.unlock()
 		return nil, Draining
 	}
 	if !p.anyReadyLocked(t.Exclude) {
-		p.mu.Unlock()
+		p.unlock()
 		return nil, NoBackend
 	}
 	if t.Exact && p.tooLargeLocked(t.Tokens) {
-		p.mu.Unlock()
+		p.unlock()
 		return nil, OverBudget
 	}
 	// Only when nobody of the same or a higher class waits, so FIFO holds.
 	if !p.waitingAtOrAbove(t.Class) {
 		if l := p.grantLocked(t); l != nil {
-			p.mu.Unlock()
+			p.unlock()
 			return l, Admitted
 		}
 	}
 	if p.depth >= p.cfg.QueueSize {
-		p.mu.Unlock()
+		p.unlock()
 		return nil, QueueFull
 	}
 	w := &waiter{t: t, ch: make(chan *Lease, 1), since: p.now()}
 	p.queue[t.Class] = append(p.queue[t.Class], w)
 	p.depth++
-	p.mu.Unlock()
+	p.unlock()
 
 	timer := time.NewTimer(p.cfg.QueueTimeout)
 	defer timer.Stop()
@@ -254,13 +429,13 @@ func (p *Pool) Acquire(ctx context.Context, t Ticket) (*Lease, Outcome) {
 	if w.granted != nil {
 		// Granted as it gave up: the grant goes back, unused.
 		l := w.granted
-		p.mu.Unlock()
+		p.unlock()
 		l.release(Abandoned, false)
 		return nil, why
 	}
 	w.gone = true
 	p.removeLocked(w)
-	p.mu.Unlock()
+	p.unlock()
 	return nil, why
 }
 
@@ -310,11 +485,11 @@ func (p *Pool) tooLargeLocked(tokens int) bool {
 
 // eligible: ready, not ejected, not saturated by its own gauges.
 func (p *Pool) eligible(s *Slot, now time.Time) bool {
-	if !s.cfg.Ready() || now.Before(s.ejectedUntil) {
+	if !s.cfg.Ready() || !s.ejectedUntil.IsZero() {
 		return false
 	}
-	if s.scraped {
-		if p.cfg.StaleAfter > 0 && now.Sub(s.gauges.At) > p.cfg.StaleAfter {
+	if s.scraped && p.gaugesLocked(s, now) != GaugesUnavailable {
+		if p.staleLocked(s, now) {
 			return false // stale gauges: assume the worst for new work
 		}
 		if p.cfg.SaturatedWaiting > 0 && s.gauges.Waiting >= p.cfg.SaturatedWaiting {
@@ -325,6 +500,42 @@ func (p *Pool) eligible(s *Slot, now time.Time) bool {
 		}
 	}
 	return true
+}
+
+// gaugesLocked is the slot's gauges state:
+//
+//	unavailable  scrapes are failing and none ever succeeded, or the last
+//	             UnreadableScrapes were answered with an unreadable page, or
+//	             they have failed for GaugesUnavailableAfter
+//	unknown      never scraped
+//	stale        the last success is older than StaleAfter
+//	fresh        otherwise
+func (p *Pool) gaugesLocked(s *Slot, now time.Time) GaugesState {
+	switch {
+	case s.scrapeFails > 0 && (!s.scraped || s.unreadable >= UnreadableScrapes ||
+		(p.cfg.GaugesUnavailableAfter > 0 && now.Sub(s.failingSince) >= p.cfg.GaugesUnavailableAfter)):
+		return GaugesUnavailable
+	case !s.scraped:
+		return GaugesUnknown
+	case p.staleLocked(s, now):
+		return GaugesStale
+	}
+	return GaugesFresh
+}
+
+// noteGaugesLocked reports a slot entering or leaving GaugesUnavailable.
+func (p *Pool) noteGaugesLocked(s *Slot, now time.Time, reason string) {
+	st := p.gaugesLocked(s, now)
+	was := s.gstate
+	s.gstate = st
+	if (st == GaugesUnavailable) != (was == GaugesUnavailable) {
+		p.emit(Event{Kind: GaugesChanged, Slot: s.Name, Index: s.Index, Gauges: st, Reason: reason})
+	}
+}
+
+// staleLocked: the slot's gauges are too old to trust (see eligible).
+func (p *Pool) staleLocked(s *Slot, now time.Time) bool {
+	return s.scraped && p.cfg.StaleAfter > 0 && now.Sub(s.gauges.At) > p.cfg.StaleAfter
 }
 
 func (p *Pool) fits(s *Slot, tokens int) bool {
@@ -353,6 +564,7 @@ func (s *Slot) load() float64 {
 // loaded of two random candidates with room.
 func (p *Pool) grantLocked(t Ticket) *Lease {
 	now := p.now()
+	p.reconcileLocked(now)
 	var cands []*Slot
 	for _, s := range p.slots {
 		if !slices.Contains(t.Exclude, s.Index) && p.eligible(s, now) && p.fits(s, t.Tokens) {
@@ -440,7 +652,7 @@ func (l *Lease) Release(r Result) { l.release(r, true) }
 func (l *Lease) release(r Result, count bool) {
 	p := l.pool
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	defer p.unlock()
 	if l.done {
 		return
 	}
@@ -451,13 +663,24 @@ func (l *Lease) release(r Result, count bool) {
 	now := p.now()
 	switch r {
 	case Succeeded:
-		s.fails = 0
+		s.fails, s.held = 0, false
 	case ServerError, ConnectFailed:
 		s.fails++
-		if p.cfg.EjectAfter > 0 && s.fails >= p.cfg.EjectAfter {
-			s.ejectedUntil = now.Add(p.cfg.EjectFor)
-			s.ejections++
-			s.fails = 0
+		if p.cfg.EjectAfter > 0 && s.fails >= p.cfg.EjectAfter && s.ejectedUntil.IsZero() {
+			p.reconcileLocked(now)
+			switch {
+			case p.mayEjectLocked():
+				s.ejectedUntil = now.Add(p.cfg.EjectFor)
+				s.ejections++
+				p.emit(Event{Kind: Ejected, Slot: s.Name, Index: s.Index, Failures: s.fails, Until: s.ejectedUntil})
+				s.fails, s.held = 0, false
+				// Dispatch when the cool-off ends, so that waiters do not
+				// depend on another event to be served.
+				time.AfterFunc(p.cfg.EjectFor, p.Kick)
+			case !s.held:
+				s.held = true
+				p.emit(Event{Kind: EjectionHeld, Slot: s.Name, Index: s.Index, Failures: s.fails})
+			}
 		}
 	}
 	if count {
@@ -487,8 +710,9 @@ func (p *Pool) observeRelease(now time.Time) {
 // changed or an ejection expired.
 func (p *Pool) Kick() {
 	p.mu.Lock()
+	p.reconcileLocked(p.now())
 	p.dispatchLocked()
-	p.mu.Unlock()
+	p.unlock()
 }
 
 // SetGauges records a backend's scraped gauges and re-runs dispatch.
@@ -496,8 +720,35 @@ func (p *Pool) SetGauges(slot int, g Gauges) {
 	p.mu.Lock()
 	s := p.slots[slot]
 	s.gauges, s.scraped = g, true
+	s.scrapeFails, s.unreadable, s.failingSince = 0, 0, time.Time{}
+	p.noteGaugesLocked(s, p.now(), "scraped again")
 	p.dispatchLocked()
-	p.mu.Unlock()
+	p.unlock()
+}
+
+// ScrapeFailed records a failed scrape of a backend's /metrics. answered:
+// the backend answered with a page that cannot be read (an error status,
+// not vLLM's exposition, too large), as opposed to no answer in time;
+// reason is the error, for the log. Gauges that turn unavailable free the
+// backend for work the queue was holding back.
+func (p *Pool) ScrapeFailed(slot int, answered bool, reason string) {
+	p.mu.Lock()
+	s := p.slots[slot]
+	now := p.now()
+	if s.scrapeFails == 0 {
+		s.failingSince = now
+	}
+	s.scrapeFails++
+	s.scrapeErrors++
+	s.lastScrapeErr = reason
+	if answered {
+		s.unreadable++
+	} else {
+		s.unreadable = 0
+	}
+	p.noteGaugesLocked(s, now, reason)
+	p.dispatchLocked()
+	p.unlock()
 }
 
 // Drain refuses every waiting request with Draining and all later ones.
@@ -556,6 +807,74 @@ func (p *Pool) Advice() Wait {
 	return w
 }
 
+// Blockage says why a model's backends take no more work: each backend
+// counted once, by the first reason that holds it back.
+type Blockage struct {
+	Backends  int
+	NotReady  int // not ready (loading, warming, unhealthy)
+	Ejected   int // ejected after consecutive failures
+	Saturated int // its scraped waiting queue or KV usage at the configured level
+	Stale     int // its gauges were not scraped recently (counted as saturated)
+	Busy      int // at max_in_flight or its token budget
+	Free      int // has room (the queue's head may still not fit)
+}
+
+// String reads like "of 2 backends: 1 ejected after consecutive failures,
+// 1 busy (at max_in_flight or its token budget)".
+func (b Blockage) String() string {
+	if b.Ejected > 0 && b.Ejected == b.Backends {
+		return fmt.Sprintf("all %d backends ejected after consecutive failures", b.Backends)
+	}
+	var parts []string
+	for _, c := range []struct {
+		n    int
+		what string
+	}{
+		{b.NotReady, "not ready"},
+		{b.Ejected, "ejected after consecutive failures"},
+		{b.Saturated, "saturated (vLLM's waiting queue or KV cache usage at the configured level)"},
+		{b.Stale, "with stale gauges (no recent /metrics scrape; counted as saturated)"},
+		{b.Busy, "busy (at max_in_flight or its token budget)"},
+		{b.Free, "with room for a smaller request"},
+	} {
+		if c.n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", c.n, c.what))
+		}
+	}
+	noun := "backends"
+	if b.Backends == 1 {
+		noun = "backend"
+	}
+	return fmt.Sprintf("of %d %s: %s", b.Backends, noun, strings.Join(parts, ", "))
+}
+
+// Blocked classifies the backends for a request like t that could not be
+// placed, for the message of a queue timeout.
+func (p *Pool) Blocked(t Ticket) Blockage {
+	p.mu.Lock()
+	defer p.unlock()
+	now := p.now()
+	p.reconcileLocked(now)
+	b := Blockage{Backends: len(p.slots)}
+	for _, s := range p.slots {
+		switch {
+		case !s.cfg.Ready():
+			b.NotReady++
+		case !s.ejectedUntil.IsZero():
+			b.Ejected++
+		case p.gaugesLocked(s, now) == GaugesStale:
+			b.Stale++
+		case !p.eligible(s, now):
+			b.Saturated++
+		case !p.fits(s, t.Tokens):
+			b.Busy++
+		default:
+			b.Free++
+		}
+	}
+	return b
+}
+
 // PoolStats is a snapshot for metrics.
 type PoolStats struct {
 	Depth     []int // per class
@@ -564,14 +883,16 @@ type PoolStats struct {
 }
 
 // Ejected lists the slots ejected as outliers right now, for work that
-// bypasses the queue but should still avoid them.
+// bypasses the queue but should still avoid them. It follows the queue's
+// rule: an ejection that would leave no ready backend in rotation has
+// ended.
 func (p *Pool) Ejected() []int {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	now := p.now()
+	defer p.unlock()
+	p.reconcileLocked(p.now())
 	var out []int
 	for i, s := range p.slots {
-		if now.Before(s.ejectedUntil) {
+		if !s.ejectedUntil.IsZero() {
 			out = append(out, i)
 		}
 	}
@@ -581,15 +902,17 @@ func (p *Pool) Ejected() []int {
 // Stats returns a snapshot.
 func (p *Pool) Stats() PoolStats {
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	defer p.unlock()
 	st := PoolStats{Depth: make([]int, len(p.queue)), Decisions: map[string]int{}}
 	for c, q := range p.queue {
 		st.Depth[c] = len(q)
 	}
 	now := p.now()
+	p.reconcileLocked(now)
 	for _, s := range p.slots {
 		st.Slots = append(st.Slots, SlotStats{Name: s.Name, InFlight: s.inFlight, Tokens: s.tokens, Budget: s.budget(),
-			Gauges: s.gauges, Ejected: now.Before(s.ejectedUntil), Ejections: s.ejections})
+			Gauges: s.gauges, Ejected: !s.ejectedUntil.IsZero(), EjectedUntil: s.ejectedUntil, Ejections: s.ejections, Failures: s.fails,
+			GaugesState: p.gaugesLocked(s, now), ScrapeErrors: s.scrapeErrors, LastScrapeError: s.lastScrapeErr})
 	}
 	for k, v := range p.decisions {
 		st.Decisions[k] = v

@@ -65,7 +65,11 @@ type Config struct {
 	Health HealthConfig `yaml:"health"`
 	// ScrapeInterval is how often each ready backend's /metrics is read
 	// (vllm:num_requests_waiting, kv_cache_usage_perc, cache_config_info).
-	// Gauges older than 4 intervals count as saturated for new admissions.
+	// Gauges older than 4 intervals are stale and count as saturated for
+	// new admissions; gauges that cannot be read (3 unreadable answers in
+	// a row, or scrapes failing for max(40 intervals, 5s), or never read)
+	// are unavailable and not checked: the backend is then admitted on its
+	// max_in_flight and token budget alone.
 	ScrapeInterval Duration `yaml:"scrape_interval"`
 	// SaturatedWaiting and SaturatedKVUsage: a backend whose scraped
 	// waiting queue or KV usage reaches these gets no new requests (they
@@ -86,6 +90,11 @@ type Config struct {
 	// EjectAfter times in a row gets no requests for EjectFor.
 	EjectAfter int      `yaml:"eject_after"`
 	EjectFor   Duration `yaml:"eject_for"`
+	// MaxEjectionPercent bounds ejection as Envoy's max_ejection_percent:
+	// at most this percentage of a model's ready backends are ejected at
+	// once (rounded down, but at least one), and never the last ready one
+	// left in rotation: a single-backend model is never ejected.
+	MaxEjectionPercent int `yaml:"max_ejection_percent"`
 	// Models are the models served, each with its backends.
 	Models []ModelConfig `yaml:"models"`
 }
@@ -104,6 +113,11 @@ type HealthConfig struct {
 	WarmupPrompt string `yaml:"warmup_prompt"`
 	// WarmupTimeout bounds the warm-up generation.
 	WarmupTimeout Duration `yaml:"warmup_timeout"`
+	// WarmupBackoffMax caps the wait between failed warm-ups: a backend
+	// whose warm-up fails (a tokenizer or max_model_len mismatch, a failed
+	// generation) is tried again after one interval, then twice that, and
+	// so on up to this; success, or the backend restarting, resets it.
+	WarmupBackoffMax Duration `yaml:"warmup_backoff_max"`
 }
 
 // TriageConfig holds the thresholds of the triage rules (0: the default).
@@ -145,6 +159,12 @@ type ModelConfig struct {
 	// the context: "reject" (400 context_length_exceeded) or "clamp"
 	// (lower max_tokens to what fits, when the prompt alone fits).
 	OnOverflow string `yaml:"on_overflow"`
+	// TokenizerCheck is what a backend whose /tokenize counts the warm-up
+	// probe differently from this gateway's tokenizer and chat template
+	// gets: "enforce" (the default: it stays warming, tokenizer_mismatch),
+	// "warn" (it becomes ready; the mismatch is logged, exported and shown
+	// in /debug/backends and triage) or "off" (no probe).
+	TokenizerCheck string `yaml:"tokenizer_check"`
 	// TokenizeCheckRate is the fraction of counted requests whose prompt
 	// is also counted by the backend's POST /tokenize, to catch a tokenizer
 	// or chat template that differs from the backend's (0 to 1).
@@ -167,6 +187,21 @@ type ModelConfig struct {
 	StreamIdleTimeout Duration `yaml:"stream_idle_timeout"`
 	// Backends serve this model.
 	Backends []BackendConfig `yaml:"backends"`
+}
+
+// Values of tokenizer_check.
+const (
+	TokenizerEnforce = "enforce"
+	TokenizerWarn    = "warn"
+	TokenizerOff     = "off"
+)
+
+// TokenizerCheckOrDefault is tokenizer_check, enforce when unset.
+func (m *ModelConfig) TokenizerCheckOrDefault() string {
+	if m.TokenizerCheck == "" {
+		return TokenizerEnforce
+	}
+	return m.TokenizerCheck
 }
 
 // MinReadyOrDefault is min_ready, 1 when unset.
@@ -280,12 +315,14 @@ func Default() Config {
 		EjectAfter:           5,
 		TriageWindow:         Duration(5 * time.Minute),
 		EjectFor:             Duration(10 * time.Second),
+		MaxEjectionPercent:   10,
 		Health: HealthConfig{
 			Interval:           Duration(time.Second),
 			Timeout:            Duration(2 * time.Second),
 			UnhealthyThreshold: 3,
 			WarmupPrompt:       "Hello",
 			WarmupTimeout:      Duration(60 * time.Second),
+			WarmupBackoffMax:   Duration(2 * time.Minute),
 		},
 	}
 }
@@ -490,6 +527,7 @@ func (c *Config) Validate() error {
 		{"backend_dial_timeout", c.BackendDialTimeout},
 		{"health.interval", c.Health.Interval},
 		{"health.timeout", c.Health.Timeout},
+		{"health.warmup_backoff_max", c.Health.WarmupBackoffMax},
 	} {
 		if d.v <= 0 {
 			add(d.path, "must be positive, got %s", d.v.D())
@@ -526,6 +564,9 @@ func (c *Config) Validate() error {
 	if c.EjectAfter < 0 {
 		add("eject_after", "must not be negative, got %d", c.EjectAfter)
 	}
+	if c.MaxEjectionPercent < 0 || c.MaxEjectionPercent > 100 {
+		add("max_ejection_percent", "want a percentage from 0 to 100, got %d", c.MaxEjectionPercent)
+	}
 	if c.Health.WarmupPrompt == "" {
 		add("health.warmup_prompt", "must not be empty")
 	}
@@ -546,6 +587,11 @@ func (c *Config) Validate() error {
 		case "", "reject", "clamp":
 		default:
 			add(p+".on_overflow", "want reject or clamp, got %q", m.OnOverflow)
+		}
+		switch m.TokenizerCheck {
+		case "", TokenizerEnforce, TokenizerWarn, TokenizerOff:
+		default:
+			add(p+".tokenizer_check", "want enforce, warn or off, got %q", m.TokenizerCheck)
 		}
 		if m.TokenizeCheckRate < 0 || m.TokenizeCheckRate > 1 {
 			add(p+".tokenize_check_rate", "want a fraction from 0 to 1, got %v", m.TokenizeCheckRate)

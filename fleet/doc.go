@@ -13,6 +13,9 @@
 //	          max_model_len agreeing with the config, a one-token warm-up
 //	          generation must succeed, and the backend's /tokenize must count
 //	          a probe conversation as the gateway does
+//	          (tokenizer_check: warn serves it anyway, recording the
+//	          mismatch; off skips the probe). A failed warm-up is retried
+//	          with exponential backoff up to health.warmup_backoff_max
 //	ready     requests may go here
 //	unhealthy unhealthy_threshold failed probes or real connection failures
 //	          in a row; it warms up again when /health recovers
@@ -20,7 +23,11 @@
 // A scraper reads each ready backend's /metrics every scrape_interval
 // (vllm:num_requests_waiting, running, kv_cache_usage_perc,
 // num_preemptions_total, cache_config_info) for the admission pools and
-// triage. Probe requests carry X-Maitred-Probe.
+// triage. It streams the page line by line and parses only those families'
+// samples, up to MaxMetricsBytes; a failed scrape is a *ScrapeError that
+// tells an unreadable answer (error status, not vLLM's page, too large)
+// from no answer, and the pools judge from that whether the gauges are
+// stale or unavailable. Probe requests carry X-Maitred-Probe.
 //
 // # Concurrency
 //

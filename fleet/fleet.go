@@ -90,6 +90,28 @@ type Backend struct {
 	version     string
 	warmupTTFT  time.Duration
 	gauges      Gauges
+	// Failed warm-ups in a row, and when the next may run (backoff).
+	warmFails  int
+	nextWarmup time.Time
+	mismatch   *Mismatch
+}
+
+// Checks a Mismatch can come from.
+const (
+	CheckTokenizer   = "tokenizer"
+	CheckMaxModelLen = "max_model_len"
+)
+
+// Mismatch is a difference of ingredients between this gateway and a
+// backend, found at warm-up: the backend's /tokenize counts the probe
+// conversation differently (another tokenizer or chat template), or it
+// serves another context length. The backend stays warming unless the
+// model's tokenizer_check is warn (Accepted).
+type Mismatch struct {
+	Check    string `json:"check"`   // CheckTokenizer or CheckMaxModelLen
+	Gateway  int    `json:"gateway"` // this gateway's count, or the config's max_model_len
+	Backend  int    `json:"backend"` // the backend's
+	Accepted bool   `json:"accepted,omitempty"`
 }
 
 // BackendStatus is a snapshot of a backend.
@@ -104,14 +126,30 @@ type BackendStatus struct {
 	Version string `json:"version,omitempty"`
 	// WarmupSeconds is the time the warm-up generation took.
 	WarmupSeconds float64 `json:"warmup_seconds,omitempty"`
+	// Mismatch is a tokenizer or max_model_len difference found at
+	// warm-up: holding it back, or accepted (tokenizer_check: warn).
+	Mismatch *Mismatch `json:"mismatch,omitempty"`
+	// WarmupFailures counts failed warm-ups in a row; NextWarmup is when
+	// the next may run (retries back off up to health.warmup_backoff_max).
+	WarmupFailures int        `json:"warmup_failures,omitempty"`
+	NextWarmup     *time.Time `json:"next_warmup,omitempty"`
 }
 
 // Status returns a snapshot.
 func (b *Backend) Status() BackendStatus {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return BackendStatus{URL: b.URL.String(), State: b.state, Reason: b.reason, Since: b.since, MaxModelLen: b.maxModelLen,
-		InFlight: b.inFlight.Load(), Version: b.version, WarmupSeconds: b.warmupTTFT.Seconds()}
+	st := BackendStatus{URL: b.URL.String(), State: b.state, Reason: b.reason, Since: b.since, MaxModelLen: b.maxModelLen,
+		InFlight: b.inFlight.Load(), Version: b.version, WarmupSeconds: b.warmupTTFT.Seconds(), WarmupFailures: b.warmFails}
+	if b.mismatch != nil {
+		mm := *b.mismatch
+		st.Mismatch = &mm
+	}
+	if b.state == Warming && !b.nextWarmup.IsZero() {
+		next := b.nextWarmup
+		st.NextWarmup = &next
+	}
+	return st
 }
 
 // Ready reports whether requests may go to b.
@@ -149,10 +187,12 @@ type Model struct {
 	ConfigMaxModelLen int
 	// MinReady is how many ready backends /readyz needs.
 	MinReady int
-	Backends []*Backend
-	counter  PromptCounter
-	created  int64
-	next     atomic.Uint64
+	// TokenizerCheck is tokenizer_check: enforce, warn or off.
+	TokenizerCheck string
+	Backends       []*Backend
+	counter        PromptCounter
+	created        int64
+	next           atomic.Uint64
 }
 
 // MaxModelLen returns the context length: the config's when set, else the
@@ -261,7 +301,8 @@ func New(cfg Config, client *http.Client, log *zap.Logger, counters map[string]P
 	}
 	start := time.Now()
 	for i, mc := range cfg.Models {
-		m := &Model{Name: mc.Name, ConfigMaxModelLen: mc.MaxModelLen, MinReady: mc.MinReadyOrDefault(), created: start.Unix(), counter: counters[mc.Name]}
+		m := &Model{Name: mc.Name, ConfigMaxModelLen: mc.MaxModelLen, MinReady: mc.MinReadyOrDefault(), created: start.Unix(),
+			counter: counters[mc.Name], TokenizerCheck: mc.TokenizerCheckOrDefault()}
 		for j, bc := range mc.Backends {
 			u, err := url.Parse(strings.TrimSuffix(bc.URL, "/"))
 			if err != nil {
@@ -425,20 +466,50 @@ func (f *Fleet) probe(ctx context.Context, m *Model, b *Backend) {
 	}
 	b.fails = 0
 	if b.state != Warming {
+		// Loading or unhealthy until now: the backend (re)started, and
+		// whatever failed its last warm-up may have been fixed.
+		b.warmFails, b.nextWarmup = 0, time.Time{}
 		changed = b.setLocked(f.now(), Warming, "warming up")
 	}
+	// A failed warm-up is retried with backoff: each one is a generation
+	// on the backend, and a mismatch does not go away by asking again.
+	// Half an interval of slack keeps a due retry from missing its tick.
+	wait := !b.nextWarmup.IsZero() && f.now().Add(f.health.Interval.D()/2).Before(b.nextWarmup)
 	b.mu.Unlock()
 	if changed {
 		f.transitioned(m, b, from)
 		from = Warming
 	}
+	if wait {
+		return
+	}
 	state, reason := f.warmUp(ctx, m, b)
 	if ctx.Err() != nil {
 		return
 	}
-	if b.set(f.now(), state, reason) {
+	now := f.now()
+	b.mu.Lock()
+	if state == Ready {
+		b.warmFails, b.nextWarmup = 0, time.Time{}
+	} else {
+		b.warmFails++
+		b.nextWarmup = now.Add(f.warmupBackoff(b.warmFails))
+	}
+	changed = b.setLocked(now, state, reason)
+	b.mu.Unlock()
+	if changed {
 		f.transitioned(m, b, from)
 	}
+}
+
+// warmupBackoff is the wait after the n-th failed warm-up in a row: one
+// probe interval, doubling, up to health.warmup_backoff_max.
+func (f *Fleet) warmupBackoff(n int) time.Duration {
+	d, limit := f.health.Interval.D(), f.health.WarmupBackoffMax.D()
+	for i := 1; i < n && d < limit; i++ {
+		d *= 2
+	}
+	return min(d, limit)
 }
 
 // warmedBefore reports whether b was ever ready (it then has a recorded
@@ -463,6 +534,7 @@ func (f *Fleet) checkHealth(ctx context.Context, b *Backend) (bool, string) {
 // succeeds, and the backend's /tokenize counts a probe conversation as this
 // gateway does. It returns Ready, or Warming with the reason.
 func (f *Fleet) warmUp(ctx context.Context, m *Model, b *Backend) (State, string) {
+	b.setMismatch(nil) // found again below if it still holds
 	pctx, cancel := context.WithTimeout(ctx, f.health.Timeout.D())
 	defer cancel()
 	served, err := f.listModels(pctx, b)
@@ -482,6 +554,7 @@ func (f *Fleet) warmUp(ctx context.Context, m *Model, b *Backend) (State, string
 	b.maxModelLen, b.created = card.MaxModelLen, card.Created
 	b.mu.Unlock()
 	if m.ConfigMaxModelLen > 0 && card.MaxModelLen > 0 && card.MaxModelLen != m.ConfigMaxModelLen {
+		b.setMismatch(&Mismatch{Check: CheckMaxModelLen, Gateway: m.ConfigMaxModelLen, Backend: card.MaxModelLen})
 		return Warming, fmt.Sprintf("%s: backend serves max_model_len %d, config says %d", ReasonMaxModelLen, card.MaxModelLen, m.ConfigMaxModelLen)
 	}
 	if v, err := f.version(pctx, b); err == nil {
@@ -506,18 +579,38 @@ func (f *Fleet) warmUp(ctx context.Context, m *Model, b *Backend) (State, string
 	b.mu.Lock()
 	b.warmupTTFT = ttft
 	b.mu.Unlock()
-	if m.counter != nil {
-		if reason := f.tokenizerProbe(pctx, m, b); reason != "" {
+	var mm *Mismatch
+	if m.counter != nil && m.TokenizerCheck != TokenizerOff {
+		reason, found := f.tokenizerProbe(pctx, m, b)
+		switch {
+		case found != nil && m.TokenizerCheck == TokenizerWarn:
+			found.Accepted = true
+			mm = found
+			f.log.Warn("tokenizer mismatch accepted (tokenizer_check: warn): prompt counts, context checks and budgets at the door may be off for this backend",
+				zap.String("model", m.Name), zap.String("backend", b.URL.String()),
+				zap.Int("gateway_tokens", found.Gateway), zap.Int("backend_tokens", found.Backend))
+		case found != nil:
+			b.setMismatch(found)
+			return Warming, reason
+		case reason != "":
 			return Warming, reason
 		}
 	}
+	b.setMismatch(mm)
 	return Ready, ""
+}
+
+func (b *Backend) setMismatch(mm *Mismatch) {
+	b.mu.Lock()
+	b.mismatch = mm
+	b.mu.Unlock()
 }
 
 // tokenizerProbe compares the local count of a probe request with the
 // backend's POST /tokenize. A backend without /tokenize (404) passes: there
-// is nothing to compare.
-func (f *Fleet) tokenizerProbe(ctx context.Context, m *Model, b *Backend) string {
+// is nothing to compare. It returns why the probe did not pass, and the
+// mismatch when the counts differ.
+func (f *Fleet) tokenizerProbe(ctx context.Context, m *Model, b *Backend) (string, *Mismatch) {
 	chat := map[string]any{"model": b.Served, "messages": []map[string]string{
 		{"role": "system", "content": "You are a helpful assistant."},
 		{"role": "user", "content": f.health.WarmupPrompt},
@@ -530,29 +623,30 @@ func (f *Fleet) tokenizerProbe(ctx context.Context, m *Model, b *Backend) string
 		req = map[string]any{"model": b.Served, "prompt": f.health.WarmupPrompt}
 		body, _ = json.Marshal(req)
 		if n, exact = m.counter.CountBody(false, body); !exact {
-			return ""
+			return "", nil
 		}
 	}
 	status, ans, err := f.postJSON(ctx, b, "/tokenize", req)
 	if err != nil {
-		return "/tokenize: " + describeDialError(err)
+		return "/tokenize: " + describeDialError(err), nil
 	}
 	if status == http.StatusNotFound || status == http.StatusMethodNotAllowed {
-		return ""
+		return "", nil
 	}
 	if status != http.StatusOK {
-		return fmt.Sprintf("/tokenize answered %d: %s", status, snippet(ans))
+		return fmt.Sprintf("/tokenize answered %d: %s", status, snippet(ans)), nil
 	}
 	var tr struct {
 		Count int `json:"count"`
 	}
 	if err := json.Unmarshal(ans, &tr); err != nil {
-		return "/tokenize: unreadable answer"
+		return "/tokenize: unreadable answer", nil
 	}
 	if tr.Count != n {
-		return fmt.Sprintf("%s: the backend counts the probe conversation as %d tokens, this gateway as %d", ReasonTokenizer, tr.Count, n)
+		return fmt.Sprintf("%s: the backend counts the probe conversation as %d tokens, this gateway as %d", ReasonTokenizer, tr.Count, n),
+			&Mismatch{Check: CheckTokenizer, Gateway: n, Backend: tr.Count}
 	}
-	return ""
+	return "", nil
 }
 
 type modelCard struct {

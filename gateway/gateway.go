@@ -114,7 +114,7 @@ func New(o Options) (*Gateway, error) {
 		g.timeouts[mc.Name] = modelTimeouts{firstByte: o.Config.FirstByte(mc), streamIdle: o.Config.StreamIdle(mc)}
 	}
 	o.Registry.MustRegister(fleetCollector{o.Fleet})
-	g.pools = newPools(o.Config, o.Fleet)
+	g.pools = newPools(o.Config, o.Fleet, g.poolEvent)
 	g.expectedOutput, g.queueTimeout, g.affinity = map[string]int{}, map[string]time.Duration{}, map[string]int{}
 	for i := range o.Config.Models {
 		mc := &o.Config.Models[i]

@@ -3,6 +3,7 @@ package gateway
 import (
 	"encoding/json"
 	"net/http"
+	"time"
 
 	"github.com/maitred-dev/maitred/fleet"
 )
@@ -16,11 +17,21 @@ func (g *Gateway) livez(w http.ResponseWriter, r *http.Request, _ *exchange) err
 }
 
 type readyModel struct {
-	Name     string                `json:"name"`
-	Ready    bool                  `json:"ready"`
-	MinReady int                   `json:"min_ready"`
-	NReady   int                   `json:"ready_backends"`
-	Backends []fleet.BackendStatus `json:"backends"`
+	Name     string `json:"name"`
+	Ready    bool   `json:"ready"`
+	MinReady int    `json:"min_ready"`
+	NReady   int    `json:"ready_backends"`
+	// NEjected counts the ready backends ejected as outliers right now:
+	// ready, yet given no requests until their ejection ends.
+	NEjected int            `json:"ejected_backends"`
+	Backends []readyBackend `json:"backends"`
+}
+
+// readyBackend is a backend's state with its standing in the queue.
+type readyBackend struct {
+	fleet.BackendStatus
+	Ejected      bool       `json:"ejected,omitempty"`
+	EjectedUntil *time.Time `json:"ejected_until,omitempty"`
 }
 
 type readyBody struct {
@@ -62,12 +73,18 @@ func (g *Gateway) readiness() (readyBody, bool) {
 	ok := g.Phase() == Serving
 	for _, m := range g.fleet.Models() {
 		rm := readyModel{Name: m.Name, MinReady: m.MinReady}
-		for _, b := range m.Backends {
-			s := b.Status()
-			if s.State == fleet.Ready {
+		slots := g.pools[m.Name].Stats().Slots
+		for i, b := range m.Backends {
+			rb := readyBackend{BackendStatus: b.Status()}
+			if rb.State == fleet.Ready {
 				rm.NReady++
 			}
-			rm.Backends = append(rm.Backends, s)
+			if sl := slots[i]; sl.Ejected {
+				until := sl.EjectedUntil.UTC()
+				rb.Ejected, rb.EjectedUntil = true, &until
+				rm.NEjected++
+			}
+			rm.Backends = append(rm.Backends, rb)
 		}
 		rm.Ready = rm.NReady >= m.MinReady
 		ok = ok && rm.Ready

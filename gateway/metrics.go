@@ -96,7 +96,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"model", "backend"}),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "maitred_failures_total",
-			Help: "Failed requests by model and the layer where progress stopped: door, gateway_queue, backend_unready, backend_connect, prefill, decode, client.",
+			Help: "Failed requests by model and the layer where progress stopped: door, gateway_queue, backend_unready, backend_connect, backend (its own 4xx), prefill, decode, client.",
 		}, []string{"model", "layer"}),
 	}
 	reg.MustRegister(m.requests, m.duration, m.inFlight, m.streamErrors, m.rejections, m.uncounted, m.tokChecks, m.backendErrors,

@@ -155,7 +155,7 @@ func resultOf(x *exchange, err error, aborted bool) admission.Result {
 
 // rejected counts a door rejection.
 func (g *Gateway) rejected(x *exchange, reason admission.Reason) {
-	x.outcome = reason.String()
+	x.outcome, x.rejected = reason.String(), true
 	g.metrics.rejections.WithLabelValues(x.model, reason.String()).Inc()
 }
 

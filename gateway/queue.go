@@ -1,13 +1,16 @@
 package gateway
 
 import (
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
 
 	"github.com/maitred-dev/maitred/admission"
 	"github.com/maitred-dev/maitred/fleet"
@@ -18,11 +21,16 @@ import (
 const PriorityHeader = "X-Maitred-Priority"
 
 // newPools builds each model's admission pool over its fleet backends.
-func newPools(cfg fleet.Config, fl *fleet.Fleet) map[string]*admission.Pool {
+// onEvent, when set, hears each model's pool events.
+func newPools(cfg fleet.Config, fl *fleet.Fleet, onEvent func(m *fleet.Model, e admission.Event)) map[string]*admission.Pool {
 	pools := map[string]*admission.Pool{}
 	for i := range cfg.Models {
 		mc := &cfg.Models[i]
 		fm, _ := fl.Model(mc.Name)
+		var events func(admission.Event)
+		if onEvent != nil {
+			events = func(e admission.Event) { onEvent(fm, e) }
+		}
 		var slots []admission.SlotConfig
 		for j, b := range fm.Backends {
 			bc := mc.Backends[j]
@@ -35,12 +43,44 @@ func newPools(cfg fleet.Config, fl *fleet.Fleet) map[string]*admission.Pool {
 			SaturatedWaiting: cfg.SaturatedWaiting,
 			SaturatedKV:      cfg.SaturatedKVUsage,
 			StaleAfter:       4 * cfg.ScrapeInterval.D(),
-			EjectAfter:       cfg.EjectAfter,
-			EjectFor:         cfg.EjectFor.D(),
-			AffinityLoad:     1.5,
+			// A scrape times out after max(interval, 1s); 40 intervals (10 s
+			// at the default) of failures is persistent, not a missed scrape.
+			GaugesUnavailableAfter: max(40*cfg.ScrapeInterval.D(), 5*time.Second),
+			EjectAfter:             cfg.EjectAfter,
+			EjectFor:               cfg.EjectFor.D(),
+			MaxEjectionPercent:     cfg.MaxEjectionPercent,
+			AffinityLoad:           1.5,
+			OnEvent:                events,
 		}, slots, nil)
 	}
 	return pools
+}
+
+// poolEvent logs a pool's ejection events and tells triage at once, so
+// that an ejection is never silent.
+func (g *Gateway) poolEvent(m *fleet.Model, e admission.Event) {
+	b := m.Backends[e.Index]
+	fields := []zap.Field{zap.String("model", m.Name), zap.String("backend", b.URL.Host),
+		zap.Int("ejected_backends", e.Ejected), zap.Int("ready_backends", e.Ready)}
+	switch e.Kind {
+	case admission.Ejected:
+		g.log.Warn("backend ejected after consecutive failures", append(fields,
+			zap.Int("failures", e.Failures), zap.Duration("eject_for", g.cfg.EjectFor.D()), zap.Time("until", e.Until))...)
+	case admission.EjectionEnded:
+		g.log.Info("backend ejection ended", append(fields, zap.String("reason", e.Reason))...)
+	case admission.EjectionHeld:
+		g.log.Warn("backend not ejected: max_ejection_percent reached or no other ready backend left in rotation",
+			append(fields, zap.Int("failures", e.Failures), zap.Int("max_ejection_percent", g.cfg.MaxEjectionPercent))...)
+	case admission.GaugesChanged:
+		lvl := zap.InfoLevel
+		if e.Gauges == admission.GaugesUnavailable {
+			lvl = zap.WarnLevel
+		}
+		if ce := g.log.Check(lvl, "backend gauges "+e.Gauges.String()); ce != nil {
+			ce.Write(append(fields, zap.String("reason", e.Reason))...)
+		}
+	}
+	g.sampleBackend(m, b, nil)
 }
 
 // ejected lists the model's backends its pool has ejected as outliers
@@ -53,17 +93,28 @@ func (g *Gateway) ejected(m *fleet.Model) []*fleet.Backend {
 	return out
 }
 
-// ObserveScrape feeds a backend's scraped gauges to its model's pool.
+// ObserveScrape feeds a backend's scraped gauges, or the scrape's failure,
+// to its model's pool, and its state to triage.
 func (g *Gateway) ObserveScrape(m *fleet.Model, b *fleet.Backend, gs fleet.Gauges, err error) {
-	if err != nil {
-		return // the last gauges age and turn stale on their own
+	if errors.Is(err, fleet.ErrNotReady) {
+		g.sampleBackend(m, b, nil)
+		return
 	}
-	g.sampleBackend(m, b, gs)
 	p := g.pools[m.Name]
 	for i, bb := range m.Backends {
-		if bb == b {
-			p.SetGauges(i, admission.Gauges{Waiting: gs.Waiting, Running: gs.Running, KVUsage: gs.KVUsage, KVCapacity: gs.KVCapacity, At: gs.At})
+		if bb != b {
+			continue
 		}
+		if err != nil {
+			// The last gauges age and turn stale; failures that persist
+			// turn them unavailable (see admission.Pool.ScrapeFailed).
+			var se *fleet.ScrapeError
+			p.ScrapeFailed(i, errors.As(err, &se) && se.Answered, err.Error())
+			g.sampleBackend(m, b, nil)
+			return
+		}
+		p.SetGauges(i, admission.Gauges{Waiting: gs.Waiting, Running: gs.Running, KVUsage: gs.KVUsage, KVCapacity: gs.KVCapacity, At: gs.At})
+		g.sampleBackend(m, b, &gs)
 	}
 }
 
@@ -126,8 +177,8 @@ func (g *Gateway) queueError(m *fleet.Model, o admission.Outcome, t admission.Ti
 				m.Name, w.Depth, w.Expected.Round(time.Millisecond), retrySeconds(w.Expected))}
 	case admission.QueueTimeout:
 		return &Error{Status: http.StatusServiceUnavailable, Type: typeServer, Code: "queue_timeout", RetryAfter: w.Expected,
-			Message: fmt.Sprintf("The request waited %s for a backend of model %q without one freeing up (%d still waiting; expected wait %s).",
-				g.queueTimeout[m.Name], m.Name, w.Depth, w.Expected.Round(time.Millisecond))}
+			Message: fmt.Sprintf("The request waited %s for a backend of model %q without one freeing up, %s (%d still waiting; expected wait %s).",
+				g.queueTimeout[m.Name], m.Name, p.Blocked(t), w.Depth, w.Expected.Round(time.Millisecond))}
 	case admission.OverBudget:
 		return &Error{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: "exceeds_kv_capacity", Param: "max_tokens",
 			Message: fmt.Sprintf("The request needs %d tokens of KV cache (prompt plus output budget), more than any backend of model %q holds; it can never run. Lower max_tokens or n.", t.Tokens, m.Name)}
@@ -191,12 +242,15 @@ var (
 	vllmRunDesc     = prometheus.NewDesc("maitred_backend_vllm_running", "vllm:num_requests_running as last scraped.", []string{"model", "backend"}, nil)
 	vllmKVDesc      = prometheus.NewDesc("maitred_backend_vllm_kv_cache_usage", "vllm:kv_cache_usage_perc as last scraped (0 to 1).", []string{"model", "backend"}, nil)
 	ejectedDesc     = prometheus.NewDesc("maitred_backend_ejected", "1 while a backend is ejected as an outlier.", []string{"model", "backend"}, nil)
+	gaugesStateDesc = prometheus.NewDesc("maitred_backend_gauges_state", "1 for the state of a backend's scraped vLLM gauges: unknown (not scraped yet), fresh, stale (counted as saturated), unavailable (scrapes failing: admitted on in-flight and token-budget limits alone).", []string{"model", "backend", "state"}, nil)
+	mismatchDesc    = prometheus.NewDesc("maitred_backend_mismatch", "1 while a backend serves other ingredients than this gateway's, found at warm-up: check tokenizer (its /tokenize counts the probe differently) or max_model_len; accepted=true when tokenizer_check is warn and it is served anyway.", []string{"model", "backend", "check", "accepted"}, nil)
+	scrapeErrDesc   = prometheus.NewDesc("maitred_backend_scrape_errors_total", "Failed scrapes of a backend's /metrics.", []string{"model", "backend"}, nil)
 	ejectionsDesc   = prometheus.NewDesc("maitred_backend_ejections_total", "Outlier ejections per backend.", []string{"model", "backend"}, nil)
 	routingDesc     = prometheus.NewDesc("maitred_routing_decisions_total", "Backend choices by policy: p2c (power of two choices), affinity (prefix), only (one candidate).", []string{"model", "policy"}, nil)
 )
 
 func (c poolCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{queueDepthDesc, inflightTokDesc, budgetDesc, inflightDesc, vllmWaitDesc, vllmRunDesc, vllmKVDesc, ejectedDesc, ejectionsDesc, routingDesc} {
+	for _, d := range []*prometheus.Desc{queueDepthDesc, inflightTokDesc, budgetDesc, inflightDesc, vllmWaitDesc, vllmRunDesc, vllmKVDesc, ejectedDesc, ejectionsDesc, routingDesc, gaugesStateDesc, scrapeErrDesc, mismatchDesc} {
 		ch <- d
 	}
 }
@@ -223,6 +277,21 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			gv(ejectedDesc, ejected)
 			ch <- prometheus.MustNewConstMetric(ejectionsDesc, prometheus.CounterValue, float64(s.Ejections), name, s.Name)
+			for _, gs := range admission.GaugesStates() {
+				v := 0.0
+				if gs == s.GaugesState {
+					v = 1
+				}
+				ch <- prometheus.MustNewConstMetric(gaugesStateDesc, prometheus.GaugeValue, v, name, s.Name, gs.String())
+			}
+			ch <- prometheus.MustNewConstMetric(scrapeErrDesc, prometheus.CounterValue, float64(s.ScrapeErrors), name, s.Name)
+		}
+		if fm, ok := c.g.fleet.Model(name); ok {
+			for _, b := range fm.Backends {
+				if mm := b.Status().Mismatch; mm != nil {
+					ch <- prometheus.MustNewConstMetric(mismatchDesc, prometheus.GaugeValue, 1, name, b.URL.Host, mm.Check, strconv.FormatBool(mm.Accepted))
+				}
+			}
 		}
 		for policy, n := range st.Decisions {
 			ch <- prometheus.MustNewConstMetric(routingDesc, prometheus.CounterValue, float64(n), name, policy)

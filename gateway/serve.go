@@ -68,6 +68,9 @@ type exchange struct {
 	streamBroke string
 	// outcome names how the request ended when it did not succeed.
 	outcome string
+	// rejected: the door refused the request; outcome is its
+	// admission.Reason, the label of maitred_rejections_total, and stays so.
+	rejected bool
 	// The door's numbers, logged with the request.
 	promptTokens, maxTokens, maxModelLen int
 	uncounted                            string
@@ -109,7 +112,9 @@ func (g *Gateway) serve(endpoint string, h handlerFunc) http.HandlerFunc {
 		var e *Error
 		switch {
 		case errors.As(err, &e):
-			x.outcome = e.Code
+			if !x.rejected {
+				x.outcome = e.Code
+			}
 			if !rec.wroteHeader {
 				e.write(rec)
 			}

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/maitred-dev/maitred/admission"
 	"github.com/maitred-dev/maitred/fleet"
 	"github.com/maitred-dev/maitred/triage"
 )
@@ -100,6 +101,12 @@ func (g *Gateway) statusPage(w http.ResponseWriter, r *http.Request, _ *exchange
 			}
 			if pst.Slots[i].Ejected {
 				sb.Notes += " ejected"
+			}
+			if pst.Slots[i].GaugesState == admission.GaugesUnavailable {
+				sb.Notes += " gauges unavailable"
+			}
+			if mm := st.Mismatch; mm != nil {
+				sb.Notes += fmt.Sprintf(" %s mismatch (gateway %d, backend %d)", mm.Check, mm.Gateway, mm.Backend)
 			}
 			if st.State != fleet.Ready && sb.Notes == "" {
 				sb.Notes = "no traffic"

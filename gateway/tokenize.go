@@ -90,12 +90,11 @@ func (g *Gateway) tokenize(w http.ResponseWriter, r *http.Request, x *exchange) 
 		}
 	}
 	// Outside the queue: /tokenize holds no KV and should not wait behind
-	// generations. It still avoids a backend ejected as an outlier, unless
-	// every ready one is.
+	// generations. It still avoids a backend ejected as an outlier, by the
+	// queue's own rule (Pool.Ejected): ejection never takes the last ready
+	// backend out of rotation, so a model with a ready backend has one
+	// here.
 	b := m.PickExcept(g.ejected(m))
-	if b == nil {
-		b = m.Pick()
-	}
 	if b == nil {
 		return g.notReady(m)
 	}

@@ -1,11 +1,13 @@
 package gateway
 
 import (
+	"fmt"
 	"net/http"
 	"time"
 
 	"go.uber.org/zap/zapcore"
 
+	"github.com/maitred-dev/maitred/admission"
 	"github.com/maitred-dev/maitred/fleet"
 	"github.com/maitred-dev/maitred/triage"
 )
@@ -57,6 +59,12 @@ func (x *exchange) phases(end time.Time) phases {
 	return phases{out[0], out[1], out[2], out[3], out[4], out[5], out[6]}
 }
 
+// outcomeBackendRejected is the outcome of a request the backend answered
+// with its own 4xx: not a door rejection (the door passed it) and not a
+// backend failure (the backend is working; it does not count toward
+// ejection).
+const outcomeBackendRejected = "backend_rejected"
+
 // layer names where a failed request's progress stopped ("" on success).
 func (x *exchange) layer(status int) triage.Layer {
 	switch x.outcome {
@@ -66,7 +74,7 @@ func (x *exchange) layer(status int) triage.Layer {
 		case status >= 500:
 			return triage.LayerPrefill // the backend answered 5xx itself
 		case status >= 400:
-			return triage.LayerDoor // the backend refused it: a boundary the door did not catch
+			return triage.LayerBackend // the backend refused it with its own 4xx
 		default:
 			return triage.LayerNone
 		}
@@ -85,6 +93,8 @@ func (x *exchange) layer(status int) triage.Layer {
 		return triage.LayerPrefill
 	case codeShuttingDown:
 		return triage.LayerNone
+	case outcomeBackendRejected:
+		return triage.LayerBackend
 	}
 	if x.streamBroke != "" {
 		if x.streamBroke == codeShuttingDown {
@@ -126,6 +136,11 @@ func (g *Gateway) observe(x *exchange, status int, ph phases, total time.Duratio
 		}
 	}
 	layer := x.layer(status)
+	if layer == triage.LayerBackend && x.outcome == "" {
+		// Named here, before the access line is written, so that the log
+		// and triage say the same.
+		x.outcome = outcomeBackendRejected
+	}
 	if layer != triage.LayerNone {
 		g.metrics.failures.WithLabelValues(x.model, string(layer)).Inc()
 	}
@@ -140,19 +155,43 @@ func (g *Gateway) observe(x *exchange, status int, ph phases, total time.Duratio
 	})
 }
 
-// sampleBackend feeds a backend's state and gauges to the triage engine.
-func (g *Gateway) sampleBackend(m *fleet.Model, b *fleet.Backend, gs fleet.Gauges) {
+// sampleBackend feeds a backend's state and, when gs is set, the gauges of
+// a scrape to the triage engine.
+func (g *Gateway) sampleBackend(m *fleet.Model, b *fleet.Backend, gs *fleet.Gauges) {
 	st := b.Status()
-	at := gs.At
-	if at.IsZero() {
-		at = time.Now()
-	}
-	g.triage.Sample(triage.BackendSample{
-		Time: at, Model: m.Name, Backend: b.URL.Host,
-		Running: gs.Running, Waiting: gs.Waiting, KVUsage: gs.KVUsage, Preemptions: gs.Preemptions,
+	smp := triage.BackendSample{
+		Time: time.Now(), Model: m.Name, Backend: b.URL.Host, NoGauges: gs == nil,
 		Ready: st.State == fleet.Ready, State: st.State.String(), StateReason: st.Reason, StateSince: st.Since,
-	})
-	g.triage.GatewayQueue(m.Name, g.pools[m.Name].Advice().Depth, at)
+	}
+	if mm := st.Mismatch; mm != nil {
+		smp.Compat = &triage.Compatibility{Check: mm.Check, Gateway: mm.Gateway, Backend: mm.Backend, Accepted: mm.Accepted}
+	}
+	if gs != nil {
+		smp.Running, smp.Waiting, smp.KVUsage, smp.Preemptions = gs.Running, gs.Waiting, gs.KVUsage, gs.Preemptions
+		if !gs.At.IsZero() {
+			smp.Time = gs.At
+		}
+	}
+	if slot, ok := g.slotOf(m, b); ok {
+		smp.GaugesState = slot.GaugesState.String()
+		if slot.Ejected {
+			smp.Ejected = true
+			smp.StateReason = fmt.Sprintf("ejected after %d consecutive failures until %s", g.cfg.EjectAfter, slot.EjectedUntil.UTC().Format(time.RFC3339))
+			smp.StateSince = slot.EjectedUntil.Add(-g.cfg.EjectFor.D())
+		}
+	}
+	g.triage.Sample(smp)
+	g.triage.GatewayQueue(m.Name, g.pools[m.Name].Advice().Depth, smp.Time)
+}
+
+// slotOf is b's slot in its model's pool, as a snapshot.
+func (g *Gateway) slotOf(m *fleet.Model, b *fleet.Backend) (admission.SlotStats, bool) {
+	for i, bb := range m.Backends {
+		if bb == b {
+			return g.pools[m.Name].Stats().Slots[i], true
+		}
+	}
+	return admission.SlotStats{}, false
 }
 
 // onTransition tells the queue and the triage engine about a state change.
@@ -163,7 +202,7 @@ func (g *Gateway) onTransition(m *fleet.Model, b *fleet.Backend, _, to fleet.Sta
 			g.triage.Warmup(m.Name, b.URL.Host, time.Duration(st.WarmupSeconds*float64(time.Second)), 0)
 		}
 	}
-	g.sampleBackend(m, b, b.LastGauges())
+	g.sampleBackend(m, b, nil)
 }
 
 // debugTriage answers GET /debug/triage with the current report.
@@ -179,6 +218,12 @@ type backendRecord struct {
 	TokenBudget      int               `json:"token_budget"`
 	InFlightTokens   int               `json:"in_flight_tokens"`
 	Ejected          bool              `json:"ejected"`
+	EjectedUntil     *time.Time        `json:"ejected_until,omitempty"`
+	Ejections        int               `json:"ejections"`
+	Failures         int               `json:"consecutive_failures"`
+	GaugesState      string            `json:"gauges_state"`
+	ScrapeErrors     int               `json:"scrape_errors"`
+	LastScrapeError  string            `json:"last_scrape_error,omitempty"`
 	SlowPathFallback bool              `json:"possible_slow_path_fallback"`
 }
 
@@ -200,7 +245,13 @@ func (g *Gateway) debugBackends(w http.ResponseWriter, r *http.Request, _ *excha
 		for i, b := range m.Backends {
 			rec := backendRecord{Model: m.Name, BackendStatus: b.Status(), CacheConfig: b.LastGauges().Info,
 				TokenBudget: st.Slots[i].Budget, InFlightTokens: st.Slots[i].Tokens, Ejected: st.Slots[i].Ejected,
+				Ejections: st.Slots[i].Ejections, Failures: st.Slots[i].Failures,
+				GaugesState: st.Slots[i].GaugesState.String(), ScrapeErrors: st.Slots[i].ScrapeErrors, LastScrapeError: st.Slots[i].LastScrapeError,
 				SlowPathFallback: slow[m.Name+"/"+b.URL.Host]}
+			if st.Slots[i].Ejected {
+				until := st.Slots[i].EjectedUntil.UTC()
+				rec.EjectedUntil = &until
+			}
 			out = append(out, rec)
 		}
 	}

@@ -12,12 +12,14 @@
 //   - Engine.Observe: one finished request, its phase durations (door,
 //     gateway queue, backend connect, TTFT, TPOT, client write stalls,
 //     total) and, if it failed, the Layer where progress stopped (door,
-//     gateway_queue, backend_unready, backend_connect, prefill, decode,
-//     client) with a reason code.
+//     gateway_queue, backend_unready, backend_connect, backend (the
+//     backend's own 4xx), prefill, decode, client) with a reason code.
 //   - Engine.Sample: one scrape of a backend's vLLM gauges
 //     (num_requests_running, num_requests_waiting, kv_cache_usage_perc,
 //     the num_preemptions_total counter) and the gateway's view of its state
-//     (ready or not, loading/warming/ready/unhealthy, why, since when).
+//     (ready or not, ejected, loading/warming/ready/unhealthy, why, since
+//     when, the trust in its gauges, a known compatibility difference); a
+//     sample with NoGauges carries the state only.
 //   - Engine.GatewayQueue: a sample of the gateway's queue depth for a model.
 //   - Engine.Warmup: a backend's TTFT and TPOT measured at warm-up, idle.
 //
@@ -81,10 +83,20 @@
 // MinFailures (5) failures making at least MinFailureShare (1%) of the
 // window's requests.
 //
+//  0. compatibility (the ingredients layer): a backend held back because
+//     it serves other ingredients than the gateway's: its /tokenize counts
+//     the warm-up probe differently (tokenizer or chat template), or it
+//     serves another max_model_len. No restart fixes that. Evidence:
+//     incompatible_backends, each with the check, the gateway's count and
+//     the backend's (backend_value), its state and since when. A mismatch
+//     accepted with tokenizer_check: warn is not a verdict; it shows in
+//     the BackendReport's Compatibility.
 //  1. backend_unavailable: significant backend_unready + backend_connect
 //     failures, or a backend whose latest sample in the window says not
-//     ready. Evidence: the failures, and per backend its state, reason,
-//     since when, the share of not-ready samples and its connect failures.
+//     ready or ejected as an outlier (other than for compatibility).
+//     Evidence: the failures, and per backend its state, reason (ejected,
+//     not_ready, connect_failures), since when, the share of not-ready
+//     samples and its connect failures.
 //  2. kv_pressure (per backend): max KV usage >= KVFull (0.95) and either
 //     preemptions per minute > PreemptionsPerMin (0), or waiting growing
 //     (slope) while running is not.
@@ -95,8 +107,10 @@
 //     queue timeouts, where requests never reach a backend) or significant
 //     prefill failures (timed out before the first token, so no TTFT was
 //     measured).
-//  5. boundary: significant door rejections making >= DoorShare (50%) of
-//     the failures. Evidence: rejections by reason.
+//  5. boundary: significant door rejections plus the backends' own 4xx
+//     answers (layer backend: a request the door passed and vLLM refused)
+//     making >= DoorShare (50%) of the failures. Evidence: rejections by
+//     reason, door_rejections and backend_rejections.
 //  6. client_side: significant client-layer failures making >= ClientShare
 //     (50%) of the failures, or stalled requests (ClientStall >=
 //     StallFraction (20%) of Total) making >= StalledRequestShare (20%) of
@@ -149,8 +163,8 @@
 // affected_backends, affected_share; unavailable_failures,
 // no_ready_backend_failures, connect_failures, unavailable_share,
 // unavailable_backends; gateway_queue_failures, prefill_failures;
-// door_rejections, door_share, rejection_rate; client_failure_share,
-// stalled_requests. Backend evidence adds ttft_warmup_ms,
+// door_rejections, backend_rejections, door_share, rejection_rate;
+// client_failure_share, stalled_requests. Backend evidence adds ttft_warmup_ms,
 // ttft_moving_baseline_ms (and its coverage in seconds),
 // ttft_baseline_source ("warmup" or "moving"), the same for TPOT,
 // kv_usage_min, waiting_max, samples, not_ready_share and

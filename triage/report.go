@@ -8,6 +8,7 @@ import (
 
 // Verdicts, in precedence order (the first that matches is the verdict).
 const (
+	VerdictCompat      = "compatibility"
 	VerdictUnavailable = "backend_unavailable"
 	VerdictKV          = "kv_pressure"
 	VerdictDecode      = "decode_pressure"
@@ -18,16 +19,24 @@ const (
 )
 
 // Precedence lists the symptom classes from most to least dominant. A cause
-// earlier in the list explains symptoms later in it: a dead backend fills
+// earlier in the list explains symptoms later in it: a backend held back
+// because it serves other ingredients (tokenizer, template, context length)
+// is unavailable for a reason no restart fixes; a dead backend fills
 // queues and makes clients give up; a full KV cache preempts, which slows
 // decode and grows the waiting queue; slow decode lowers throughput, which
 // grows queues. Door rejections and client behaviour say nothing about the
 // fleet, so they come last among the failure classes.
 func Precedence() []string {
-	return []string{VerdictUnavailable, VerdictKV, VerdictDecode, VerdictPrefill, VerdictBoundary, VerdictClient}
+	return []string{VerdictCompat, VerdictUnavailable, VerdictKV, VerdictDecode, VerdictPrefill, VerdictBoundary, VerdictClient}
 }
 
 var nextSteps = map[string][]string{
+	VerdictCompat: {
+		"the tokenizer folder and chat template this gateway loads (models[].tokenizer, chat_template) against the backend's (vLLM --tokenizer, --chat-template, --revision of the model)",
+		"the two counts of the probe conversation (gateway vs backend) in incompatible_backends; POST /tokenize on both with the same body shows where they part",
+		"max_model_len in the config against the backend's --max-model-len (GET /v1/models)",
+		"a difference that is known and harmless can be accepted with tokenizer_check: warn on the model",
+	},
 	VerdictKV: {
 		"free GPU memory on the affected backends (nvidia-smi)",
 		"configured gpu_memory_utilization (and max_model_len, which sizes the worst case)",
@@ -49,6 +58,7 @@ var nextSteps = map[string][]string{
 	},
 	VerdictBoundary: {
 		"client payloads, by rejection reason",
+		"requests the backend refused itself (backend_rejections, failures_by_reason backend_rejected): the backend's log says why",
 		"max_tokens requested against the model's max_model_len",
 		"whether a client stopped truncating its history",
 	},
@@ -113,8 +123,18 @@ type BackendReport struct {
 	State       string `json:"state,omitempty"`
 	StateReason string `json:"state_reason,omitempty"`
 	StateSince  string `json:"state_since,omitempty"`
+	// Ejected: the gateway's queue ejected it as an outlier (StateReason
+	// says until when).
+	Ejected bool `json:"ejected,omitempty"`
+	// Gauges is the gateway's trust in its scraped gauges: unknown, fresh,
+	// stale (counted as saturated) or unavailable (scrapes failing; the
+	// backend is admitted on its in-flight and token-budget limits alone).
+	Gauges string `json:"gauges,omitempty"`
+	// Compatibility is a difference of ingredients found at warm-up,
+	// holding it back or accepted (tokenizer_check: warn).
+	Compatibility *Compatibility `json:"compatibility,omitempty"`
 	// Matches lists the per-backend classes this backend shows
-	// (backend_unavailable, kv_pressure, decode_pressure,
+	// (compatibility, backend_unavailable, kv_pressure, decode_pressure,
 	// admission_or_prefill_pressure), in precedence order.
 	Matches          []string         `json:"matches,omitempty"`
 	SlowPathFallback bool             `json:"possible_slow_path_fallback"`
@@ -153,6 +173,7 @@ type beval struct {
 	preBaseKnown         bool
 
 	notReadyNow                         bool
+	incompatible                        bool
 	unavailable, kvM, decodeM, prefillM bool
 	slow                                []map[string]any
 }
@@ -297,9 +318,11 @@ func (e *Engine) evalSeries(be *beval, lo int64, origin time.Time, now time.Time
 		be.preBase, be.preBaseKnown = v*60, true
 	}
 
-	be.notReadyNow = s.sampled && !s.ready && !s.lastSample.Before(origin)
+	be.notReadyNow = s.sampled && (!s.ready || s.ejected) && !s.lastSample.Before(origin)
+	// Held back for its ingredients: compatibility, not availability.
+	be.incompatible = be.notReadyNow && !s.ready && s.compat != nil && !s.compat.Accepted
 	connect := a.layers[layerConnect] + a.layers[layerUnready]
-	be.unavailable = be.notReadyNow || (connect >= th.MinFailures && float64(connect) >= th.MinFailureShare*float64(a.requests))
+	be.unavailable = (be.notReadyNow && !be.incompatible) || (connect >= th.MinFailures && float64(connect) >= th.MinFailureShare*float64(a.requests))
 	waitingGrowing := be.waiting.N > 0 && (be.waiting.SlopePerMin >= th.GrowthPerMin || be.waiting.Last >= th.WaitingHigh)
 	be.kvM = be.kv.N > 0 && be.kv.Max >= th.KVFull &&
 		((be.preKnown && be.prePerMin > th.PreemptionsPerMin) ||
@@ -612,6 +635,28 @@ func (e *Engine) evaluate(bes []*beval, scopes []*mscope, now time.Time) (string
 		found = append(found, Finding{Verdict: v, Evidence: ev, Next: Next(v)})
 	}
 
+	// compatibility
+	var incompat []map[string]any
+	for _, be := range bes {
+		if be.s.name == "" || !be.incompatible {
+			continue
+		}
+		c := be.s.compat
+		d := map[string]any{"backend": qualified(be), "check": c.Check, "gateway": c.Gateway, "backend_value": c.Backend,
+			"state": be.s.state, "state_reason": be.s.stateReason}
+		if !be.s.stateSince.IsZero() {
+			d["since"] = be.s.stateSince.UTC().Format(time.RFC3339)
+		}
+		incompat = append(incompat, d)
+	}
+	if len(incompat) > 0 {
+		add(VerdictCompat, map[string]any{
+			"incompatible_backends": incompat,
+			"backends":              nb,
+			"backends_ready":        nready,
+		})
+	}
+
 	// backend_unavailable
 	unav := layers[layerUnready] + layers[layerConnect]
 	var downList []map[string]any
@@ -621,7 +666,7 @@ func (e *Engine) evaluate(bes []*beval, scopes []*mscope, now time.Time) (string
 			continue
 		}
 		conn := be.a.layers[layerConnect]
-		if !be.unavailable && be.a.notReady == 0 && conn == 0 {
+		if !be.unavailable && be.a.notReady == 0 && conn == 0 || be.incompatible {
 			continue
 		}
 		anyDownNow = anyDownNow || be.notReadyNow
@@ -629,6 +674,14 @@ func (e *Engine) evaluate(bes []*beval, scopes []*mscope, now time.Time) (string
 			"backend":          qualified(be),
 			"ready":            be.s.sampled && be.s.ready,
 			"connect_failures": conn,
+		}
+		switch {
+		case be.notReadyNow && be.s.ejected:
+			d["reason"] = "ejected"
+		case be.notReadyNow:
+			d["reason"] = "not_ready"
+		case conn > 0:
+			d["reason"] = "connect_failures"
 		}
 		if be.s.state != "" {
 			d["state"] = be.s.state
@@ -687,13 +740,15 @@ func (e *Engine) evaluate(bes []*beval, scopes []*mscope, now time.Time) (string
 		ev["prefill_failures"] = np
 		add(VerdictPrefill, ev)
 	}
-	// boundary
-	nd := layers[layerDoor]
-	if significant(nd) && share(nd, failures) >= th.DoorShare {
+	// boundary: requests refused at the door, or by the backend itself
+	// (its own 4xx: a shape the door does not check).
+	nd, nb := layers[layerDoor], layers[layerBackend]
+	if significant(nd+nb) && share(nd+nb, failures) >= th.DoorShare {
 		add(VerdictBoundary, map[string]any{
 			"door_rejections":      nd,
-			"door_share":           r3(share(nd, failures)),
-			"rejection_rate":       r3(share(nd, requests)),
+			"backend_rejections":   nb,
+			"door_share":           r3(share(nd+nb, failures)),
+			"rejection_rate":       r3(share(nd+nb, requests)),
 			"rejections_by_reason": rbr,
 		})
 	}
@@ -756,6 +811,12 @@ func (e *Engine) backendReport(be *beval, now time.Time) BackendReport {
 		Ready:       s.sampled && s.ready,
 		State:       s.state,
 		StateReason: s.stateReason,
+		Ejected:     s.sampled && s.ejected,
+		Gauges:      s.gaugesState,
+	}
+	if s.compat != nil {
+		c := *s.compat
+		br.Compatibility = &c
 	}
 	if !s.stateSince.IsZero() {
 		br.StateSince = s.stateSince.UTC().Format(time.RFC3339)
@@ -763,7 +824,7 @@ func (e *Engine) backendReport(be *beval, now time.Time) BackendReport {
 	for _, c := range []struct {
 		v string
 		m bool
-	}{{VerdictUnavailable, be.unavailable}, {VerdictKV, be.kvM}, {VerdictDecode, be.decodeM}, {VerdictPrefill, be.prefillM}} {
+	}{{VerdictCompat, be.incompatible}, {VerdictUnavailable, be.unavailable}, {VerdictKV, be.kvM}, {VerdictDecode, be.decodeM}, {VerdictPrefill, be.prefillM}} {
 		if c.m {
 			br.Matches = append(br.Matches, c.v)
 		}

@@ -15,6 +15,7 @@ const (
 	LayerQueue   Layer = "gateway_queue"   // queue full / queue timeout in the gateway
 	LayerUnready Layer = "backend_unready" // no ready backend
 	LayerConnect Layer = "backend_connect" // could not connect / failed before headers / first-byte timeout
+	LayerBackend Layer = "backend"         // the backend refused the request with its own 4xx
 	LayerPrefill Layer = "prefill"         // failed or timed out before the first token
 	LayerDecode  Layer = "decode"          // broke or stalled after the first token
 	LayerClient  Layer = "client"          // the client left or read too slowly
@@ -27,6 +28,7 @@ const (
 	layerQueue
 	layerUnready
 	layerConnect
+	layerBackend
 	layerPrefill
 	layerDecode
 	layerClient
@@ -39,6 +41,7 @@ var layerNames = [numLayers]string{
 	layerQueue:   string(LayerQueue),
 	layerUnready: string(LayerUnready),
 	layerConnect: string(LayerConnect),
+	layerBackend: string(LayerBackend),
 	layerPrefill: string(LayerPrefill),
 	layerDecode:  string(LayerDecode),
 	layerClient:  string(LayerClient),
@@ -55,6 +58,8 @@ func layerIndex(l Layer) int {
 		return layerUnready
 	case LayerConnect:
 		return layerConnect
+	case LayerBackend:
+		return layerBackend
 	case LayerPrefill:
 		return layerPrefill
 	case LayerDecode:
@@ -67,7 +72,7 @@ func layerIndex(l Layer) int {
 
 // Layers lists the failure layers, for pre-registering label values.
 func Layers() []Layer {
-	return []Layer{LayerDoor, LayerQueue, LayerUnready, LayerConnect, LayerPrefill, LayerDecode, LayerClient}
+	return []Layer{LayerDoor, LayerQueue, LayerUnready, LayerConnect, LayerBackend, LayerPrefill, LayerDecode, LayerClient}
 }
 
 // OverflowLabel is the name under which models, backends and reasons beyond
@@ -100,9 +105,36 @@ type BackendSample struct {
 	KVUsage          float64 // vllm:kv_cache_usage_perc, 0..1
 	Preemptions      float64 // vllm:num_preemptions_total (a counter)
 	Ready            bool
-	State            string // gateway's view: loading/warming/ready/unhealthy
-	StateReason      string
-	StateSince       time.Time
+	// Ejected: ready, but ejected as an outlier by the gateway's queue
+	// (StateReason says until when); counts as not ready.
+	Ejected bool
+	// NoGauges: a sample of the state only (the scrape failed, or the
+	// backend is not scraped): the gauge fields are ignored.
+	NoGauges bool
+	// GaugesState is the gateway's trust in the backend's gauges:
+	// unknown, fresh, stale or unavailable ("" when not told).
+	GaugesState string
+	// Compat is a known difference of ingredients (tokenizer, chat
+	// template, context length) between the gateway and the backend; nil
+	// when none is known.
+	Compat      *Compatibility
+	State       string // gateway's view: loading/warming/ready/unhealthy
+	StateReason string
+	StateSince  time.Time
+}
+
+// Compatibility is a difference of ingredients between the gateway and a
+// backend found at warm-up: the backend counts the probe conversation with
+// another tokenizer or chat template, or serves another context length.
+type Compatibility struct {
+	// Check is "tokenizer" or "max_model_len".
+	Check string `json:"check"`
+	// Gateway and Backend are the two counts (or context lengths).
+	Gateway int `json:"gateway"`
+	Backend int `json:"backend"`
+	// Accepted: the model's tokenizer_check is warn, so the backend is
+	// served anyway.
+	Accepted bool `json:"accepted,omitempty"`
 }
 
 // Thresholds are every threshold the rules use. A zero field takes its
@@ -296,8 +328,10 @@ type series struct {
 	prevPreempt        float64
 	prevTime           time.Time
 	lastSample         time.Time
-	ready              bool
+	ready, ejected     bool
 	state, stateReason string
+	gaugesState        string
+	compat             *Compatibility
 	stateSince         time.Time
 	sampled            bool
 }
@@ -570,14 +604,36 @@ func (e *Engine) Sample(smp BackendSample) {
 	if !ok {
 		return
 	}
+	b.samples++
+	if !smp.Ready || smp.Ejected {
+		b.notReady++
+	}
+	if !smp.NoGauges {
+		e.gauges(s, b, idx, t, smp)
+	}
+	if !s.sampled || !t.Before(s.lastSample) {
+		s.sampled = true
+		s.lastSample = t
+		s.ready, s.ejected = smp.Ready, smp.Ejected
+		s.state, s.stateReason = smp.State, smp.StateReason
+		s.stateSince = smp.StateSince
+		if smp.GaugesState != "" {
+			s.gaugesState = smp.GaugesState
+		}
+		s.compat = nil
+		if smp.Compat != nil {
+			c := *smp.Compat
+			s.compat = &c
+		}
+	}
+}
+
+// gauges adds a sample's gauges to its bucket and the preemption rate.
+func (e *Engine) gauges(s *series, b *bucket, idx int64, t time.Time, smp BackendSample) {
 	off := t.Sub(time.Unix(0, idx*int64(e.width))).Seconds()
 	b.running.add(off, smp.Running)
 	b.waiting.add(off, smp.Waiting)
 	b.kv.add(off, smp.KVUsage)
-	b.samples++
-	if !smp.Ready {
-		b.notReady++
-	}
 	if s.hasPrev && t.After(s.prevTime) {
 		d := smp.Preemptions - s.prevPreempt
 		if d < 0 { // counter reset: count what the new counter has seen
@@ -590,13 +646,6 @@ func (e *Engine) Sample(smp BackendSample) {
 	}
 	if !s.hasPrev || t.After(s.prevTime) {
 		s.hasPrev, s.prevPreempt, s.prevTime = true, smp.Preemptions, t
-	}
-	if !s.sampled || !t.Before(s.lastSample) {
-		s.sampled = true
-		s.lastSample = t
-		s.ready = smp.Ready
-		s.state, s.stateReason = smp.State, smp.StateReason
-		s.stateSince = smp.StateSince
 	}
 }
 

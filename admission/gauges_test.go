@@ -1,0 +1,84 @@
+package admission
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// TestPoolGaugesStates walks the rule that tells stale gauges (held back)
+// from unavailable ones (not checked) along a timeline.
+func TestPoolGaugesStates(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var log eventLog
+		p := testPool(one(0, 0), func(c *PoolConfig) {
+			c.SaturatedWaiting, c.StaleAfter, c.GaugesUnavailableAfter = 4, time.Second, 10*time.Second
+			c.OnEvent = log.add
+		})
+		state := func() GaugesState { return p.Stats().Slots[0].GaugesState }
+		admitted := func() bool {
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			got := make(chan *Lease, 1)
+			go func() { l, _ := p.Acquire(ctx, Ticket{Tokens: 1}); got <- l }()
+			synctest.Wait()
+			select {
+			case l := <-got:
+				l.Release(Succeeded)
+				return true
+			default:
+				cancel() // it leaves the queue
+				if l := <-got; l != nil {
+					l.Release(Succeeded)
+				}
+				return false
+			}
+		}
+		if state() != GaugesUnknown || !admitted() {
+			t.Fatal("a backend never scraped is admitted on its limits")
+		}
+		p.SetGauges(0, Gauges{Waiting: 5, At: time.Now()})
+		if state() != GaugesFresh || admitted() {
+			t.Fatal("fresh saturated gauges must hold work back")
+		}
+		p.SetGauges(0, Gauges{At: time.Now()})
+		// Scrapes time out under load for a few seconds: stale, held back.
+		for range 4 {
+			time.Sleep(time.Second)
+			p.ScrapeFailed(0, false, "timed out")
+		}
+		if state() != GaugesStale || admitted() {
+			t.Fatalf("missed scrapes: %s, want stale and held back", state())
+		}
+		// ... for longer than GaugesUnavailableAfter: unavailable, admitted.
+		for range 7 {
+			time.Sleep(time.Second)
+			p.ScrapeFailed(0, false, "timed out")
+		}
+		if state() != GaugesUnavailable || !admitted() {
+			t.Fatalf("persistent failures: %s, want unavailable and admitted", state())
+		}
+		p.SetGauges(0, Gauges{At: time.Now()})
+		if state() != GaugesFresh {
+			t.Fatal(state())
+		}
+		// Three unreadable answers in a row: unavailable at once.
+		for i := range UnreadableScrapes {
+			if state() == GaugesUnavailable {
+				t.Fatalf("unavailable after %d unreadable answers", i)
+			}
+			p.ScrapeFailed(0, true, "/metrics answered 404")
+		}
+		if state() != GaugesUnavailable || !admitted() {
+			t.Fatalf("unreadable answers: %s", state())
+		}
+		if got := log.kinds(); len(got) != 3 {
+			t.Errorf("events %v: want unavailable, fresh again, unavailable", got)
+		}
+		st := p.Stats().Slots[0]
+		if st.ScrapeErrors != 14 || st.LastScrapeError != "/metrics answered 404" {
+			t.Errorf("stats %+v", st)
+		}
+	})
+}

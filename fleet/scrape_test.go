@@ -1,0 +1,221 @@
+package fleet
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"go.uber.org/zap"
+
+	"github.com/maitred-dev/maitred/sim"
+)
+
+// parseExpfmt is how Scrape read a page before it streamed: the whole
+// exposition parsed into metric families, then the kept ones summed. It is
+// the reference the streaming parser is checked against, and the "before"
+// of BenchmarkScrapeLargePage.
+func parseExpfmt(r io.Reader, served string) (Gauges, error) {
+	p := expfmt.NewTextParser(model.LegacyValidation)
+	fams, err := p.TextToMetricFamilies(r)
+	if err != nil {
+		return Gauges{}, err
+	}
+	var g Gauges
+	sum := func(name string) float64 {
+		var v float64
+		if fam := fams[name]; fam != nil {
+			for _, m := range fam.Metric {
+				if !servedByDTO(m, served) {
+					continue
+				}
+				switch {
+				case m.Gauge != nil:
+					v += m.Gauge.GetValue()
+				case m.Counter != nil:
+					v += m.Counter.GetValue()
+				case m.Untyped != nil:
+					v += m.Untyped.GetValue()
+				}
+			}
+		}
+		return v
+	}
+	g.Running = sum(famRunning)
+	g.Waiting = sum(famWaiting)
+	g.KVUsage = sum(famKVUsage)
+	g.Preemptions = sum(famPreemptions)
+	if fam := fams[famCacheInfo]; fam != nil && len(fam.Metric) > 0 {
+		g.Info = map[string]string{}
+		for _, lp := range fam.Metric[0].Label {
+			g.Info[lp.GetName()] = lp.GetValue()
+		}
+		blocks, _ := strconv.Atoi(g.Info["num_gpu_blocks"])
+		size, _ := strconv.Atoi(g.Info["block_size"])
+		g.KVCapacity = blocks * size
+	}
+	return g, nil
+}
+
+func servedByDTO(m *dto.Metric, served string) bool {
+	for _, lp := range m.Label {
+		if lp.GetName() == "model_name" {
+			return lp.GetValue() == served
+		}
+	}
+	return true
+}
+
+// simPage is the simulator's /metrics page (vLLM's families and shapes).
+func simPage(t testing.TB) []byte {
+	t.Helper()
+	s := sim.New(sim.Config{Model: "m", KVUsageFloor: 0.25}, zap.NewNop())
+	srv := httptest.NewServer(s.Handler())
+	defer func() { s.Close(); srv.Close() }()
+	res, err := srv.Client().Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// largePage is a page of about size bytes: the simulator's, then many
+// histogram series of other families (as a server with many adapters or
+// label values exports).
+func largePage(t testing.TB, size int) []byte {
+	var b bytes.Buffer
+	b.Write(simPage(t))
+	b.WriteString(`vllm:num_requests_waiting_other{engine="1",model_name="other"} 7` + "\n")
+	b.WriteString("# TYPE vllm:e2e_request_latency_seconds_x histogram\n")
+	for i := 0; b.Len() < size; i++ {
+		for _, le := range []string{"0.3", "0.5", "0.8", "1.0", "1.5", "2.0", "2.5", "5.0", "10.0", "+Inf"} {
+			fmt.Fprintf(&b, "vllm:e2e_request_latency_seconds_x_bucket{engine=\"0\",lora_name=\"adapter-%d\",model_name=\"m\",le=\"%s\"} %d\n", i, le, i)
+		}
+		fmt.Fprintf(&b, "vllm:e2e_request_latency_seconds_x_sum{engine=\"0\",lora_name=\"adapter-%d\",model_name=\"m\"} %d.5\n", i, i)
+		fmt.Fprintf(&b, "vllm:e2e_request_latency_seconds_x_count{engine=\"0\",lora_name=\"adapter-%d\",model_name=\"m\"} %d\n", i, i)
+	}
+	return b.Bytes()
+}
+
+func TestParseMetricsAgreesWithExpfmt(t *testing.T) {
+	for name, page := range map[string][]byte{
+		"sim":   simPage(t),
+		"large": largePage(t, 1<<20),
+		"escapes and spacing": []byte("# comment\n\nvllm:num_requests_waiting{model_name=\"m\",note=\"a \\\"q\\\" \\\\ \\n\"} 2 1700000000000\n" +
+			"vllm:num_requests_running 1\nvllm:kv_cache_usage_perc{model_name=\"m\"} 0.5\n" +
+			"vllm:num_preemptions_total{model_name=\"m\"} 4\nvllm:num_preemptions_total{model_name=\"x\"} 9\n" +
+			"vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"100\",cache_dtype=\"auto\"} 1\n"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			want, err := parseExpfmt(bytes.NewReader(page), "m")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := parseMetrics(bytes.NewReader(page), "m", MaxMetricsBytes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("streaming parse %+v\nexpfmt parse    %+v", got, want)
+			}
+		})
+	}
+}
+
+func TestParseMetricsRefuses(t *testing.T) {
+	for name, tc := range map[string]struct {
+		page, want string
+	}{
+		"html":      {"<html><body>Not Found</body></html>\n", "not vLLM's"},
+		"empty":     {"", "not vLLM's"},
+		"bad value": {"vllm:num_requests_running{model_name=\"m\"} many\n", "not a number"},
+		"unquoted":  {"vllm:num_requests_waiting{model_name=m} 1\n", "not quoted"},
+		"too large": {"vllm:num_requests_running 1\n" + strings.Repeat("x", 2<<20), "over 1 MiB"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := parseMetrics(strings.NewReader(tc.page), "m", 1<<20)
+			var se *ScrapeError
+			if !errors.As(err, &se) || !se.Answered || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want an answered ScrapeError containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// BenchmarkScrapeLargePage reads a 13 MB page both ways, side by side:
+// expfmt (before) parses every family; the streaming parser (now) scans
+// lines and parses only the kept ones.
+func BenchmarkScrapeLargePage(b *testing.B) {
+	page := largePage(b, 13<<20)
+	for _, bc := range []struct {
+		name  string
+		parse func(io.Reader) (Gauges, error)
+	}{
+		{"expfmt", func(r io.Reader) (Gauges, error) { return parseExpfmt(r, "m") }},
+		{"stream", func(r io.Reader) (Gauges, error) { return parseMetrics(r, "m", MaxMetricsBytes) }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(page)))
+			for b.Loop() {
+				if _, err := bc.parse(bytes.NewReader(page)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// plainTypes: every kept family in page is a gauge, counter or untyped.
+func plainTypes(page []byte) bool {
+	p := expfmt.NewTextParser(model.LegacyValidation)
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(page))
+	if err != nil {
+		return false
+	}
+	for _, n := range []string{famRunning, famWaiting, famKVUsage, famPreemptions, famCacheInfo} {
+		if f := fams[n]; f != nil {
+			switch f.GetType() {
+			case dto.MetricType_GAUGE, dto.MetricType_COUNTER, dto.MetricType_UNTYPED:
+			default:
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// FuzzParseMetrics: the streaming parser never panics, and where expfmt
+// reads a page as a vLLM page, both agree on the gauges.
+func FuzzParseMetrics(f *testing.F) {
+	f.Add(simPage(f))
+	f.Add([]byte("vllm:num_requests_running{model_name=\"m\"} 1\nvllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"4\"} 1\n"))
+	f.Add([]byte("vllm:num_requests_waiting{a=\"\\\\\\\"\"} NaN\n"))
+	f.Fuzz(func(t *testing.T, page []byte) {
+		got, err := parseMetrics(bytes.NewReader(page), "m", 1<<20)
+		if err != nil {
+			return
+		}
+		want, werr := parseExpfmt(bytes.NewReader(page), "m")
+		if werr != nil || !plainTypes(page) {
+			// The streaming parser does not validate other families, and
+			// reads kept ones as the plain values vLLM exports them as.
+			return
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("streaming parse %+v\nexpfmt parse    %+v", got, want)
+		}
+	})
+}
