@@ -297,7 +297,7 @@ func (r *recorder) Flush() { r.FlushError() }
 // proxy's ResponseController prefers it.
 func (r *recorder) FlushError() error {
 	t := r.bound()
-	err := http.NewResponseController(r.ResponseWriter).Flush()
+	err := r.controller().Flush()
 	if d := time.Since(t); d > stallThreshold {
 		*r.stall += d
 	}
@@ -311,12 +311,16 @@ func (r *recorder) FlushError() error {
 func (r *recorder) bound() time.Time {
 	t := time.Now()
 	if r.writeIdle > 0 {
-		if r.rc == nil {
-			r.rc = http.NewResponseController(r.ResponseWriter)
-		}
-		r.rc.SetWriteDeadline(t.Add(r.writeIdle))
+		r.controller().SetWriteDeadline(t.Add(r.writeIdle))
 	}
 	return t
+}
+
+func (r *recorder) controller() *http.ResponseController {
+	if r.rc == nil {
+		r.rc = http.NewResponseController(r.ResponseWriter)
+	}
+	return r.rc
 }
 
 func (r *recorder) noteErr(err error) {

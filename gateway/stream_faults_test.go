@@ -25,7 +25,9 @@ import (
 const streamBody = `{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}`
 
 // idle200ms gives the model a short stream_idle_timeout.
-func idle200ms(c *fleet.Config) { c.Models[0].StreamIdleTimeout = fleet.Duration(200 * time.Millisecond) }
+func idle200ms(c *fleet.Config) {
+	c.Models[0].StreamIdleTimeout = fleet.Duration(200 * time.Millisecond)
+}
 
 // startLoggedGateway starts a gateway in front of url whose access log the
 // test can read.
