@@ -114,13 +114,22 @@ func TestSlowReaderIsTheClientsFault(t *testing.T) {
 		}
 		cancelled <- struct{}{}
 	})
-	tg, logs := startLoggedGateway(t, idle200ms, fb.URL)
+	// The backend never pauses, so only a starved scheduler could make the
+	// gateway wait on it; 500 ms keeps that out of reach on a loaded machine.
+	tg, logs := startLoggedGateway(t, func(c *fleet.Config) {
+		c.Models[0].StreamIdleTimeout = fleet.Duration(500 * time.Millisecond)
+	}, fb.URL)
 	const clients = 5 // eject_after
-	for i := range clients {
-		c := rawRequest(t, tg.URL, streamBody)
-		<-cancelled // the client read nothing until the backend request was cancelled
+	conns := make([]net.Conn, clients)
+	for i := range conns {
+		conns[i] = rawRequest(t, tg.URL, streamBody)
+	}
+	for range clients {
+		<-cancelled // the clients read nothing until the backend requests were cancelled
+	}
+	for i, c := range conns {
 		c.SetReadDeadline(time.Now().Add(20 * time.Second))
-		got, _ := io.ReadAll(c) // then it reads whatever is left
+		got, _ := io.ReadAll(c) // then each reads whatever is left
 		if strings.Contains(string(got), "backend_stalled") {
 			t.Errorf("client %d: the stream was ended as a backend stall", i)
 		}
@@ -197,6 +206,10 @@ func TestDoneInsideATokenIsNotTheEnd(t *testing.T) {
 		{"stall", true, codeStalled},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			var mutate func(*fleet.Config) // the cut: the default idle timeout, far from it
+			if tc.stall {
+				mutate = idle200ms
+			}
 			fb := newFakeBackend(t, "m", func(w http.ResponseWriter, r *http.Request) {
 				w.Header().Set("Content-Type", "text/event-stream")
 				io.WriteString(w, first)
@@ -206,7 +219,7 @@ func TestDoneInsideATokenIsNotTheEnd(t *testing.T) {
 				}
 				// Returning without [DONE] ends the body cleanly: a cut.
 			})
-			tg, logs := startLoggedGateway(t, idle200ms, fb.URL)
+			tg, logs := startLoggedGateway(t, mutate, fb.URL)
 			body := readBodyT(t, tg.post(t, "/v1/chat/completions", streamBody))
 			if !strings.HasPrefix(body, first) {
 				t.Fatalf("the events before the break were altered: %q", body)
