@@ -48,8 +48,10 @@ type Config struct {
 	// this bounds whole non-streaming requests and the time to the first
 	// byte of streams. A model may set its own.
 	FirstByteTimeout Duration `yaml:"first_byte_timeout"`
-	// StreamIdleTimeout ends a stream whose backend sent nothing for this
-	// long with a backend_stalled error event, and cancels it upstream. A
+	// StreamIdleTimeout ends a stream whose backend sent no complete event
+	// for this long with a backend_stalled error event, and cancels it
+	// upstream; it also bounds a non-streaming body that makes no progress
+	// after its headers, and each write to a client that stops reading. A
 	// model may set its own.
 	StreamIdleTimeout Duration `yaml:"stream_idle_timeout"`
 	// DrainDelay is how long the gateway keeps serving new requests after a

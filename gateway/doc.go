@@ -30,8 +30,14 @@
 // Backend answers, errors included, pass through byte for byte. A streaming
 // answer is wrapped in a streamGuard that passes each complete SSE event on
 // at once (the proxy flushes every write) and, if the backend stream ends
-// without [DONE], ends the client's stream with one error event and [DONE]
-// naming why (backend_disconnected, backend_stalled, server_shutting_down).
+// without an event whose data is exactly [DONE], ends the client's stream
+// with one error event and [DONE] naming why (backend_disconnected,
+// backend_stalled, server_shutting_down). Its idle clock runs only while it
+// waits on the backend for a complete event. Any other answer is wrapped in
+// a bodyGuard that bounds each read the same way and aborts the client's
+// connection when the body stalls or ends short. Each write to the client
+// gets stream_idle_timeout too: a client that stops reading ends its own
+// request (499 client_stalled), never counted against the backend.
 //
 // Each request carries a phase clock (read, door, queue, connect, prefill,
 // decode, tail) whose phases add up to its duration; they go to the access

@@ -64,7 +64,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"model", "result"}),
 		backendErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "maitred_backend_errors_total",
-			Help: "Backend failures by model, backend and kind: connect_failed, failed_before_headers, first_byte_timeout, stream_stalled, stream_disconnected.",
+			Help: "Backend failures by model, backend and kind: connect_failed, failed_before_headers, first_byte_timeout, stream_stalled, stream_disconnected, body_stalled, body_disconnected.",
 		}, []string{"model", "backend", "kind"}),
 		admissions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "maitred_admission_total",

@@ -134,7 +134,10 @@ func (g *Gateway) forwardLease(w http.ResponseWriter, r *http.Request, x *exchan
 // backend, for outlier ejection.
 func resultOf(x *exchange, err error, aborted bool) admission.Result {
 	if aborted {
-		if x.clientCtx.Err() != nil {
+		// The proxy aborts when a body copy fails: a write to the client
+		// (it left, or stopped reading until its write timed out, which
+		// also cancels its context) or a read from the backend.
+		if x.clientCtx.Err() != nil || x.clientWriteErr != nil {
 			return admission.Abandoned
 		}
 		return admission.ServerError
@@ -176,6 +179,11 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, x *exchange, b
 	t := g.timeouts[x.model]
 	x.firstByte = time.AfterFunc(t.firstByte, func() { x.timedOut.Store(true); cancel() })
 	defer x.firstByte.Stop()
+	if rec, ok := w.(*recorder); ok {
+		// A client that stops reading must not hold the backend forever:
+		// each write to it gets stream_idle_timeout to complete.
+		rec.writeIdle = t.streamIdle
+	}
 
 	x.sentAt, x.headersAt, x.firstEventAt, x.lastEventAt, x.events = time.Now(), time.Time{}, time.Time{}, time.Time{}, 0
 	out := r.WithContext(context.WithValue(ctx, ctxKey{}, x))
@@ -322,6 +330,8 @@ func (g *Gateway) newProxy(rt http.RoundTripper) *httputil.ReverseProxy {
 			// The client's id is already on the response (serve set it);
 			// the backend's echo of its own id would add a second value.
 			res.Header.Del("X-Request-Id")
+			idle := g.timeouts[x.model].streamIdle
+			onIdle := func() { x.stalled.Store(true); x.cancel() }
 			if res.StatusCode == http.StatusOK && isEventStream(res.Header.Get("Content-Type")) {
 				guard := newStreamGuard(res.Body, x.clientCtx, func(cause error) []byte {
 					return g.streamBroken(x, cause)
@@ -333,10 +343,12 @@ func (g *Gateway) newProxy(rt http.RoundTripper) *httputil.ReverseProxy {
 					x.events += n
 					x.lastEventAt = at
 				}
-				if idle := g.timeouts[x.model].streamIdle; idle > 0 {
-					guard.watchIdle(idle, func() { x.stalled.Store(true); x.cancel() })
+				if idle > 0 {
+					guard.watchIdle(idle, onIdle)
 				}
 				res.Body = guard
+			} else {
+				res.Body = newBodyGuard(res.Body, idle, onIdle, func(cause error) { g.bodyBroken(x, cause) })
 			}
 			return nil
 		},
@@ -379,6 +391,29 @@ func (g *Gateway) streamBroken(x *exchange, cause error) []byte {
 	}
 	e := &Error{Type: typeServer, Code: code, Message: msg + " Request id " + x.id + "."}
 	return e.sseEvent()
+}
+
+// bodyBroken is called when reading a backend's non-SSE body fails after
+// its headers went out: it was silent for the idle timeout (backend_stalled),
+// ended short of its length or was cut (backend_disconnected), or the drain
+// deadline ended it. The proxy then aborts the client's connection; the
+// request is logged with that code and counted against the backend. A read
+// that failed because the client left (or stopped reading, which cancels
+// the request) is the client's and is not reported here.
+func (g *Gateway) bodyBroken(x *exchange, cause error) {
+	if x.clientCtx.Err() != nil || x.clientWriteErr != nil {
+		return
+	}
+	switch {
+	case x.shutdown.Load():
+		x.streamBroke = codeShuttingDown
+	case x.stalled.Load():
+		x.streamBroke = codeStalled
+		g.backendError(x, "body_stalled")
+	default:
+		x.streamBroke = codeDisconnected
+		g.backendError(x, "body_disconnected")
+	}
 }
 
 func mustStdLogAt(l *zap.Logger, lvl zapcore.Level) *log.Logger {

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"net/http"
+	"os"
 	"runtime/debug"
 	"strconv"
 	"sync/atomic"
@@ -25,8 +26,15 @@ type handlerFunc func(w http.ResponseWriter, r *http.Request, x *exchange) error
 var errClientGone = errors.New("client closed the request")
 
 // statusClientClosed is logged (never sent) for requests whose client left,
-// as nginx does.
+// as nginx does, or stopped reading (outcome client_stalled).
 const statusClientClosed = 499
+
+// Outcomes of requests the client ended: it left, or it stopped reading
+// until a write to it made no progress for stream_idle_timeout.
+const (
+	outcomeClientClosed  = "client_closed"
+	outcomeClientStalled = "client_stalled"
+)
 
 // exchange is what the gateway knows about one request, filled in as it
 // moves along and read once by serve to write the log line and metrics.
@@ -64,7 +72,10 @@ type exchange struct {
 	readDone, doorDone, sentAt, headersAt, firstEventAt, lastEventAt time.Time
 	events                                                           int
 	clientStall                                                      time.Duration
-	// streamBroke is the reason a stream was ended by the gateway.
+	// clientWriteErr is the first failed write to the client, if any.
+	clientWriteErr error
+	// streamBroke is the reason the gateway ended a backend's answer after
+	// its headers: a stream (with an error event) or a body (by aborting).
 	streamBroke string
 	// outcome names how the request ended when it did not succeed.
 	outcome string
@@ -82,7 +93,7 @@ type exchange struct {
 func (g *Gateway) serve(endpoint string, h handlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		x := &exchange{id: requestID(r), start: time.Now(), endpoint: endpoint, clientCtx: r.Context()}
-		rec := &recorder{ResponseWriter: w, stall: &x.clientStall}
+		rec := &recorder{ResponseWriter: w, stall: &x.clientStall, werr: &x.clientWriteErr}
 		w.Header().Set("X-Request-Id", x.id)
 		var err error
 		defer func() {
@@ -95,9 +106,14 @@ func (g *Gateway) serve(endpoint string, h handlerFunc) http.HandlerFunc {
 				}
 			}
 			if p == http.ErrAbortHandler && x.outcome == "" {
+				// The proxy aborted a body it had started: the client's
+				// doing, or the backend's (streamBroke names it).
 				x.outcome = "aborted"
-				if r.Context().Err() != nil {
-					x.outcome = "client_closed"
+				if x.streamBroke != "" {
+					x.outcome = x.streamBroke
+				}
+				if r.Context().Err() != nil || x.clientWriteErr != nil {
+					x.outcome = clientOutcome(x)
 				}
 			}
 			g.finish(x, rec, r, err)
@@ -130,14 +146,31 @@ func (g *Gateway) serve(endpoint string, h handlerFunc) http.HandlerFunc {
 	}
 }
 
+// clientOutcome names how a client ended its request: it stopped reading
+// (a write to it timed out) or it left.
+func clientOutcome(x *exchange) string {
+	if errors.Is(x.clientWriteErr, os.ErrDeadlineExceeded) {
+		return outcomeClientStalled
+	}
+	return outcomeClientClosed
+}
+
 func (g *Gateway) finish(x *exchange, rec *recorder, r *http.Request, err error) {
 	g.bodies.give(x.bodyHeld)
 	status := rec.status
-	if !rec.wroteHeader {
+	if x.clientWriteErr != nil && x.outcome == "" {
+		// The answer was complete upstream but did not all reach the client.
+		x.outcome = clientOutcome(x)
+	}
+	switch {
+	case !rec.wroteHeader:
 		status = statusClientClosed
 		if x.outcome == "" {
-			x.outcome = "client_closed"
+			x.outcome = outcomeClientClosed
 		}
+	case x.outcome == outcomeClientClosed || x.outcome == outcomeClientStalled:
+		// Headers went out, but the client did not take the whole answer.
+		status = statusClientClosed
 	}
 	end := time.Now()
 	d := end.Sub(x.start)
@@ -248,6 +281,12 @@ type recorder struct {
 	// stall adds up the time writes to the client blocked: a slow reader
 	// fills the socket buffer and the gateway waits.
 	stall *time.Duration
+	// writeIdle, when set (by the proxy), bounds each write and flush to
+	// the client: one that makes no progress for this long fails, which
+	// also cancels the request. werr keeps the first write error.
+	writeIdle time.Duration
+	rc        *http.ResponseController
+	werr      *error
 }
 
 // stallThreshold: a write that takes longer than this waited for the client.
@@ -264,22 +303,51 @@ func (r *recorder) Write(p []byte) (int, error) {
 	if !r.wroteHeader {
 		r.status, r.wroteHeader = http.StatusOK, true
 	}
-	t := time.Now()
+	t := r.bound()
 	n, err := r.ResponseWriter.Write(p)
 	r.bytes += int64(n)
 	if d := time.Since(t); d > stallThreshold {
 		*r.stall += d
 	}
+	r.noteErr(err)
 	return n, err
 }
 
-func (r *recorder) Flush() {
-	if f, ok := r.ResponseWriter.(http.Flusher); ok {
-		t := time.Now()
-		f.Flush()
-		if d := time.Since(t); d > stallThreshold {
-			*r.stall += d
-		}
+func (r *recorder) Flush() { r.FlushError() }
+
+// FlushError flushes and reports the error, which Flush cannot; the
+// proxy's ResponseController prefers it.
+func (r *recorder) FlushError() error {
+	t := r.bound()
+	err := r.controller().Flush()
+	if d := time.Since(t); d > stallThreshold {
+		*r.stall += d
+	}
+	if !errors.Is(err, http.ErrNotSupported) {
+		r.noteErr(err)
+	}
+	return err
+}
+
+// bound sets the write deadline when writeIdle is set, and returns now.
+func (r *recorder) bound() time.Time {
+	t := time.Now()
+	if r.writeIdle > 0 {
+		r.controller().SetWriteDeadline(t.Add(r.writeIdle))
+	}
+	return t
+}
+
+func (r *recorder) controller() *http.ResponseController {
+	if r.rc == nil {
+		r.rc = http.NewResponseController(r.ResponseWriter)
+	}
+	return r.rc
+}
+
+func (r *recorder) noteErr(err error) {
+	if err != nil && r.werr != nil && *r.werr == nil {
+		*r.werr = err
 	}
 }
 

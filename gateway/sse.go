@@ -12,14 +12,15 @@ import (
 // event larger than this passes through in pieces.
 const maxPartialEvent = 1 << 20
 
-var doneEvent = []byte("data: [DONE]")
+// doneData is the data of the event that ends an OpenAI stream.
+var doneData = []byte("[DONE]")
 
 // streamGuard wraps a backend's SSE body. It passes complete events through
-// as soon as they arrive and watches for [DONE]. When the backend stream
-// ends any other way (a reset, a cut, a clean close too early), it drops the
-// unfinished event and ends the client's stream with the events onBreak
-// returns, so that SDKs raise an error instead of ending quietly with a
-// truncated answer. When the client itself left, it simply fails.
+// as soon as they arrive and watches for the [DONE] event. When the backend
+// stream ends any other way (a reset, a cut, a clean close too early), it
+// drops the unfinished event and ends the client's stream with the events
+// onBreak returns, so that SDKs raise an error instead of ending quietly
+// with a truncated answer. When the client itself left, it simply fails.
 type streamGuard struct {
 	body    io.ReadCloser
 	ctx     context.Context
@@ -27,23 +28,31 @@ type streamGuard struct {
 
 	buf     []byte // read from the backend, not yet returned
 	ready   int    // buf[:ready] holds complete events
+	partial bool   // buf[:ready] ends inside an event (a piece of an oversized one)
 	sawDone bool
 	tail    []byte // the break events still to return
 	ended   bool
 
-	idle  time.Duration
-	timer *time.Timer
+	// The idle clock runs only while the guard waits on the backend for a
+	// complete event: it starts when a Read has no complete event to hand
+	// out and stops when the Read returns. Time the proxy spends writing to
+	// the client is never counted against the backend, and bytes that do
+	// not complete an event do not restart it.
+	idle    time.Duration
+	timer   *time.Timer
+	waiting bool
 	// onEvents, when set, is told of complete events as they arrive (the
 	// phase clock: first event = first token, last = end of decode).
 	onEvents func(n int, at time.Time)
 }
 
-// watchIdle calls onIdle when the backend sends nothing for d; onIdle
-// cancels the upstream request, which makes the pending Read fail and the
-// guard end the stream.
+// watchIdle calls onIdle when the guard has waited d on the backend for a
+// complete event; onIdle cancels the upstream request, which makes the
+// pending Read fail and the guard end the stream.
 func (g *streamGuard) watchIdle(d time.Duration, onIdle func()) {
 	g.idle = d
 	g.timer = time.AfterFunc(d, onIdle)
+	g.timer.Stop()
 }
 
 func newStreamGuard(body io.ReadCloser, ctx context.Context, onBreak func(error) []byte) *streamGuard {
@@ -52,7 +61,18 @@ func newStreamGuard(body io.ReadCloser, ctx context.Context, onBreak func(error)
 	return &streamGuard{body: body, ctx: ctx, onBreak: onBreak, buf: make([]byte, 0, 4<<10)}
 }
 
+// Read hands out complete events, waiting on the backend only when it
+// has none; the idle clock runs only during that wait.
 func (g *streamGuard) Read(p []byte) (int, error) {
+	n, err := g.read(p)
+	if g.waiting {
+		g.timer.Stop()
+		g.waiting = false
+	}
+	return n, err
+}
+
+func (g *streamGuard) read(p []byte) (int, error) {
 	for {
 		if g.ready > 0 {
 			n := copy(p, g.buf[:g.ready])
@@ -75,10 +95,11 @@ func (g *streamGuard) Read(p []byte) (int, error) {
 		if len(g.buf) == cap(g.buf) {
 			g.buf = append(g.buf, 0)[:len(g.buf)]
 		}
-		n, err := g.body.Read(g.buf[len(g.buf):cap(g.buf)])
-		if n > 0 && g.timer != nil {
+		if g.timer != nil && !g.waiting {
 			g.timer.Reset(g.idle)
+			g.waiting = true
 		}
+		n, err := g.body.Read(g.buf[len(g.buf):cap(g.buf)])
 		start := len(g.buf)
 		g.buf = g.buf[:start+n]
 		if n > 0 {
@@ -110,12 +131,17 @@ func (g *streamGuard) Read(p []byte) (int, error) {
 		// Drop the unfinished event: half a JSON object is worse than none.
 		g.buf = g.buf[:g.ready]
 		g.tail = g.onBreak(cause)
+		if g.partial {
+			// What went out ends inside an oversized event: end its line
+			// and the event, so that the error event starts on its own.
+			g.tail = append([]byte("\n\n"), g.tail...)
+		}
 	}
 }
 
 // scan moves ready past the last complete event in buf, looking only at
 // bytes from start on (and the two before, for a boundary split across
-// reads), and notes [DONE].
+// reads), and notes the [DONE] event.
 func (g *streamGuard) scan(start int) {
 	from := max(start-2, g.ready)
 	end := -1
@@ -132,6 +158,7 @@ func (g *streamGuard) scan(start int) {
 	if end < 0 {
 		if len(g.buf)-g.ready > maxPartialEvent {
 			g.ready = len(g.buf)
+			g.partial = true
 		}
 		return
 	}
@@ -141,10 +168,39 @@ func (g *streamGuard) scan(start int) {
 			g.onEvents(n, time.Now())
 		}
 	}
-	if !g.sawDone && bytes.Contains(g.buf[g.ready:end], doneEvent) {
+	if !g.sawDone && bytes.Contains(g.buf[g.ready:end], doneData) && hasDoneEvent(g.buf[g.ready:end]) {
 		g.sawDone = true
 	}
 	g.ready = end
+	g.partial = false
+}
+
+// hasDoneEvent reports whether events, which end at an event boundary,
+// hold an event whose data is exactly [DONE]: one data line, "data:" then
+// an optional space then "[DONE]", as the SSE spec parses fields. The text
+// [DONE] inside a JSON chunk (a completion can contain it) is not the end.
+func hasDoneEvent(events []byte) bool {
+	dataLines, done := 0, false
+	for len(events) > 0 {
+		var line []byte
+		line, events, _ = bytes.Cut(events, []byte{'\n'})
+		line = bytes.TrimSuffix(line, []byte{'\r'})
+		if len(line) == 0 { // the blank line ending an event
+			if dataLines == 1 && done {
+				return true
+			}
+			dataLines, done = 0, false
+			continue
+		}
+		name, value, _ := bytes.Cut(line, []byte{':'})
+		if string(name) != "data" {
+			continue // a comment, or another field
+		}
+		value = bytes.TrimPrefix(value, []byte{' '})
+		dataLines++
+		done = bytes.Equal(value, doneData)
+	}
+	return false
 }
 
 func (g *streamGuard) Close() error {

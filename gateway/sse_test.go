@@ -99,6 +99,39 @@ func TestStreamGuard(t *testing.T) {
 			want:   breakEvents,
 			broken: true,
 		},
+		{
+			name:   "[DONE] inside a token is not the end",
+			pieces: []string{"data: {\"c\":\"data: [DONE]\"}\n\n"},
+			err:    reset,
+			want:   "data: {\"c\":\"data: [DONE]\"}\n\n" + breakEvents,
+			broken: true,
+		},
+		{
+			name:   "a line data: [DONE] inside a longer event is not the end",
+			pieces: []string{"data: x\ndata: [DONE]\n\n"},
+			err:    io.EOF,
+			want:   "data: x\ndata: [DONE]\n\n" + breakEvents,
+			broken: true,
+		},
+		{
+			name:   "data:[DONE] without the space ends the stream",
+			pieces: []string{"data: {\"a\":1}\n\n", "data:[DONE]\n\n"},
+			err:    reset,
+			want:   "data: {\"a\":1}\n\ndata:[DONE]\n\n",
+		},
+		{
+			name:   "[DONE] with a comment and an id, CRLF",
+			pieces: []string{": keep-alive\r\nid: 7\r\ndata: [DONE]\r\n\r\n"},
+			err:    io.EOF,
+			want:   ": keep-alive\r\nid: 7\r\ndata: [DONE]\r\n\r\n",
+		},
+		{
+			name:   "a break after an oversized partial event ends it before the error event",
+			pieces: []string{"data: {\"a\":1}\n\n", "data: " + strings.Repeat("x", maxPartialEvent+1)},
+			err:    reset,
+			want:   "data: {\"a\":1}\n\n" + "data: " + strings.Repeat("x", maxPartialEvent+1) + "\n\n" + breakEvents,
+			broken: true,
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -111,7 +144,7 @@ func TestStreamGuard(t *testing.T) {
 				t.Fatalf("read error %v", err)
 			}
 			if got != tt.want {
-				t.Errorf("got  %q\nwant %q", got, tt.want)
+				t.Errorf("got  %.300q\nwant %.300q", got, tt.want)
 			}
 			if tt.broken != (called == 1) {
 				t.Errorf("onBreak called %d times, want broken=%v", called, tt.broken)
@@ -149,9 +182,31 @@ func TestStreamGuardClientGoneFailsQuietly(t *testing.T) {
 	}
 }
 
+// doneIn is the test's own reading of the SSE spec: does s hold a complete
+// event whose data is exactly [DONE]?
+func doneIn(s string) bool {
+	s = strings.ReplaceAll(s, "\r\n", "\n")
+	events := strings.Split(s, "\n\n")
+	for _, ev := range events[:len(events)-1] { // the last is unterminated
+		var data []string
+		for _, line := range strings.Split(ev, "\n") {
+			name, value, _ := strings.Cut(line, ":")
+			if name == "data" {
+				data = append(data, strings.TrimPrefix(value, " "))
+			}
+		}
+		if data != nil && strings.Join(data, "\n") == "[DONE]" {
+			return true
+		}
+	}
+	return false
+}
+
 func FuzzStreamGuard(f *testing.F) {
 	f.Add("data: {\"a\":1}\n\ndata: [DONE]\n\n", 3, false)
 	f.Add("data: x\r\n\r\ndata: y", 5, true)
+	f.Add("data: {\"c\":\"data: [DONE]\"}\n\ndata: {\"a\"", 7, true)
+	f.Add(": c\ndata:[DONE]\n\ntrailing", 4, false)
 	f.Fuzz(func(t *testing.T, stream string, split int, fail bool) {
 		if split <= 0 {
 			split = 1
@@ -176,14 +231,20 @@ func FuzzStreamGuard(f *testing.F) {
 		if broke {
 			// Output is a prefix of the stream ending at an event boundary, then the break events.
 			prefix, ok := strings.CutSuffix(got, breakEvents)
+			if ok && !strings.HasPrefix(stream, prefix) {
+				// After an oversized partial event, "\n\n" ends it first.
+				prefix, ok = strings.CutSuffix(prefix, "\n\n")
+			}
 			if !ok || !strings.HasPrefix(stream, prefix) {
 				t.Fatalf("broken output %q is not a stream prefix + break events", got)
 			}
-			if strings.Contains(prefix, "data: [DONE]") {
+			if doneIn(prefix) {
 				t.Fatalf("a stream that sent DONE was treated as broken: %q", stream)
 			}
 		} else if got != stream {
 			t.Fatalf("unbroken stream altered: got %q want %q", got, stream)
+		} else if !doneIn(stream) {
+			t.Fatalf("a stream without a [DONE] event ended quietly: %q", stream)
 		}
 	})
 }

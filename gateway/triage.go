@@ -78,7 +78,7 @@ func (x *exchange) layer(status int) triage.Layer {
 		default:
 			return triage.LayerNone
 		}
-	case "client_closed", "aborted":
+	case outcomeClientClosed, outcomeClientStalled, "aborted":
 		return triage.LayerClient
 	case "queue_full", "queue_timeout", "draining":
 		return triage.LayerQueue
@@ -100,9 +100,12 @@ func (x *exchange) layer(status int) triage.Layer {
 		if x.streamBroke == codeShuttingDown {
 			return triage.LayerNone
 		}
-		if x.events == 0 {
+		if x.stream && x.events == 0 {
 			return triage.LayerPrefill
 		}
+		// A stream broken after its first token, or a non-streaming body
+		// broken after its headers (vLLM sends them when the answer is
+		// complete): the backend failed after generating.
 		return triage.LayerDecode
 	}
 	// Everything else the gateway answers itself is a door rejection.
