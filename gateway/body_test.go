@@ -14,19 +14,6 @@ import (
 	"github.com/maitred-dev/maitred/fleet"
 )
 
-// awaitCond polls cond until it holds or the deadline passes; for states
-// with no event to wait on (another goroutine's progress through a read).
-func awaitCond(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // TestDeclaredLengthsCostNothing: 400 connections each declare an 8 MiB
 // body and send one byte. Memory follows the bytes received (the gateway
 // used to allocate each declared length up front: 3.2 GB here), and every
@@ -76,7 +63,7 @@ func TestDeclaredLengthsCostNothing(t *testing.T) {
 	}
 	// Every handler is now waiting for its body, each holding its first
 	// buffer.
-	awaitCond(t, "every body read to start", func() bool { return tg.bodies.used.Load() == conns*firstBodyBuffer })
+	eventually(t, "every body read to start", func() bool { return tg.bodies.used.Load() == conns*firstBodyBuffer })
 	var during runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&during)
@@ -126,7 +113,7 @@ func TestBodyBudgetSheds(t *testing.T) {
 		io.WriteString(c, head)
 		slow = append(slow, c)
 	}
-	awaitCond(t, "the budget to fill", func() bool { return tg.bodies.used.Load() == 4*firstBodyBuffer })
+	eventually(t, "the budget to fill", func() bool { return tg.bodies.used.Load() == 4*firstBodyBuffer })
 	res := tg.post(t, "/v1/completions", `{"model":"m","prompt":"x","max_tokens":1}`)
 	body := readBodyT(t, res)
 	if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get("Retry-After") == "" || !strings.Contains(body, `"server_busy"`) {
@@ -135,7 +122,7 @@ func TestBodyBudgetSheds(t *testing.T) {
 	for _, c := range slow {
 		c.Close()
 	}
-	awaitCond(t, "the budget to empty", func() bool { return tg.bodies.used.Load() == 0 })
+	eventually(t, "the budget to empty", func() bool { return tg.bodies.used.Load() == 0 })
 	res = tg.post(t, "/v1/completions", `{"model":"m","prompt":"x","max_tokens":1}`)
 	if readBodyT(t, res); res.StatusCode != 200 {
 		t.Fatalf("after the slow bodies left: %d", res.StatusCode)

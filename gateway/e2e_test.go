@@ -54,7 +54,7 @@ func startE2E(t *testing.T, sc sim.Config, mutate func(*fleet.Config)) *e2e {
 // event; it asserts nothing about how long the event took.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
