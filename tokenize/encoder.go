@@ -249,7 +249,9 @@ func (sc *encScratch) normSeg(seg string, id int) bool {
 // word runs the model over one pre-token piece.
 func (sc *encScratch) word(w string) bool {
 	if sc.out == nil && sc.limit > 0 && len(w) > boundMin {
-		if b := sc.t.pieceBound(w); b >= 0 {
+		// Past limit-n+1 tokens the count is over the limit whatever
+		// the rest: the bound need not look further.
+		if b := sc.t.pieceBound(w, sc.limit-sc.n+1); b >= 0 {
 			sc.n += b
 			sc.deferred = append(sc.deferred, deferredPiece{w, b})
 			return !sc.over()

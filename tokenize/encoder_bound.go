@@ -55,11 +55,12 @@ func newReachTable(tokens iter.Seq[string], floor int) *reachTable {
 }
 
 // bound returns a lower bound on the number of tokens the model emits for
-// piece.
-func (r *reachTable) bound(piece string) int {
+// piece. It stops once the bound reaches stop: a bound of stop tokens is
+// all a caller with stop-1 tokens left before its limit needs to know.
+func (r *reachTable) bound(piece string, stop int) int {
 	n := len(piece)
 	jumps, end, far := 0, 0, 0
-	for i := 0; end < n; jumps++ {
+	for i := 0; end < n && jumps < stop; jumps++ {
 		// Every position of this layer (reached in exactly `jumps` tokens)
 		// extends the next one.
 		for ; i <= end; i++ {
@@ -80,9 +81,9 @@ func (r *reachTable) bound(piece string) int {
 // mostly cached).
 const boundMin = scanLimit
 
-// pieceBound is the lower bound for one pre-token piece, or -1 when the
-// model has no bound.
-func (t *Tokenizer) pieceBound(piece string) int {
+// pieceBound is the lower bound for one pre-token piece, computed up to
+// stop (see reachTable.bound), or -1 when the model has no bound.
+func (t *Tokenizer) pieceBound(piece string, stop int) int {
 	var r *reachTable
 	if t.bl != nil {
 		r = t.bl.reach
@@ -92,5 +93,5 @@ func (t *Tokenizer) pieceBound(piece string) int {
 	if r == nil {
 		return -1
 	}
-	return r.bound(piece)
+	return r.bound(piece, stop)
 }

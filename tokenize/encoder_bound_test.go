@@ -2,6 +2,7 @@ package tokenize
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -63,7 +64,7 @@ func TestPieceBoundNeverExceedsCount(t *testing.T) {
 	}
 	for name, tk := range toks {
 		t.Run(name, func(t *testing.T) {
-			if tk.pieceBound("ab") < 0 {
+			if tk.pieceBound("ab", math.MaxInt) < 0 {
 				t.Fatal("no bound for this tokenizer")
 			}
 			var sc bpeScratch
@@ -75,7 +76,7 @@ func TestPieceBoundNeverExceedsCount(t *testing.T) {
 				} else {
 					ids = tk.spm.encode(nil, s, &sc)
 				}
-				b := tk.pieceBound(s)
+				b := tk.pieceBound(s, math.MaxInt)
 				if b > len(ids) || b < 1 {
 					t.Errorf("%.40q (%d bytes): bound %d, exact %d", s, len(s), b, len(ids))
 				}
