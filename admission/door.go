@@ -29,6 +29,11 @@ type Model struct {
 	// Clamp lowers an over-long max_tokens to what fits instead of
 	// rejecting (on_overflow: clamp).
 	Clamp bool
+	// Ref is the catalog's own handle for the model (an index into its
+	// table, say). The door passes it back unchanged in the Decision and
+	// the Rejection, so that the caller finds its state for the model
+	// without looking the name up a second time.
+	Ref int
 }
 
 // Catalog is the door's view of the configured models.
@@ -66,7 +71,7 @@ func (d *Door) Check(ep Endpoint, body []byte) (Decision, *Rejection) {
 	}
 	dec, rej := d.checkModel(ep, m, req, body)
 	if rej != nil {
-		rej.Model = m.Name
+		rej.Model, rej.Ref = m.Name, m.Ref
 	}
 	return dec, rej
 }
@@ -88,7 +93,7 @@ func (d *Door) checkModel(ep Endpoint, m Model, req *ojson.Value, body []byte) (
 	if rej != nil {
 		return Decision{}, rej
 	}
-	dec := Decision{Model: m.Name, Stream: f.stream, Body: body, MaxTokens: f.maxTokens, N: f.n, Request: req,
+	dec := Decision{Model: m.Name, Ref: m.Ref, Stream: f.stream, Body: body, MaxTokens: f.maxTokens, N: f.n, Request: req,
 		Prompts: promptCount(ep, req)}
 	// 5. Render and count; a template that raises is the client's error.
 	if m.Counter == nil {

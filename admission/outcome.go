@@ -107,8 +107,10 @@ type Rejection struct {
 	Message string
 	// Context carries the numbers of a context_length_exceeded rejection.
 	Context *ContextInfo
-	// Model is the configured model the request named, once known.
+	// Model is the configured model the request named, once known; Ref
+	// is then its catalog handle (Model.Ref).
 	Model string
+	Ref   int
 }
 
 func (r *Rejection) Error() string {
@@ -133,7 +135,9 @@ type ContextInfo struct {
 
 // Decision is a request the door lets through.
 type Decision struct {
-	Model  string
+	Model string
+	// Ref is the model's catalog handle (Model.Ref).
+	Ref    int
 	Stream bool
 	// Body is what to forward: the client's bytes, or a copy with
 	// max_tokens lowered when the model clamps.

@@ -7,37 +7,6 @@ import (
 	"github.com/maitred-dev/maitred/tokenize"
 )
 
-// catalog is the door's view of the fleet: each model's tokenizer, its
-// current context length (config, else what backends report) and its
-// overflow policy.
-type catalog struct {
-	fleet      *fleet.Fleet
-	tokenizers map[string]*tokenize.Model
-	clamp      map[string]bool
-}
-
-func newCatalog(cfg fleet.Config, fl *fleet.Fleet, toks map[string]*tokenize.Model) *catalog {
-	c := &catalog{fleet: fl, tokenizers: toks, clamp: map[string]bool{}}
-	for _, m := range cfg.Models {
-		c.clamp[m.Name] = m.OnOverflow == "clamp"
-	}
-	return c
-}
-
-func (c *catalog) Lookup(name string) (admission.Model, bool) {
-	fm, ok := c.fleet.Model(name)
-	if !ok {
-		return admission.Model{}, false
-	}
-	am := admission.Model{Name: fm.Name, MaxModelLen: fm.MaxModelLen(), Clamp: c.clamp[name]}
-	if t := c.tokenizers[name]; t != nil {
-		am.Counter = t // only a non-nil tokenizer: a typed nil would not read as "none"
-	}
-	return am, true
-}
-
-func (c *catalog) Names() []string { return c.fleet.Names() }
-
 // rejection renders the door's verdict as the gateway's error.
 func rejection(r *admission.Rejection) *Error {
 	e := &Error{Status: r.Status, Type: typeInvalidRequest, Code: r.Code, Param: r.Param, Message: r.Message}

@@ -37,8 +37,8 @@ type Options struct {
 	Triage *triage.Engine
 }
 
-// Gateway is the HTTP edge. It is safe for concurrent use; its only mutable
-// state is its lifecycle phase and its metrics.
+// Gateway is the HTTP edge. It is safe for concurrent use; its mutable
+// state is its lifecycle phase, its pools, its body budget and its metrics.
 type Gateway struct {
 	cfg     fleet.Config
 	fleet   *fleet.Fleet
@@ -51,23 +51,20 @@ type Gateway struct {
 	// bodies is the budget of request body bytes held at once.
 	bodies  bodyBudget
 	door    *admission.Door
-	catalog *catalog
 	checker *tokenizeChecker
 	// stopCtx is cancelled at the drain deadline: every upstream request
 	// still running is then cancelled and its client told why.
 	stopCtx  context.Context
 	hardStop context.CancelFunc
-	timeouts map[string]modelTimeouts
-	// pools are the per-model admission queues.
-	pools          map[string]*admission.Pool
-	expectedOutput map[string]int
-	queueTimeout   map[string]time.Duration
-	affinity       map[string]int
-	triage         *triage.Engine
-}
-
-type modelTimeouts struct {
-	firstByte, streamIdle time.Duration
+	// models are the configured models' runtimes in config order (index:
+	// admission.Model.Ref); byName finds one by name, for the door's
+	// catalog and for work outside requests (scrapes, transitions, pages).
+	models []*modelRuntime
+	byName map[string]*modelRuntime
+	// noModel holds the metric children of requests that name no
+	// configured model.
+	noModel modelMetrics
+	triage  *triage.Engine
 }
 
 // Phase is the gateway's lifecycle: starting until the first probe round is
@@ -108,20 +105,13 @@ func New(o Options) (*Gateway, error) {
 	}
 	g.bodies.limit = o.Config.MaxBodyBytesInFlight
 	g.stopCtx, g.hardStop = context.WithCancel(context.Background())
-	g.timeouts = map[string]modelTimeouts{}
-	for i := range o.Config.Models {
-		mc := &o.Config.Models[i]
-		g.timeouts[mc.Name] = modelTimeouts{firstByte: o.Config.FirstByte(mc), streamIdle: o.Config.StreamIdle(mc)}
-	}
 	o.Registry.MustRegister(fleetCollector{o.Fleet})
-	g.pools = newPools(o.Config, o.Fleet, g.poolEvent)
-	g.expectedOutput, g.queueTimeout, g.affinity = map[string]int{}, map[string]time.Duration{}, map[string]int{}
-	for i := range o.Config.Models {
-		mc := &o.Config.Models[i]
-		g.expectedOutput[mc.Name] = mc.ExpectedOutputOrDefault()
-		g.queueTimeout[mc.Name] = mc.QueueTimeoutOrDefault()
-		g.affinity[mc.Name] = mc.PrefixAffinityTokens
+	g.models = newRuntimes(o.Config, o.Fleet, o.Tokenizers, g.metrics, g.poolEvent)
+	g.byName = make(map[string]*modelRuntime, len(g.models))
+	for _, rt := range g.models {
+		g.byName[rt.name] = rt
 	}
+	g.noModel = g.metrics.forModel("")
 	if o.Triage == nil {
 		o.Triage = triage.New(triageConfig(o.Config), time.Now)
 	}
@@ -130,9 +120,8 @@ func New(o Options) (*Gateway, error) {
 	// and what triage knows.
 	o.Fleet.OnTransition(g.onTransition)
 	o.Registry.MustRegister(poolCollector{g})
-	g.catalog = newCatalog(o.Config, o.Fleet, o.Tokenizers)
-	g.door = admission.NewDoor(g.catalog)
-	g.checker = newTokenizeChecker(o.Config, &http.Client{Transport: o.Transport}, g.metrics, g.log)
+	g.door = admission.NewDoor(&catalog{byName: g.byName, names: o.Fleet.Names()})
+	g.checker = newTokenizeChecker(&http.Client{Transport: o.Transport}, g.log)
 	g.proxy = g.newProxy(o.Transport)
 	g.handler = g.routes()
 	return g, nil
@@ -268,8 +257,8 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	case <-ctx.Done():
 	}
 	g.SetPhase(Draining)
-	for _, p := range g.pools {
-		p.Flush() // requests queued now get 503 at once
+	for _, rt := range g.models {
+		rt.pool.Flush() // requests queued now get 503 at once
 	}
 	g.log.Info("draining", zap.Duration("drain_delay", g.cfg.DrainDelay.D()), zap.Duration("drain_timeout", g.cfg.DrainTimeout.D()))
 	if d := g.cfg.DrainDelay.D(); d > 0 {
@@ -285,8 +274,8 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	case err = <-done:
 	case <-deadline.C:
 		g.log.Warn("drain deadline reached: ending the requests still in flight")
-		for _, p := range g.pools {
-			p.Drain()
+		for _, rt := range g.models {
+			rt.pool.Drain()
 		}
 		g.hardStop()
 		grace := time.NewTimer(5 * time.Second)

@@ -71,9 +71,10 @@ func (g *Gateway) health(w http.ResponseWriter, r *http.Request, _ *exchange) er
 func (g *Gateway) readiness() (readyBody, bool) {
 	body := readyBody{Phase: g.Phase().String()}
 	ok := g.Phase() == Serving
-	for _, m := range g.fleet.Models() {
+	for _, rt := range g.models {
+		m := rt.fm
 		rm := readyModel{Name: m.Name, MinReady: m.MinReady}
-		slots := g.pools[m.Name].Stats().Slots
+		slots := rt.pool.Stats().Slots
 		for i, b := range m.Backends {
 			rb := readyBackend{BackendStatus: b.Status()}
 			if rb.State == fleet.Ready {

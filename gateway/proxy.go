@@ -48,32 +48,34 @@ func (g *Gateway) completions(ep admission.Endpoint) handlerFunc {
 		dec, rej := g.door.Check(ep, body)
 		x.doorDone = time.Now()
 		if rej != nil {
-			x.model = rej.Model
+			if rej.Model != "" {
+				x.rt = g.models[rej.Ref]
+			}
 			if ci := rej.Context; ci != nil {
 				x.promptTokens, x.maxTokens, x.maxModelLen = ci.PromptTokens, ci.MaxTokens, ci.MaxModelLen
 			}
 			g.rejected(x, rej.Reason)
 			return rejection(rej)
 		}
-		x.model, x.stream, x.promptTokens, x.maxTokens = dec.Model, dec.Stream, dec.PromptTokens, dec.MaxTokens
+		rt := g.models[dec.Ref]
+		x.rt, x.stream, x.promptTokens, x.maxTokens = rt, dec.Stream, dec.PromptTokens, dec.MaxTokens
 		if dec.Uncounted != admission.Counted {
 			x.uncounted = dec.Uncounted.String()
-			g.metrics.uncounted.WithLabelValues(dec.Model, x.uncounted).Inc()
+			rt.metrics.uncounted.WithLabelValues(x.uncounted).Inc()
 		}
 		if dec.ClampedFrom > 0 {
 			w.Header().Set("X-Maitred-Max-Tokens-Clamped", strconv.Itoa(dec.MaxTokens))
 		}
-		m, _ := g.fleet.Model(dec.Model)
-		g.metrics.inFlight.WithLabelValues(m.Name).Inc()
-		defer g.metrics.inFlight.WithLabelValues(m.Name).Dec()
+		rt.metrics.inFlight.Inc()
+		defer rt.metrics.inFlight.Dec()
 		class, className := g.class(r)
-		t := g.ticket(dec, len(body), class)
-		if k := g.affinity[m.Name]; k > 0 {
-			t.Affinity = g.prefixHash(m.Name, ep, dec.Request, k)
+		t := ticket(rt, dec, len(body), class)
+		if rt.affinity > 0 {
+			t.Affinity = prefixHash(rt, ep, dec.Request)
 		}
-		err = g.dispatch(w, r, x, m, t, className, dec.Body)
+		err = g.dispatch(w, r, x, rt, t, className, dec.Body)
 		if err == nil && dec.Uncounted == admission.Counted {
-			g.checker.maybeCheck(x.backend, ep, dec)
+			g.checker.maybeCheck(rt, x.backend, ep, dec)
 		}
 		return err
 	}
@@ -83,21 +85,20 @@ func (g *Gateway) completions(ep admission.Endpoint) handlerFunc {
 // body to it. A backend that cannot be connected to has received nothing,
 // so the request goes back for another backend; once it has reached one it
 // is never sent again.
-func (g *Gateway) dispatch(w http.ResponseWriter, r *http.Request, x *exchange, m *fleet.Model, t admission.Ticket, class string, body []byte) error {
-	pool := g.pools[m.Name]
+func (g *Gateway) dispatch(w http.ResponseWriter, r *http.Request, x *exchange, rt *modelRuntime, t admission.Ticket, class string, body []byte) error {
 	var lastErr error
 	for {
-		lease, o := pool.Acquire(r.Context(), t)
-		g.metrics.admissions.WithLabelValues(m.Name, o.String()).Inc()
+		lease, o := rt.pool.Acquire(r.Context(), t)
+		rt.metrics.admissions.WithLabelValues(o.String()).Inc()
 		if o != admission.Admitted {
 			if lastErr != nil && o == admission.NoBackend {
 				return lastErr
 			}
 			x.outcome = o.String()
-			return g.queueError(m, o, t)
+			return g.queueError(rt, o, t)
 		}
-		g.metrics.queueWait.WithLabelValues(m.Name, class).Observe(lease.Waited.Seconds())
-		b := m.Backends[lease.Slot.Index]
+		rt.metrics.queueWait.WithLabelValues(class).Observe(lease.Waited.Seconds())
+		b := rt.backends[lease.Slot.Index]
 		x.backend, x.proxyErr, x.notSent = b, nil, false
 		err := g.forwardLease(w, r, x, b, lease, body)
 		if err == nil {
@@ -108,7 +109,7 @@ func (g *Gateway) dispatch(w http.ResponseWriter, r *http.Request, x *exchange, 
 		if !errors.As(err, &e) || e.Code != codeBackendDown || !x.notSent {
 			return err
 		}
-		g.fleet.ReportConnectFailure(m, b, x.proxyErr)
+		g.fleet.ReportConnectFailure(rt.fm, b, x.proxyErr)
 		lastErr = err
 		x.retries++
 		t.Exclude = append(t.Exclude, lease.Slot.Index)
@@ -159,7 +160,7 @@ func resultOf(x *exchange, err error, aborted bool) admission.Result {
 // rejected counts a door rejection.
 func (g *Gateway) rejected(x *exchange, reason admission.Reason) {
 	x.outcome, x.rejected = reason.String(), true
-	g.metrics.rejections.WithLabelValues(x.model, reason.String()).Inc()
+	g.metricsOf(x).rejections.WithLabelValues(reason.String()).Inc()
 }
 
 // forward sends body to x.backend through the reverse proxy and returns the
@@ -176,13 +177,12 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, x *exchange, b
 	x.timedOut.Store(false)
 	stopHard := context.AfterFunc(g.stopCtx, func() { x.shutdown.Store(true); cancel() })
 	defer stopHard()
-	t := g.timeouts[x.model]
-	x.firstByte = time.AfterFunc(t.firstByte, func() { x.timedOut.Store(true); cancel() })
+	x.firstByte = time.AfterFunc(x.rt.firstByte, func() { x.timedOut.Store(true); cancel() })
 	defer x.firstByte.Stop()
 	if rec, ok := w.(*recorder); ok {
 		// A client that stops reading must not hold the backend forever:
 		// each write to it gets stream_idle_timeout to complete.
-		rec.writeIdle = t.streamIdle
+		rec.writeIdle = x.rt.streamIdle
 	}
 
 	x.sentAt, x.headersAt, x.firstEventAt, x.lastEventAt, x.events = time.Now(), time.Time{}, time.Time{}, time.Time{}, 0
@@ -201,9 +201,9 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, x *exchange, b
 	return nil
 }
 
-func (g *Gateway) notReady(m *fleet.Model) *Error {
+func (g *Gateway) notReady(rt *modelRuntime) *Error {
 	var states []string
-	for _, b := range m.Backends {
+	for _, b := range rt.backends {
 		s := b.Status()
 		st := b.URL.Host + " " + s.State.String()
 		if s.Reason != "" {
@@ -212,7 +212,7 @@ func (g *Gateway) notReady(m *fleet.Model) *Error {
 		states = append(states, st)
 	}
 	return &Error{Status: http.StatusServiceUnavailable, Type: typeServer, Code: codeModelNotReady,
-		Message:    fmt.Sprintf("Model %q has no ready backend: %s.", m.Name, strings.Join(states, "; ")),
+		Message:    fmt.Sprintf("Model %q has no ready backend: %s.", rt.name, strings.Join(states, "; ")),
 		RetryAfter: g.cfg.Health.Interval.D()}
 }
 
@@ -235,7 +235,7 @@ func (g *Gateway) classify(r *http.Request, x *exchange) error {
 	case x.timedOut.Load():
 		g.backendError(x, "first_byte_timeout")
 		return &Error{Status: http.StatusGatewayTimeout, Type: typeServer, Code: codeBackendTimeout,
-			Message: fmt.Sprintf("Backend %s of model %q sent no response headers within %s.", host, x.model, g.timeouts[x.model].firstByte), Cause: err}
+			Message: fmt.Sprintf("Backend %s of model %q sent no response headers within %s.", host, x.rt.name, x.rt.firstByte), Cause: err}
 	case errors.As(err, &oe) && (oe.Op == "dial" || oe.Op == "write" || oe.Op == "readfrom"):
 		// Refused, or written into a connection the backend had already
 		// closed (a pooled connection to a process that died): the request
@@ -243,16 +243,16 @@ func (g *Gateway) classify(r *http.Request, x *exchange) error {
 		x.notSent = true
 		g.backendError(x, "connect_failed")
 		return &Error{Status: http.StatusBadGateway, Type: typeServer, Code: codeBackendDown,
-			Message: fmt.Sprintf("Backend %s of model %q could not be reached: %s.", host, x.model, dialReason(err)), Cause: err}
+			Message: fmt.Sprintf("Backend %s of model %q could not be reached: %s.", host, x.rt.name, dialReason(err)), Cause: err}
 	default:
 		g.backendError(x, "failed_before_headers")
 		return &Error{Status: http.StatusBadGateway, Type: typeServer, Code: codeBackendDown,
-			Message: fmt.Sprintf("Backend %s of model %q failed before answering.", host, x.model), Cause: err}
+			Message: fmt.Sprintf("Backend %s of model %q failed before answering.", host, x.rt.name), Cause: err}
 	}
 }
 
 func (g *Gateway) backendError(x *exchange, kind string) {
-	g.metrics.backendErrors.WithLabelValues(x.model, x.backend.URL.Host, kind).Inc()
+	x.rt.metrics.backendErrors.WithLabelValues(x.backend.URL.Host, kind).Inc()
 }
 
 func dialReason(err error) string {
@@ -330,7 +330,7 @@ func (g *Gateway) newProxy(rt http.RoundTripper) *httputil.ReverseProxy {
 			// The client's id is already on the response (serve set it);
 			// the backend's echo of its own id would add a second value.
 			res.Header.Del("X-Request-Id")
-			idle := g.timeouts[x.model].streamIdle
+			idle := x.rt.streamIdle
 			onIdle := func() { x.stalled.Store(true); x.cancel() }
 			if res.StatusCode == http.StatusOK && isEventStream(res.Header.Get("Content-Type")) {
 				guard := newStreamGuard(res.Body, x.clientCtx, func(cause error) []byte {
@@ -375,7 +375,7 @@ func (g *Gateway) streamBroken(x *exchange, cause error) []byte {
 		msg = "The gateway is shutting down and ended this stream; the answer is truncated."
 	case x.stalled.Load():
 		code, kind = codeStalled, "stream_stalled"
-		msg = fmt.Sprintf("The backend sent nothing for %s; the stream was cancelled and the answer is truncated.", g.timeouts[x.model].streamIdle)
+		msg = fmt.Sprintf("The backend sent nothing for %s; the stream was cancelled and the answer is truncated.", x.rt.streamIdle)
 	default:
 		code, kind = codeDisconnected, "stream_disconnected"
 		msg = "The backend stream broke before it was complete"
@@ -385,7 +385,7 @@ func (g *Gateway) streamBroken(x *exchange, cause error) []byte {
 		msg += "; the answer is truncated."
 	}
 	x.streamBroke = code
-	g.metrics.streamErrors.WithLabelValues(x.model, code).Inc()
+	x.rt.metrics.streamErrors.WithLabelValues(code).Inc()
 	if kind != "shutdown" {
 		g.backendError(x, kind)
 	}

@@ -20,47 +20,11 @@ import (
 // PriorityHeader names the request's priority class.
 const PriorityHeader = "X-Maitred-Priority"
 
-// newPools builds each model's admission pool over its fleet backends.
-// onEvent, when set, hears each model's pool events.
-func newPools(cfg fleet.Config, fl *fleet.Fleet, onEvent func(m *fleet.Model, e admission.Event)) map[string]*admission.Pool {
-	pools := map[string]*admission.Pool{}
-	for i := range cfg.Models {
-		mc := &cfg.Models[i]
-		fm, _ := fl.Model(mc.Name)
-		var events func(admission.Event)
-		if onEvent != nil {
-			events = func(e admission.Event) { onEvent(fm, e) }
-		}
-		var slots []admission.SlotConfig
-		for j, b := range fm.Backends {
-			bc := mc.Backends[j]
-			slots = append(slots, admission.SlotConfig{Name: b.URL.Host, Ready: b.Ready, MaxInFlight: bc.MaxInFlight, KVTokens: bc.KVTokens})
-		}
-		pools[mc.Name] = admission.NewPool(mc.Name, admission.PoolConfig{
-			QueueSize:        mc.QueueSizeOrDefault(),
-			QueueTimeout:     mc.QueueTimeoutOrDefault(),
-			Classes:          len(cfg.PriorityClasses),
-			SaturatedWaiting: cfg.SaturatedWaiting,
-			SaturatedKV:      cfg.SaturatedKVUsage,
-			StaleAfter:       4 * cfg.ScrapeInterval.D(),
-			// A scrape times out after max(interval, 1s); 40 intervals (10 s
-			// at the default) of failures is persistent, not a missed scrape.
-			GaugesUnavailableAfter: max(40*cfg.ScrapeInterval.D(), 5*time.Second),
-			EjectAfter:             cfg.EjectAfter,
-			EjectFor:               cfg.EjectFor.D(),
-			MaxEjectionPercent:     cfg.MaxEjectionPercent,
-			AffinityLoad:           1.5,
-			OnEvent:                events,
-		}, slots, nil)
-	}
-	return pools
-}
-
 // poolEvent logs a pool's ejection events and tells triage at once, so
 // that an ejection is never silent.
-func (g *Gateway) poolEvent(m *fleet.Model, e admission.Event) {
-	b := m.Backends[e.Index]
-	fields := []zap.Field{zap.String("model", m.Name), zap.String("backend", b.URL.Host),
+func (g *Gateway) poolEvent(rt *modelRuntime, e admission.Event) {
+	b := rt.backends[e.Index]
+	fields := []zap.Field{zap.String("model", rt.name), zap.String("backend", b.URL.Host),
 		zap.Int("ejected_backends", e.Ejected), zap.Int("ready_backends", e.Ready)}
 	switch e.Kind {
 	case admission.Ejected:
@@ -80,42 +44,34 @@ func (g *Gateway) poolEvent(m *fleet.Model, e admission.Event) {
 			ce.Write(append(fields, zap.String("reason", e.Reason))...)
 		}
 	}
-	g.sampleBackend(m, b, nil)
-}
-
-// ejected lists the model's backends its pool has ejected as outliers
-// (slot i is backend i).
-func (g *Gateway) ejected(m *fleet.Model) []*fleet.Backend {
-	var out []*fleet.Backend
-	for _, i := range g.pools[m.Name].Ejected() {
-		out = append(out, m.Backends[i])
-	}
-	return out
+	g.sampleBackend(rt, b, nil)
 }
 
 // ObserveScrape feeds a backend's scraped gauges, or the scrape's failure,
 // to its model's pool, and its state to triage.
 func (g *Gateway) ObserveScrape(m *fleet.Model, b *fleet.Backend, gs fleet.Gauges, err error) {
-	if errors.Is(err, fleet.ErrNotReady) {
-		g.sampleBackend(m, b, nil)
+	rt, ok := g.byName[m.Name]
+	if !ok {
 		return
 	}
-	p := g.pools[m.Name]
-	for i, bb := range m.Backends {
-		if bb != b {
-			continue
-		}
-		if err != nil {
-			// The last gauges age and turn stale; failures that persist
-			// turn them unavailable (see admission.Pool.ScrapeFailed).
-			var se *fleet.ScrapeError
-			p.ScrapeFailed(i, errors.As(err, &se) && se.Answered, err.Error())
-			g.sampleBackend(m, b, nil)
-			return
-		}
-		p.SetGauges(i, admission.Gauges{Waiting: gs.Waiting, Running: gs.Running, KVUsage: gs.KVUsage, KVCapacity: gs.KVCapacity, At: gs.At})
-		g.sampleBackend(m, b, &gs)
+	if errors.Is(err, fleet.ErrNotReady) {
+		g.sampleBackend(rt, b, nil)
+		return
 	}
+	i, ok := rt.slotOf(b)
+	if !ok {
+		return
+	}
+	if err != nil {
+		// The last gauges age and turn stale; failures that persist
+		// turn them unavailable (see admission.Pool.ScrapeFailed).
+		var se *fleet.ScrapeError
+		rt.pool.ScrapeFailed(i, errors.As(err, &se) && se.Answered, err.Error())
+		g.sampleBackend(rt, b, nil)
+		return
+	}
+	rt.pool.SetGauges(i, admission.Gauges{Waiting: gs.Waiting, Running: gs.Running, KVUsage: gs.KVUsage, KVCapacity: gs.KVCapacity, At: gs.At})
+	g.sampleBackend(rt, b, &gs)
 }
 
 // class maps the priority header to a class index.
@@ -140,10 +96,10 @@ func (g *Gateway) class(r *http.Request) (int, string) {
 // An uncounted prompt is estimated at four bytes a token, for the budget
 // only; it is never refused on that guess. The claim saturates at
 // maxTicket, beyond any budget, so the arithmetic cannot overflow.
-func (g *Gateway) ticket(dec admission.Decision, bodyLen int, class int) admission.Ticket {
+func ticket(rt *modelRuntime, dec admission.Decision, bodyLen int, class int) admission.Ticket {
 	out := dec.MaxTokens
 	if out == 0 {
-		out = g.expectedOutput[dec.Model]
+		out = rt.expectedOutput
 	}
 	t := admission.Ticket{Class: class, Exact: dec.Uncounted == admission.Counted}
 	prompt := dec.PromptTokens
@@ -167,23 +123,23 @@ func satMul(a, b int) int {
 }
 
 // queueError renders a pool outcome that is not Admitted.
-func (g *Gateway) queueError(m *fleet.Model, o admission.Outcome, t admission.Ticket) error {
-	p := g.pools[m.Name]
+func (g *Gateway) queueError(rt *modelRuntime, o admission.Outcome, t admission.Ticket) error {
+	p := rt.pool
 	w := p.Advice()
 	switch o {
 	case admission.QueueFull:
 		return &Error{Status: http.StatusTooManyRequests, Type: typeServer, Code: "queue_full", RetryAfter: w.Expected,
 			Message: fmt.Sprintf("Model %q is at capacity and its queue is full (%d waiting); expected wait %s. Retry after %d s.",
-				m.Name, w.Depth, w.Expected.Round(time.Millisecond), retrySeconds(w.Expected))}
+				rt.name, w.Depth, w.Expected.Round(time.Millisecond), retrySeconds(w.Expected))}
 	case admission.QueueTimeout:
 		return &Error{Status: http.StatusServiceUnavailable, Type: typeServer, Code: "queue_timeout", RetryAfter: w.Expected,
 			Message: fmt.Sprintf("The request waited %s for a backend of model %q without one freeing up, %s (%d still waiting; expected wait %s).",
-				g.queueTimeout[m.Name], m.Name, p.Blocked(t), w.Depth, w.Expected.Round(time.Millisecond))}
+				rt.queueTimeout, rt.name, p.Blocked(t), w.Depth, w.Expected.Round(time.Millisecond))}
 	case admission.OverBudget:
 		return &Error{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: "exceeds_kv_capacity", Param: "max_tokens",
-			Message: fmt.Sprintf("The request needs %d tokens of KV cache (prompt plus output budget), more than any backend of model %q holds; it can never run. Lower max_tokens or n.", t.Tokens, m.Name)}
+			Message: fmt.Sprintf("The request needs %d tokens of KV cache (prompt plus output budget), more than any backend of model %q holds; it can never run. Lower max_tokens or n.", t.Tokens, rt.name)}
 	case admission.NoBackend:
-		return g.notReady(m)
+		return g.notReady(rt)
 	case admission.Draining:
 		return &Error{Status: http.StatusServiceUnavailable, Type: typeServer, Code: codeShuttingDown, RetryAfter: time.Second,
 			Message: "The gateway is shutting down; retry on another instance."}
@@ -195,8 +151,8 @@ func (g *Gateway) queueError(m *fleet.Model, o admission.Outcome, t admission.Ti
 
 // prefixHash hashes the first k tokens of the rendered prompt, for prefix
 // affinity; 0 when it cannot be computed.
-func (g *Gateway) prefixHash(model string, ep admission.Endpoint, req *ojson.Value, k int) uint64 {
-	tok := g.catalog.tokenizers[model]
+func prefixHash(rt *modelRuntime, ep admission.Endpoint, req *ojson.Value) uint64 {
+	tok, k := rt.tok, rt.affinity
 	if tok == nil || k <= 0 || req == nil {
 		return 0
 	}
@@ -256,8 +212,8 @@ func (c poolCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
-	for name, p := range c.g.pools {
-		st := p.Stats()
+	for _, rt := range c.g.models {
+		name, st := rt.name, rt.pool.Stats()
 		for i, d := range st.Depth {
 			ch <- prometheus.MustNewConstMetric(queueDepthDesc, prometheus.GaugeValue, float64(d), name, c.g.cfg.PriorityClasses[i])
 		}
@@ -286,11 +242,9 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			ch <- prometheus.MustNewConstMetric(scrapeErrDesc, prometheus.CounterValue, float64(s.ScrapeErrors), name, s.Name)
 		}
-		if fm, ok := c.g.fleet.Model(name); ok {
-			for _, b := range fm.Backends {
-				if mm := b.Status().Mismatch; mm != nil {
-					ch <- prometheus.MustNewConstMetric(mismatchDesc, prometheus.GaugeValue, 1, name, b.URL.Host, mm.Check, strconv.FormatBool(mm.Accepted))
-				}
+		for _, b := range rt.backends {
+			if mm := b.Status().Mismatch; mm != nil {
+				ch <- prometheus.MustNewConstMetric(mismatchDesc, prometheus.GaugeValue, 1, name, b.URL.Host, mm.Check, strconv.FormatBool(mm.Accepted))
 			}
 		}
 		for policy, n := range st.Decisions {

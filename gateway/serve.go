@@ -42,10 +42,13 @@ type exchange struct {
 	id       string
 	start    time.Time
 	endpoint string
-	model    string // a configured model name, or "" (unknown names are not used as labels)
-	backend  *fleet.Backend
-	stream   bool
-	bytesIn  int
+	// rt is the request's model once the door (or /tokenize) found it;
+	// nil before, and for a name that is not configured (unknown names
+	// are not used as labels).
+	rt      *modelRuntime
+	backend *fleet.Backend
+	stream  bool
+	bytesIn int
 	// bodyHeld is the body budget the request reserved (given back at
 	// its end).
 	bodyHeld int64
@@ -146,6 +149,14 @@ func (g *Gateway) serve(endpoint string, h handlerFunc) http.HandlerFunc {
 	}
 }
 
+// metricsOf is the metric children for x's model ("" before it is known).
+func (g *Gateway) metricsOf(x *exchange) *modelMetrics {
+	if x.rt != nil {
+		return &x.rt.metrics
+	}
+	return &g.noModel
+}
+
 // clientOutcome names how a client ended its request: it stopped reading
 // (a write to it timed out) or it left.
 func clientOutcome(x *exchange) string {
@@ -177,8 +188,9 @@ func (g *Gateway) finish(x *exchange, rec *recorder, r *http.Request, err error)
 	code := strconv.Itoa(status)
 	ph := x.phases(end)
 	g.observe(x, status, ph, d)
-	g.metrics.requests.WithLabelValues(x.model, x.endpoint, code).Inc()
-	g.metrics.duration.WithLabelValues(x.model, x.endpoint).Observe(d.Seconds())
+	mm := g.metricsOf(x)
+	mm.requests.WithLabelValues(x.endpoint, code).Inc()
+	mm.duration.WithLabelValues(x.endpoint).Observe(d.Seconds())
 
 	// Probes and scrapes are not worth a line each at info level.
 	lvl := zap.InfoLevel
@@ -200,8 +212,8 @@ func (g *Gateway) finish(x *exchange, rec *recorder, r *http.Request, err error)
 		zap.Duration("duration", d),
 		zap.String("remote", r.RemoteAddr),
 	)
-	if x.model != "" {
-		fields = append(fields, zap.String("model", x.model))
+	if x.rt != nil {
+		fields = append(fields, zap.String("model", x.rt.name))
 	}
 	if x.backend != nil {
 		fields = append(fields, zap.String("backend", x.backend.URL.Host))
@@ -230,7 +242,7 @@ func (g *Gateway) finish(x *exchange, rec *recorder, r *http.Request, err error)
 	if x.streamBroke != "" {
 		fields = append(fields, zap.String("stream_error", x.streamBroke))
 	}
-	if x.model != "" {
+	if x.rt != nil {
 		fields = append(fields, zap.Object("phases", ph))
 		if l := x.layer(status); l != "" {
 			fields = append(fields, zap.String("layer", string(l)))

@@ -75,9 +75,10 @@ func (g *Gateway) statusPage(w http.ResponseWriter, r *http.Request, _ *exchange
 		d.Evidence = append(d.Evidence, kv{k, string(b)})
 	}
 	sort.Slice(d.Evidence, func(i, j int) bool { return d.Evidence[i].K < d.Evidence[j].K })
-	for _, m := range g.fleet.Models() {
+	for _, rt := range g.models {
+		m := rt.fm
 		sm := statusModel{Name: m.Name, Verdict: verdictOf(rep, m.Name), MaxModelLen: m.MaxModelLen()}
-		pst := g.pools[m.Name].Stats()
+		pst := rt.pool.Stats()
 		for _, q := range pst.Depth {
 			sm.Queue += q
 		}

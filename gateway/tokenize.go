@@ -55,13 +55,13 @@ func (g *Gateway) tokenize(w http.ResponseWriter, r *http.Request, x *exchange) 
 	} else if names := g.fleet.Names(); len(names) == 1 && (mv == nil || mv.IsNull()) {
 		name = names[0] // as vLLM: no model means the served one
 	}
-	m, ok := g.fleet.Model(name)
+	rt, ok := g.byName[name] // the request's one lookup of its model
 	if !ok {
 		return &Error{Status: http.StatusNotFound, Type: typeInvalidRequest, Code: codeModelNotFound, Param: "model",
 			Message: fmt.Sprintf("The model %q does not exist. Available models: %v.", name, g.fleet.Names())}
 	}
-	x.model = m.Name
-	if tok := g.catalog.tokenizers[m.Name]; tok != nil {
+	x.rt = rt
+	if tok := rt.tok; tok != nil {
 		var ids []int
 		if req.Has("messages") {
 			ids, err = tok.TokenizeChat(req)
@@ -77,7 +77,7 @@ func (g *Gateway) tokenize(w http.ResponseWriter, r *http.Request, x *exchange) 
 			if ids == nil {
 				ids = []int{}
 			}
-			writeJSON(w, http.StatusOK, tokenizeAnswer{Count: len(ids), MaxModelLen: m.MaxModelLen(), Tokens: ids})
+			writeJSON(w, http.StatusOK, tokenizeAnswer{Count: len(ids), MaxModelLen: rt.fm.MaxModelLen(), Tokens: ids})
 			return nil
 		case errors.As(err, &te):
 			return &Error{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: "invalid_chat_template_input", Param: "messages", Message: te.Message}
@@ -94,9 +94,9 @@ func (g *Gateway) tokenize(w http.ResponseWriter, r *http.Request, x *exchange) 
 	// queue's own rule (Pool.Ejected): ejection never takes the last ready
 	// backend out of rotation, so a model with a ready backend has one
 	// here.
-	b := m.PickExcept(g.ejected(m))
+	b := rt.fm.PickExcept(rt.ejected())
 	if b == nil {
-		return g.notReady(m)
+		return g.notReady(rt)
 	}
 	x.backend = b
 	release := b.Acquire()
@@ -109,20 +109,14 @@ func (g *Gateway) tokenize(w http.ResponseWriter, r *http.Request, x *exchange) 
 // chat template that differs from the one the backend loaded shows up here
 // as mismatches, with both numbers in the log.
 type tokenizeChecker struct {
-	rate    map[string]float64
-	client  *http.Client
-	metrics *metrics
-	log     *zap.Logger
-	sem     chan struct{}
-	wg      sync.WaitGroup
+	client *http.Client
+	log    *zap.Logger
+	sem    chan struct{}
+	wg     sync.WaitGroup
 }
 
-func newTokenizeChecker(cfg fleet.Config, client *http.Client, m *metrics, log *zap.Logger) *tokenizeChecker {
-	c := &tokenizeChecker{rate: map[string]float64{}, client: client, metrics: m, log: log, sem: make(chan struct{}, 4)}
-	for _, mc := range cfg.Models {
-		c.rate[mc.Name] = mc.TokenizeCheckRate
-	}
-	return c
+func newTokenizeChecker(client *http.Client, log *zap.Logger) *tokenizeChecker {
+	return &tokenizeChecker{client: client, log: log, sem: make(chan struct{}, 4)}
 }
 
 // Fields of a chat or completions request that change what /tokenize
@@ -132,8 +126,8 @@ var (
 	completionTokenizeKeys = []string{"prompt", "add_special_tokens"}
 )
 
-func (c *tokenizeChecker) maybeCheck(b *fleet.Backend, ep admission.Endpoint, dec admission.Decision) {
-	rate := c.rate[dec.Model]
+func (c *tokenizeChecker) maybeCheck(rt *modelRuntime, b *fleet.Backend, ep admission.Endpoint, dec admission.Decision) {
+	rate := rt.checkRate
 	if rate <= 0 || rand.Float64() >= rate {
 		return
 	}
@@ -144,11 +138,11 @@ func (c *tokenizeChecker) maybeCheck(b *fleet.Backend, ep admission.Endpoint, de
 	}
 	c.wg.Go(func() {
 		defer func() { <-c.sem }()
-		c.check(b, ep, dec)
+		c.check(rt, b, ep, dec)
 	})
 }
 
-func (c *tokenizeChecker) check(b *fleet.Backend, ep admission.Endpoint, dec admission.Decision) {
+func (c *tokenizeChecker) check(rt *modelRuntime, b *fleet.Backend, ep admission.Endpoint, dec admission.Decision) {
 	req, body := dec.Request, dec.Body
 	if req == nil || dec.ClampedFrom > 0 {
 		return // a clamped body no longer matches the parsed spans
@@ -197,7 +191,7 @@ func (c *tokenizeChecker) check(b *fleet.Backend, ep admission.Endpoint, dec adm
 		io.Copy(io.Discard, res.Body)
 		res.Body.Close()
 	}
-	c.metrics.tokChecks.WithLabelValues(dec.Model, result).Inc()
+	rt.metrics.tokChecks.WithLabelValues(result).Inc()
 	switch result {
 	case "mismatch":
 		c.log.Warn("tokenizer mismatch: the backend counts this prompt differently",

@@ -7,7 +7,6 @@ import (
 
 	"go.uber.org/zap/zapcore"
 
-	"github.com/maitred-dev/maitred/admission"
 	"github.com/maitred-dev/maitred/fleet"
 	"github.com/maitred-dev/maitred/triage"
 )
@@ -115,12 +114,13 @@ func (x *exchange) layer(status int) triage.Layer {
 // observe records a finished request in the phase metrics and the triage
 // engine.
 func (g *Gateway) observe(x *exchange, status int, ph phases, total time.Duration) {
-	if x.model == "" || x.endpoint == "/tokenize" {
+	if x.rt == nil || x.endpoint == "/tokenize" {
 		return
 	}
+	mm := &x.rt.metrics
 	for i, d := range ph.list() {
 		if d > 0 {
-			g.metrics.phase.WithLabelValues(x.model, phaseNames[i]).Observe(d.Seconds())
+			mm.phase.WithLabelValues(phaseNames[i]).Observe(d.Seconds())
 		}
 	}
 	backend := ""
@@ -130,12 +130,12 @@ func (g *Gateway) observe(x *exchange, status int, ph phases, total time.Duratio
 	var ttft, tpot time.Duration
 	if x.stream && !x.firstEventAt.IsZero() {
 		ttft = x.firstEventAt.Sub(x.sentAt)
-		g.metrics.ttft.WithLabelValues(x.model, backend).Observe(ttft.Seconds())
+		mm.ttft.WithLabelValues(backend).Observe(ttft.Seconds())
 		// Events between the first and the last: one per token as vLLM
 		// streams them (the first carries the role, the last is [DONE]).
 		if tokens := x.events - 2; tokens >= 2 {
 			tpot = x.lastEventAt.Sub(x.firstEventAt) / time.Duration(tokens)
-			g.metrics.tpot.WithLabelValues(x.model, backend).Observe(tpot.Seconds())
+			mm.tpot.WithLabelValues(backend).Observe(tpot.Seconds())
 		}
 	}
 	layer := x.layer(status)
@@ -145,14 +145,14 @@ func (g *Gateway) observe(x *exchange, status int, ph phases, total time.Duratio
 		x.outcome = outcomeBackendRejected
 	}
 	if layer != triage.LayerNone {
-		g.metrics.failures.WithLabelValues(x.model, string(layer)).Inc()
+		mm.failures.WithLabelValues(string(layer)).Inc()
 	}
 	reason := x.outcome
 	if reason == "" {
 		reason = x.streamBroke
 	}
 	g.triage.Observe(triage.Observation{
-		Time: time.Now(), Model: x.model, Backend: backend, Layer: layer, Reason: reason,
+		Time: time.Now(), Model: x.rt.name, Backend: backend, Layer: layer, Reason: reason,
 		Door: ph.door, Queue: ph.queue, Connect: ph.connect, TTFT: ttft, TPOT: tpot,
 		ClientStall: x.clientStall, Total: total, OutputTokens: max(x.events-2, 0), Stream: x.stream,
 	})
@@ -160,10 +160,10 @@ func (g *Gateway) observe(x *exchange, status int, ph phases, total time.Duratio
 
 // sampleBackend feeds a backend's state and, when gs is set, the gauges of
 // a scrape to the triage engine.
-func (g *Gateway) sampleBackend(m *fleet.Model, b *fleet.Backend, gs *fleet.Gauges) {
+func (g *Gateway) sampleBackend(rt *modelRuntime, b *fleet.Backend, gs *fleet.Gauges) {
 	st := b.Status()
 	smp := triage.BackendSample{
-		Time: time.Now(), Model: m.Name, Backend: b.URL.Host, NoGauges: gs == nil,
+		Time: time.Now(), Model: rt.name, Backend: b.URL.Host, NoGauges: gs == nil,
 		Ready: st.State == fleet.Ready, State: st.State.String(), StateReason: st.Reason, StateSince: st.Since,
 	}
 	if mm := st.Mismatch; mm != nil {
@@ -175,7 +175,8 @@ func (g *Gateway) sampleBackend(m *fleet.Model, b *fleet.Backend, gs *fleet.Gaug
 			smp.Time = gs.At
 		}
 	}
-	if slot, ok := g.slotOf(m, b); ok {
+	if i, ok := rt.slotOf(b); ok {
+		slot := rt.pool.Stats().Slots[i]
 		smp.GaugesState = slot.GaugesState.String()
 		if slot.Ejected {
 			smp.Ejected = true
@@ -184,28 +185,19 @@ func (g *Gateway) sampleBackend(m *fleet.Model, b *fleet.Backend, gs *fleet.Gaug
 		}
 	}
 	g.triage.Sample(smp)
-	g.triage.GatewayQueue(m.Name, g.pools[m.Name].Advice().Depth, smp.Time)
-}
-
-// slotOf is b's slot in its model's pool, as a snapshot.
-func (g *Gateway) slotOf(m *fleet.Model, b *fleet.Backend) (admission.SlotStats, bool) {
-	for i, bb := range m.Backends {
-		if bb == b {
-			return g.pools[m.Name].Stats().Slots[i], true
-		}
-	}
-	return admission.SlotStats{}, false
+	g.triage.GatewayQueue(rt.name, rt.pool.Advice().Depth, smp.Time)
 }
 
 // onTransition tells the queue and the triage engine about a state change.
 func (g *Gateway) onTransition(m *fleet.Model, b *fleet.Backend, _, to fleet.State) {
-	g.pools[m.Name].Kick()
+	rt := g.byName[m.Name]
+	rt.pool.Kick()
 	if to == fleet.Ready {
 		if st := b.Status(); st.WarmupSeconds > 0 {
 			g.triage.Warmup(m.Name, b.URL.Host, time.Duration(st.WarmupSeconds*float64(time.Second)), 0)
 		}
 	}
-	g.sampleBackend(m, b, nil)
+	g.sampleBackend(rt, b, nil)
 }
 
 // debugTriage answers GET /debug/triage with the current report.
@@ -243,14 +235,14 @@ func (g *Gateway) debugBackends(w http.ResponseWriter, r *http.Request, _ *excha
 		}
 	}
 	var out []backendRecord
-	for _, m := range g.fleet.Models() {
-		st := g.pools[m.Name].Stats()
-		for i, b := range m.Backends {
-			rec := backendRecord{Model: m.Name, BackendStatus: b.Status(), CacheConfig: b.LastGauges().Info,
+	for _, rt := range g.models {
+		st := rt.pool.Stats()
+		for i, b := range rt.backends {
+			rec := backendRecord{Model: rt.name, BackendStatus: b.Status(), CacheConfig: b.LastGauges().Info,
 				TokenBudget: st.Slots[i].Budget, InFlightTokens: st.Slots[i].Tokens, Ejected: st.Slots[i].Ejected,
 				Ejections: st.Slots[i].Ejections, Failures: st.Slots[i].Failures,
 				GaugesState: st.Slots[i].GaugesState.String(), ScrapeErrors: st.Slots[i].ScrapeErrors, LastScrapeError: st.Slots[i].LastScrapeError,
-				SlowPathFallback: slow[m.Name+"/"+b.URL.Host]}
+				SlowPathFallback: slow[rt.name+"/"+b.URL.Host]}
 			if st.Slots[i].Ejected {
 				until := st.Slots[i].EjectedUntil.UTC()
 				rec.EjectedUntil = &until
