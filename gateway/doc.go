@@ -53,9 +53,12 @@
 // (atomic) and its metrics; a framedConn's scanner runs in net/http's reads
 // of that connection, one at a time, and hands its verdict to the handler
 // through atomics;
-// each request's state lives in its exchange, owned by the request's
-// goroutine and read by the proxy hooks of that same request; the timers
-// that cancel an upstream request only set atomic flags and cancel. A
+// each request's state lives in its exchange (the request's scope) and each
+// try at a backend in an attempt, both owned by the request's goroutine and
+// read by the proxy hooks of that same request; the timers that cancel an
+// upstream request only set the attempt's atomic flags and cancel. A
+// model's runtime (pool, tokenizer, timeouts, metric children) is built
+// once in New; the door's lookup finds it and the request carries it. A
 // client that disconnects cancels the request context, which cancels the
 // backend request, so vLLM aborts it and frees its KV cache.
 package gateway

@@ -20,7 +20,6 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/maitred-dev/maitred/admission"
-	"github.com/maitred-dev/maitred/fleet"
 )
 
 type ctxKey struct{}
@@ -73,19 +72,20 @@ func (g *Gateway) completions(ep admission.Endpoint) handlerFunc {
 		if rt.affinity > 0 {
 			t.Affinity = prefixHash(rt, ep, dec.Request)
 		}
-		err = g.dispatch(w, r, x, rt, t, className, dec.Body)
+		err = g.dispatch(w, r, x, t, className, dec.Body)
 		if err == nil && dec.Uncounted == admission.Counted {
-			g.checker.maybeCheck(rt, x.backend, ep, dec)
+			g.checker.maybeCheck(rt, x.att.backend, ep, dec)
 		}
 		return err
 	}
 }
 
 // dispatch waits in the model's queue for a backend with room, then sends
-// body to it. A backend that cannot be connected to has received nothing,
-// so the request goes back for another backend; once it has reached one it
-// is never sent again.
-func (g *Gateway) dispatch(w http.ResponseWriter, r *http.Request, x *exchange, rt *modelRuntime, t admission.Ticket, class string, body []byte) error {
+// body to it. Each try is an attempt of its own; a backend that cannot be
+// connected to has received nothing, so the request goes back for another
+// backend; once it has reached one it is never sent again.
+func (g *Gateway) dispatch(w http.ResponseWriter, r *http.Request, x *exchange, t admission.Ticket, class string, body []byte) error {
+	rt := x.rt
 	var lastErr error
 	for {
 		lease, o := rt.pool.Acquire(r.Context(), t)
@@ -98,63 +98,36 @@ func (g *Gateway) dispatch(w http.ResponseWriter, r *http.Request, x *exchange, 
 			return g.queueError(rt, o, t)
 		}
 		rt.metrics.queueWait.WithLabelValues(class).Observe(lease.Waited.Seconds())
-		b := rt.backends[lease.Slot.Index]
-		x.backend, x.proxyErr, x.notSent = b, nil, false
-		err := g.forwardLease(w, r, x, b, lease, body)
-		if err == nil {
-			g.fleet.ReportSuccess(b)
+		a := x.newAttempt(rt.backends[lease.Slot.Index])
+		res := g.forwardLease(w, r, a, lease, body)
+		if res.err == nil {
+			g.fleet.ReportSuccess(a.backend)
 			return nil
 		}
-		var e *Error
-		if !errors.As(err, &e) || e.Code != codeBackendDown || !x.notSent {
-			return err
+		if !res.retry {
+			return res.err
 		}
-		g.fleet.ReportConnectFailure(rt.fm, b, x.proxyErr)
-		lastErr = err
+		g.fleet.ReportConnectFailure(rt.fm, a.backend, a.proxyErr)
+		lastErr = res.err
 		x.retries++
 		t.Exclude = append(t.Exclude, lease.Slot.Index)
 	}
 }
 
-// forwardLease sends body to b while holding its lease and b's in-flight
-// count. Both are released in a defer: the proxy aborts a broken response
-// by panicking with http.ErrAbortHandler, and capacity must not leak then.
-func (g *Gateway) forwardLease(w http.ResponseWriter, r *http.Request, x *exchange, b *fleet.Backend, lease *admission.Lease, body []byte) (err error) {
-	defer b.Acquire()()
+// forwardLease runs attempt a while holding its lease and its backend's
+// in-flight count. Both are released in a defer: the proxy aborts a broken
+// response by panicking with http.ErrAbortHandler, and capacity must not
+// leak then.
+func (g *Gateway) forwardLease(w http.ResponseWriter, r *http.Request, a *attempt, lease *admission.Lease, body []byte) (res attemptResult) {
+	defer a.backend.Acquire()()
 	defer func() {
 		p := recover()
-		lease.Release(resultOf(x, err, p != nil))
+		lease.Release(a.poolResult(res, p != nil))
 		if p != nil {
 			panic(p)
 		}
 	}()
-	return g.forward(w, r, x, body)
-}
-
-// resultOf tells the pool what a dispatched request says about its
-// backend, for outlier ejection.
-func resultOf(x *exchange, err error, aborted bool) admission.Result {
-	if aborted {
-		// The proxy aborts when a body copy fails: a write to the client
-		// (it left, or stopped reading until its write timed out, which
-		// also cancels its context) or a read from the backend.
-		if x.clientCtx.Err() != nil || x.clientWriteErr != nil {
-			return admission.Abandoned
-		}
-		return admission.ServerError
-	}
-	var e *Error
-	switch {
-	case x.shutdown.Load() || errors.Is(err, errClientGone):
-		return admission.Abandoned
-	case err == nil && (x.upstreamStatus >= 500 || x.streamBroke != ""):
-		return admission.ServerError
-	case err == nil:
-		return admission.Succeeded
-	case errors.As(err, &e) && e.Code == codeBackendDown && x.notSent:
-		return admission.ConnectFailed
-	}
-	return admission.ServerError
+	return g.forward(w, r, a, body)
 }
 
 // rejected counts a door rejection.
@@ -163,22 +136,23 @@ func (g *Gateway) rejected(x *exchange, reason admission.Reason) {
 	g.metricsOf(x).rejections.WithLabelValues(reason.String()).Inc()
 }
 
-// forward sends body to x.backend through the reverse proxy and returns the
-// classified transport error, if any.
+// forward runs attempt a: it sends body to a.backend through the reverse
+// proxy and returns how the try ended.
 //
 // The upstream request has its own context: cancelled when the client
 // leaves, when no response headers came within the first-byte timeout, when
 // a stream goes silent for the idle timeout, and at the drain deadline.
-// Each of these is told apart afterwards by the flag its timer set.
-func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, x *exchange, body []byte) error {
+// Each of these is told apart afterwards by the flag its timer set on the
+// attempt.
+func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, a *attempt, body []byte) attemptResult {
+	x := a.x
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	x.cancel = cancel
-	x.timedOut.Store(false)
-	stopHard := context.AfterFunc(g.stopCtx, func() { x.shutdown.Store(true); cancel() })
+	a.cancel = cancel
+	stopHard := context.AfterFunc(g.stopCtx, func() { a.shutdown.Store(true); cancel() })
 	defer stopHard()
-	x.firstByte = time.AfterFunc(x.rt.firstByte, func() { x.timedOut.Store(true); cancel() })
-	defer x.firstByte.Stop()
+	a.firstByte = time.AfterFunc(x.rt.firstByte, func() { a.timedOut.Store(true); cancel() })
+	defer a.firstByte.Stop()
 	if rec, ok := w.(*recorder); ok {
 		// A client that stops reading must not hold the backend forever:
 		// each write to it gets stream_idle_timeout to complete.
@@ -186,7 +160,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, x *exchange, b
 	}
 
 	x.sentAt, x.headersAt, x.firstEventAt, x.lastEventAt, x.events = time.Now(), time.Time{}, time.Time{}, time.Time{}, 0
-	out := r.WithContext(context.WithValue(ctx, ctxKey{}, x))
+	out := r.WithContext(context.WithValue(ctx, ctxKey{}, a))
 	out.Body = io.NopCloser(bytes.NewReader(body))
 	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	// One framing upstream: the length of the bytes the door read, even
@@ -195,10 +169,10 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, x *exchange, b
 	out.TransferEncoding = nil
 	out.Trailer = nil
 	g.proxy.ServeHTTP(w, out)
-	if x.proxyErr != nil {
-		return g.classify(r, x)
+	if a.proxyErr != nil {
+		return g.classify(r, a)
 	}
-	return nil
+	return attemptResult{}
 }
 
 func (g *Gateway) notReady(rt *modelRuntime) *Error {
@@ -220,39 +194,39 @@ func (g *Gateway) notReady(rt *modelRuntime) *Error {
 // gateway's answer: a client that left gets nothing (logged as 499), the
 // drain deadline 503, a backend that sent no headers in time 504, one that
 // could not be reached or failed before answering 502. Each has its own
-// code and its own kind in maitred_backend_errors_total.
-func (g *Gateway) classify(r *http.Request, x *exchange) error {
-	err := x.proxyErr
+// code and its own kind in maitred_backend_errors_total. Only a request
+// that never reached a live backend may be retried.
+func (g *Gateway) classify(r *http.Request, a *attempt) attemptResult {
+	x, err := a.x, a.proxyErr
 	if r.Context().Err() != nil {
-		return errClientGone
+		return attemptResult{err: errClientGone}
 	}
-	host := x.backend.URL.Host
+	host := a.backend.URL.Host
 	var oe *net.OpError
 	switch {
-	case x.shutdown.Load():
-		return &Error{Status: http.StatusServiceUnavailable, Type: typeServer, Code: codeShuttingDown,
-			Message: "The gateway is shutting down; retry on another instance.", RetryAfter: time.Second, Cause: err}
-	case x.timedOut.Load():
-		g.backendError(x, "first_byte_timeout")
-		return &Error{Status: http.StatusGatewayTimeout, Type: typeServer, Code: codeBackendTimeout,
-			Message: fmt.Sprintf("Backend %s of model %q sent no response headers within %s.", host, x.rt.name, x.rt.firstByte), Cause: err}
+	case a.shutdown.Load():
+		return attemptResult{err: &Error{Status: http.StatusServiceUnavailable, Type: typeServer, Code: codeShuttingDown,
+			Message: "The gateway is shutting down; retry on another instance.", RetryAfter: time.Second, Cause: err}}
+	case a.timedOut.Load():
+		g.backendError(a, "first_byte_timeout")
+		return attemptResult{err: &Error{Status: http.StatusGatewayTimeout, Type: typeServer, Code: codeBackendTimeout,
+			Message: fmt.Sprintf("Backend %s of model %q sent no response headers within %s.", host, x.rt.name, x.rt.firstByte), Cause: err}}
 	case errors.As(err, &oe) && (oe.Op == "dial" || oe.Op == "write" || oe.Op == "readfrom"):
 		// Refused, or written into a connection the backend had already
 		// closed (a pooled connection to a process that died): the request
 		// never reached a live server, so another backend may take it.
-		x.notSent = true
-		g.backendError(x, "connect_failed")
-		return &Error{Status: http.StatusBadGateway, Type: typeServer, Code: codeBackendDown,
-			Message: fmt.Sprintf("Backend %s of model %q could not be reached: %s.", host, x.rt.name, dialReason(err)), Cause: err}
+		g.backendError(a, "connect_failed")
+		return attemptResult{retry: true, err: &Error{Status: http.StatusBadGateway, Type: typeServer, Code: codeBackendDown,
+			Message: fmt.Sprintf("Backend %s of model %q could not be reached: %s.", host, x.rt.name, dialReason(err)), Cause: err}}
 	default:
-		g.backendError(x, "failed_before_headers")
-		return &Error{Status: http.StatusBadGateway, Type: typeServer, Code: codeBackendDown,
-			Message: fmt.Sprintf("Backend %s of model %q failed before answering.", host, x.rt.name), Cause: err}
+		g.backendError(a, "failed_before_headers")
+		return attemptResult{err: &Error{Status: http.StatusBadGateway, Type: typeServer, Code: codeBackendDown,
+			Message: fmt.Sprintf("Backend %s of model %q failed before answering.", host, x.rt.name), Cause: err}}
 	}
 }
 
-func (g *Gateway) backendError(x *exchange, kind string) {
-	x.rt.metrics.backendErrors.WithLabelValues(x.backend.URL.Host, kind).Inc()
+func (g *Gateway) backendError(a *attempt, kind string) {
+	a.x.rt.metrics.backendErrors.WithLabelValues(a.backend.URL.Host, kind).Inc()
 }
 
 func dialReason(err error) string {
@@ -298,8 +272,8 @@ func (g *Gateway) newProxy(rt http.RoundTripper) *httputil.ReverseProxy {
 		FlushInterval: -1,
 		BufferPool:    copyBuffers{},
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			x := pr.In.Context().Value(ctxKey{}).(*exchange)
-			pr.SetURL(x.backend.URL)
+			a := pr.In.Context().Value(ctxKey{}).(*attempt)
+			pr.SetURL(a.backend.URL)
 			pr.SetXForwarded()
 			h := pr.Out.Header
 			// The client's credentials are for the gateway, never for a
@@ -312,16 +286,17 @@ func (g *Gateway) newProxy(rt http.RoundTripper) *httputil.ReverseProxy {
 					delete(h, k) // the gateway's own (priority, probe marks)
 				}
 			}
-			if x.backend.Key != "" {
-				h.Set("Authorization", "Bearer "+x.backend.Key)
+			if a.backend.Key != "" {
+				h.Set("Authorization", "Bearer "+a.backend.Key)
 			}
-			x.upstreamID = newID()
-			h.Set("X-Request-Id", x.upstreamID)
+			a.upstreamID = newID()
+			h.Set("X-Request-Id", a.upstreamID)
 		},
 		ModifyResponse: func(res *http.Response) error {
-			x := res.Request.Context().Value(ctxKey{}).(*exchange)
-			x.firstByte.Stop()
-			x.upstreamStatus = res.StatusCode
+			a := res.Request.Context().Value(ctxKey{}).(*attempt)
+			x := a.x
+			a.firstByte.Stop()
+			a.upstreamStatus = res.StatusCode
 			x.headersAt = time.Now()
 			// Server-Timing: the phases known before the headers go out.
 			// For a non-streaming answer "backend" is the whole generation.
@@ -331,10 +306,10 @@ func (g *Gateway) newProxy(rt http.RoundTripper) *httputil.ReverseProxy {
 			// the backend's echo of its own id would add a second value.
 			res.Header.Del("X-Request-Id")
 			idle := x.rt.streamIdle
-			onIdle := func() { x.stalled.Store(true); x.cancel() }
+			onIdle := func() { a.stalled.Store(true); a.cancel() }
 			if res.StatusCode == http.StatusOK && isEventStream(res.Header.Get("Content-Type")) {
 				guard := newStreamGuard(res.Body, x.clientCtx, func(cause error) []byte {
-					return g.streamBroken(x, cause)
+					return g.streamBroken(a, cause)
 				})
 				guard.onEvents = func(n int, at time.Time) {
 					if x.events == 0 {
@@ -348,13 +323,13 @@ func (g *Gateway) newProxy(rt http.RoundTripper) *httputil.ReverseProxy {
 				}
 				res.Body = guard
 			} else {
-				res.Body = newBodyGuard(res.Body, idle, onIdle, func(cause error) { g.bodyBroken(x, cause) })
+				res.Body = newBodyGuard(res.Body, idle, onIdle, func(cause error) { g.bodyBroken(a, cause) })
 			}
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			x := r.Context().Value(ctxKey{}).(*exchange)
-			x.proxyErr = err
+			a := r.Context().Value(ctxKey{}).(*attempt)
+			a.proxyErr = err
 		},
 		ErrorLog: mustStdLogAt(g.log.Named("proxy"), zap.WarnLevel),
 	}
@@ -367,13 +342,14 @@ func isEventStream(ct string) bool {
 // streamBroken is called when a backend stream ends without [DONE]; it
 // returns the events that end the client's stream, naming why: the drain
 // deadline, a silent backend, or a backend that went away.
-func (g *Gateway) streamBroken(x *exchange, cause error) []byte {
+func (g *Gateway) streamBroken(a *attempt, cause error) []byte {
+	x := a.x
 	var code, kind, msg string
 	switch {
-	case x.shutdown.Load():
+	case a.shutdown.Load():
 		code, kind = codeShuttingDown, "shutdown"
 		msg = "The gateway is shutting down and ended this stream; the answer is truncated."
-	case x.stalled.Load():
+	case a.stalled.Load():
 		code, kind = codeStalled, "stream_stalled"
 		msg = fmt.Sprintf("The backend sent nothing for %s; the stream was cancelled and the answer is truncated.", x.rt.streamIdle)
 	default:
@@ -387,7 +363,7 @@ func (g *Gateway) streamBroken(x *exchange, cause error) []byte {
 	x.streamBroke = code
 	x.rt.metrics.streamErrors.WithLabelValues(code).Inc()
 	if kind != "shutdown" {
-		g.backendError(x, kind)
+		g.backendError(a, kind)
 	}
 	e := &Error{Type: typeServer, Code: code, Message: msg + " Request id " + x.id + "."}
 	return e.sseEvent()
@@ -400,19 +376,20 @@ func (g *Gateway) streamBroken(x *exchange, cause error) []byte {
 // request is logged with that code and counted against the backend. A read
 // that failed because the client left (or stopped reading, which cancels
 // the request) is the client's and is not reported here.
-func (g *Gateway) bodyBroken(x *exchange, cause error) {
+func (g *Gateway) bodyBroken(a *attempt, cause error) {
+	x := a.x
 	if x.clientCtx.Err() != nil || x.clientWriteErr != nil {
 		return
 	}
 	switch {
-	case x.shutdown.Load():
+	case a.shutdown.Load():
 		x.streamBroke = codeShuttingDown
-	case x.stalled.Load():
+	case a.stalled.Load():
 		x.streamBroke = codeStalled
-		g.backendError(x, "body_stalled")
+		g.backendError(a, "body_stalled")
 	default:
 		x.streamBroke = codeDisconnected
-		g.backendError(x, "body_disconnected")
+		g.backendError(a, "body_disconnected")
 	}
 }
 

@@ -9,12 +9,9 @@ import (
 	"os"
 	"runtime/debug"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
-
-	"github.com/maitred-dev/maitred/fleet"
 )
 
 // handlerFunc is a gateway handler: it writes a success itself, or returns
@@ -36,8 +33,10 @@ const (
 	outcomeClientStalled = "client_stalled"
 )
 
-// exchange is what the gateway knows about one request, filled in as it
-// moves along and read once by serve to write the log line and metrics.
+// exchange is the request's scope: what the gateway knows about one
+// request, filled in as it moves along and read once by serve to write the
+// log line and metrics. Each try at a backend is an attempt of its own
+// (attempt.go); att is the latest.
 type exchange struct {
 	id       string
 	start    time.Time
@@ -46,31 +45,16 @@ type exchange struct {
 	// nil before, and for a name that is not configured (unknown names
 	// are not used as labels).
 	rt      *modelRuntime
-	backend *fleet.Backend
 	stream  bool
 	bytesIn int
 	// bodyHeld is the body budget the request reserved (given back at
 	// its end).
 	bodyHeld int64
-	// upstreamID is the X-Request-Id of the last backend request: fresh
-	// for each attempt, never the client's, which vLLM versions before
-	// 0.11.1 took as the engine's request id (two clients sending the same
-	// one collided, and one's disconnect aborted the other's request).
-	upstreamID string
-	// proxyErr is set by the reverse proxy's error handler.
-	proxyErr error
-	// notSent: the last backend was never connected to (safe to retry).
-	notSent bool
+	// att is the latest attempt at a backend; nil before the first.
+	att     *attempt
 	retries int
-	// upstreamStatus is the backend's status code, once its headers came.
-	upstreamStatus int
-	// clientCtx is the client request's context; cancel cancels the
-	// upstream request only.
+	// clientCtx is the client request's context.
 	clientCtx context.Context
-	cancel    context.CancelFunc
-	firstByte *time.Timer
-	// Set by timers on other goroutines, read after the proxy returns.
-	timedOut, stalled, shutdown atomic.Bool
 	// The phase clock: each stamp ends a phase (see phases in triage.go).
 	readDone, doorDone, sentAt, headersAt, firstEventAt, lastEventAt time.Time
 	events                                                           int
@@ -215,11 +199,11 @@ func (g *Gateway) finish(x *exchange, rec *recorder, r *http.Request, err error)
 	if x.rt != nil {
 		fields = append(fields, zap.String("model", x.rt.name))
 	}
-	if x.backend != nil {
-		fields = append(fields, zap.String("backend", x.backend.URL.Host))
-	}
-	if x.upstreamID != "" {
-		fields = append(fields, zap.String("upstream_request_id", x.upstreamID))
+	if a := x.att; a != nil {
+		fields = append(fields, zap.String("backend", a.backend.URL.Host))
+		if a.upstreamID != "" {
+			fields = append(fields, zap.String("upstream_request_id", a.upstreamID))
+		}
 	}
 	if x.stream {
 		fields = append(fields, zap.Bool("stream", true))

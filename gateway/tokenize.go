@@ -98,10 +98,9 @@ func (g *Gateway) tokenize(w http.ResponseWriter, r *http.Request, x *exchange) 
 	if b == nil {
 		return g.notReady(rt)
 	}
-	x.backend = b
 	release := b.Acquire()
 	defer release()
-	return g.forward(w, r, x, body)
+	return g.forward(w, r, x.newAttempt(b), body).err
 }
 
 // tokenizeChecker compares, on a sample of counted requests, the door's

@@ -124,8 +124,8 @@ func (g *Gateway) observe(x *exchange, status int, ph phases, total time.Duratio
 		}
 	}
 	backend := ""
-	if x.backend != nil {
-		backend = x.backend.URL.Host
+	if x.att != nil {
+		backend = x.att.backend.URL.Host
 	}
 	var ttft, tpot time.Duration
 	if x.stream && !x.firstEventAt.IsZero() {
