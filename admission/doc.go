@@ -56,7 +56,8 @@
 // limits alone, rather than held back for ever.
 //
 // Reasons, Uncounted and Outcomes are small closed enums that double as
-// metric labels. The package imports no HTTP: statuses are plain numbers.
+// metric labels. CountRejection is the one mapping from a tokenizer's
+// error to a rejection, shared by the door and the gateway's /tokenize. The package imports no HTTP: statuses are plain numbers.
 //
 // # Concurrency
 //

@@ -132,11 +132,11 @@ func parseBody(body []byte) (*ojson.Value, *Rejection) {
 				param = param[:128] + "..."
 			}
 		}
-		return nil, &Rejection{Reason: InvalidJSON, Status: 400, Code: "invalid_json", Param: param,
+		return nil, &Rejection{Reason: InvalidJSON, Status: 400, Code: codeInvalidJSON, Param: param,
 			Message: "The request body is not valid JSON: " + err.Error()}
 	}
 	if req.Kind != ojson.Object {
-		return nil, &Rejection{Reason: InvalidJSON, Status: 400, Code: "invalid_json",
+		return nil, &Rejection{Reason: InvalidJSON, Status: 400, Code: codeInvalidJSON,
 			Message: fmt.Sprintf("The request body must be a JSON object, got %s.", req.Kind)}
 	}
 	return req, nil
@@ -162,7 +162,7 @@ func checkKeyCase(obj *ojson.Value, path string) *Rejection {
 	for _, mem := range obj.Members {
 		for _, k := range known {
 			if mem.Key != k && strings.EqualFold(mem.Key, k) {
-				return &Rejection{Reason: InvalidJSON, Status: 400, Code: "invalid_json", Param: join(path, mem.Key),
+				return &Rejection{Reason: InvalidJSON, Status: 400, Code: codeInvalidJSON, Param: join(path, mem.Key),
 					Message: fmt.Sprintf("Unknown key %q: keys are case-sensitive (did you mean %q?).", mem.Key, k)}
 			}
 		}
@@ -173,16 +173,16 @@ func checkKeyCase(obj *ojson.Value, path string) *Rejection {
 func (d *Door) model(req *ojson.Value) (Model, *Rejection) {
 	mv := req.Get("model")
 	if mv == nil || mv.IsNull() {
-		return Model{}, &Rejection{Reason: MissingModel, Status: 400, Code: "missing_required_parameter", Param: "model",
+		return Model{}, &Rejection{Reason: MissingModel, Status: 400, Code: codeMissingParam, Param: "model",
 			Message: "You must provide a model parameter."}
 	}
 	if mv.Kind != ojson.String {
-		return Model{}, &Rejection{Reason: MissingModel, Status: 400, Code: "invalid_type", Param: "model",
+		return Model{}, &Rejection{Reason: MissingModel, Status: 400, Code: codeInvalidType, Param: "model",
 			Message: fmt.Sprintf("model must be a string, got %s.", mv.Kind)}
 	}
 	m, ok := d.models.Lookup(mv.Str)
 	if !ok {
-		return Model{}, &Rejection{Reason: UnknownModel, Status: 404, Code: "model_not_found", Param: "model",
+		return Model{}, &Rejection{Reason: UnknownModel, Status: 404, Code: codeModelNotFound, Param: "model",
 			Message: fmt.Sprintf("The model %q does not exist. Available models: %s.", mv.Str, strings.Join(d.models.Names(), ", "))}
 	}
 	return m, nil
@@ -222,7 +222,7 @@ func readFields(req *ojson.Value, ep Endpoint) (fields, *Rejection) {
 	}
 	if v := req.Get("stream"); v != nil && !v.IsNull() {
 		if v.Kind != ojson.Bool {
-			return f, invalidParam("stream", "invalid_type", "stream must be a boolean, got %s.", v.Kind)
+			return f, invalidParam("stream", codeInvalidType, "stream must be a boolean, got %s.", v.Kind)
 		}
 		f.stream = v.Bool
 	}
@@ -242,14 +242,14 @@ func positiveInt(req *ojson.Value, key string) (int, *Rejection) {
 		return 0, nil
 	}
 	if v.Kind != ojson.Number || !v.IsInt() {
-		return 0, invalidParam(key, "invalid_type", "%s must be an integer, got %s.", key, describe(v))
+		return 0, invalidParam(key, codeInvalidType, "%s must be an integer, got %s.", key, describe(v))
 	}
 	n, ok := v.Int()
 	if strings.HasPrefix(v.Str, "-") || (ok && n < 1) {
-		return 0, invalidParam(key, "invalid_value", "%s must be at least 1, got %s.", key, v.Str)
+		return 0, invalidParam(key, codeInvalidValue, "%s must be at least 1, got %s.", key, v.Str)
 	}
 	if !ok || n > maxCount { // beyond int64, or beyond any context
-		return 0, invalidParam(key, "invalid_value", "%s is out of range: it must be at most %d, got %s.", key, maxCount, v.Str)
+		return 0, invalidParam(key, codeInvalidValue, "%s is out of range: it must be at most %d, got %s.", key, maxCount, v.Str)
 	}
 	return int(n), nil
 }
@@ -276,21 +276,33 @@ func count(ep Endpoint, m Model, req *ojson.Value, limit int) (tokenize.Count, *
 	if err == nil {
 		return c, nil
 	}
+	if rej := CountRejection(ep, err); rej != nil {
+		return c, rej
+	}
+	// Anything else is this package failing, not the client: let vLLM decide.
+	return tokenize.Count{Reason: "counting failed: " + err.Error()}, nil
+}
+
+// CountRejection maps a tokenizer's error to the door's rejection: a chat
+// template that raised (in the template's own words) or an input vLLM
+// refuses before rendering is the client's error; any other error is not,
+// and CountRejection returns nil. The door and the gateway's POST
+// /tokenize share it, so that the same input is refused alike by both.
+func CountRejection(ep Endpoint, err error) *Rejection {
 	var te *tokenize.TemplateError
 	var ie *tokenize.InputError
 	switch {
 	case errors.As(err, &te):
-		return c, &Rejection{Reason: TemplateError, Status: 400, Code: "invalid_chat_template_input", Param: "messages",
+		return &Rejection{Reason: TemplateError, Status: 400, Code: codeTemplateInput, Param: "messages",
 			Message: te.Message}
 	case errors.As(err, &ie):
 		reason := InvalidMessages
 		if ep == Completions {
 			reason = InvalidPrompt
 		}
-		return c, &Rejection{Reason: reason, Status: 400, Code: "invalid_value", Param: ie.Param, Message: ie.Msg}
+		return &Rejection{Reason: reason, Status: 400, Code: codeInvalidValue, Param: ie.Param, Message: ie.Msg}
 	}
-	// Anything else is this package failing, not the client: let vLLM decide.
-	return tokenize.Count{Reason: "counting failed: " + err.Error()}, nil
+	return nil
 }
 
 // uncountedFit is the context rule for a prompt the door cannot count: a
@@ -311,7 +323,7 @@ func uncountedFit(dec Decision, m Model, ep Endpoint) (Decision, *Rejection) {
 	if dec.Prompts > 1 {
 		info.Batch = dec.Prompts
 	}
-	return Decision{}, &Rejection{Reason: ContextLength, Status: 400, Code: "context_length_exceeded", Param: param,
+	return Decision{}, &Rejection{Reason: ContextLength, Status: 400, Code: codeContextLength, Param: param,
 		Message: contextMessage(info, ep), Context: info}
 }
 
@@ -366,7 +378,7 @@ func fit(dec Decision, m Model, f fields, c tokenize.Count, req *ojson.Value, ep
 	if c.Each != nil {
 		info.Batch, info.Index = dec.Prompts, bad
 	}
-	return Decision{}, &Rejection{Reason: ContextLength, Status: 400, Code: "context_length_exceeded", Param: param,
+	return Decision{}, &Rejection{Reason: ContextLength, Status: 400, Code: codeContextLength, Param: param,
 		Message: contextMessage(info, ep), Context: info}
 }
 

@@ -96,6 +96,19 @@ func (u Uncounted) String() string {
 	return fmt.Sprintf("Uncounted(%d)", int(u))
 }
 
+// The machine-readable codes of rejections, in OpenAI's wording: what the
+// client reads in error.code. The metric label and the log's outcome are
+// the Reason instead.
+const (
+	codeInvalidJSON   = "invalid_json"
+	codeInvalidType   = "invalid_type"
+	codeInvalidValue  = "invalid_value"
+	codeMissingParam  = "missing_required_parameter"
+	codeModelNotFound = "model_not_found"
+	codeTemplateInput = "invalid_chat_template_input"
+	codeContextLength = "context_length_exceeded"
+)
+
 // Rejection is a request the door refuses, with everything the HTTP edge
 // needs to answer in OpenAI's envelope. Status is an HTTP status number;
 // this package does not import net/http.

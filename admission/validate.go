@@ -21,14 +21,14 @@ var partTypes = []string{"text", "input_text", "output_text", "refusal", "thinki
 func checkMessages(req *ojson.Value) *Rejection {
 	msgs := req.Get("messages")
 	if msgs == nil || msgs.IsNull() {
-		return &Rejection{Reason: InvalidMessages, Status: 400, Code: "missing_required_parameter", Param: "messages",
+		return &Rejection{Reason: InvalidMessages, Status: 400, Code: codeMissingParam, Param: "messages",
 			Message: "You must provide a messages parameter."}
 	}
 	if msgs.Kind != ojson.Array {
-		return badMessages("messages", "invalid_type", "messages must be an array of message objects, got %s.", msgs.Kind)
+		return badMessages("messages", codeInvalidType, "messages must be an array of message objects, got %s.", msgs.Kind)
 	}
 	if len(msgs.Items) == 0 {
-		return badMessages("messages", "invalid_value", "messages must contain at least one message.")
+		return badMessages("messages", codeInvalidValue, "messages must contain at least one message.")
 	}
 	for i, m := range msgs.Items {
 		if rej := checkMessage(m, fmt.Sprintf("messages[%d]", i)); rej != nil {
@@ -44,30 +44,30 @@ func badMessages(param, code, format string, args ...any) *Rejection {
 
 func checkMessage(m *ojson.Value, path string) *Rejection {
 	if m.Kind != ojson.Object {
-		return badMessages(path, "invalid_type", "%s must be an object, got %s.", path, m.Kind)
+		return badMessages(path, codeInvalidType, "%s must be an object, got %s.", path, m.Kind)
 	}
 	if rej := checkKeyCase(m, path); rej != nil {
 		return rej
 	}
 	rv := m.Get("role")
 	if rv == nil || rv.IsNull() {
-		return badMessages(path+".role", "missing_required_parameter", "%s.role is required.", path)
+		return badMessages(path+".role", codeMissingParam, "%s.role is required.", path)
 	}
 	if rv.Kind != ojson.String || !slices.Contains(roles, rv.Str) {
 		got := rv.Kind.String()
 		if rv.Kind == ojson.String {
 			got = fmt.Sprintf("%q", rv.Str)
 		}
-		return badMessages(path+".role", "invalid_value", "Invalid role %s in %s: the role must be one of %s.",
+		return badMessages(path+".role", codeInvalidValue, "Invalid role %s in %s: the role must be one of %s.",
 			got, path, strings.Join(roles, ", "))
 	}
 	role := rv.Str
 	if v := m.Get("name"); v != nil && !v.IsNull() && v.Kind != ojson.String {
-		return badMessages(path+".name", "invalid_type", "%s.name must be a string, got %s.", path, v.Kind)
+		return badMessages(path+".name", codeInvalidType, "%s.name must be a string, got %s.", path, v.Kind)
 	}
 	if tc := m.Get("tool_calls"); tc != nil && !tc.IsNull() {
 		if role != "assistant" {
-			return badMessages(path+".tool_calls", "invalid_value", "Only assistant messages can carry tool_calls (%s has role %q).", path, role)
+			return badMessages(path+".tool_calls", codeInvalidValue, "Only assistant messages can carry tool_calls (%s has role %q).", path, role)
 		}
 		if rej := checkToolCalls(tc, path+".tool_calls"); rej != nil {
 			return rej
@@ -76,10 +76,10 @@ func checkMessage(m *ojson.Value, path string) *Rejection {
 	if role == "tool" {
 		id := m.Get("tool_call_id")
 		if id == nil || id.IsNull() {
-			return badMessages(path+".tool_call_id", "missing_required_parameter", "A tool message needs tool_call_id (%s).", path)
+			return badMessages(path+".tool_call_id", codeMissingParam, "A tool message needs tool_call_id (%s).", path)
 		}
 		if id.Kind != ojson.String {
-			return badMessages(path+".tool_call_id", "invalid_type", "%s.tool_call_id must be a string, got %s.", path, id.Kind)
+			return badMessages(path+".tool_call_id", codeInvalidType, "%s.tool_call_id must be a string, got %s.", path, id.Kind)
 		}
 	}
 	c := m.Get("content")
@@ -88,7 +88,7 @@ func checkMessage(m *ojson.Value, path string) *Rejection {
 		if role == "assistant" {
 			return nil // an assistant turn may be only tool calls, or empty before continue_final_message
 		}
-		return badMessages(path+".content", "missing_required_parameter", "%s.content is required for role %q.", path, role)
+		return badMessages(path+".content", codeMissingParam, "%s.content is required for role %q.", path, role)
 	case c.Kind == ojson.String:
 		return nil
 	case c.Kind == ojson.Array:
@@ -99,24 +99,24 @@ func checkMessage(m *ojson.Value, path string) *Rejection {
 		}
 		return nil
 	}
-	return badMessages(path+".content", "invalid_type", "%s.content must be a string, an array of content parts, or null, got %s.", path, c.Kind)
+	return badMessages(path+".content", codeInvalidType, "%s.content must be a string, an array of content parts, or null, got %s.", path, c.Kind)
 }
 
 func checkPart(p *ojson.Value, path string) *Rejection {
 	if p.Kind != ojson.Object {
-		return badMessages(path, "invalid_type", "%s must be a content part object, got %s.", path, p.Kind)
+		return badMessages(path, codeInvalidType, "%s must be a content part object, got %s.", path, p.Kind)
 	}
 	t := p.Get("type")
 	if t == nil || t.IsNull() {
-		return badMessages(path+".type", "missing_required_parameter", "Missing 'type' field in content part %s.", path)
+		return badMessages(path+".type", codeMissingParam, "Missing 'type' field in content part %s.", path)
 	}
 	if t.Kind != ojson.String || !slices.Contains(partTypes, t.Str) {
-		return badMessages(path+".type", "invalid_value", "Unsupported content part type %s in %s. Supported types: %s.",
+		return badMessages(path+".type", codeInvalidValue, "Unsupported content part type %s in %s. Supported types: %s.",
 			describeType(t), path, strings.Join(partTypes, ", "))
 	}
 	if t.Str == "text" || t.Str == "input_text" || t.Str == "output_text" {
 		if tx := p.Get("text"); tx == nil || tx.Kind != ojson.String {
-			return badMessages(path+".text", "invalid_type", "A %s part needs a string text (%s).", t.Str, path)
+			return badMessages(path+".text", codeInvalidType, "A %s part needs a string text (%s).", t.Str, path)
 		}
 	}
 	return nil
@@ -131,22 +131,22 @@ func describeType(t *ojson.Value) string {
 
 func checkToolCalls(tc *ojson.Value, path string) *Rejection {
 	if tc.Kind != ojson.Array {
-		return badMessages(path, "invalid_type", "%s must be an array, got %s.", path, tc.Kind)
+		return badMessages(path, codeInvalidType, "%s must be an array, got %s.", path, tc.Kind)
 	}
 	for i, call := range tc.Items {
 		p := fmt.Sprintf("%s[%d]", path, i)
 		if call.Kind != ojson.Object {
-			return badMessages(p, "invalid_type", "%s must be an object, got %s.", p, call.Kind)
+			return badMessages(p, codeInvalidType, "%s must be an object, got %s.", p, call.Kind)
 		}
 		fn := call.Get("function")
 		if fn == nil || fn.Kind != ojson.Object {
-			return badMessages(p+".function", "missing_required_parameter", "%s.function must be an object with name and arguments.", p)
+			return badMessages(p+".function", codeMissingParam, "%s.function must be an object with name and arguments.", p)
 		}
 		if name := fn.Get("name"); name == nil || name.Kind != ojson.String {
-			return badMessages(p+".function.name", "missing_required_parameter", "%s.function.name must be a string.", p)
+			return badMessages(p+".function.name", codeMissingParam, "%s.function.name must be a string.", p)
 		}
 		if args := fn.Get("arguments"); args != nil && !args.IsNull() && args.Kind != ojson.String && args.Kind != ojson.Object {
-			return badMessages(p+".function.arguments", "invalid_type", "%s.function.arguments must be a JSON string, got %s.", p, args.Kind)
+			return badMessages(p+".function.arguments", codeInvalidType, "%s.function.arguments must be a JSON string, got %s.", p, args.Kind)
 		}
 	}
 	return nil
@@ -160,7 +160,7 @@ func checkPrompt(req *ojson.Value) *Rejection {
 		return &Rejection{Reason: InvalidPrompt, Status: 400, Code: code, Param: param, Message: fmt.Sprintf(format, args...)}
 	}
 	if p == nil || p.IsNull() {
-		return bad("prompt", "missing_required_parameter", "You must provide a prompt parameter.")
+		return bad("prompt", codeMissingParam, "You must provide a prompt parameter.")
 	}
 	const shapes = "a string, an array of strings, an array of token ids, or an array of token-id arrays"
 	switch p.Kind {
@@ -168,16 +168,16 @@ func checkPrompt(req *ojson.Value) *Rejection {
 		return nil
 	case ojson.Array:
 	default:
-		return bad("prompt", "invalid_type", "prompt must be %s, got %s.", shapes, p.Kind)
+		return bad("prompt", codeInvalidType, "prompt must be %s, got %s.", shapes, p.Kind)
 	}
 	if len(p.Items) == 0 {
-		return bad("prompt", "invalid_value", "prompt must not be an empty array.")
+		return bad("prompt", codeInvalidValue, "prompt must not be an empty array.")
 	}
 	switch p.Items[0].Kind {
 	case ojson.String:
 		for i, it := range p.Items {
 			if it.Kind != ojson.String {
-				return bad(fmt.Sprintf("prompt[%d]", i), "invalid_type", "prompt[%d] must be a string like the other prompts, got %s.", i, it.Kind)
+				return bad(fmt.Sprintf("prompt[%d]", i), codeInvalidType, "prompt[%d] must be a string like the other prompts, got %s.", i, it.Kind)
 			}
 		}
 	case ojson.Number:
@@ -186,17 +186,17 @@ func checkPrompt(req *ojson.Value) *Rejection {
 		for i, it := range p.Items {
 			param := fmt.Sprintf("prompt[%d]", i)
 			if it.Kind != ojson.Array {
-				return bad(param, "invalid_type", "%s must be an array of token ids like the other prompts, got %s.", param, it.Kind)
+				return bad(param, codeInvalidType, "%s must be an array of token ids like the other prompts, got %s.", param, it.Kind)
 			}
 			if len(it.Items) == 0 {
-				return bad(param, "invalid_value", "%s must not be empty.", param)
+				return bad(param, codeInvalidValue, "%s must not be empty.", param)
 			}
 			if rej := checkIDs(it, param, bad); rej != nil {
 				return rej
 			}
 		}
 	default:
-		return bad("prompt[0]", "invalid_type", "prompt must be %s, got an array of %s.", shapes, p.Items[0].Kind)
+		return bad("prompt[0]", codeInvalidType, "prompt must be %s, got an array of %s.", shapes, p.Items[0].Kind)
 	}
 	return nil
 }
@@ -205,7 +205,7 @@ func checkIDs(a *ojson.Value, param string, bad func(string, string, string, ...
 	for i, it := range a.Items {
 		n, ok := it.Int()
 		if !ok || n < 0 || n > 1<<31 {
-			return bad(fmt.Sprintf("%s[%d]", param, i), "invalid_value", "%s[%d] must be a token id (a non-negative integer), got %s.", param, i, describe(it))
+			return bad(fmt.Sprintf("%s[%d]", param, i), codeInvalidValue, "%s[%d] must be a token id (a non-negative integer), got %s.", param, i, describe(it))
 		}
 	}
 	return nil

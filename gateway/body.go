@@ -9,6 +9,9 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/maitred-dev/maitred/admission"
+	"github.com/maitred-dev/maitred/triage"
 )
 
 // checkContentType refuses what vLLM refuses on every POST route
@@ -17,16 +20,18 @@ import (
 // and "application/json ;..." are refused there with a 400 outside
 // OpenAI's envelope, after the request took a queue slot and a round trip;
 // the door refuses them first, in the envelope.
-func checkContentType(ct string) error {
+func checkContentType(ct string) *Error {
 	mt, _, _ := strings.Cut(strings.ToLower(ct), ";")
 	if mt == "application/json" {
 		return nil
 	}
 	if ct == "" {
 		return &Error{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: codeUnsupportedMedia,
+			Outcome: admission.UnsupportedMedia.String(), Layer: triage.LayerDoor,
 			Message: "Content-Type must be application/json; the request sent none."}
 	}
 	return &Error{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: codeUnsupportedMedia,
+		Outcome: admission.UnsupportedMedia.String(), Layer: triage.LayerDoor,
 		Message: fmt.Sprintf("Content-Type must be application/json, got %q.", ct)}
 }
 
@@ -79,7 +84,7 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, x *exchange) 
 	grow := func(buf []byte, size int64) ([]byte, error) {
 		if !g.bodies.take(size - int64(cap(buf))) {
 			return nil, &Error{Status: http.StatusServiceUnavailable, Type: typeServer, Code: codeServerBusy,
-				RetryAfter: time.Second, CloseConn: true,
+				RetryAfter: time.Second, CloseConn: true, Layer: triage.LayerDoor,
 				Message: "The gateway holds too many request bodies at once (max_body_bytes_in_flight); retry shortly."}
 		}
 		x.bodyHeld = size
@@ -128,13 +133,13 @@ func bodyReadError(r *http.Request, err error, limit int64, timeout time.Duratio
 		return tooLarge(limit)
 	}
 	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
-		return &Error{Status: http.StatusRequestTimeout, Type: typeInvalidRequest, Code: codeRequestTimeout, CloseConn: true,
+		return &Error{Status: http.StatusRequestTimeout, Type: typeInvalidRequest, Code: codeRequestTimeout, CloseConn: true, Layer: triage.LayerDoor,
 			Message: fmt.Sprintf("The request body did not arrive within %s (read_body_timeout).", timeout), Cause: err}
 	}
 	if r.Context().Err() != nil {
 		return errClientGone
 	}
-	return badRequest("body_read_error", "", "The request body could not be read: %v", err)
+	return badRequest(codeBodyRead, "", "The request body could not be read: %v", err)
 }
 
 // tooLarge answers a body over the limit. The rest of that body is still
@@ -142,5 +147,6 @@ func bodyReadError(r *http.Request, err error, limit int64, timeout time.Duratio
 // nginx and Go's MaxBytesReader do, rather than being drained for reuse.
 func tooLarge(limit int64) *Error {
 	return &Error{Status: http.StatusRequestEntityTooLarge, Type: typeInvalidRequest, Code: codeRequestTooLarge,
+		Outcome: admission.TooLarge.String(), Layer: triage.LayerDoor,
 		Message: fmt.Sprintf("The request body exceeds the gateway's limit of %d bytes.", limit), CloseConn: true}
 }

@@ -9,7 +9,10 @@
 // straight to the client) or returns an error; serve renders a returned
 // *Error in OpenAI's envelope, assigns the X-Request-Id, and writes the one
 // access-log line and the request metrics. Nothing else in maitred writes an
-// HTTP response.
+// HTTP response. A failure is named where it is built: an *Error carries
+// its outcome (a door rejection's is its admission.Reason) and the layer
+// where the request stopped, and the first failure recorded stands, so
+// the access log, the metrics and triage name a request alike.
 //
 // Below the router, Gateway.Listener wraps the client listener: it caps
 // open connections (max_connections) and follows each connection's byte

@@ -5,11 +5,13 @@ import (
 	"github.com/maitred-dev/maitred/fleet"
 	"github.com/maitred-dev/maitred/internal/ojson"
 	"github.com/maitred-dev/maitred/tokenize"
+	"github.com/maitred-dev/maitred/triage"
 )
 
 // rejection renders the door's verdict as the gateway's error.
 func rejection(r *admission.Rejection) *Error {
-	e := &Error{Status: r.Status, Type: typeInvalidRequest, Code: r.Code, Param: r.Param, Message: r.Message}
+	e := &Error{Status: r.Status, Type: typeInvalidRequest, Code: r.Code, Param: r.Param, Message: r.Message,
+		Outcome: r.Reason.String(), Layer: triage.LayerDoor}
 	if ci := r.Context; ci != nil {
 		e.Context = &contextFields{PromptTokens: ci.PromptTokens, MaxModelLen: ci.MaxModelLen, PromptTokensExact: ci.PromptExact}
 		if ci.MaxTokens > 0 {

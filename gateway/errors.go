@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/maitred-dev/maitred/triage"
 )
 
 // Error is every error the gateway itself answers with. Handlers return it;
@@ -32,6 +34,22 @@ type Error struct {
 	// CloseConn ends the connection after the answer: the request left
 	// unread bytes on it (a body over the limit).
 	CloseConn bool
+	// Outcome is the request's outcome in the access log, the metrics and
+	// triage; "" means Code. A door rejection's is its admission.Reason,
+	// the reason label of maitred_rejections_total.
+	Outcome string
+	// Layer is where the request's progress stopped, set where the error
+	// is built (triage.LayerNone, "", for a shutdown, which is no
+	// failure of the request's own).
+	Layer triage.Layer
+}
+
+// outcome is the request outcome e stands for.
+func (e *Error) outcome() string {
+	if e.Outcome != "" {
+		return e.Outcome
+	}
+	return e.Code
 }
 
 // contextFields are the machine-readable numbers of a context error.
@@ -57,7 +75,8 @@ const (
 	typeServer         = "server_error"
 )
 
-// Codes the gateway answers with. Each is also the outcome label in logs.
+// Codes the gateway answers with. Each is also the outcome label in logs
+// (a door rejection's outcome is its admission.Reason instead).
 const (
 	codeInvalidJSON      = "invalid_json"
 	codeInvalidType      = "invalid_type"
@@ -76,10 +95,34 @@ const (
 	codeServerBusy       = "server_busy"
 	codeRequestTimeout   = "request_timeout"
 	codeAmbiguousFraming = "ambiguous_framing"
+	codeQueueFull        = "queue_full"
+	codeQueueTimeout     = "queue_timeout"
+	codeExceedsKV        = "exceeds_kv_capacity"
+	codeBodyRead         = "body_read_error"
+	codeInternal         = "internal_error"
 )
 
+// Outcomes that are no error code: how a request ended that the gateway
+// did not answer with an Error of its own.
+const (
+	// outcomeClientClosed: the client left; outcomeClientStalled: it
+	// stopped reading until a write to it made no progress for
+	// stream_idle_timeout.
+	outcomeClientClosed  = "client_closed"
+	outcomeClientStalled = "client_stalled"
+	// outcomeAborted: the proxy aborted a body it had started, for no
+	// reason the gateway could name.
+	outcomeAborted = "aborted"
+	// outcomeBackendRejected: the backend answered with its own 4xx: not
+	// a door rejection (the door passed it) and not a backend failure
+	// (the backend is working; it does not count toward ejection).
+	outcomeBackendRejected = "backend_rejected"
+)
+
+// badRequest is a 400 the gateway answers itself, before any backend: a
+// door-layer failure.
 func badRequest(code, param, format string, args ...any) *Error {
-	return &Error{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: code, Param: param, Message: fmt.Sprintf(format, args...)}
+	return &Error{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: code, Param: param, Message: fmt.Sprintf(format, args...), Layer: triage.LayerDoor}
 }
 
 // envelope is OpenAI's error body. Pointers render absent values as null,

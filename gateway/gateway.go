@@ -188,17 +188,17 @@ func (g *Gateway) routes() http.Handler {
 		allow[rt.path] = strings.Join(rt.methods, ", ")
 	}
 	r.NotFound(g.serve("unmatched", func(w http.ResponseWriter, r *http.Request, _ *exchange) error {
-		return &Error{Status: http.StatusNotFound, Type: typeInvalidRequest, Code: codeUnknownURL,
+		return &Error{Status: http.StatusNotFound, Type: typeInvalidRequest, Code: codeUnknownURL, Layer: triage.LayerDoor,
 			Message: "Invalid URL (" + r.Method + " " + r.URL.Path + ")"}
 	}))
 	r.MethodNotAllowed(g.serve("unmatched", func(w http.ResponseWriter, r *http.Request, _ *exchange) error {
 		w.Header().Set("Allow", allow[r.URL.Path]) // RFC 9110: a 405 names the methods that are
-		return &Error{Status: http.StatusMethodNotAllowed, Type: typeInvalidRequest, Code: codeMethodNotAllowed,
+		return &Error{Status: http.StatusMethodNotAllowed, Type: typeInvalidRequest, Code: codeMethodNotAllowed, Layer: triage.LayerDoor,
 			Message: "Method " + r.Method + " is not allowed for " + r.URL.Path + "; use " + allow[r.URL.Path] + "."}
 	}))
 	// A request framed two ways is refused before any route sees it.
 	ambiguous := g.serve("unmatched", func(w http.ResponseWriter, r *http.Request, _ *exchange) error {
-		return &Error{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: codeAmbiguousFraming, CloseConn: true,
+		return &Error{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: codeAmbiguousFraming, CloseConn: true, Layer: triage.LayerDoor,
 			Message: "The request carries both Transfer-Encoding and Content-Length; send one framing."}
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/maitred-dev/maitred/admission"
+	"github.com/maitred-dev/maitred/triage"
 )
 
 type ctxKey struct{}
@@ -30,16 +31,15 @@ type ctxKey struct{}
 // approved, which are the client's own unless max_tokens was clamped.
 func (g *Gateway) completions(ep admission.Endpoint) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request, x *exchange) error {
-		if err := checkContentType(r.Header.Get("Content-Type")); err != nil {
-			g.rejected(x, admission.UnsupportedMedia)
-			return err
+		if e := checkContentType(r.Header.Get("Content-Type")); e != nil {
+			return g.rejected(x, e)
 		}
 		body, err := g.readBody(w, r, x)
 		x.bytesIn = len(body)
 		if err != nil {
 			var e *Error
 			if errors.As(err, &e) && e.Status == http.StatusRequestEntityTooLarge {
-				g.rejected(x, admission.TooLarge)
+				return g.rejected(x, e)
 			}
 			return err
 		}
@@ -53,8 +53,7 @@ func (g *Gateway) completions(ep admission.Endpoint) handlerFunc {
 			if ci := rej.Context; ci != nil {
 				x.promptTokens, x.maxTokens, x.maxModelLen = ci.PromptTokens, ci.MaxTokens, ci.MaxModelLen
 			}
-			g.rejected(x, rej.Reason)
-			return rejection(rej)
+			return g.rejected(x, rejection(rej))
 		}
 		rt := g.models[dec.Ref]
 		x.rt, x.stream, x.promptTokens, x.maxTokens = rt, dec.Stream, dec.PromptTokens, dec.MaxTokens
@@ -94,7 +93,6 @@ func (g *Gateway) dispatch(w http.ResponseWriter, r *http.Request, x *exchange, 
 			if lastErr != nil && o == admission.NoBackend {
 				return lastErr
 			}
-			x.outcome = o.String()
 			return g.queueError(rt, o, t)
 		}
 		rt.metrics.queueWait.WithLabelValues(class).Observe(lease.Waited.Seconds())
@@ -130,10 +128,12 @@ func (g *Gateway) forwardLease(w http.ResponseWriter, r *http.Request, a *attemp
 	return g.forward(w, r, a, body)
 }
 
-// rejected counts a door rejection.
-func (g *Gateway) rejected(x *exchange, reason admission.Reason) {
-	x.outcome, x.rejected = reason.String(), true
-	g.metricsOf(x).rejections.WithLabelValues(reason.String()).Inc()
+// rejected counts a door rejection in maitred_rejections_total under its
+// outcome (an admission.Reason) and returns it for serve to render: the
+// metric, the access log and triage name it alike.
+func (g *Gateway) rejected(x *exchange, e *Error) error {
+	g.metricsOf(x).rejections.WithLabelValues(e.outcome()).Inc()
+	return e
 }
 
 // forward runs attempt a: it sends body to a.backend through the reverse
@@ -185,7 +185,7 @@ func (g *Gateway) notReady(rt *modelRuntime) *Error {
 		}
 		states = append(states, st)
 	}
-	return &Error{Status: http.StatusServiceUnavailable, Type: typeServer, Code: codeModelNotReady,
+	return &Error{Status: http.StatusServiceUnavailable, Type: typeServer, Code: codeModelNotReady, Layer: triage.LayerUnready,
 		Message:    fmt.Sprintf("Model %q has no ready backend: %s.", rt.name, strings.Join(states, "; ")),
 		RetryAfter: g.cfg.Health.Interval.D()}
 }
@@ -205,22 +205,28 @@ func (g *Gateway) classify(r *http.Request, a *attempt) attemptResult {
 	var oe *net.OpError
 	switch {
 	case a.shutdown.Load():
-		return attemptResult{err: &Error{Status: http.StatusServiceUnavailable, Type: typeServer, Code: codeShuttingDown,
+		return attemptResult{err: &Error{Status: http.StatusServiceUnavailable, Type: typeServer, Code: codeShuttingDown, Layer: triage.LayerNone,
 			Message: "The gateway is shutting down; retry on another instance.", RetryAfter: time.Second, Cause: err}}
 	case a.timedOut.Load():
 		g.backendError(a, "first_byte_timeout")
-		return attemptResult{err: &Error{Status: http.StatusGatewayTimeout, Type: typeServer, Code: codeBackendTimeout,
+		// A stream's headers come at once: none in time is a connection
+		// that failed; a non-streaming answer's come after generating.
+		layer := triage.LayerPrefill
+		if x.stream {
+			layer = triage.LayerConnect
+		}
+		return attemptResult{err: &Error{Status: http.StatusGatewayTimeout, Type: typeServer, Code: codeBackendTimeout, Layer: layer,
 			Message: fmt.Sprintf("Backend %s of model %q sent no response headers within %s.", host, x.rt.name, x.rt.firstByte), Cause: err}}
 	case errors.As(err, &oe) && (oe.Op == "dial" || oe.Op == "write" || oe.Op == "readfrom"):
 		// Refused, or written into a connection the backend had already
 		// closed (a pooled connection to a process that died): the request
 		// never reached a live server, so another backend may take it.
 		g.backendError(a, "connect_failed")
-		return attemptResult{retry: true, err: &Error{Status: http.StatusBadGateway, Type: typeServer, Code: codeBackendDown,
+		return attemptResult{retry: true, err: &Error{Status: http.StatusBadGateway, Type: typeServer, Code: codeBackendDown, Layer: triage.LayerConnect,
 			Message: fmt.Sprintf("Backend %s of model %q could not be reached: %s.", host, x.rt.name, dialReason(err)), Cause: err}}
 	default:
 		g.backendError(a, "failed_before_headers")
-		return attemptResult{err: &Error{Status: http.StatusBadGateway, Type: typeServer, Code: codeBackendDown,
+		return attemptResult{err: &Error{Status: http.StatusBadGateway, Type: typeServer, Code: codeBackendDown, Layer: triage.LayerConnect,
 			Message: fmt.Sprintf("Backend %s of model %q failed before answering.", host, x.rt.name), Cause: err}}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/maitred-dev/maitred/admission"
 	"github.com/maitred-dev/maitred/fleet"
 	"github.com/maitred-dev/maitred/internal/ojson"
+	"github.com/maitred-dev/maitred/triage"
 )
 
 // PriorityHeader names the request's priority class.
@@ -128,20 +129,20 @@ func (g *Gateway) queueError(rt *modelRuntime, o admission.Outcome, t admission.
 	w := p.Advice()
 	switch o {
 	case admission.QueueFull:
-		return &Error{Status: http.StatusTooManyRequests, Type: typeServer, Code: "queue_full", RetryAfter: w.Expected,
+		return &Error{Status: http.StatusTooManyRequests, Type: typeServer, Code: codeQueueFull, Layer: triage.LayerQueue, RetryAfter: w.Expected,
 			Message: fmt.Sprintf("Model %q is at capacity and its queue is full (%d waiting); expected wait %s. Retry after %d s.",
 				rt.name, w.Depth, w.Expected.Round(time.Millisecond), retrySeconds(w.Expected))}
 	case admission.QueueTimeout:
-		return &Error{Status: http.StatusServiceUnavailable, Type: typeServer, Code: "queue_timeout", RetryAfter: w.Expected,
+		return &Error{Status: http.StatusServiceUnavailable, Type: typeServer, Code: codeQueueTimeout, Layer: triage.LayerQueue, RetryAfter: w.Expected,
 			Message: fmt.Sprintf("The request waited %s for a backend of model %q without one freeing up, %s (%d still waiting; expected wait %s).",
 				rt.queueTimeout, rt.name, p.Blocked(t), w.Depth, w.Expected.Round(time.Millisecond))}
 	case admission.OverBudget:
-		return &Error{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: "exceeds_kv_capacity", Param: "max_tokens",
+		return &Error{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: codeExceedsKV, Param: "max_tokens", Layer: triage.LayerDoor,
 			Message: fmt.Sprintf("The request needs %d tokens of KV cache (prompt plus output budget), more than any backend of model %q holds; it can never run. Lower max_tokens or n.", t.Tokens, rt.name)}
 	case admission.NoBackend:
 		return g.notReady(rt)
 	case admission.Draining:
-		return &Error{Status: http.StatusServiceUnavailable, Type: typeServer, Code: codeShuttingDown, RetryAfter: time.Second,
+		return &Error{Status: http.StatusServiceUnavailable, Type: typeServer, Code: codeShuttingDown, Layer: triage.LayerNone, RetryAfter: time.Second,
 			Message: "The gateway is shutting down; retry on another instance."}
 	case admission.ClientGone:
 		return errClientGone

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/maitred-dev/maitred/triage"
 )
 
 // handlerFunc is a gateway handler: it writes a success itself, or returns
@@ -25,13 +27,6 @@ var errClientGone = errors.New("client closed the request")
 // statusClientClosed is logged (never sent) for requests whose client left,
 // as nginx does, or stopped reading (outcome client_stalled).
 const statusClientClosed = 499
-
-// Outcomes of requests the client ended: it left, or it stopped reading
-// until a write to it made no progress for stream_idle_timeout.
-const (
-	outcomeClientClosed  = "client_closed"
-	outcomeClientStalled = "client_stalled"
-)
 
 // exchange is the request's scope: what the gateway knows about one
 // request, filled in as it moves along and read once by serve to write the
@@ -64,11 +59,14 @@ type exchange struct {
 	// streamBroke is the reason the gateway ended a backend's answer after
 	// its headers: a stream (with an error event) or a body (by aborting).
 	streamBroke string
-	// outcome names how the request ended when it did not succeed.
+	// outcome names how the request ended when it did not succeed, and
+	// layer where its progress stopped; failed says they are set. They are
+	// set once, by fail, where the failure is known (a door rejection's
+	// outcome is its admission.Reason, the label of
+	// maitred_rejections_total); nothing overwrites them.
 	outcome string
-	// rejected: the door refused the request; outcome is its
-	// admission.Reason, the label of maitred_rejections_total, and stays so.
-	rejected bool
+	layer   triage.Layer
+	failed  bool
 	// The door's numbers, logged with the request.
 	promptTokens, maxTokens, maxModelLen int
 	uncounted                            string
@@ -87,20 +85,21 @@ func (g *Gateway) serve(endpoint string, h handlerFunc) http.HandlerFunc {
 			p := recover()
 			if p != nil && p != http.ErrAbortHandler {
 				g.log.Error("handler panic", zap.String("request_id", x.id), zap.Any("panic", p), zap.ByteString("stack", debug.Stack()))
-				err = &Error{Status: http.StatusInternalServerError, Type: typeServer, Code: "internal_error", Message: "internal error; request id " + x.id}
+				err = &Error{Status: http.StatusInternalServerError, Type: typeServer, Code: codeInternal, Message: "internal error; request id " + x.id}
 				if !rec.wroteHeader {
 					err.(*Error).write(rec)
 				}
 			}
-			if p == http.ErrAbortHandler && x.outcome == "" {
+			if p == http.ErrAbortHandler {
 				// The proxy aborted a body it had started: the client's
 				// doing, or the backend's (streamBroke names it).
-				x.outcome = "aborted"
-				if x.streamBroke != "" {
-					x.outcome = x.streamBroke
-				}
-				if r.Context().Err() != nil || x.clientWriteErr != nil {
-					x.outcome = clientOutcome(x)
+				switch {
+				case r.Context().Err() != nil || x.clientWriteErr != nil:
+					x.fail(clientOutcome(x), triage.LayerClient)
+				case x.streamBroke != "":
+					x.fail(x.streamBroke, x.brokenLayer())
+				default:
+					x.fail(outcomeAborted, triage.LayerClient)
 				}
 			}
 			g.finish(x, rec, r, err)
@@ -115,21 +114,27 @@ func (g *Gateway) serve(endpoint string, h handlerFunc) http.HandlerFunc {
 		var e *Error
 		switch {
 		case errors.As(err, &e):
-			if !x.rejected {
-				x.outcome = e.Code
-			}
+			x.fail(e.outcome(), e.Layer)
 			if !rec.wroteHeader {
 				e.write(rec)
 			}
 		case errors.Is(err, errClientGone):
-			x.outcome = "client_closed"
+			x.fail(outcomeClientClosed, triage.LayerClient)
 		default:
-			x.outcome = "internal_error"
+			x.fail(codeInternal, triage.LayerDoor)
 			if !rec.wroteHeader {
-				(&Error{Status: http.StatusInternalServerError, Type: typeServer, Code: "internal_error",
+				(&Error{Status: http.StatusInternalServerError, Type: typeServer, Code: codeInternal,
 					Message: "internal error; request id " + x.id}).write(rec)
 			}
 		}
+	}
+}
+
+// fail records how the request failed and where, the first time it is
+// told: the failure is named where it is known, and nothing renames it.
+func (x *exchange) fail(outcome string, layer triage.Layer) {
+	if !x.failed {
+		x.outcome, x.layer, x.failed = outcome, layer, true
 	}
 }
 
@@ -153,25 +158,24 @@ func clientOutcome(x *exchange) string {
 func (g *Gateway) finish(x *exchange, rec *recorder, r *http.Request, err error) {
 	g.bodies.give(x.bodyHeld)
 	status := rec.status
-	if x.clientWriteErr != nil && x.outcome == "" {
+	if x.clientWriteErr != nil {
 		// The answer was complete upstream but did not all reach the client.
-		x.outcome = clientOutcome(x)
+		x.fail(clientOutcome(x), triage.LayerClient)
 	}
 	switch {
 	case !rec.wroteHeader:
 		status = statusClientClosed
-		if x.outcome == "" {
-			x.outcome = outcomeClientClosed
-		}
+		x.fail(outcomeClientClosed, triage.LayerClient)
 	case x.outcome == outcomeClientClosed || x.outcome == outcomeClientStalled:
 		// Headers went out, but the client did not take the whole answer.
 		status = statusClientClosed
 	}
+	layer := x.settle(status)
 	end := time.Now()
 	d := end.Sub(x.start)
 	code := strconv.Itoa(status)
 	ph := x.phases(end)
-	g.observe(x, status, ph, d)
+	g.observe(x, layer, ph, d)
 	mm := g.metricsOf(x)
 	mm.requests.WithLabelValues(x.endpoint, code).Inc()
 	mm.duration.WithLabelValues(x.endpoint).Observe(d.Seconds())
@@ -228,8 +232,8 @@ func (g *Gateway) finish(x *exchange, rec *recorder, r *http.Request, err error)
 	}
 	if x.rt != nil {
 		fields = append(fields, zap.Object("phases", ph))
-		if l := x.layer(status); l != "" {
-			fields = append(fields, zap.String("layer", string(l)))
+		if layer != triage.LayerNone {
+			fields = append(fields, zap.String("layer", string(layer)))
 		}
 	}
 	if x.retries > 0 {

@@ -19,6 +19,7 @@ import (
 	"github.com/maitred-dev/maitred/fleet"
 	"github.com/maitred-dev/maitred/internal/ojson"
 	"github.com/maitred-dev/maitred/tokenize"
+	"github.com/maitred-dev/maitred/triage"
 )
 
 // tokenizeAnswer is vLLM's TokenizeResponse.
@@ -57,20 +58,21 @@ func (g *Gateway) tokenize(w http.ResponseWriter, r *http.Request, x *exchange) 
 	}
 	rt, ok := g.byName[name] // the request's one lookup of its model
 	if !ok {
-		return &Error{Status: http.StatusNotFound, Type: typeInvalidRequest, Code: codeModelNotFound, Param: "model",
+		return &Error{Status: http.StatusNotFound, Type: typeInvalidRequest, Code: codeModelNotFound, Param: "model", Layer: triage.LayerDoor,
 			Message: fmt.Sprintf("The model %q does not exist. Available models: %v.", name, g.fleet.Names())}
 	}
 	x.rt = rt
 	if tok := rt.tok; tok != nil {
 		var ids []int
+		ep := admission.Completions
 		if req.Has("messages") {
+			ep = admission.Chat
 			ids, err = tok.TokenizeChat(req)
 		} else {
 			ids, err = tok.TokenizeCompletion(req)
 		}
-		var te *tokenize.TemplateError
-		var ie *tokenize.InputError
 		var ne *tokenize.NotExactError
+		rej := admission.CountRejection(ep, err)
 		switch {
 		case err == nil:
 			x.promptTokens = len(ids)
@@ -79,10 +81,10 @@ func (g *Gateway) tokenize(w http.ResponseWriter, r *http.Request, x *exchange) 
 			}
 			writeJSON(w, http.StatusOK, tokenizeAnswer{Count: len(ids), MaxModelLen: rt.fm.MaxModelLen(), Tokens: ids})
 			return nil
-		case errors.As(err, &te):
-			return &Error{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: "invalid_chat_template_input", Param: "messages", Message: te.Message}
-		case errors.As(err, &ie):
-			return &Error{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: "invalid_value", Param: ie.Param, Message: ie.Msg}
+		case rej != nil:
+			// Refused as the door refuses it (not counted in
+			// maitred_rejections_total, which counts generation requests).
+			return rejection(rej)
 		case errors.As(err, &ne):
 			x.uncounted = ne.Reason // fall through to a backend
 		default:

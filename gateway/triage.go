@@ -58,62 +58,46 @@ func (x *exchange) phases(end time.Time) phases {
 	return phases{out[0], out[1], out[2], out[3], out[4], out[5], out[6]}
 }
 
-// outcomeBackendRejected is the outcome of a request the backend answered
-// with its own 4xx: not a door rejection (the door passed it) and not a
-// backend failure (the backend is working; it does not count toward
-// ejection).
-const outcomeBackendRejected = "backend_rejected"
-
-// layer names where a failed request's progress stopped ("" on success).
-func (x *exchange) layer(status int) triage.Layer {
-	switch x.outcome {
-	case "":
-		switch {
-		case x.streamBroke != "":
-		case status >= 500:
-			return triage.LayerPrefill // the backend answered 5xx itself
-		case status >= 400:
-			return triage.LayerBackend // the backend refused it with its own 4xx
-		default:
-			return triage.LayerNone
-		}
-	case outcomeClientClosed, outcomeClientStalled, "aborted":
-		return triage.LayerClient
-	case "queue_full", "queue_timeout", "draining":
-		return triage.LayerQueue
-	case codeModelNotReady, "no_backend":
-		return triage.LayerUnready
-	case codeBackendDown:
-		return triage.LayerConnect
-	case codeBackendTimeout:
-		if x.stream {
-			return triage.LayerConnect
-		}
-		return triage.LayerPrefill
-	case codeShuttingDown:
-		return triage.LayerNone
-	case outcomeBackendRejected:
+// settle returns where the request's progress stopped ("" on success),
+// once its answer is over. A failure recorded where it was known (x.fail)
+// stands; otherwise the backend's answer went through and says it: broken
+// after its headers, or the backend's own error status. A 4xx of the
+// backend's is named backend_rejected here, before the access line is
+// written, so that the log, the metrics and triage say the same.
+func (x *exchange) settle(status int) triage.Layer {
+	switch {
+	case x.failed:
+		return x.layer
+	case x.streamBroke != "":
+		// The stream already ended with an error event naming it; the
+		// request's outcome stays its status (stream_error has the code).
+		return x.brokenLayer()
+	case status >= 500:
+		return triage.LayerPrefill // the backend answered 5xx itself
+	case status >= 400 && x.rt != nil:
+		x.fail(outcomeBackendRejected, triage.LayerBackend) // the backend refused it with its own 4xx
 		return triage.LayerBackend
 	}
-	if x.streamBroke != "" {
-		if x.streamBroke == codeShuttingDown {
-			return triage.LayerNone
-		}
-		if x.stream && x.events == 0 {
-			return triage.LayerPrefill
-		}
-		// A stream broken after its first token, or a non-streaming body
-		// broken after its headers (vLLM sends them when the answer is
-		// complete): the backend failed after generating.
-		return triage.LayerDecode
+	return triage.LayerNone
+}
+
+// brokenLayer is where a backend's answer broke after its headers went out.
+func (x *exchange) brokenLayer() triage.Layer {
+	switch {
+	case x.streamBroke == codeShuttingDown:
+		return triage.LayerNone
+	case x.stream && x.events == 0:
+		return triage.LayerPrefill
 	}
-	// Everything else the gateway answers itself is a door rejection.
-	return triage.LayerDoor
+	// A stream broken after its first token, or a non-streaming body
+	// broken after its headers (vLLM sends them when the answer is
+	// complete): the backend failed after generating.
+	return triage.LayerDecode
 }
 
 // observe records a finished request in the phase metrics and the triage
 // engine.
-func (g *Gateway) observe(x *exchange, status int, ph phases, total time.Duration) {
+func (g *Gateway) observe(x *exchange, layer triage.Layer, ph phases, total time.Duration) {
 	if x.rt == nil || x.endpoint == "/tokenize" {
 		return
 	}
@@ -137,12 +121,6 @@ func (g *Gateway) observe(x *exchange, status int, ph phases, total time.Duratio
 			tpot = x.lastEventAt.Sub(x.firstEventAt) / time.Duration(tokens)
 			mm.tpot.WithLabelValues(backend).Observe(tpot.Seconds())
 		}
-	}
-	layer := x.layer(status)
-	if layer == triage.LayerBackend && x.outcome == "" {
-		// Named here, before the access line is written, so that the log
-		// and triage say the same.
-		x.outcome = outcomeBackendRejected
 	}
 	if layer != triage.LayerNone {
 		mm.failures.WithLabelValues(string(layer)).Inc()

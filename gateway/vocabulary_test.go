@@ -1,0 +1,149 @@
+package gateway
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/maitred-dev/maitred/admission"
+	"github.com/maitred-dev/maitred/fleet"
+	"github.com/maitred-dev/maitred/internal/fixtures"
+	"github.com/maitred-dev/maitred/sim"
+	"github.com/maitred-dev/maitred/tokenize"
+	"github.com/maitred-dev/maitred/triage"
+)
+
+// TestOneOutcomeVocabulary sends a request of every door rejection class
+// reachable over HTTP and checks that each is named alike everywhere: the
+// access log's outcome, the reason label of maitred_rejections_total and,
+// once the model is known, triage's reason. POST /tokenize refuses the
+// same inputs under the same outcome (one mapping from tokenizer errors to
+// rejections).
+func TestOneOutcomeVocabulary(t *testing.T) {
+	tok, err := tokenize.LoadDir(fixtures.ModelDir(t, "qwen3"), tokenize.LoadOptions{ChatTemplate: `{%- for m in messages %}
+{%- if m.content.startswith('RAISE') %}{{ raise_exception('refused') }}{% endif %}
+{{- '<|im_start|>' + m.role + '\n' + m.content + '<|im_end|>\n' }}
+{%- endfor %}<|im_start|>assistant
+`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptestServer(t, sim.New(sim.Config{Model: "m", OutputTokens: 2, Tokenizer: sim.ModelTokenizer(tok), MaxModelLen: 64}, nil))
+	core, logs := observer.New(zap.InfoLevel)
+	tri := triage.New(triage.DefaultConfig(), time.Now)
+	tg := startGatewayFull(t, tok, extras{log: zap.New(core), triage: tri}, func(c *fleet.Config) { c.MaxBodyBytes = 4096 }, srv)
+
+	chat := func(msgs string) string { return `{"model":"m","messages":[` + msgs + `]}` }
+	user := `{"role":"user","content":"hi"}`
+	cases := []struct {
+		reason      admission.Reason
+		path, ctype string
+		body        string
+		modelKnown  bool
+	}{
+		{admission.InvalidJSON, "/v1/chat/completions", "", `{"model":"m",`, false},
+		{admission.UnsupportedMedia, "/v1/chat/completions", "text/plain", chat(user), false},
+		{admission.TooLarge, "/v1/chat/completions", "", chat(`{"role":"user","content":"` + strings.Repeat("y", 5000) + `"}`), false},
+		{admission.MissingModel, "/v1/chat/completions", "", `{"messages":[` + user + `]}`, false},
+		{admission.UnknownModel, "/v1/chat/completions", "", `{"model":"nope","messages":[` + user + `]}`, false},
+		{admission.InvalidMessages, "/v1/chat/completions", "", chat(`{"role":"wizard","content":"hi"}`), true},
+		{admission.InvalidPrompt, "/v1/completions", "", `{"model":"m","prompt":5}`, true},
+		{admission.InvalidParam, "/v1/chat/completions", "", `{"model":"m","max_tokens":-1,"messages":[` + user + `]}`, true},
+		{admission.TemplateError, "/v1/chat/completions", "", chat(`{"role":"user","content":"RAISE now"}`), true},
+		{admission.ContextLength, "/v1/chat/completions", "", chat(`{"role":"user","content":"` + strings.Repeat("word ", 100) + `"}`), true},
+	}
+	seen := map[admission.Reason]bool{}
+	for _, tc := range cases {
+		seen[tc.reason] = true
+		ctype := tc.ctype
+		if ctype == "" {
+			ctype = "application/json"
+		}
+		res := tg.post(t, tc.path, tc.body, "Content-Type", ctype, "X-Request-Id", "vocab-"+tc.reason.String())
+		if body := readBodyT(t, res); res.StatusCode/100 != 4 {
+			t.Fatalf("%s: %d %s", tc.reason, res.StatusCode, body)
+		}
+	}
+	for _, r := range admission.Reasons() {
+		if !seen[r] {
+			t.Errorf("reason %s has no case here: add one", r)
+		}
+	}
+	// POST /tokenize refuses what the door refuses, under the door's
+	// outcome.
+	tokenizeCases := map[string]string{
+		"tokenize-prompt":   `{"model":"m","prompt":5}`,
+		"tokenize-template": chat(`{"role":"user","content":"RAISE now"}`),
+	}
+	for id, body := range tokenizeCases {
+		res := tg.post(t, "/tokenize", body, "X-Request-Id", id)
+		if b := readBodyT(t, res); res.StatusCode != 400 {
+			t.Fatalf("%s: %d %s", id, res.StatusCode, b)
+		}
+	}
+	tg.quiesce()
+
+	outcomes := map[string]string{}
+	for _, e := range logs.FilterMessage("request").All() {
+		f := e.ContextMap()
+		id, _ := f["request_id"].(string)
+		o, _ := f["outcome"].(string)
+		outcomes[id] = o
+	}
+	text := tg.gathered(t)
+	rep := tri.Report()
+	var byReason map[string]int
+	for _, m := range rep.Models {
+		if m.Model == "m" {
+			byReason = triageRejections(t, m.Evidence)
+		}
+	}
+	for _, tc := range cases {
+		want := tc.reason.String()
+		if got := outcomes["vocab-"+want]; got != want {
+			t.Errorf("%s: the access log's outcome is %q", want, got)
+		}
+		model := ""
+		if tc.modelKnown {
+			model = "m"
+		}
+		if line := fmt.Sprintf(`maitred_rejections_total{model=%q,reason=%q} 1`, model, want); !strings.Contains(text, line) {
+			t.Errorf("%s: metrics lack %s", want, line)
+		}
+		if tc.modelKnown && byReason[want] != 1 {
+			t.Errorf("%s: triage counts %d rejections under that reason (%v)", want, byReason[want], byReason)
+		}
+	}
+	if got := outcomes["tokenize-prompt"]; got != admission.InvalidPrompt.String() {
+		t.Errorf("/tokenize with an invalid prompt logged outcome %q, want the door's %q", got, admission.InvalidPrompt)
+	}
+	if got := outcomes["tokenize-template"]; got != admission.TemplateError.String() {
+		t.Errorf("/tokenize with a raising template logged outcome %q, want the door's %q", got, admission.TemplateError)
+	}
+}
+
+// triageRejections reads rejections_by_reason from a model's evidence.
+func triageRejections(t *testing.T, ev map[string]any) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	switch m := ev["rejections_by_reason"].(type) {
+	case map[string]int:
+		return m
+	case map[string]any:
+		for k, v := range m {
+			switch n := v.(type) {
+			case int:
+				out[k] = n
+			case float64:
+				out[k] = int(n)
+			}
+		}
+	default:
+		t.Fatalf("no rejections_by_reason in the model's evidence: %v", ev)
+	}
+	return out
+}
