@@ -1,13 +1,20 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/maitred-dev/maitred/admission"
 	"github.com/maitred-dev/maitred/fleet"
+	"github.com/maitred-dev/maitred/triage"
 )
 
 // attempt is one try of a request at one backend, created where the try
@@ -77,4 +84,153 @@ func (a *attempt) poolResult(res attemptResult, aborted bool) admission.Result {
 		return admission.ConnectFailed
 	}
 	return admission.ServerError
+}
+
+// dispatch waits in the model's queue for a backend with room, then sends
+// body to it. Each try is an attempt of its own; a backend that cannot be
+// connected to has received nothing, so the request goes back for another
+// backend; once it has reached one it is never sent again.
+func (g *Gateway) dispatch(w http.ResponseWriter, r *http.Request, x *exchange, t admission.Ticket, class string, body []byte) error {
+	rt := x.rt
+	var lastErr error
+	for {
+		lease, o := rt.pool.Acquire(r.Context(), t)
+		rt.metrics.admissions.WithLabelValues(o.String()).Inc()
+		if o != admission.Admitted {
+			if lastErr != nil && o == admission.NoBackend {
+				return lastErr
+			}
+			return g.queueError(rt, o, t)
+		}
+		rt.metrics.queueWait.WithLabelValues(class).Observe(lease.Waited.Seconds())
+		a := x.newAttempt(rt.backends[lease.Slot.Index])
+		res := g.forwardLease(w, r, a, lease, body)
+		if res.err == nil {
+			g.fleet.ReportSuccess(a.backend)
+			return nil
+		}
+		if !res.retry {
+			return res.err
+		}
+		g.fleet.ReportConnectFailure(rt.fm, a.backend, a.proxyErr)
+		lastErr = res.err
+		x.retries++
+		t.Exclude = append(t.Exclude, lease.Slot.Index)
+	}
+}
+
+// forwardLease runs attempt a while holding its lease and its backend's
+// in-flight count. Both are released in a defer: the proxy aborts a broken
+// response by panicking with http.ErrAbortHandler, and capacity must not
+// leak then.
+func (g *Gateway) forwardLease(w http.ResponseWriter, r *http.Request, a *attempt, lease *admission.Lease, body []byte) (res attemptResult) {
+	defer a.backend.Acquire()()
+	defer func() {
+		p := recover()
+		lease.Release(a.poolResult(res, p != nil))
+		if p != nil {
+			panic(p)
+		}
+	}()
+	return g.forward(w, r, a, body)
+}
+
+// forward runs attempt a: it sends body to a.backend through the reverse
+// proxy and returns how the try ended.
+//
+// The upstream request has its own context: cancelled when the client
+// leaves, when no response headers came within the first-byte timeout, when
+// a stream goes silent for the idle timeout, and at the drain deadline.
+// Each of these is told apart afterwards by the flag its timer set on the
+// attempt.
+func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, a *attempt, body []byte) attemptResult {
+	x := a.x
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	a.cancel = cancel
+	stopHard := context.AfterFunc(g.stopCtx, func() { a.shutdown.Store(true); cancel() })
+	defer stopHard()
+	a.firstByte = time.AfterFunc(x.rt.firstByte, func() { a.timedOut.Store(true); cancel() })
+	defer a.firstByte.Stop()
+	if rec, ok := w.(*recorder); ok {
+		// A client that stops reading must not hold the backend forever:
+		// each write to it gets stream_idle_timeout to complete.
+		rec.writeIdle = x.rt.streamIdle
+	}
+
+	x.sentAt, x.headersAt, x.firstEventAt, x.lastEventAt, x.events = time.Now(), time.Time{}, time.Time{}, time.Time{}, 0
+	out := r.WithContext(context.WithValue(ctx, ctxKey{}, a))
+	out.Body = io.NopCloser(bytes.NewReader(body))
+	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	// One framing upstream: the length of the bytes the door read, even
+	// when the client sent them chunked.
+	out.ContentLength = int64(len(body))
+	out.TransferEncoding = nil
+	out.Trailer = nil
+	g.proxy.ServeHTTP(w, out)
+	if a.proxyErr != nil {
+		return g.classify(r, a)
+	}
+	return attemptResult{}
+}
+
+// classify turns a transport failure before any response header into the
+// gateway's answer: a client that left gets nothing (logged as 499), the
+// drain deadline 503, a backend that sent no headers in time 504, one that
+// could not be reached or failed before answering 502. Each has its own
+// code and its own kind in maitred_backend_errors_total. Only a request
+// that never reached a live backend may be retried.
+func (g *Gateway) classify(r *http.Request, a *attempt) attemptResult {
+	x, err := a.x, a.proxyErr
+	if r.Context().Err() != nil {
+		return attemptResult{err: errClientGone}
+	}
+	host := a.backend.URL.Host
+	var oe *net.OpError
+	switch {
+	case a.shutdown.Load():
+		return attemptResult{err: &Error{Status: http.StatusServiceUnavailable, Type: typeServer, Code: codeShuttingDown, Layer: triage.LayerNone,
+			Message: "The gateway is shutting down; retry on another instance.", RetryAfter: time.Second, Cause: err}}
+	case a.timedOut.Load():
+		g.backendError(a, "first_byte_timeout")
+		// A stream's headers come at once: none in time is a connection
+		// that failed; a non-streaming answer's come after generating.
+		layer := triage.LayerPrefill
+		if x.stream {
+			layer = triage.LayerConnect
+		}
+		return attemptResult{err: &Error{Status: http.StatusGatewayTimeout, Type: typeServer, Code: codeBackendTimeout, Layer: layer,
+			Message: fmt.Sprintf("Backend %s of model %q sent no response headers within %s.", host, x.rt.name, x.rt.firstByte), Cause: err}}
+	case errors.As(err, &oe) && (oe.Op == "dial" || oe.Op == "write" || oe.Op == "readfrom"):
+		// Refused, or written into a connection the backend had already
+		// closed (a pooled connection to a process that died): the request
+		// never reached a live server, so another backend may take it.
+		g.backendError(a, "connect_failed")
+		return attemptResult{retry: true, err: &Error{Status: http.StatusBadGateway, Type: typeServer, Code: codeBackendDown, Layer: triage.LayerConnect,
+			Message: fmt.Sprintf("Backend %s of model %q could not be reached: %s.", host, x.rt.name, dialReason(err)), Cause: err}}
+	default:
+		g.backendError(a, "failed_before_headers")
+		return attemptResult{err: &Error{Status: http.StatusBadGateway, Type: typeServer, Code: codeBackendDown, Layer: triage.LayerConnect,
+			Message: fmt.Sprintf("Backend %s of model %q failed before answering.", host, x.rt.name), Cause: err}}
+	}
+}
+
+func (g *Gateway) backendError(a *attempt, kind string) {
+	a.x.rt.metrics.backendErrors.WithLabelValues(a.backend.URL.Host, kind).Inc()
+}
+
+func dialReason(err error) string {
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return "host unreachable"
+	case errors.Is(err, syscall.EPIPE), errors.Is(err, syscall.ECONNRESET):
+		return "connection closed by the backend"
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return "connect timed out"
+	}
+	return "connect failed"
 }

@@ -3,18 +3,14 @@ package gateway
 import (
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/maitred-dev/maitred/admission"
 	"github.com/maitred-dev/maitred/fleet"
-	"github.com/maitred-dev/maitred/internal/ojson"
 	"github.com/maitred-dev/maitred/triage"
 )
 
@@ -150,106 +146,17 @@ func (g *Gateway) queueError(rt *modelRuntime, o admission.Outcome, t admission.
 	return fmt.Errorf("unexpected queue outcome %s", o)
 }
 
-// prefixHash hashes the first k tokens of the rendered prompt, for prefix
-// affinity; 0 when it cannot be computed.
-func prefixHash(rt *modelRuntime, ep admission.Endpoint, req *ojson.Value) uint64 {
-	tok, k := rt.tok, rt.affinity
-	if tok == nil || k <= 0 || req == nil {
-		return 0
-	}
-	var text string
-	var err error
-	if ep == admission.Chat {
-		if text, err = tok.RenderChat(req); err != nil {
-			return 0
+func (g *Gateway) notReady(rt *modelRuntime) *Error {
+	var states []string
+	for _, b := range rt.backends {
+		s := b.Status()
+		st := b.URL.Host + " " + s.State.String()
+		if s.Reason != "" {
+			st += " (" + s.Reason + ")"
 		}
-	} else if p := req.Get("prompt"); p != nil && p.Kind == ojson.String {
-		text = p.Str
-	} else {
-		return 0
+		states = append(states, st)
 	}
-	// k tokens are rarely more than 8k bytes: encode only that prefix.
-	if len(text) > 8*k {
-		text = text[:8*k]
-	}
-	ids := tok.Encoder().Encode(text, false)
-	if len(ids) > k {
-		ids = ids[:k]
-	}
-	h := fnv.New64a()
-	var b [4]byte
-	for _, id := range ids {
-		b[0], b[1], b[2], b[3] = byte(id), byte(id>>8), byte(id>>16), byte(id>>24)
-		h.Write(b[:])
-	}
-	return h.Sum64() | 1
-}
-
-// poolCollector exports queue and capacity state at scrape time.
-type poolCollector struct {
-	g *Gateway
-}
-
-var (
-	queueDepthDesc  = prometheus.NewDesc("maitred_queue_depth", "Requests waiting for a backend, by model and priority class.", []string{"model", "class"}, nil)
-	inflightTokDesc = prometheus.NewDesc("maitred_backend_inflight_tokens", "Tokens reserved (prompt + output budget) by requests in flight, per backend.", []string{"model", "backend"}, nil)
-	budgetDesc      = prometheus.NewDesc("maitred_backend_token_budget", "A backend's token budget: KV capacity from vllm:cache_config_info, else kv_tokens (0: none).", []string{"model", "backend"}, nil)
-	inflightDesc    = prometheus.NewDesc("maitred_backend_inflight_requests", "Requests in flight per backend.", []string{"model", "backend"}, nil)
-	vllmWaitDesc    = prometheus.NewDesc("maitred_backend_vllm_waiting", "vllm:num_requests_waiting as last scraped.", []string{"model", "backend"}, nil)
-	vllmRunDesc     = prometheus.NewDesc("maitred_backend_vllm_running", "vllm:num_requests_running as last scraped.", []string{"model", "backend"}, nil)
-	vllmKVDesc      = prometheus.NewDesc("maitred_backend_vllm_kv_cache_usage", "vllm:kv_cache_usage_perc as last scraped (0 to 1).", []string{"model", "backend"}, nil)
-	ejectedDesc     = prometheus.NewDesc("maitred_backend_ejected", "1 while a backend is ejected as an outlier.", []string{"model", "backend"}, nil)
-	gaugesStateDesc = prometheus.NewDesc("maitred_backend_gauges_state", "1 for the state of a backend's scraped vLLM gauges: unknown (not scraped yet), fresh, stale (counted as saturated), unavailable (scrapes failing: admitted on in-flight and token-budget limits alone).", []string{"model", "backend", "state"}, nil)
-	mismatchDesc    = prometheus.NewDesc("maitred_backend_mismatch", "1 while a backend serves other ingredients than this gateway's, found at warm-up: check tokenizer (its /tokenize counts the probe differently) or max_model_len; accepted=true when tokenizer_check is warn and it is served anyway.", []string{"model", "backend", "check", "accepted"}, nil)
-	scrapeErrDesc   = prometheus.NewDesc("maitred_backend_scrape_errors_total", "Failed scrapes of a backend's /metrics.", []string{"model", "backend"}, nil)
-	ejectionsDesc   = prometheus.NewDesc("maitred_backend_ejections_total", "Outlier ejections per backend.", []string{"model", "backend"}, nil)
-	routingDesc     = prometheus.NewDesc("maitred_routing_decisions_total", "Backend choices by policy: p2c (power of two choices), affinity (prefix), only (one candidate).", []string{"model", "policy"}, nil)
-)
-
-func (c poolCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{queueDepthDesc, inflightTokDesc, budgetDesc, inflightDesc, vllmWaitDesc, vllmRunDesc, vllmKVDesc, ejectedDesc, ejectionsDesc, routingDesc, gaugesStateDesc, scrapeErrDesc, mismatchDesc} {
-		ch <- d
-	}
-}
-
-func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, rt := range c.g.models {
-		name, st := rt.name, rt.pool.Stats()
-		for i, d := range st.Depth {
-			ch <- prometheus.MustNewConstMetric(queueDepthDesc, prometheus.GaugeValue, float64(d), name, c.g.cfg.PriorityClasses[i])
-		}
-		for _, s := range st.Slots {
-			gv := func(d *prometheus.Desc, v float64) {
-				ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, name, s.Name)
-			}
-			gv(inflightTokDesc, float64(s.Tokens))
-			gv(budgetDesc, float64(s.Budget))
-			gv(inflightDesc, float64(s.InFlight))
-			gv(vllmWaitDesc, s.Gauges.Waiting)
-			gv(vllmRunDesc, s.Gauges.Running)
-			gv(vllmKVDesc, s.Gauges.KVUsage)
-			ejected := 0.0
-			if s.Ejected {
-				ejected = 1
-			}
-			gv(ejectedDesc, ejected)
-			ch <- prometheus.MustNewConstMetric(ejectionsDesc, prometheus.CounterValue, float64(s.Ejections), name, s.Name)
-			for _, gs := range admission.GaugesStates() {
-				v := 0.0
-				if gs == s.GaugesState {
-					v = 1
-				}
-				ch <- prometheus.MustNewConstMetric(gaugesStateDesc, prometheus.GaugeValue, v, name, s.Name, gs.String())
-			}
-			ch <- prometheus.MustNewConstMetric(scrapeErrDesc, prometheus.CounterValue, float64(s.ScrapeErrors), name, s.Name)
-		}
-		for _, b := range rt.backends {
-			if mm := b.Status().Mismatch; mm != nil {
-				ch <- prometheus.MustNewConstMetric(mismatchDesc, prometheus.GaugeValue, 1, name, b.URL.Host, mm.Check, strconv.FormatBool(mm.Accepted))
-			}
-		}
-		for policy, n := range st.Decisions {
-			ch <- prometheus.MustNewConstMetric(routingDesc, prometheus.CounterValue, float64(n), name, policy)
-		}
-	}
+	return &Error{Status: http.StatusServiceUnavailable, Type: typeServer, Code: codeModelNotReady, Layer: triage.LayerUnready,
+		Message:    fmt.Sprintf("Model %q has no ready backend: %s.", rt.name, strings.Join(states, "; ")),
+		RetryAfter: g.cfg.Health.Interval.D()}
 }

@@ -1,0 +1,43 @@
+package gateway
+
+import (
+	"hash/fnv"
+
+	"github.com/maitred-dev/maitred/admission"
+	"github.com/maitred-dev/maitred/internal/ojson"
+)
+
+// prefixHash hashes the first k tokens of the rendered prompt, for prefix
+// affinity; 0 when it cannot be computed.
+func prefixHash(rt *modelRuntime, ep admission.Endpoint, req *ojson.Value) uint64 {
+	tok, k := rt.tok, rt.affinity
+	if tok == nil || k <= 0 || req == nil {
+		return 0
+	}
+	var text string
+	var err error
+	if ep == admission.Chat {
+		if text, err = tok.RenderChat(req); err != nil {
+			return 0
+		}
+	} else if p := req.Get("prompt"); p != nil && p.Kind == ojson.String {
+		text = p.Str
+	} else {
+		return 0
+	}
+	// k tokens are rarely more than 8k bytes: encode only that prefix.
+	if len(text) > 8*k {
+		text = text[:8*k]
+	}
+	ids := tok.Encoder().Encode(text, false)
+	if len(ids) > k {
+		ids = ids[:k]
+	}
+	h := fnv.New64a()
+	var b [4]byte
+	for _, id := range ids {
+		b[0], b[1], b[2], b[3] = byte(id), byte(id>>8), byte(id>>16), byte(id>>24)
+		h.Write(b[:])
+	}
+	return h.Sum64() | 1
+}
