@@ -182,6 +182,9 @@ func TestE2EClientDisconnectAbortsUpstream(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			gate := make(chan struct{})
 			e := startE2E(t, sim.Config{OutputTokens: 50, TokenGate: gate}, nil)
+			// The simulator counts the warm-up generation just after its
+			// answer went out: the baseline is taken once it has.
+			eventually(t, "the warm-up to be counted", func() bool { s := e.sim.Stats(); return s.Completed >= 1 && s.Running == 0 })
 			base := e.sim.Stats()
 			ctx, cancel := context.WithCancel(t.Context())
 			done := make(chan error, 1)
@@ -202,8 +205,9 @@ func TestE2EClientDisconnectAbortsUpstream(t *testing.T) {
 			if err := <-done; !errors.Is(err, context.Canceled) {
 				t.Fatalf("client error = %v, want context.Canceled", err)
 			}
-			eventually(t, "the simulator to count an abort", func() bool { return e.sim.Stats().Aborted == 1 })
-			if s := e.sim.Stats(); s.Completed != base.Completed || s.Running != 0 {
+			// The slot is freed just after the abort is counted.
+			eventually(t, "the simulator to count an abort and free its slot", func() bool { s := e.sim.Stats(); return s.Aborted == 1 && s.Running == 0 })
+			if s := e.sim.Stats(); s.Completed != base.Completed {
 				t.Errorf("sim stats after abort: %+v", s)
 			}
 			eventually(t, "the gateway to release the request", func() bool {
