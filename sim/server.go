@@ -374,7 +374,9 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		writeJSON(w, http.StatusOK, s.Stats())
 	default:
-		writeAPIError(w, httpError(http.StatusNotFound, ""))
+		if !s.serveMore(w, r) {
+			writeAPIError(w, httpError(http.StatusNotFound, ""))
+		}
 	}
 }
 
@@ -385,7 +387,7 @@ func (s *Server) serveV1(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.record(r, body)
-	gen := path == "/v1/chat/completions" || path == "/v1/completions"
+	gen := engineRoute(path)
 	if gen && r.Method == http.MethodPost {
 		s.count(func(st *Stats) { st.Requests++ })
 	}
@@ -416,7 +418,9 @@ func (s *Server) serveV1(w http.ResponseWriter, r *http.Request) {
 		}
 		s.generate(w, r, body, kindCompletion)
 	default:
-		writeAPIError(w, httpError(http.StatusNotFound, ""))
+		if !s.serveMoreV1(w, r, body) {
+			writeAPIError(w, httpError(http.StatusNotFound, ""))
+		}
 	}
 }
 
