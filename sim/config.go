@@ -16,6 +16,7 @@ const (
 	DefaultMaxNumSeqs   = 256
 	DefaultKVTokens     = 65536
 	DefaultVersion      = "0.11.0"
+	DefaultEmbeddingDim = 16
 
 	// BlockSize is the simulated KV block size in tokens (vLLM's default on
 	// CUDA); cache_config_info reports num_gpu_blocks = KVTokens/BlockSize.
@@ -87,6 +88,18 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// Tokenizer counts prompt tokens; nil uses Approx (see its doc).
 	Tokenizer Tokenizer
+	// Detokenizer answers POST /detokenize; nil uses Tokenizer when it
+	// implements TokenDecoder (Approx does, approximately), and otherwise
+	// /detokenize answers 501. See LoadVocabDecoder.
+	Detokenizer TokenDecoder
+	// EmbeddingDim is the length of the simulated embedding vectors of
+	// /v1/embeddings and /pooling; default 16.
+	EmbeddingDim int
+	// Matryoshka makes the model accept the embeddings "dimensions" field
+	// (vLLM: a model with is_matryoshka, any dimension); false answers it
+	// with vLLM's 400 "does not support matryoshka representation", as for
+	// most models.
+	Matryoshka bool
 	// TokenGate, when non-nil, makes every generation step (one token for
 	// every choice of a request) also wait to receive a value from it, so a
 	// test can release tokens one at a time. Not settable over /sim/config.
@@ -138,6 +151,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Tokenizer == nil {
 		c.Tokenizer = Approx{}
+	}
+	if c.EmbeddingDim <= 0 {
+		c.EmbeddingDim = DefaultEmbeddingDim
 	}
 	if c.TTFT < 0 {
 		c.TTFT = 0

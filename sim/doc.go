@@ -11,7 +11,36 @@
 //     max_model_len, permission list).
 //   - POST /v1/chat/completions and /v1/completions, streaming and not.
 //   - POST /tokenize (chat or prompt form) -> {count, max_model_len, tokens,
-//     token_strs: null}.
+//     token_strs: null}; POST /detokenize {tokens} -> {prompt} with
+//     Config.Detokenizer (LoadVocabDecoder: a tokenizer.json's vocabulary
+//     and decoder) or Approx's approximate decoding; 501 for a Tokenizer
+//     that cannot decode.
+//   - Pooling (pooling.go): POST /v1/embeddings (input: a string, strings,
+//     token ids or lists of ids; or the chat form, messages or input holding
+//     messages; encoding_format float or base64, little-endian float32;
+//     dimensions only with Config.Matryoshka; truncate_prompt_tokens and
+//     truncation_side), /pooling (task embed, classify, token_embed,
+//     token_classify), /classify (two classes, LABEL_0 and LABEL_1),
+//     /score and /v1/score (text_1/text_2, data_1/data_2, queries/documents
+//     or queries/items, 1:1, 1:N or N:N), /rerank, /v1/rerank and /v2/rerank
+//     (query, documents, top_n; results by relevance, highest first).
+//     Vectors (EmbeddingDim long, unit norm) and scores in (0, 1) are
+//     deterministic: seeded by the prompt's token ids when the Tokenizer
+//     gives ids (a text and its ids agree), else by its bytes. Inputs longer
+//     than MaxModelLen get vLLM's pooling text ("... you requested {P}
+//     tokens in the input for embedding generation|score|classification.
+//     Please reduce the length of the input.", param null).
+//   - Render (render.go, vLLM >= 0.18): POST /v1/chat/completions/render
+//     (one object) and /v1/completions/render (an array, one per prompt):
+//     vLLM's GenerateRequest {request_id "chatcmpl-…"/"cmpl-…", token_ids,
+//     features null, sampling_params, model (as sent, or null), stream,
+//     stream_options, cache_salt, priority, kv_transfer_params null}. The
+//     request is validated, tokenized and length-checked as a generation
+//     request; token_ids are exactly /tokenize's ids. sampling_params is
+//     serialized as vLLM's msgspec omit_defaults does: only fields off their
+//     default, so max_tokens is absent when the computed budget is 16;
+//     output_kind is 1 (stream) or 2 and skip_clone true. A Tokenizer
+//     without ids answers 501. Render is not queued and not in Stats.
 //   - Simulator-only: GET|POST /sim/config (JSON knobs, see Knobs) and
 //     GET /sim/stats (Stats as JSON). They need no API key.
 //
@@ -25,6 +54,16 @@
 // with the post-2026-03 "at least" wording), then SamplingParams checks (n,
 // greedy n > 1, temperature, max_tokens >= 1, min_tokens). Streaming
 // responses send 200 and headers right after validation.
+//
+// Pooling requests follow the same order (content type, pydantic, model,
+// FailStatus, truncate_prompt_tokens > max_model_len, dimensions, counting
+// and length), then queue like a generation taking one running slot per
+// prompt (vLLM schedules each prompt as an engine request) and the KV space
+// of all their tokens, wait one prefill (TTFT and one TokenGate value) and
+// answer; vllm:prompt_tokens_total, the e2e, queue and prompt-token
+// histograms and request_success_total{finished_reason="stop"} count them
+// per prompt. Hang, FailStatus, disconnects and shutdown act on them as on
+// generation requests.
 //
 // A valid request then enters a FIFO waiting queue. It is admitted when
 // fewer than MaxNumSeqs requests run and its prompt fits in the free KV
@@ -107,7 +146,18 @@
 //     min_tokens, ignore_eos and temperature (for the greedy check) are
 //     accepted and ignored: no stop strings, logprobs, tools, echo or
 //     response_format; the text never depends on the prompt.
-//   - Only one served model name; no LoRA, /detokenize, sleep mode, /load
+//   - Pooling: a text-only model; multimodal score/rerank inputs ({content:
+//     [...]}) are refused as strings are required; score pairs are counted as
+//     the query with special tokens followed by the document without;
+//     truncation keeps the last tokens unless truncation_side is "right";
+//     ids are "rerank-…" for rerank (vLLM's newest code uses "score-");
+//     embed_dtype, endianness, use_activation, Cohere's /v2/embed and the
+//     "bytes" encodings are absent.
+//   - Render: sampling_params carries only the fields the simulator reads
+//     or passes (n, penalties, temperature, top_p, top_k, min_p, seed,
+//     stop, stop_token_ids, ignore_eos, max_tokens, min_tokens, output_kind,
+//     skip_clone); a model's generation_config defaults are not modelled.
+//   - Only one served model name; no LoRA, sleep mode, /load
 //     or X-Request-Id response header (an incoming X-Request-Id does become
 //     the response id suffix, as in vLLM).
 //   - The completions stream serialises chunks like the chat one

@@ -70,10 +70,20 @@ func requestValidationError(errType string, loc []any, msg string, param *string
 	if len(loc) == 1 {
 		b.WriteString(",")
 	}
-	b.WriteString("), 'msg': '")
-	b.WriteString(strings.ReplaceAll(msg, "'", "\\'"))
-	b.WriteString("'}]")
+	b.WriteString("), 'msg': ")
+	b.WriteString(pyRepr(msg))
+	b.WriteString("}]")
 	return &apiError{Status: http.StatusBadRequest, Type: "Bad Request", Message: b.String(), Param: param}
+}
+
+// pyRepr quotes s as Python's repr does: single quotes, or double quotes
+// when s holds a single quote and no double quote.
+func pyRepr(s string) string {
+	s = strings.ReplaceAll(s, `\`, `\\`)
+	if strings.Contains(s, "'") && !strings.Contains(s, `"`) {
+		return `"` + s + `"`
+	}
+	return "'" + strings.ReplaceAll(s, "'", `\'`) + "'"
 }
 
 // fieldError is a pydantic type or value error on a top-level body field.

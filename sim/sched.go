@@ -8,6 +8,7 @@ import (
 // ticket is one request's place in the scheduler.
 type ticket struct {
 	tokens   int           // KV tokens held while running
+	seqs     int           // running slots it takes (a pooling batch: one per prompt)
 	admitted chan struct{} // closed on admission
 	running  bool
 	released bool
@@ -16,7 +17,13 @@ type ticket struct {
 // admit queues a request needing tokens of KV space and blocks until it
 // runs (FIFO, like vLLM's FCFS scheduler) or ctx / shutdown ends the wait.
 func (s *Server) admit(ctx context.Context, tokens int) (*ticket, error) {
-	t := &ticket{tokens: tokens, admitted: make(chan struct{})}
+	return s.admitSeqs(ctx, tokens, 1)
+}
+
+// admitSeqs is admit for a request that vLLM schedules as seqs engine
+// requests at once (a pooling batch): it takes seqs running slots.
+func (s *Server) admitSeqs(ctx context.Context, tokens, seqs int) (*ticket, error) {
+	t := &ticket{tokens: tokens, seqs: max(seqs, 1), admitted: make(chan struct{})}
 	s.mu.Lock()
 	s.queue = append(s.queue, t)
 	s.scheduleLocked()
@@ -42,18 +49,18 @@ func (s *Server) admit(ctx context.Context, tokens int) (*ticket, error) {
 	return nil, err
 }
 
-// scheduleLocked admits waiting requests from the head of the queue while a
-// slot and the KV space for the prompt are free. A request is always
+// scheduleLocked admits waiting requests from the head of the queue while
+// slots and the KV space for the prompt are free. A request is always
 // admitted when nothing runs, so an oversized prompt cannot wedge the queue.
 func (s *Server) scheduleLocked() {
 	for len(s.queue) > 0 {
 		t := s.queue[0]
-		if s.running > 0 && (s.running >= s.cfg.MaxNumSeqs || s.kvUsed+t.tokens > s.cfg.KVTokens) {
+		if s.running > 0 && (s.running+t.seqs > s.cfg.MaxNumSeqs || s.kvUsed+t.tokens > s.cfg.KVTokens) {
 			return
 		}
 		s.queue = slices.Delete(s.queue, 0, 1)
 		t.running = true
-		s.running++
+		s.running += t.seqs
 		s.kvUsed += t.tokens
 		close(t.admitted)
 	}
@@ -81,7 +88,7 @@ func (s *Server) releaseLocked(t *ticket) {
 		return
 	}
 	t.released = true
-	s.running--
+	s.running -= t.seqs
 	s.kvUsed -= t.tokens
 	s.scheduleLocked()
 }

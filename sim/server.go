@@ -54,18 +54,20 @@ type Server struct {
 
 // Stats are the simulator's request counters.
 type Stats struct {
-	// Requests counts requests to the generation routes
-	// (/v1/chat/completions, /v1/completions), whatever their outcome.
+	// Requests counts POST requests to the engine routes: generation
+	// (/v1/chat/completions, /v1/completions) and pooling (/v1/embeddings,
+	// /pooling, /classify, score and rerank), whatever their outcome.
 	Requests int `json:"requests"`
-	// Completed counts generations answered in full (stop or length).
+	// Completed counts generations answered in full (stop or length) and
+	// pooling requests answered.
 	Completed int `json:"completed"`
 	// Aborted counts requests whose client went away before the answer was
 	// complete, in any phase (hanging, waiting, prefill, decode, writing).
 	Aborted int `json:"aborted"`
-	// Rejected counts generation requests answered with a 4xx status
+	// Rejected counts engine requests answered with a 4xx status
 	// (auth, validation, unknown model, context length, 4xx FailStatus).
 	Rejected int `json:"rejected"`
-	// Failed counts generation requests answered with a 5xx status
+	// Failed counts engine requests answered with a 5xx status
 	// (FailStatus, or aborted by shutdown/Close).
 	Failed int `json:"failed"`
 	// Cut counts streams cut on purpose by CutAfterChunks.
@@ -75,7 +77,9 @@ type Stats struct {
 	Waiting int `json:"waiting"`
 }
 
-// Received is one request seen on /v1/* or POST /tokenize.
+// Received is one request seen on /v1/*, POST /tokenize or one of the
+// routes of routes_pooling.go outside /v1 (/detokenize, /pooling,
+// /classify, /score, /rerank, /v2/rerank).
 type Received struct {
 	Method string
 	Path   string
@@ -137,8 +141,8 @@ func (s *Server) Stats() Stats {
 	return st
 }
 
-// Received returns copies of the last (up to 1000) requests seen on /v1/*
-// and POST /tokenize, oldest first, including ones rejected by
+// Received returns copies of the last (up to 1000) requests seen on the
+// routes Received describes, oldest first, including ones rejected by
 // authorization.
 func (s *Server) Received() []Received {
 	s.recvMu.Lock()
@@ -374,7 +378,9 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		writeJSON(w, http.StatusOK, s.Stats())
 	default:
-		writeAPIError(w, httpError(http.StatusNotFound, ""))
+		if !s.serveMore(w, r) {
+			writeAPIError(w, httpError(http.StatusNotFound, ""))
+		}
 	}
 }
 
@@ -385,7 +391,7 @@ func (s *Server) serveV1(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.record(r, body)
-	gen := path == "/v1/chat/completions" || path == "/v1/completions"
+	gen := engineRoute(path)
 	if gen && r.Method == http.MethodPost {
 		s.count(func(st *Stats) { st.Requests++ })
 	}
@@ -416,7 +422,9 @@ func (s *Server) serveV1(w http.ResponseWriter, r *http.Request) {
 		}
 		s.generate(w, r, body, kindCompletion)
 	default:
-		writeAPIError(w, httpError(http.StatusNotFound, ""))
+		if !s.serveMoreV1(w, r, body) {
+			writeAPIError(w, httpError(http.StatusNotFound, ""))
+		}
 	}
 }
 

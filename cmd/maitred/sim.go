@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/maitred-dev/maitred/sim"
@@ -27,6 +29,8 @@ func cmdSim(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.IntVar(&c.CutAfterChunks, "cut-after-chunks", 0, "cut each stream after N chunks (0: never)")
 	fs.BoolVar(&c.Hang, "hang", false, "accept requests and never answer")
 	fs.IntVar(&c.FailStatus, "fail-status", 0, "answer completions with this HTTP status (0: never)")
+	fs.IntVar(&c.EmbeddingDim, "embedding-dim", sim.DefaultEmbeddingDim, "length of the simulated embedding vectors")
+	fs.BoolVar(&c.Matryoshka, "matryoshka", false, "accept the embeddings \"dimensions\" field (a matryoshka model)")
 	apiKeyEnv := fs.String("api-key-env", "", "environment variable holding the API key clients must send")
 	tokDir := fs.String("tokenizer", "", "count prompts with this tokenizer folder (or builtin:demo), as vLLM does; default: an approximate counter")
 	chatTemplate := fs.String("chat-template", "", "chat template file overriding the tokenizer folder's")
@@ -52,6 +56,12 @@ func cmdSim(ctx context.Context, args []string, stderr io.Writer) error {
 			return fmt.Errorf("--tokenizer: %w", err)
 		}
 		c.Tokenizer = sim.ModelTokenizer(m)
+		if !strings.HasPrefix(*tokDir, "builtin:") {
+			// /detokenize decodes with the folder's vocabulary.
+			if c.Detokenizer, err = sim.LoadVocabDecoder(filepath.Join(*tokDir, "tokenizer.json")); err != nil {
+				return fmt.Errorf("--tokenizer: %w", err)
+			}
+		}
 	}
 	log, err := lf.build()
 	if err != nil {
