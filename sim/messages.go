@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -318,18 +317,71 @@ func toolResultText(c *ojson.Value) string {
 	return strings.Join(texts, "\n")
 }
 
-// rawText is the compact JSON of a value ("{}" when absent), as
-// json.dumps(block.input or {}) gives.
+// rawText is json.dumps(block.input or {}) as Python writes it: ", " and
+// ": " separators, non-ASCII escaped; numbers as the client wrote them.
 func rawText(v *ojson.Value, body []byte) string {
 	if v.IsNull() {
 		return "{}"
 	}
-	var x any
-	if err := json.Unmarshal(v.Raw(body), &x); err != nil {
-		return "{}"
+	var b strings.Builder
+	pyDumps(&b, v, body)
+	return b.String()
+}
+
+func pyDumps(b *strings.Builder, v *ojson.Value, body []byte) {
+	switch v.Kind {
+	case ojson.Object:
+		b.WriteByte('{')
+		for i, m := range v.Members {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			pyString(b, m.Key)
+			b.WriteString(": ")
+			pyDumps(b, m.Value, body)
+		}
+		b.WriteByte('}')
+	case ojson.Array:
+		b.WriteByte('[')
+		for i, it := range v.Items {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			pyDumps(b, it, body)
+		}
+		b.WriteByte(']')
+	case ojson.String:
+		pyString(b, v.Str)
+	default:
+		b.Write(v.Raw(body))
 	}
-	b, _ := json.Marshal(x)
-	return string(b)
+}
+
+// pyString writes s as Python's json.dumps does (ensure_ascii).
+func pyString(b *strings.Builder, s string) {
+	b.WriteByte('"')
+	for _, r := range s {
+		switch {
+		case r == '"':
+			b.WriteString(`\"`)
+		case r == '\\':
+			b.WriteString(`\\`)
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r < 0x20 || (r > 0x7e && r <= 0xffff):
+			fmt.Fprintf(b, `\u%04x`, r)
+		case r > 0xffff:
+			r -= 0x10000
+			fmt.Fprintf(b, `\u%04x\u%04x`, 0xd800+(r>>10), 0xdc00+(r&0x3ff))
+		default:
+			b.WriteRune(r)
+		}
+	}
+	b.WriteByte('"')
 }
 
 // --- wire types ------------------------------------------------------------

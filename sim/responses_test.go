@@ -324,4 +324,3 @@ func checkOpenAIError(t *testing.T, code int, body []byte, status int, typ strin
 		t.Errorf("message = %q\nwant      %q", info["message"], message)
 	}
 }
-
