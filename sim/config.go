@@ -86,6 +86,11 @@ type Config struct {
 	// error event followed by [DONE] on a stream). 0 aborts immediately,
 	// which is vLLM's default.
 	ShutdownTimeout time.Duration
+	// NoResponsesStore makes the Responses API behave like a vLLM started
+	// without VLLM_ENABLE_RESPONSES_API_STORE: `store` is silently ignored
+	// (nothing is kept, GET /v1/responses/{id} answers 404) and background
+	// requests are refused. The default stores responses in memory.
+	NoResponsesStore bool
 	// Tokenizer counts prompt tokens; nil uses Approx (see its doc).
 	Tokenizer Tokenizer
 	// Detokenizer answers POST /detokenize; nil uses Tokenizer when it

@@ -41,6 +41,18 @@
 //     default, so max_tokens is absent when the computed budget is 16;
 //     output_kind is 1 (stream) or 2 and skip_clone true. A Tokenizer
 //     without ids answers 501. Render is not queued and not in Stats.
+//   - POST /v1/responses (OpenAI Responses API, streaming and not, background
+//     mode), GET /v1/responses/{id} (?stream=true&starting_after=N replays a
+//     background stream), POST /v1/responses/{id}/cancel (responses.go).
+//     Responses are stored in this server's memory, as vLLM does with
+//     VLLM_ENABLE_RESPONSES_API_STORE=1 (NoResponsesStore: as without it);
+//     HasResponse and Stats.StoredResponses tell which server holds an id.
+//   - POST /v1/messages (Anthropic Messages, streaming and not) and
+//     POST /v1/messages/count_tokens -> {input_tokens, context_management}
+//     (messages.go).
+//   - POST /v1/audio/transcriptions and /v1/audio/translations
+//     (multipart/form-data; json, text, verbose_json; streaming chunks)
+//     (audio.go).
 //   - Simulator-only: GET|POST /sim/config (JSON knobs, see Knobs) and
 //     GET /sim/stats (Stats as JSON). They need no API key.
 //
@@ -80,9 +92,45 @@
 // Prompts are counted by Config.Tokenizer, or by Approx, a documented
 // approximate counter that the gateway can reuse to predict counts.
 //
+// Responses, Messages and audio requests go through the same engine (job in
+// engine.go: queue, KV admission, TTFT/ITL, TokenGate, metrics, Hang,
+// FailStatus, CutAfterChunks, disconnect and shutdown aborts) with one
+// sequence each. A Responses input (instructions, the previous response's
+// conversation, then the input string or message items) and a Messages
+// request (system first, converted as vLLM converts it to a chat request)
+// are counted through the chat template like chat. Responses run the
+// renderer's checks with max_output_tokens, then vLLM's "The engine prompt
+// length N exceeds the max_model_len L" check; Messages run chat's checks
+// with max_tokens = max_completion_tokens = the Anthropic max_tokens. Audio
+// is a Whisper-like model: the upload is hashed as it streams in (never
+// held), the transcript is the lorem text starting at word hash mod 19, the
+// audio lasts size/32000 s (usage.seconds rounds it up), the decoder prompt
+// is 4 tokens plus the text prompt, and files over 25 MiB are refused as
+// vLLM's VLLM_MAX_AUDIO_CLIP_FILESIZE_MB does.
+//
+// Error envelopes follow vLLM per endpoint. Messages answers request
+// validation (pydantic, content type) in the OpenAI envelope and handler
+// errors in Anthropic's {"type":"error","error":{"type","message"}} with
+// vLLM's error class as the type ("NotFoundError", "BadRequestError"), as
+// vLLM does today (vLLM issue #57997). Responses lookups answer 404
+// "Response with id '…' not found." (type invalid_request_error); cancel
+// works on queued background responses only ("Cannot cancel a synchronous
+// response." otherwise) and waits for the job to stop. Audio refuses a body
+// without a file part (any non-multipart body) with pydantic's missing-field
+// 400 and a `file` text field with 422.
+//
 // # Streams
 //
-// Frames are "data: <json>\n\n", flushed one by one, then "data: [DONE]".
+// Chat, completions and audio frames are "data: <json>\n\n", flushed one by
+// one, then "data: [DONE]"; Responses and Messages streams are "event:
+// <type>\ndata: <json>\n\n" pairs without [DONE]. Responses events carry
+// sequence_number 0, 1, ... in vLLM's order (created, in_progress,
+// output_item.added, content_part.added, output_text.delta per token,
+// output_text.done, content_part.done, output_item.done, completed), with
+// vLLM's content_index quirk (it advances after every event). Messages
+// streams follow vLLM's converter of a chat stream: message_start (after
+// prefill, with the first token), content_block_start, content_block_delta
+// per token, content_block_stop, message_delta, message_stop; no ping.
 // Chat streams begin with a {"role":"assistant","content":""} delta per
 // choice, sent together with the first token as vLLM does (after prefill).
 // A choice cut by its budget carries finish_reason "length" on its last
@@ -157,6 +205,16 @@
 //     or passes (n, penalties, temperature, top_p, top_k, min_p, seed,
 //     stop, stop_token_ids, ignore_eos, max_tokens, min_tokens, output_kind,
 //     skip_clone); a model's generation_config defaults are not modelled.
+//   - Responses: text output only (no tools, reasoning items, logprobs or
+//     harmony); the usage per-turn lists are empty; an input item that is
+//     not a message, function call, function call output or reasoning item
+//     is refused with an approximate pydantic message. Messages: ids are
+//     vLLM's chat ids ("chatcmpl-…", not "msg_…"); stop_sequence is omitted
+//     as vLLM's exclude_none drops it; tools, tool_choice and stop sequences
+//     are accepted and ignored. Audio: no chunking of clips over 30 s, no
+//     language validation, and a text response_format answers JSON as the
+//     vLLM router does. A cancelled background stream ends its replay
+//     (vLLM's waits forever).
 //   - Only one served model name; no LoRA, sleep mode, /load
 //     or X-Request-Id response header (an incoming X-Request-Id does become
 //     the response id suffix, as in vLLM).

@@ -50,13 +50,18 @@ type Server struct {
 
 	// listen is net.Listen; tests substitute an in-memory network.
 	listen func(network, addr string) (net.Listener, error)
+
+	// resp holds the stored Responses API objects (responses.go).
+	resp responseStore
 }
 
 // Stats are the simulator's request counters.
 type Stats struct {
-	// Requests counts POST requests to the engine routes: generation
-	// (/v1/chat/completions, /v1/completions) and pooling (/v1/embeddings,
-	// /pooling, /classify, score and rerank), whatever their outcome.
+	// Requests counts POST requests to the engine routes, whatever their
+	// outcome: generation (/v1/chat/completions, /v1/completions,
+	// /v1/responses, /v1/messages, /v1/audio/transcriptions and
+	// /v1/audio/translations) and pooling (/v1/embeddings, /pooling,
+	// /classify, score and rerank).
 	Requests int `json:"requests"`
 	// Completed counts generations answered in full (stop or length) and
 	// pooling requests answered.
@@ -72,6 +77,12 @@ type Stats struct {
 	Failed int `json:"failed"`
 	// Cut counts streams cut on purpose by CutAfterChunks.
 	Cut int `json:"cut"`
+	// Cancelled counts background Responses stopped by
+	// POST /v1/responses/{id}/cancel.
+	Cancelled int `json:"cancelled"`
+	// StoredResponses is how many Responses API objects this server holds
+	// (GET /v1/responses/{id} finds them here and nowhere else).
+	StoredResponses int `json:"stored_responses"`
 	// Running and Waiting are the current scheduler gauges.
 	Running int `json:"running"`
 	Waiting int `json:"waiting"`
@@ -138,6 +149,7 @@ func (s *Server) Stats() Stats {
 	st := s.counts
 	st.Running = s.running
 	st.Waiting = len(s.queue)
+	st.StoredResponses = s.resp.len()
 	return st
 }
 
@@ -386,12 +398,16 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) serveV1(w http.ResponseWriter, r *http.Request) {
 	path := r.URL.Path
+	if isAudioPath(path) { // the upload is streamed, never held (audio.go)
+		s.serveAudio(w, r)
+		return
+	}
 	body, ok := readBody(w, r)
 	if !ok {
 		return
 	}
 	s.record(r, body)
-	gen := engineRoute(path)
+	gen := engineRoute(path) || isGenPath(path)
 	if gen && r.Method == http.MethodPost {
 		s.count(func(st *Stats) { st.Requests++ })
 	}
@@ -403,6 +419,9 @@ func (s *Server) serveV1(w http.ResponseWriter, r *http.Request) {
 			s.count(func(st *Stats) { st.Rejected++ })
 		}
 		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "Unauthorized"})
+		return
+	}
+	if s.serveAPIs(w, r, body) { // Responses and Messages (responses.go, messages.go)
 		return
 	}
 	switch path {
