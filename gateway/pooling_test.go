@@ -404,3 +404,28 @@ func TestEmbeddingsClientDisconnectAbortsUpstream(t *testing.T) {
 		return e.gw.Fleet.Models()[0].Backends[0].Status().InFlight == 0
 	})
 }
+
+// TestEmbeddingsReserveNoOutput: a pooling request reserves its inputs
+// alone. With a token budget smaller than expected_output_tokens, a chat
+// request without max_tokens can never run, an embeddings request can.
+func TestEmbeddingsReserveNoOutput(t *testing.T) {
+	e := startPooling(t, sim.Config{KVTokens: 128}, func(c *fleet.Config) {
+		c.Models[0].Backends[0].KVTokens = 128
+		c.Models[0].ExpectedOutputTokens = 200
+	})
+	e.gw.scrapeOnce(t)
+	res := e.gw.post(t, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
+	if body := readBodyT(t, res); res.StatusCode != 400 || !strings.Contains(body, "exceeds_kv_capacity") {
+		t.Fatalf("chat reserving 200 output tokens in a budget of 128: %d %s", res.StatusCode, body)
+	}
+	for _, body := range []string{`{"model":"m","input":["a","b","c"]}`, `{"model":"m","input":"x","truncate_prompt_tokens":4}`} {
+		res = e.gw.post(t, "/v1/embeddings", body)
+		if b := readBodyT(t, res); res.StatusCode != 200 {
+			t.Errorf("embeddings %s: %d %s", body, res.StatusCode, b)
+		}
+	}
+	res = e.gw.post(t, "/rerank", `{"model":"m","query":"q","documents":["a","b"]}`)
+	if b := readBodyT(t, res); res.StatusCode != 200 {
+		t.Errorf("rerank: %d %s", res.StatusCode, b)
+	}
+}
