@@ -134,8 +134,10 @@ func pooledFields(ep Endpoint, req *ojson.Value) *Rejection {
 		}
 	}
 	if ep == Embeddings || ep == Pooling {
-		if v := req.Get("encoding_format"); !v.IsNull() && (v.Kind != ojson.String || (v.Str != "float" && v.Str != "base64")) {
-			return invalidParam("encoding_format", codeInvalidValue, "encoding_format must be \"float\" or \"base64\", got %s.", describeType(v))
+		// Its values are vLLM's to judge: float and base64, and in newer
+		// versions binary ones ("bytes") this door need not know.
+		if v := req.Get("encoding_format"); !v.IsNull() && v.Kind != ojson.String {
+			return invalidParam("encoding_format", codeInvalidType, "encoding_format must be a string (\"float\" or \"base64\"), got %s.", v.Kind)
 		}
 		if v := req.Get("dimensions"); !v.IsNull() && (v.Kind != ojson.Number || !v.IsInt()) {
 			return invalidParam("dimensions", codeInvalidType, "dimensions must be an integer, got %s.", describe(v))

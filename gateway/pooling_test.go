@@ -169,7 +169,7 @@ func TestPoolingBadInputsNeverReachBackend(t *testing.T) {
 		{"embeddings float ids", "/v1/embeddings", `{"model":"m","input":[1,2.5]}`, 400, "invalid_type", "input[1]", ""},
 		{"embeddings empty", "/v1/embeddings", `{"model":"m","input":[]}`, 400, "invalid_value", "input", ""},
 		{"embeddings no input", "/v1/embeddings", `{"model":"m"}`, 400, "missing_required_parameter", "input", ""},
-		{"embeddings encoding", "/v1/embeddings", `{"model":"m","input":"x","encoding_format":"hex"}`, 400, "invalid_value", "encoding_format", ""},
+		{"embeddings encoding", "/v1/embeddings", `{"model":"m","input":"x","encoding_format":5}`, 400, "invalid_type", "encoding_format", ""},
 		{"embeddings truncate type", "/v1/embeddings", `{"model":"m","input":"x","truncate_prompt_tokens":"all"}`, 400, "invalid_type", "truncate_prompt_tokens", ""},
 		{"embeddings messages type", "/v1/embeddings", `{"model":"m","messages":"hi"}`, 400, "invalid_type", "messages", ""},
 		{"embeddings unknown model", "/v1/embeddings", `{"model":"nope","input":"x"}`, 404, "model_not_found", "model", ""},

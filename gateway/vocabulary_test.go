@@ -59,7 +59,7 @@ func TestOneOutcomeVocabulary(t *testing.T) {
 		{admission.InvalidInput, "/v1/embeddings", "", `{"model":"m","input":5}`, true, ""},
 		// The pooling endpoints name their rejections alike.
 		{admission.ContextLength, "/v1/embeddings", "", `{"model":"m","input":"` + strings.Repeat("word ", 100) + `"}`, true, "embeddings-context"},
-		{admission.InvalidParam, "/v1/embeddings", "", `{"model":"m","input":"x","encoding_format":"hex"}`, true, "embeddings-param"},
+		{admission.InvalidParam, "/v1/embeddings", "", `{"model":"m","input":"x","encoding_format":["float"]}`, true, "embeddings-param"},
 		{admission.InvalidJSON, "/classify", "", `{"model":"m",`, false, "classify-json"},
 		{admission.UnsupportedMedia, "/pooling", "text/plain", `{"model":"m","input":"x"}`, false, "pooling-media"},
 		{admission.UnknownModel, "/v2/rerank", "", `{"model":"nope","query":"a","documents":["b"]}`, false, "rerank-model"},
