@@ -21,6 +21,17 @@
 //     that many requests) on its own. The Decision carries the number of
 //     prompts and the sum of their counts, for the queue's reservation.
 //
+// The pooling endpoints (Embeddings, Pooling, Classify, Score, Rerank)
+// run steps 1 and 2, then their own: the typed fields
+// (truncate_prompt_tokens, encoding_format, dimensions, top_n), the input
+// (a string, strings, token ids, lists of ids, or chat messages; score and
+// rerank pairs), and for the text and chat forms each input counted on its
+// own and refused when it alone passes max_model_len (P > L, vLLM's
+// pooling rule and wording). They request no output (Decision.MaxTokens 0;
+// Endpoint.Generates is false). An input vLLM truncates
+// (truncate_prompt_tokens) and score and rerank pairs (tokenized by the
+// model's own cross-encoder rules) are forwarded uncounted.
+//
 // Where the count cannot be exact (no tokenizer, multimodal parts, a
 // template feature reproduced only approximately, an unknown context
 // length) the request is forwarded, and the Decision says why it is

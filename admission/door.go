@@ -69,7 +69,12 @@ func (d *Door) Check(ep Endpoint, body []byte) (Decision, *Rejection) {
 	if rej != nil {
 		return Decision{}, rej
 	}
-	dec, rej := d.checkModel(ep, m, req, body)
+	var dec Decision
+	if ep.Generates() {
+		dec, rej = d.checkModel(ep, m, req, body)
+	} else {
+		dec, rej = checkPooled(ep, m, req, body)
+	}
 	if rej != nil {
 		rej.Model, rej.Ref = m.Name, m.Ref
 	}

@@ -12,14 +12,35 @@ type Endpoint int
 const (
 	Chat        Endpoint = iota // /v1/chat/completions
 	Completions                 // /v1/completions
+	Embeddings                  // /v1/embeddings
+	Pooling                     // /pooling
+	Classify                    // /classify
+	Score                       // /score, /v1/score
+	Rerank                      // /rerank, /v1/rerank, /v2/rerank
+	numEndpoints
 )
 
-func (e Endpoint) String() string {
-	if e == Chat {
-		return "chat"
-	}
-	return "completions"
+var endpointNames = [...]string{
+	Chat:        "chat",
+	Completions: "completions",
+	Embeddings:  "embeddings",
+	Pooling:     "pooling",
+	Classify:    "classify",
+	Score:       "score",
+	Rerank:      "rerank",
 }
+
+func (e Endpoint) String() string {
+	if e >= 0 && e < numEndpoints {
+		return endpointNames[e]
+	}
+	return fmt.Sprintf("Endpoint(%d)", int(e))
+}
+
+// Generates reports whether the endpoint generates tokens: its requests
+// ask for an output budget (max_tokens). A pooling endpoint's requested
+// output is 0: it only reads its inputs.
+func (e Endpoint) Generates() bool { return e == Chat || e == Completions }
 
 // Reason is why the door rejected a request. It is a small closed set that
 // doubles as the reason label of maitred_rejections_total, so dashboards
@@ -37,6 +58,7 @@ const (
 	InvalidParam                   // max_tokens, n, stream ... out of range or ill-typed
 	TemplateError                  // the chat template raised, as Python's jinja2 would
 	ContextLength                  // prompt + max_tokens beyond max_model_len
+	InvalidInput                   // a pooling request's input (embeddings, score, rerank, ...) malformed
 	numReasons
 )
 
@@ -51,6 +73,7 @@ var reasonNames = [...]string{
 	InvalidParam:     "invalid_param",
 	TemplateError:    "invalid_chat_template_input",
 	ContextLength:    "context_length_exceeded",
+	InvalidInput:     "invalid_input",
 }
 
 func (r Reason) String() string {
@@ -79,6 +102,8 @@ const (
 	NoTokenizer                     // the model has no tokenizer configured
 	NotExact                        // the tokenizer or template cannot reproduce vLLM here
 	NoContextLimit                  // max_model_len unknown (no config, no backend report yet)
+	Truncating                      // truncate_prompt_tokens: vLLM cuts the input to a length of its own
+	NotCounted                      // the endpoint's inputs are not counted (score and rerank pairs)
 	numUncounted
 )
 
@@ -87,6 +112,8 @@ var uncountedNames = [...]string{
 	NoTokenizer:    "no_tokenizer",
 	NotExact:       "not_exact",
 	NoContextLimit: "no_context_limit",
+	Truncating:     "truncate_prompt_tokens",
+	NotCounted:     "endpoint_not_counted",
 }
 
 func (u Uncounted) String() string {

@@ -162,6 +162,9 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, a *attempt, bo
 	out := r.WithContext(context.WithValue(ctx, ctxKey{}, a))
 	out.Body = io.NopCloser(bytes.NewReader(body))
 	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	if len(body) == 0 {
+		out.Body, out.GetBody = http.NoBody, nil // a GET: no framing at all
+	}
 	// One framing upstream: the length of the bytes the door read, even
 	// when the client sent them chunked.
 	out.ContentLength = int64(len(body))

@@ -7,7 +7,7 @@
 // Every route is a handlerFunc wrapped by serve, the edge adapter. A handler
 // either writes its success itself (the proxy streams the backend's answer
 // straight to the client) or returns an error; serve renders a returned
-// *Error in OpenAI's envelope, assigns the X-Request-Id, and writes the one
+// *Error in the route's error envelope (OpenAI's for every API today), assigns the X-Request-Id, and writes the one
 // access-log line and the request metrics. Nothing else in maitred writes an
 // HTTP response. A failure is named where it is built: an *Error carries
 // its outcome (a door rejection's is its admission.Reason) and the layer
@@ -23,11 +23,20 @@
 // length), within read_body_timeout and the gateway-wide body budget
 // (max_body_bytes_in_flight), held until serve ends the request.
 //
-// A completion request is read once (within max_body_bytes) and goes
+// The model APIs (chat, completions, embeddings, /pooling, /classify,
+// score, rerank) share one pipeline, admit (pipeline.go), and differ only
+// by their entry in the endpoint table, an api value: how the body is
+// read (readJSON), which admission.Endpoint the door checks it as (how
+// the model is found, the input checked and counted, the output it
+// requests: none for the pooling families), the envelope the gateway's
+// own errors are written in (openAIErrors), and whether prefix affinity
+// and the sampled tokenizer check apply. Each route is one line of the
+// router's table. A request is read once (within max_body_bytes) and goes
 // through the door (admission.Door: strict parse, shape, chat template,
 // exact context check), then waits in its model's admission.Pool for a
 // backend with room, and its original bytes are forwarded unchanged through
-// a single httputil.ReverseProxy. A connection failure before anything
+// a single httputil.ReverseProxy. GET /version and the uncountable
+// /tokenize pass through to a ready backend outside the queue. A connection failure before anything
 // reached a backend goes back to the pool for another one. The proxy drops hop-by-hop headers both ways, drops
 // the client's Authorization and cookies, and sends the backend's own key.
 // Backend answers, errors included, pass through byte for byte. A streaming

@@ -151,6 +151,15 @@ func (e *Error) envelope() envelope {
 	return envelope{b}
 }
 
+// errorWriter writes the gateway's own error as the whole response, in
+// one API's envelope. serve calls the route's; every other error path
+// returns an *Error to it.
+type errorWriter func(w http.ResponseWriter, e *Error)
+
+// openAIErrors writes OpenAI's envelope, the one vLLM's OpenAI server and
+// its SDKs read.
+func openAIErrors(w http.ResponseWriter, e *Error) { e.write(w) }
+
 // write renders e as the whole response. Call it only before any header
 // went out.
 func (e *Error) write(w http.ResponseWriter) {

@@ -166,8 +166,19 @@ type route struct {
 func (g *Gateway) routes() http.Handler {
 	get, post, probe := []string{http.MethodGet}, []string{http.MethodPost}, []string{http.MethodGet, http.MethodHead}
 	table := []route{
-		{"/v1/chat/completions", post, g.serve("/v1/chat/completions", g.completions(admission.Chat))},
-		{"/v1/completions", post, g.serve("/v1/completions", g.completions(admission.Completions))},
+		// The model APIs: one line each, the family's api value saying
+		// how the shared pipeline (admit) runs it.
+		{"/v1/chat/completions", post, g.serveAPI("/v1/chat/completions", chatAPI)},
+		{"/v1/completions", post, g.serveAPI("/v1/completions", completionsAPI)},
+		{"/v1/embeddings", post, g.serveAPI("/v1/embeddings", embeddingsAPI)},
+		{"/pooling", post, g.serveAPI("/pooling", poolingAPI)},
+		{"/classify", post, g.serveAPI("/classify", classifyAPI)},
+		{"/score", post, g.serveAPI("/score", scoreAPI)},
+		{"/v1/score", post, g.serveAPI("/v1/score", scoreAPI)},
+		{"/rerank", post, g.serveAPI("/rerank", rerankAPI)},
+		{"/v1/rerank", post, g.serveAPI("/v1/rerank", rerankAPI)},
+		{"/v2/rerank", post, g.serveAPI("/v2/rerank", rerankAPI)},
+		{"/version", get, g.serve("/version", g.version)},
 		{"/tokenize", post, g.serve("/tokenize", g.tokenize)},
 		{"/v1/models", get, g.serve("/v1/models", g.listModels)},
 		// Probes answer HEAD too: some load balancers send it.

@@ -90,13 +90,14 @@ func (g *Gateway) class(r *http.Request) (int, string) {
 // ticket sizes a request's claim on a backend's token budget: its prompt
 // plus n times its output budget, for each prompt of a batch (vLLM runs a
 // list prompt as that many requests; PromptTokens is already their sum).
+// A pooling request generates nothing: its claim is its inputs alone.
 // An uncounted prompt is estimated at four bytes a token, for the budget
 // only; it is never refused on that guess. The claim saturates at
 // maxTicket, beyond any budget, so the arithmetic cannot overflow.
-func ticket(rt *modelRuntime, dec admission.Decision, bodyLen int, class int) admission.Ticket {
+func ticket(rt *modelRuntime, ep admission.Endpoint, dec admission.Decision, bodyLen int, class int) admission.Ticket {
 	out := dec.MaxTokens
-	if out == 0 {
-		out = rt.expectedOutput
+	if out == 0 && ep.Generates() {
+		out = rt.expectedOutput // a pooling request generates nothing
 	}
 	t := admission.Ticket{Class: class, Exact: dec.Uncounted == admission.Counted}
 	prompt := dec.PromptTokens

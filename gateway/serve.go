@@ -76,6 +76,11 @@ type exchange struct {
 // returned error in OpenAI's envelope, and writes the one access-log line
 // and the request metrics.
 func (g *Gateway) serve(endpoint string, h handlerFunc) http.HandlerFunc {
+	return g.serveIn(openAIErrors, endpoint, h)
+}
+
+// serveIn is serve with the API's own error envelope.
+func (g *Gateway) serveIn(env errorWriter, endpoint string, h handlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		x := &exchange{id: requestID(r), start: time.Now(), endpoint: endpoint, clientCtx: r.Context()}
 		rec := &recorder{ResponseWriter: w, stall: &x.clientStall, werr: &x.clientWriteErr}
@@ -87,7 +92,7 @@ func (g *Gateway) serve(endpoint string, h handlerFunc) http.HandlerFunc {
 				g.log.Error("handler panic", zap.String("request_id", x.id), zap.Any("panic", p), zap.ByteString("stack", debug.Stack()))
 				err = &Error{Status: http.StatusInternalServerError, Type: typeServer, Code: codeInternal, Message: "internal error; request id " + x.id}
 				if !rec.wroteHeader {
-					err.(*Error).write(rec)
+					env(rec, err.(*Error))
 				}
 			}
 			if p == http.ErrAbortHandler {
@@ -116,15 +121,15 @@ func (g *Gateway) serve(endpoint string, h handlerFunc) http.HandlerFunc {
 		case errors.As(err, &e):
 			x.fail(e.outcome(), e.Layer)
 			if !rec.wroteHeader {
-				e.write(rec)
+				env(rec, e)
 			}
 		case errors.Is(err, errClientGone):
 			x.fail(outcomeClientClosed, triage.LayerClient)
 		default:
 			x.fail(codeInternal, triage.LayerDoor)
 			if !rec.wroteHeader {
-				(&Error{Status: http.StatusInternalServerError, Type: typeServer, Code: codeInternal,
-					Message: "internal error; request id " + x.id}).write(rec)
+				env(rec, &Error{Status: http.StatusInternalServerError, Type: typeServer, Code: codeInternal,
+					Message: "internal error; request id " + x.id})
 			}
 		}
 	}

@@ -44,17 +44,32 @@ func TestOneOutcomeVocabulary(t *testing.T) {
 		path, ctype string
 		body        string
 		modelKnown  bool
+		id          string // "": "vocab-" + reason
 	}{
-		{admission.InvalidJSON, "/v1/chat/completions", "", `{"model":"m",`, false},
-		{admission.UnsupportedMedia, "/v1/chat/completions", "text/plain", chat(user), false},
-		{admission.TooLarge, "/v1/chat/completions", "", chat(`{"role":"user","content":"` + strings.Repeat("y", 5000) + `"}`), false},
-		{admission.MissingModel, "/v1/chat/completions", "", `{"messages":[` + user + `]}`, false},
-		{admission.UnknownModel, "/v1/chat/completions", "", `{"model":"nope","messages":[` + user + `]}`, false},
-		{admission.InvalidMessages, "/v1/chat/completions", "", chat(`{"role":"wizard","content":"hi"}`), true},
-		{admission.InvalidPrompt, "/v1/completions", "", `{"model":"m","prompt":5}`, true},
-		{admission.InvalidParam, "/v1/chat/completions", "", `{"model":"m","max_tokens":-1,"messages":[` + user + `]}`, true},
-		{admission.TemplateError, "/v1/chat/completions", "", chat(`{"role":"user","content":"RAISE now"}`), true},
-		{admission.ContextLength, "/v1/chat/completions", "", chat(`{"role":"user","content":"` + strings.Repeat("word ", 100) + `"}`), true},
+		{admission.InvalidJSON, "/v1/chat/completions", "", `{"model":"m",`, false, ""},
+		{admission.UnsupportedMedia, "/v1/chat/completions", "text/plain", chat(user), false, ""},
+		{admission.TooLarge, "/v1/chat/completions", "", chat(`{"role":"user","content":"` + strings.Repeat("y", 5000) + `"}`), false, ""},
+		{admission.MissingModel, "/v1/chat/completions", "", `{"messages":[` + user + `]}`, false, ""},
+		{admission.UnknownModel, "/v1/chat/completions", "", `{"model":"nope","messages":[` + user + `]}`, false, ""},
+		{admission.InvalidMessages, "/v1/chat/completions", "", chat(`{"role":"wizard","content":"hi"}`), true, ""},
+		{admission.InvalidPrompt, "/v1/completions", "", `{"model":"m","prompt":5}`, true, ""},
+		{admission.InvalidParam, "/v1/chat/completions", "", `{"model":"m","max_tokens":-1,"messages":[` + user + `]}`, true, ""},
+		{admission.TemplateError, "/v1/chat/completions", "", chat(`{"role":"user","content":"RAISE now"}`), true, ""},
+		{admission.ContextLength, "/v1/chat/completions", "", chat(`{"role":"user","content":"` + strings.Repeat("word ", 100) + `"}`), true, ""},
+		{admission.InvalidInput, "/v1/embeddings", "", `{"model":"m","input":5}`, true, ""},
+		// The pooling endpoints name their rejections alike.
+		{admission.ContextLength, "/v1/embeddings", "", `{"model":"m","input":"` + strings.Repeat("word ", 100) + `"}`, true, "embeddings-context"},
+		{admission.InvalidParam, "/v1/embeddings", "", `{"model":"m","input":"x","encoding_format":["float"]}`, true, "embeddings-param"},
+		{admission.InvalidJSON, "/classify", "", `{"model":"m",`, false, "classify-json"},
+		{admission.UnsupportedMedia, "/pooling", "text/plain", `{"model":"m","input":"x"}`, false, "pooling-media"},
+		{admission.UnknownModel, "/v2/rerank", "", `{"model":"nope","query":"a","documents":["b"]}`, false, "rerank-model"},
+		{admission.InvalidInput, "/score", "", `{"model":"m","text_1":5,"text_2":"b"}`, true, "score-input"},
+		{admission.ContextLength, "/classify", "", `{"model":"m","input":"` + strings.Repeat("word ", 100) + `"}`, true, "classify-context"},
+	}
+	for i := range cases {
+		if cases[i].id == "" {
+			cases[i].id = cases[i].reason.String()
+		}
 	}
 	seen := map[admission.Reason]bool{}
 	for _, tc := range cases {
@@ -63,9 +78,9 @@ func TestOneOutcomeVocabulary(t *testing.T) {
 		if ctype == "" {
 			ctype = "application/json"
 		}
-		res := tg.post(t, tc.path, tc.body, "Content-Type", ctype, "X-Request-Id", "vocab-"+tc.reason.String())
+		res := tg.post(t, tc.path, tc.body, "Content-Type", ctype, "X-Request-Id", "vocab-"+tc.id)
 		if body := readBodyT(t, res); res.StatusCode/100 != 4 {
-			t.Fatalf("%s: %d %s", tc.reason, res.StatusCode, body)
+			t.Fatalf("%s: %d %s", tc.id, res.StatusCode, body)
 		}
 	}
 	for _, r := range admission.Reasons() {
@@ -102,20 +117,25 @@ func TestOneOutcomeVocabulary(t *testing.T) {
 			byReason = triageRejections(t, m.Evidence)
 		}
 	}
+	type label struct{ model, reason string }
+	counted := map[label]int{}
 	for _, tc := range cases {
 		want := tc.reason.String()
-		if got := outcomes["vocab-"+want]; got != want {
-			t.Errorf("%s: the access log's outcome is %q", want, got)
+		if got := outcomes["vocab-"+tc.id]; got != want {
+			t.Errorf("%s: the access log's outcome is %q, want %q", tc.id, got, want)
 		}
 		model := ""
 		if tc.modelKnown {
 			model = "m"
 		}
-		if line := fmt.Sprintf(`maitred_rejections_total{model=%q,reason=%q} 1`, model, want); !strings.Contains(text, line) {
-			t.Errorf("%s: metrics lack %s", want, line)
+		counted[label{model, want}]++
+	}
+	for l, n := range counted {
+		if line := fmt.Sprintf(`maitred_rejections_total{model=%q,reason=%q} %d`, l.model, l.reason, n); !strings.Contains(text, line+"\n") {
+			t.Errorf("%s: metrics lack %s", l.reason, line)
 		}
-		if tc.modelKnown && byReason[want] != 1 {
-			t.Errorf("%s: triage counts %d rejections under that reason (%v)", want, byReason[want], byReason)
+		if l.model != "" && byReason[l.reason] != n {
+			t.Errorf("%s: triage counts %d rejections under that reason (%v), want %d", l.reason, byReason[l.reason], byReason, n)
 		}
 	}
 	if got := outcomes["tokenize-prompt"]; got != admission.InvalidPrompt.String() {

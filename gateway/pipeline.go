@@ -1,0 +1,131 @@
+package gateway
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/maitred-dev/maitred/admission"
+)
+
+// api is one endpoint family of the model APIs as the request pipeline
+// (admit) runs it. The pipeline is the same for every family; what
+// differs is declared here, and a new family (Responses, Anthropic
+// Messages, audio) is a new value, not a new handler:
+//   - read: how the body is read (readJSON: the whole JSON body within
+//     max_body_bytes; a multipart upload streamed through under a limit of
+//     its own would be another bodyReader);
+//   - door: how the door finds the model, checks and counts the input and
+//     reads the requested output (admission.Endpoint; a pooling family
+//     requests no output);
+//   - errors: the envelope the gateway's own errors are written in
+//     (OpenAI's; Anthropic's would be another errorWriter);
+//   - affinity, tokenizeCheck: whether prefix affinity and the sampled
+//     tokenizer check apply (they read a chat or completions prompt).
+//
+// Whether a request streams is the door's reading of its body
+// (Decision.Stream); a family that never streams never sets it.
+type api struct {
+	read          bodyReader
+	door          admission.Endpoint
+	errors        errorWriter
+	affinity      bool
+	tokenizeCheck bool
+}
+
+// The model API families maitred admits.
+var (
+	chatAPI        = &api{read: readJSON, door: admission.Chat, errors: openAIErrors, affinity: true, tokenizeCheck: true}
+	completionsAPI = &api{read: readJSON, door: admission.Completions, errors: openAIErrors, affinity: true, tokenizeCheck: true}
+	embeddingsAPI  = &api{read: readJSON, door: admission.Embeddings, errors: openAIErrors}
+	poolingAPI     = &api{read: readJSON, door: admission.Pooling, errors: openAIErrors}
+	classifyAPI    = &api{read: readJSON, door: admission.Classify, errors: openAIErrors}
+	scoreAPI       = &api{read: readJSON, door: admission.Score, errors: openAIErrors}
+	rerankAPI      = &api{read: readJSON, door: admission.Rerank, errors: openAIErrors}
+)
+
+// bodyReader reads a request's body for the door. A failure it returns is
+// rendered as the request's answer; a rejection (a body the door never
+// sees: wrong media type, too large) is counted by the reader itself.
+type bodyReader func(g *Gateway, w http.ResponseWriter, r *http.Request, x *exchange) ([]byte, error)
+
+// readJSON reads a JSON API's body: Content-Type application/json, the
+// whole body within max_body_bytes (readBody).
+func readJSON(g *Gateway, w http.ResponseWriter, r *http.Request, x *exchange) ([]byte, error) {
+	if e := checkContentType(r.Header.Get("Content-Type")); e != nil {
+		return nil, g.rejected(x, e)
+	}
+	body, err := g.readBody(w, r, x)
+	x.bytesIn = len(body)
+	if err != nil {
+		var e *Error
+		if errors.As(err, &e) && e.Status == http.StatusRequestEntityTooLarge {
+			return nil, g.rejected(x, e)
+		}
+		return nil, err
+	}
+	return body, nil
+}
+
+// serveAPI serves a model API family at path: the edge adapter, in the
+// family's error envelope, around the pipeline.
+func (g *Gateway) serveAPI(path string, a *api) http.HandlerFunc {
+	return g.serveIn(a.errors, path, g.admit(a))
+}
+
+// admit is the pipeline of every model API: read the body once, put it
+// through the door (admission.Door: shape, model, input, count, context),
+// wait in the model's queue for a ready backend with room, and forward the
+// bytes the door approved, which are the client's own unless max_tokens
+// was clamped. The answer passes through byte for byte.
+func (g *Gateway) admit(a *api) handlerFunc {
+	ep := a.door
+	return func(w http.ResponseWriter, r *http.Request, x *exchange) error {
+		body, err := a.read(g, w, r, x)
+		if err != nil {
+			return err
+		}
+		x.readDone = time.Now()
+		dec, rej := g.door.Check(ep, body)
+		x.doorDone = time.Now()
+		if rej != nil {
+			if rej.Model != "" {
+				x.rt = g.models[rej.Ref]
+			}
+			if ci := rej.Context; ci != nil {
+				x.promptTokens, x.maxTokens, x.maxModelLen = ci.PromptTokens, ci.MaxTokens, ci.MaxModelLen
+			}
+			return g.rejected(x, rejection(rej))
+		}
+		rt := g.models[dec.Ref]
+		x.rt, x.stream, x.promptTokens, x.maxTokens = rt, dec.Stream, dec.PromptTokens, dec.MaxTokens
+		if dec.Uncounted != admission.Counted {
+			x.uncounted = dec.Uncounted.String()
+			rt.metrics.uncounted.WithLabelValues(x.uncounted).Inc()
+		}
+		if dec.ClampedFrom > 0 {
+			w.Header().Set("X-Maitred-Max-Tokens-Clamped", strconv.Itoa(dec.MaxTokens))
+		}
+		rt.metrics.inFlight.Inc()
+		defer rt.metrics.inFlight.Dec()
+		class, className := g.class(r)
+		t := ticket(rt, ep, dec, len(body), class)
+		if a.affinity && rt.affinity > 0 {
+			t.Affinity = prefixHash(rt, ep, dec.Request)
+		}
+		err = g.dispatch(w, r, x, t, className, dec.Body)
+		if err == nil && a.tokenizeCheck && dec.Uncounted == admission.Counted {
+			g.checker.maybeCheck(rt, x.att.backend, ep, dec)
+		}
+		return err
+	}
+}
+
+// rejected counts a door rejection in maitred_rejections_total under its
+// outcome (an admission.Reason) and returns it for serve to render: the
+// metric, the access log and triage name it alike.
+func (g *Gateway) rejected(x *exchange, e *Error) error {
+	g.metricsOf(x).rejections.WithLabelValues(e.outcome()).Inc()
+	return e
+}
