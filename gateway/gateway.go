@@ -169,6 +169,9 @@ func (g *Gateway) routes() http.Handler {
 		{"/v1/chat/completions", post, g.serve("/v1/chat/completions", g.completions(admission.Chat))},
 		{"/v1/completions", post, g.serve("/v1/completions", g.completions(admission.Completions))},
 		{"/tokenize", post, g.serve("/tokenize", g.tokenize)},
+		{"/detokenize", post, g.serve("/detokenize", g.detokenize)},
+		{"/v1/chat/completions/render", post, g.serve("/v1/chat/completions/render", g.render(admission.Chat))},
+		{"/v1/completions/render", post, g.serve("/v1/completions/render", g.render(admission.Completions))},
 		{"/v1/models", get, g.serve("/v1/models", g.listModels)},
 		// Probes answer HEAD too: some load balancers send it.
 		{"/livez", probe, g.serve("/livez", g.livez)},
