@@ -51,6 +51,13 @@
 // gets stream_idle_timeout too: a client that stops reading ends its own
 // request (499 client_stalled), never counted against the backend.
 //
+// Tokenizer endpoints are answered locally, never queued (they hold no
+// KV): POST /tokenize (tokenize.go), POST /detokenize (detokenize.go:
+// tokenize.Model.Detokenize) and the render endpoints (render.go: the
+// door's checks and ids, vLLM's GenerateRequest). What the gateway cannot
+// reproduce exactly goes to a ready backend of the model at once, outside
+// the queue, avoiding ejected backends.
+//
 // Each request carries a phase clock (read, door, queue, connect, prefill,
 // decode, tail) whose phases add up to its duration; they go to the access
 // log, maitred_phase_seconds, Server-Timing and the triage engine, with the

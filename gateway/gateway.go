@@ -180,6 +180,9 @@ func (g *Gateway) routes() http.Handler {
 		{"/v2/rerank", post, g.serveAPI("/v2/rerank", rerankAPI)},
 		{"/version", get, g.serve("/version", g.version)},
 		{"/tokenize", post, g.serve("/tokenize", g.tokenize)},
+		{"/detokenize", post, g.serve("/detokenize", g.detokenize)},
+		{"/v1/chat/completions/render", post, g.serve("/v1/chat/completions/render", g.render(admission.Chat))},
+		{"/v1/completions/render", post, g.serve("/v1/completions/render", g.render(admission.Completions))},
 		{"/v1/models", get, g.serve("/v1/models", g.listModels)},
 		// Probes answer HEAD too: some load balancers send it.
 		{"/livez", probe, g.serve("/livez", g.livez)},

@@ -9,6 +9,11 @@
 // implements [Encoder]; see doc_tokenizer.go for the pipeline, what is
 // supported and the known differences from the Rust reference.
 //
+// Decoding ([Tokenizer.Decode], [Model.Detokenize], decoder.go) runs the
+// tokenizer.json decoder as Hugging Face does (ByteLevel; Replace,
+// ByteFallback, Fuse, Strip), then transformers' clean-up when
+// tokenizer_config.json asks for it; any other decoder is not exact.
+//
 // # Chat templates
 //
 // A [Model] is a model folder loaded the way vLLM loads it ([LoadDir]):

@@ -30,6 +30,12 @@ type Tokenizer struct {
 	bosID  int
 	hasBOS bool
 
+	// Decoding (decoder.go): idToken[id] is the token string of id when
+	// idKnown[id]; decoder is nil when decoding is not supported.
+	idToken []string
+	idKnown []bool
+	decoder []decodeStep
+
 	pool sync.Pool // *encScratch
 }
 
@@ -147,6 +153,7 @@ func (t *Tokenizer) WithSpecials(bos, eos string) (*Tokenizer, bool) {
 	c := &Tokenizer{
 		name: t.name, raw: t.raw, norm: t.norm, added: t.added, special: t.special,
 		normalize: t.normalize, split: t.split, bl: t.bl, spm: t.spm,
+		idToken: t.idToken, idKnown: t.idKnown, decoder: t.decoder,
 	}
 	if bos != "" {
 		id, ok := t.TokenID(bos)

@@ -115,12 +115,13 @@ func decodeMerges(raw json.RawMessage) ([]tjMerge, error) {
 }
 
 type tjFile struct {
-	AddedTokens   []tjAdded `json:"added_tokens"`
-	Normalizer    *tjComp   `json:"normalizer"`
-	PreTokenizer  *tjComp   `json:"pre_tokenizer"`
-	PostProcessor *tjComp   `json:"post_processor"`
-	Truncation    any       `json:"truncation"`
-	Padding       any       `json:"padding"`
+	AddedTokens   []tjAdded       `json:"added_tokens"`
+	Normalizer    *tjComp         `json:"normalizer"`
+	PreTokenizer  *tjComp         `json:"pre_tokenizer"`
+	PostProcessor *tjComp         `json:"post_processor"`
+	Decoder       json.RawMessage `json:"decoder"`
+	Truncation    any             `json:"truncation"`
+	Padding       any             `json:"padding"`
 	Model         struct {
 		Type                    string           `json:"type"`
 		Dropout                 *float64         `json:"dropout"`
@@ -203,6 +204,7 @@ func ParseTokenizerJSON(data []byte) (*Tokenizer, error) {
 	if err := t.buildPost(f.PostProcessor); err != nil {
 		return nil, err
 	}
+	t.setDecoder(f.Model.Vocab, f.AddedTokens, f.Decoder)
 	return t, nil
 }
 

@@ -45,6 +45,9 @@ type Model struct {
 	special       map[string]jinja.Value
 	defaultKwargs *ojson.Value
 	now           func() time.Time
+	// cleanUp is tokenizer_config.json's clean_up_tokenization_spaces
+	// (nil: not set), which transformers' decode applies.
+	cleanUp *bool
 }
 
 // Encoder returns the model's tokenizer.
@@ -97,6 +100,14 @@ func LoadDir(dir string, opts LoadOptions) (*Model, error) {
 			items = append(items, jinja.NewString(s))
 		}
 		m.special["additional_special_tokens"] = jinja.NewList(items)
+	}
+
+	if raw, ok := cfg["clean_up_tokenization_spaces"]; ok && string(raw) != "null" {
+		var b bool
+		if err := json.Unmarshal(raw, &b); err != nil {
+			return nil, fmt.Errorf("tokenize: %s: clean_up_tokenization_spaces: %w", dir, err)
+		}
+		m.cleanUp = &b
 	}
 
 	// Tokenizer.

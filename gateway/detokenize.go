@@ -1,0 +1,162 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/maitred-dev/maitred/internal/ojson"
+	"github.com/maitred-dev/maitred/tokenize"
+	"github.com/maitred-dev/maitred/triage"
+)
+
+// detokenizeAnswer is vLLM's DetokenizeResponse.
+type detokenizeAnswer struct {
+	Prompt string `json:"prompt"`
+}
+
+// detokenize answers POST /detokenize {model?, tokens} -> {prompt} locally
+// when the model's tokenizer decodes the ids exactly as vLLM's
+// tokenizer.decode does (tokenize.Model.Detokenize). Otherwise (no
+// tokenizer, a decoder this gateway does not reproduce, ids outside the
+// vocabulary, more ids than max_model_len, which newer vLLM refuses) it
+// goes to a ready backend, outside the queue, as /tokenize does.
+func (g *Gateway) detokenize(w http.ResponseWriter, r *http.Request, x *exchange) error {
+	if err := checkContentType(r.Header.Get("Content-Type")); err != nil {
+		return err
+	}
+	body, err := g.readBody(w, r, x)
+	x.bytesIn = len(body)
+	if err != nil {
+		return err
+	}
+	req, err := parseObject(body)
+	if err != nil {
+		return err
+	}
+	rt, err := g.lookupModel(req)
+	if err != nil {
+		return err
+	}
+	x.rt = rt
+	ids, err := tokenIDList(req)
+	if err != nil {
+		return err
+	}
+	if tok := rt.tok; tok == nil {
+		x.uncounted = "no_tokenizer"
+	} else if l := rt.fm.MaxModelLen(); l <= 0 || len(ids) > l {
+		x.uncounted = "over_max_model_len"
+	} else {
+		text, derr := tok.Detokenize(ids)
+		var ne *tokenize.NotExactError
+		switch {
+		case derr == nil:
+			x.promptTokens = len(ids)
+			writeJSONRaw(w, http.StatusOK, detokenizeAnswer{Prompt: text})
+			return nil
+		case errors.As(derr, &ne):
+			x.uncounted = ne.Reason
+		default:
+			return derr
+		}
+	}
+	return g.forwardOutsideQueue(w, r, x, rt, body)
+}
+
+// parseObject reads a request body that must be one JSON object.
+func parseObject(body []byte) (*ojson.Value, error) {
+	req, perr := ojson.Parse(body, ojson.DefaultMaxDepth)
+	if perr != nil {
+		return nil, badRequest(codeInvalidJSON, "", "The request body is not valid JSON: %v", perr)
+	}
+	if req.Kind != ojson.Object {
+		return nil, badRequest(codeInvalidJSON, "", "The request body must be a JSON object, got %s", req.Kind)
+	}
+	return req, nil
+}
+
+// lookupModel finds the request's model as vLLM's tokenizer endpoints do:
+// "model" names it, and a request without one means the only served
+// model.
+func (g *Gateway) lookupModel(req *ojson.Value) (*modelRuntime, error) {
+	name := ""
+	mv := req.Get("model")
+	switch {
+	case mv != nil && mv.Kind == ojson.String:
+		name = mv.Str
+	case mv != nil && !mv.IsNull():
+		return nil, badRequest(codeInvalidType, "model", "model must be a string, got %s.", mv.Kind)
+	default:
+		if names := g.fleet.Names(); len(names) == 1 {
+			name = names[0]
+		}
+	}
+	rt, ok := g.byName[name]
+	if !ok {
+		return nil, &Error{Status: http.StatusNotFound, Type: typeInvalidRequest, Code: codeModelNotFound, Param: "model", Layer: triage.LayerDoor,
+			Message: fmt.Sprintf("The model %q does not exist. Available models: %v.", name, g.fleet.Names())}
+	}
+	return rt, nil
+}
+
+// tokenIDList reads "tokens": a required list of integers. Values a
+// tokenizer cannot hold (negative, huge) are left for Detokenize to find
+// unknown, so that the backend answers them in its own words.
+func tokenIDList(req *ojson.Value) ([]int, error) {
+	tv := req.Get("tokens")
+	if tv == nil || tv.IsNull() {
+		return nil, &Error{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: codeMissingParam, Param: "tokens", Layer: triage.LayerDoor,
+			Message: "You must provide tokens, a list of token ids."}
+	}
+	if tv.Kind != ojson.Array {
+		return nil, badRequest(codeInvalidType, "tokens", "tokens must be a list of integers, got %s.", tv.Kind)
+	}
+	ids := make([]int, len(tv.Items))
+	for i, it := range tv.Items {
+		if it.Kind != ojson.Number || !it.IsInt() {
+			return nil, badRequest(codeInvalidType, fmt.Sprintf("tokens[%d]", i), "tokens[%d] must be an integer, got %s.", i, describeValue(it))
+		}
+		n, ok := it.Int()
+		if !ok || n < -1<<40 || n > 1<<40 {
+			n = -1 // out of any vocabulary: forwarded
+		}
+		ids[i] = int(n)
+	}
+	return ids, nil
+}
+
+func describeValue(v *ojson.Value) string {
+	if v.Kind == ojson.Number {
+		return v.Str
+	}
+	return v.Kind.String()
+}
+
+// forwardOutsideQueue sends a request that holds no KV (tokenizer work) to
+// a ready backend of the model at once: it should not wait behind
+// generations. It avoids a backend ejected as an outlier, by the queue's
+// own rule (ejection never takes the last ready backend out of rotation).
+func (g *Gateway) forwardOutsideQueue(w http.ResponseWriter, r *http.Request, x *exchange, rt *modelRuntime, body []byte) error {
+	b := rt.fm.PickExcept(rt.ejected())
+	if b == nil {
+		return g.notReady(rt)
+	}
+	release := b.Acquire()
+	defer release()
+	return g.forward(w, r, x.newAttempt(b), body).err
+}
+
+// writeJSONRaw writes v as Python's JSON responses write text: "<", ">"
+// and "&" as themselves, not escaped as HTML.
+func writeJSONRaw(w http.ResponseWriter, status int, v any) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v) // only the gateway's own types
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(buf.Bytes())
+}
