@@ -35,6 +35,17 @@ func checkContentType(ct string) *Error {
 		Message: fmt.Sprintf("Content-Type must be application/json, got %q.", ct)}
 }
 
+// readJSONBody is every JSON endpoint's first step: the Content-Type
+// check, then the body.
+func (g *Gateway) readJSONBody(w http.ResponseWriter, r *http.Request, x *exchange) ([]byte, error) {
+	if err := checkContentType(r.Header.Get("Content-Type")); err != nil {
+		return nil, err
+	}
+	body, err := g.readBody(w, r, x)
+	x.bytesIn = len(body)
+	return body, err
+}
+
 // bodyBudget bounds the request body bytes all requests hold at once
 // (max_body_bytes_in_flight). Memory follows bytes received, never a
 // declared length: a reader grows its buffer only as bytes arrive.

@@ -24,11 +24,7 @@ type detokenizeAnswer struct {
 // vocabulary, more ids than max_model_len, which newer vLLM refuses) it
 // goes to a ready backend, outside the queue, as /tokenize does.
 func (g *Gateway) detokenize(w http.ResponseWriter, r *http.Request, x *exchange) error {
-	if err := checkContentType(r.Header.Get("Content-Type")); err != nil {
-		return err
-	}
-	body, err := g.readBody(w, r, x)
-	x.bytesIn = len(body)
+	body, err := g.readJSONBody(w, r, x)
 	if err != nil {
 		return err
 	}

@@ -53,14 +53,10 @@ type bodyReader func(g *Gateway, w http.ResponseWriter, r *http.Request, x *exch
 // readJSON reads a JSON API's body: Content-Type application/json, the
 // whole body within max_body_bytes (readBody).
 func readJSON(g *Gateway, w http.ResponseWriter, r *http.Request, x *exchange) ([]byte, error) {
-	if e := checkContentType(r.Header.Get("Content-Type")); e != nil {
-		return nil, g.rejected(x, e)
-	}
-	body, err := g.readBody(w, r, x)
-	x.bytesIn = len(body)
+	body, err := g.readJSONBody(w, r, x)
 	if err != nil {
 		var e *Error
-		if errors.As(err, &e) && e.Status == http.StatusRequestEntityTooLarge {
+		if errors.As(err, &e) && (e.Code == codeUnsupportedMedia || e.Code == codeRequestTooLarge) {
 			return nil, g.rejected(x, e)
 		}
 		return nil, err

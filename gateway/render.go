@@ -100,11 +100,7 @@ var (
 // prompt).
 func (g *Gateway) render(ep admission.Endpoint) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request, x *exchange) error {
-		if err := checkContentType(r.Header.Get("Content-Type")); err != nil {
-			return err
-		}
-		body, err := g.readBody(w, r, x)
-		x.bytesIn = len(body)
+		body, err := g.readJSONBody(w, r, x)
 		if err != nil {
 			return err
 		}

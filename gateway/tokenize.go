@@ -35,11 +35,7 @@ type tokenizeAnswer struct {
 // the door uses. A model without a tokenizer, or a request this gateway
 // cannot reproduce exactly, goes to a backend instead.
 func (g *Gateway) tokenize(w http.ResponseWriter, r *http.Request, x *exchange) error {
-	if err := checkContentType(r.Header.Get("Content-Type")); err != nil {
-		return err
-	}
-	body, err := g.readBody(w, r, x)
-	x.bytesIn = len(body)
+	body, err := g.readJSONBody(w, r, x)
 	if err != nil {
 		return err
 	}
@@ -91,18 +87,7 @@ func (g *Gateway) tokenize(w http.ResponseWriter, r *http.Request, x *exchange) 
 			return err
 		}
 	}
-	// Outside the queue: /tokenize holds no KV and should not wait behind
-	// generations. It still avoids a backend ejected as an outlier, by the
-	// queue's own rule (Pool.Ejected): ejection never takes the last ready
-	// backend out of rotation, so a model with a ready backend has one
-	// here.
-	b := rt.fm.PickExcept(rt.ejected())
-	if b == nil {
-		return g.notReady(rt)
-	}
-	release := b.Acquire()
-	defer release()
-	return g.forward(w, r, x.newAttempt(b), body).err
+	return g.forwardOutsideQueue(w, r, x, rt, body)
 }
 
 // tokenizeChecker compares, on a sample of counted requests, the door's
