@@ -108,12 +108,15 @@ func (g *streamGuard) read(p []byte) (int, error) {
 		if err == nil {
 			continue
 		}
-		if g.ctx.Err() != nil {
-			return 0, err // the client left; there is no one to tell
-		}
 		if g.sawDone {
 			// The answer is complete; how the connection ended after it
-			// does not matter to the client.
+			// does not matter to the client. Nor does the client leaving
+			// now: SDKs close the stream once they have read [DONE],
+			// often before the backend's connection has ended.
+			if g.ctx.Err() != nil {
+				g.ended = true
+				return 0, io.EOF
+			}
 			if g.ready == 0 && len(g.buf) > 0 {
 				g.ready = len(g.buf) // trailing bytes after [DONE]: pass them on
 			}
@@ -123,6 +126,9 @@ func (g *streamGuard) read(p []byte) (int, error) {
 			}
 			g.tail = nil
 			continue
+		}
+		if g.ctx.Err() != nil {
+			return 0, err // the client left; there is no one to tell
 		}
 		var cause error
 		if err != io.EOF {

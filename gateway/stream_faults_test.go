@@ -57,8 +57,10 @@ func checkLine(t *testing.T, logs *observer.ObservedLogs, status int, outcome, l
 		t.Fatalf("%d request lines, want 1: %v", len(lines), lines)
 	}
 	l := lines[0]
-	if l["outcome"] == nil {
-		l["outcome"] = ""
+	for _, k := range []string{"outcome", "layer"} {
+		if l[k] == nil {
+			l[k] = "" // absent from the line
+		}
 	}
 	if l["status"] != int64(status) || l["outcome"] != outcome || l["layer"] != layer {
 		t.Errorf("logged status=%v outcome=%v layer=%v, want %d %q %q (line %v)", l["status"], l["outcome"], l["layer"], status, outcome, layer, l)
@@ -347,4 +349,36 @@ func TestBreakAfterOversizedPartialEventStartsAFreshEvent(t *testing.T) {
 	tg, _ := startLoggedGateway(t, nil, fb.URL)
 	body := readBodyT(t, tg.post(t, "/v1/chat/completions", streamBody))
 	checkBrokenStream(t, body, codeDisconnected)
+}
+
+// TestClientLeavingAfterDoneIsASuccess: an SDK closes its stream once it
+// has read [DONE], possibly before the backend's connection has ended
+// (openai-go does). The answer was complete: the request is a success
+// (200, no outcome), not a 499 client_closed.
+func TestClientLeavingAfterDoneIsASuccess(t *testing.T) {
+	cancelled := make(chan struct{}, 1)
+	fb := newFakeBackend(t, "m", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n")
+		http.NewResponseController(w).Flush()
+		<-r.Context().Done() // the backend's connection ends only after the client left
+		cancelled <- struct{}{}
+	})
+	tg, logs := startLoggedGateway(t, nil, fb.URL)
+	c := rawRequest(t, tg.URL, streamBody)
+	c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	rd := bufio.NewReader(c)
+	for {
+		line, err := rd.ReadString('\n')
+		if err != nil {
+			t.Fatalf("no [DONE]: %v", err)
+		}
+		if strings.HasPrefix(line, "data: [DONE]") {
+			break
+		}
+	}
+	c.Close()
+	<-cancelled
+	tg.quiesce()
+	checkLine(t, logs, 200, "", "")
 }
