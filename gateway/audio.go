@@ -34,6 +34,11 @@ import (
 //
 // A `model` field that comes after a file part following the first
 // `model` is not seen: the backend reads the form again and judges it.
+//
+// Disk: a spool holds at most max_audio_body_bytes (+1 MiB) and lives as
+// long as its request, queue wait included. For an upload that streams,
+// read_audio_body_timeout runs from its headers to its last byte, queue
+// wait included.
 
 // audioAPIs' body reader.
 var (
@@ -56,6 +61,7 @@ const maxFormValue = 1 << 10
 type upload struct {
 	form    admission.Form
 	spool   *os.File
+	removed bool // the spool's name is already unlinked
 	spooled int64
 	// complete: the whole body is in the spool (replayable).
 	complete bool
@@ -105,6 +111,10 @@ func readUpload(g *Gateway, w http.ResponseWriter, r *http.Request, x *exchange)
 		return nil, &Error{Status: http.StatusInternalServerError, Type: typeServer, Code: codeInternal, Layer: triage.LayerDoor,
 			Message: "The gateway could not spool the upload.", Cause: err}
 	}
+	// Unlinked at once where the system allows it (the open file stays
+	// readable): a spool never outlives its request, even if the process
+	// dies; close removes it otherwise.
+	up.removed = os.Remove(up.spool.Name()) == nil
 	x.upload = up
 	if err := up.read(http.MaxBytesReader(w, r.Body, limit), params["boundary"]); err != nil {
 		if e, ok := errors.AsType[*Error](err); ok {
@@ -241,7 +251,9 @@ func (up *upload) close(x *exchange) {
 	up.clearDeadline()
 	x.bytesIn = int(up.bytes())
 	_ = up.spool.Close()
-	_ = os.Remove(up.spool.Name())
+	if !up.removed {
+		_ = os.Remove(up.spool.Name())
+	}
 }
 
 // uploadError is the answer when the client's body failed while it

@@ -446,4 +446,3 @@ func TestAudioUploadFailsWhileStreaming(t *testing.T) {
 		t.Errorf("the client's failures were counted against the backend:\n%s", m)
 	}
 }
-
