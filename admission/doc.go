@@ -32,6 +32,12 @@
 // (truncate_prompt_tokens) and score and rerank pairs (tokenized by the
 // model's own cross-encoder rules) are forwarded uncounted.
 //
+// The audio endpoints (Transcriptions, Translations) take a multipart
+// form: CheckForm runs step 2 and the typed fields (stream,
+// max_completion_tokens) on the fields the gateway read; the audio is not
+// counted (NotCounted) and the reservation is Whisper's one window
+// (Decision.PromptEstimate).
+//
 // Where the count cannot be exact (no tokenizer, multimodal parts, a
 // template feature reproduced only approximately, an unknown context
 // length) the request is forwarded, and the Decision says why it is

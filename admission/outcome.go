@@ -17,6 +17,10 @@ const (
 	Classify                    // /classify
 	Score                       // /score, /v1/score
 	Rerank                      // /rerank, /v1/rerank, /v2/rerank
+
+	Transcriptions // /v1/audio/transcriptions (a multipart form: CheckForm)
+	Translations   // /v1/audio/translations (a multipart form: CheckForm)
+
 	numEndpoints
 )
 
@@ -28,6 +32,9 @@ var endpointNames = [...]string{
 	Classify:    "classify",
 	Score:       "score",
 	Rerank:      "rerank",
+
+	Transcriptions: "transcriptions",
+	Translations:   "translations",
 }
 
 func (e Endpoint) String() string {
@@ -201,4 +208,8 @@ type Decision struct {
 	// Request is the parsed body, for later stages that read it again
 	// (prefix affinity, the sampled tokenizer check): parse once.
 	Request *ojson.Value
+
+	// PromptEstimate, when positive, is the reservation's prompt for an
+	// input that is not text (audio): an estimate, never a reason to refuse.
+	PromptEstimate int
 }

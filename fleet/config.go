@@ -42,6 +42,17 @@ type Config struct {
 	// all requests at once (read so far, or held for forwarding); a request
 	// whose body would pass it gets 503 server_busy (0: no cap).
 	MaxBodyBytesInFlight int64 `yaml:"max_body_bytes_in_flight"`
+	// MaxAudioBodyBytes caps an audio upload (/v1/audio/transcriptions,
+	// /v1/audio/translations): the audio's bytes (OpenAI's and vLLM's
+	// limit is the file's), and the body may carry 1 MiB more for the
+	// form's other parts; larger uploads get 413. An upload streams
+	// through (spooled to a temporary file, never held in memory), so it is
+	// not counted in max_body_bytes_in_flight.
+	MaxAudioBodyBytes int64 `yaml:"max_audio_body_bytes"`
+	// ReadAudioBodyTimeout bounds how long a client may take to send an
+	// audio upload once its headers are in; then 408 (the connection
+	// closes).
+	ReadAudioBodyTimeout Duration `yaml:"read_audio_body_timeout"`
 	// FirstByteTimeout is how long the gateway waits for a backend's
 	// response headers before answering 504 backend_timeout. vLLM sends the
 	// headers of a non-streaming answer only when generation is complete, so
@@ -304,6 +315,8 @@ func Default() Config {
 		ReadBodyTimeout:      Duration(30 * time.Second),
 		MaxConnections:       4096,
 		MaxBodyBytesInFlight: 512 << 20,
+		MaxAudioBodyBytes:    25 << 20,
+		ReadAudioBodyTimeout: Duration(300 * time.Second),
 		FirstByteTimeout:     Duration(300 * time.Second),
 		StreamIdleTimeout:    Duration(60 * time.Second),
 		DrainDelay:           Duration(5 * time.Second),
@@ -512,12 +525,16 @@ func (c *Config) Validate() error {
 	} else if c.MaxBodyBytesInFlight > 0 && c.MaxBodyBytesInFlight < c.MaxBodyBytes {
 		add("max_body_bytes_in_flight", "must be 0 (no cap) or at least max_body_bytes (%d), got %d", c.MaxBodyBytes, c.MaxBodyBytesInFlight)
 	}
+	if c.MaxAudioBodyBytes <= 0 {
+		add("max_audio_body_bytes", "must be positive, got %d", c.MaxAudioBodyBytes)
+	}
 	for _, d := range []struct {
 		path string
 		v    Duration
 	}{
 		{"read_header_timeout", c.ReadHeaderTimeout},
 		{"read_body_timeout", c.ReadBodyTimeout},
+		{"read_audio_body_timeout", c.ReadAudioBodyTimeout},
 		{"idle_timeout", c.IdleTimeout},
 		{"first_byte_timeout", c.FirstByteTimeout},
 		{"stream_idle_timeout", c.StreamIdleTimeout},

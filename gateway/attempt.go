@@ -74,7 +74,7 @@ func (a *attempt) poolResult(res attemptResult, aborted bool) admission.Result {
 		return admission.ServerError
 	}
 	switch {
-	case a.shutdown.Load() || errors.Is(res.err, errClientGone):
+	case a.shutdown.Load() || errors.Is(res.err, errClientGone) || x.upload.failed() != nil:
 		return admission.Abandoned
 	case res.err == nil && (a.upstreamStatus >= 500 || x.streamBroke != ""):
 		return admission.ServerError
@@ -109,7 +109,7 @@ func (g *Gateway) dispatch(w http.ResponseWriter, r *http.Request, x *exchange, 
 			g.fleet.ReportSuccess(a.backend)
 			return nil
 		}
-		if !res.retry {
+		if !res.retry || !x.upload.replayable() {
 			return res.err
 		}
 		g.fleet.ReportConnectFailure(rt.fm, a.backend, a.proxyErr)
@@ -168,10 +168,16 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, a *attempt, bo
 	// One framing upstream: the length of the bytes the door read, even
 	// when the client sent them chunked.
 	out.ContentLength = int64(len(body))
+	if x.upload != nil {
+		x.upload.attach(out, r.ContentLength)
+	}
 	out.TransferEncoding = nil
 	out.Trailer = nil
 	g.proxy.ServeHTTP(w, out)
 	if a.proxyErr != nil {
+		if err := x.upload.failed(); err != nil {
+			return attemptResult{err: g.uploadError(x, r, err)} // the client's upload failed, not the backend
+		}
 		return g.classify(r, a)
 	}
 	return attemptResult{}

@@ -31,7 +31,14 @@
 // requests: none for the pooling families), the envelope the gateway's
 // own errors are written in (openAIErrors), and whether prefix affinity
 // and the sampled tokenizer check apply. Each route is one line of the
-// router's table. A request is read once (within max_body_bytes) and goes
+// router's table. The audio APIs (transcriptions, translations; audio.go)
+// read a multipart upload instead (readUpload): never held in memory, it
+// is spooled to a temporary file up to the `model` field and the small
+// fields after it (openai-go writes `file` first), checked by the door's
+// CheckForm, and forwarded as the spool followed by the rest of the
+// client's body, unread until then, within max_audio_body_bytes and
+// read_audio_body_timeout; only an upload spooled whole is retried on
+// another backend. A JSON request is read once (within max_body_bytes) and goes
 // through the door (admission.Door: strict parse, shape, chat template,
 // exact context check), then waits in its model's admission.Pool for a
 // backend with room, and its original bytes are forwarded unchanged through

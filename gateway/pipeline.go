@@ -14,8 +14,9 @@ import (
 // differs is declared here, and a new family (Responses, Anthropic
 // Messages, audio) is a new value, not a new handler:
 //   - read: how the body is read (readJSON: the whole JSON body within
-//     max_body_bytes; a multipart upload streamed through under a limit of
-//     its own would be another bodyReader);
+//     max_body_bytes; readUpload: a multipart upload streamed through
+//     under a limit of its own, handed to the pipeline as x.upload, its
+//     form checked by the door's CheckForm);
 //   - door: how the door finds the model, checks and counts the input and
 //     reads the requested output (admission.Endpoint; a pooling family
 //     requests no output);
@@ -43,6 +44,7 @@ var (
 	classifyAPI    = &api{read: readJSON, door: admission.Classify, errors: openAIErrors}
 	scoreAPI       = &api{read: readJSON, door: admission.Score, errors: openAIErrors}
 	rerankAPI      = &api{read: readJSON, door: admission.Rerank, errors: openAIErrors}
+	// transcriptionsAPI and translationsAPI read a streamed upload: audio.go.
 )
 
 // bodyReader reads a request's body for the door. A failure it returns is
@@ -83,7 +85,7 @@ func (g *Gateway) admit(a *api) handlerFunc {
 			return err
 		}
 		x.readDone = time.Now()
-		dec, rej := g.door.Check(ep, body)
+		dec, rej := g.check(ep, body, x)
 		x.doorDone = time.Now()
 		if rej != nil {
 			if rej.Model != "" {
@@ -116,6 +118,15 @@ func (g *Gateway) admit(a *api) handlerFunc {
 		}
 		return err
 	}
+}
+
+// check puts a request through the door: its JSON body, or the form
+// read from a streamed upload (x.upload).
+func (g *Gateway) check(ep admission.Endpoint, body []byte, x *exchange) (admission.Decision, *admission.Rejection) {
+	if x.upload != nil {
+		return g.door.CheckForm(ep, x.upload.form)
+	}
+	return g.door.Check(ep, body)
 }
 
 // rejected counts a door rejection in maitred_rejections_total under its

@@ -103,6 +103,9 @@ func ticket(rt *modelRuntime, ep admission.Endpoint, dec admission.Decision, bod
 	prompt := dec.PromptTokens
 	if !t.Exact {
 		prompt = bodyLen / 4
+		if dec.PromptEstimate > 0 {
+			prompt = dec.PromptEstimate // an input that is not text (audio)
+		}
 	}
 	t.Tokens = min(prompt+satMul(satMul(max(dec.Prompts, 1), max(dec.N, 1)), out), maxTicket)
 	return t

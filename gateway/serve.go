@@ -45,6 +45,9 @@ type exchange struct {
 	// bodyHeld is the body budget the request reserved (given back at
 	// its end).
 	bodyHeld int64
+	// upload is an audio request's streamed body (audio.go); nil for the
+	// others.
+	upload *upload
 	// att is the latest attempt at a backend; nil before the first.
 	att     *attempt
 	retries int
@@ -162,6 +165,7 @@ func clientOutcome(x *exchange) string {
 
 func (g *Gateway) finish(x *exchange, rec *recorder, r *http.Request, err error) {
 	g.bodies.give(x.bodyHeld)
+	x.upload.close(x)
 	status := rec.status
 	if x.clientWriteErr != nil {
 		// The answer was complete upstream but did not all reach the client.

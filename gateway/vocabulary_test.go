@@ -65,6 +65,11 @@ func TestOneOutcomeVocabulary(t *testing.T) {
 		{admission.UnknownModel, "/v2/rerank", "", `{"model":"nope","query":"a","documents":["b"]}`, false, "rerank-model"},
 		{admission.InvalidInput, "/score", "", `{"model":"m","text_1":5,"text_2":"b"}`, true, "score-input"},
 		{admission.ContextLength, "/classify", "", `{"model":"m","input":"` + strings.Repeat("word ", 100) + `"}`, true, "classify-context"},
+		// The audio endpoints (a multipart form) name theirs alike.
+		{admission.UnsupportedMedia, "/v1/audio/transcriptions", "", `{"model":"m"}`, false, "audio-media"},
+		{admission.MissingModel, "/v1/audio/translations", audioForm, formPart("language", "en"), false, "audio-no-model"},
+		{admission.UnknownModel, "/v1/audio/transcriptions", audioForm, formPart("model", "nope"), false, "audio-model"},
+		{admission.InvalidParam, "/v1/audio/transcriptions", audioForm, formPart("model", "m") + formPart("stream", "maybe"), true, "audio-param"},
 	}
 	for i := range cases {
 		if cases[i].id == "" {
@@ -78,7 +83,11 @@ func TestOneOutcomeVocabulary(t *testing.T) {
 		if ctype == "" {
 			ctype = "application/json"
 		}
-		res := tg.post(t, tc.path, tc.body, "Content-Type", ctype, "X-Request-Id", "vocab-"+tc.id)
+		body := tc.body
+		if ctype == audioForm {
+			body += "--B--\r\n"
+		}
+		res := tg.post(t, tc.path, body, "Content-Type", ctype, "X-Request-Id", "vocab-"+tc.id)
 		if body := readBodyT(t, res); res.StatusCode/100 != 4 {
 			t.Fatalf("%s: %d %s", tc.id, res.StatusCode, body)
 		}
@@ -144,6 +153,14 @@ func TestOneOutcomeVocabulary(t *testing.T) {
 	if got := outcomes["tokenize-template"]; got != admission.TemplateError.String() {
 		t.Errorf("/tokenize with a raising template logged outcome %q, want the door's %q", got, admission.TemplateError)
 	}
+}
+
+// audioForm is the Content-Type of a form written with formPart.
+const audioForm = "multipart/form-data; boundary=B"
+
+// formPart is one field of a multipart form with boundary B.
+func formPart(name, value string) string {
+	return "--B\r\nContent-Disposition: form-data; name=\"" + name + "\"\r\n\r\n" + value + "\r\n"
 }
 
 // triageRejections reads rejections_by_reason from a model's evidence.
