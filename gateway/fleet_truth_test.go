@@ -312,7 +312,9 @@ func TestBrokenMetricsDoNotStopRouting(t *testing.T) {
 			mb.mode.Store(mode)
 			// Ten broken scrapes at 5 ms intervals: at least 45 ms since the
 			// last good one, past the 20 ms after which gauges are stale.
-			eventually(t, "ten broken scrapes", func() bool { return mb.broken.Load() >= 10 })
+			// Awaited as the pool records them: the backend counts a broken
+			// answer before the scraper has read it.
+			eventually(t, "ten broken scrapes", func() bool { return pool.Stats().Slots[0].ScrapeErrors >= 10 })
 			res := tg.post(t, "/v1/completions", `{"model":"m","prompt":"hi","max_tokens":1}`)
 			if body := readBodyT(t, res); res.StatusCode != 200 {
 				t.Fatalf("with /metrics broken: %d %s", res.StatusCode, body)
