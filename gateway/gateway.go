@@ -178,6 +178,8 @@ func (g *Gateway) routes() http.Handler {
 		{"/rerank", post, g.serveAPI("/rerank", rerankAPI)},
 		{"/v1/rerank", post, g.serveAPI("/v1/rerank", rerankAPI)},
 		{"/v2/rerank", post, g.serveAPI("/v2/rerank", rerankAPI)},
+		{"/v1/messages", post, g.serveAPI("/v1/messages", messagesAPI)},
+		{"/v1/messages/count_tokens", post, g.serveIn(anthropicErrors, "/v1/messages/count_tokens", g.countTokens)},
 		{"/version", get, g.serve("/version", g.version)},
 		{"/tokenize", post, g.serve("/tokenize", g.tokenize)},
 		{"/detokenize", post, g.serve("/detokenize", g.detokenize)},

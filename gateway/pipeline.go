@@ -22,7 +22,9 @@ import (
 //   - errors: the envelope the gateway's own errors are written in
 //     (OpenAI's; Anthropic's would be another errorWriter);
 //   - affinity, tokenizeCheck: whether prefix affinity and the sampled
-//     tokenizer check apply (they read a chat or completions prompt).
+//     tokenizer check apply (they read a chat or completions prompt);
+//   - stream: how the family's SSE stream ends and how the gateway ends
+//     one that broke (nil: OpenAI's, [DONE]).
 //
 // Whether a request streams is the door's reading of its body
 // (Decision.Stream); a family that never streams never sets it.
@@ -32,6 +34,7 @@ type api struct {
 	errors        errorWriter
 	affinity      bool
 	tokenizeCheck bool
+	stream        *streamShape
 }
 
 // The model API families maitred admits.
@@ -43,6 +46,7 @@ var (
 	classifyAPI    = &api{read: readJSON, door: admission.Classify, errors: openAIErrors}
 	scoreAPI       = &api{read: readJSON, door: admission.Score, errors: openAIErrors}
 	rerankAPI      = &api{read: readJSON, door: admission.Rerank, errors: openAIErrors}
+	messagesAPI    = &api{read: readJSON, door: admission.Messages, errors: anthropicErrors, stream: anthropicStream}
 )
 
 // bodyReader reads a request's body for the door. A failure it returns is
@@ -78,6 +82,7 @@ func (g *Gateway) serveAPI(path string, a *api) http.HandlerFunc {
 func (g *Gateway) admit(a *api) handlerFunc {
 	ep := a.door
 	return func(w http.ResponseWriter, r *http.Request, x *exchange) error {
+		x.sse = a.stream
 		body, err := a.read(g, w, r, x)
 		if err != nil {
 			return err
