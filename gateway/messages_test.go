@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
@@ -262,5 +263,62 @@ func TestMessagesUnreadyIsOverloaded(t *testing.T) {
 	}
 	if reqs, _ := fb.requests(); len(reqs) != 0 {
 		t.Errorf("the unready backend received %d requests", len(reqs))
+	}
+}
+
+// TestMessagesQueueAnswers: a Messages request waits in its model's queue
+// like chat; the queue's answers (full, timed out) come in Anthropic's
+// envelope as overloaded_error, with their status and Retry-After; the
+// request that held the slot completes once it is freed.
+func TestMessagesQueueAnswers(t *testing.T) {
+	gate := make(chan struct{})
+	e := startPooling(t, sim.Config{OutputTokens: 1, TokenGate: gate}, func(c *fleet.Config) {
+		c.Models[0].Backends[0].MaxInFlight = 1
+		c.Models[0].QueueSize = 1
+		// Long enough that the waiting request is still queued when the
+		// third arrives, even on a loaded machine.
+		c.Models[0].QueueTimeout = fleet.Duration(3 * time.Second)
+	})
+	pool := e.gw.byName["m"].pool
+	type answer struct {
+		code int
+		body string
+		hdr  http.Header
+	}
+	send := func() chan answer {
+		ch := make(chan answer, 1)
+		go func() {
+			req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, e.gw.URL+"/v1/messages",
+				strings.NewReader(`{"model":"m","max_tokens":1,"stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+			req.Header.Set("Content-Type", "application/json")
+			res, err := e.gw.client.Do(req)
+			if err != nil {
+				ch <- answer{}
+				return
+			}
+			ch <- answer{res.StatusCode, readBodyT(t, res), res.Header}
+		}()
+		return ch
+	}
+	first := send()
+	eventually(t, "the first request to run", func() bool { return e.sim.Stats().Running == 1 })
+	waiting := send()
+	eventually(t, "one waiting", func() bool { return pool.Advice().Depth == 1 })
+	check := func(name string, a answer, status int) {
+		t.Helper()
+		var env anthropicEnv
+		if err := json.Unmarshal([]byte(a.body), &env); err != nil || a.code != status || env.Type != "error" ||
+			env.Error.Type != "overloaded_error" || a.hdr.Get("Retry-After") == "" {
+			t.Errorf("%s: %d Retry-After=%q %s", name, a.code, a.hdr.Get("Retry-After"), a.body)
+		}
+	}
+	check("queue full", <-send(), 429)
+	check("queue timeout", <-waiting, 503)
+	gate <- struct{}{}
+	if a := <-first; a.code != 200 || !strings.HasSuffix(a.body, "event: message_stop\n"+`data: {"type":"message_stop"}`+"\n\n") {
+		t.Fatalf("first: %d %s", a.code, a.body)
+	}
+	if n := len(clientRequests(e.sim, isMessagesPath)); n != 1 {
+		t.Errorf("the simulator received %d Messages requests; only the first may run", n)
 	}
 }
