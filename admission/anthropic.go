@@ -70,9 +70,11 @@ func checkAnthropic(m Model, req *ojson.Value, body []byte, countOnly bool) (Dec
 	}
 	chat, why := anthropicToChat(req)
 	if why != "" {
+		// Not exact: no conversation to hash either.
 		dec.Uncounted, dec.Detail = NotExact, why
 		return dec, c, nil
 	}
+	dec.Chat = chat
 	c, err := m.Counter.CountChat(chat, m.MaxModelLen)
 	if err != nil {
 		if rej := CountRejection(Chat, err); rej != nil {

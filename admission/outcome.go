@@ -203,4 +203,8 @@ type Decision struct {
 	// Request is the parsed body, for later stages that read it again
 	// (prefix affinity, the sampled tokenizer check): parse once.
 	Request *ojson.Value
+	// Chat is the chat conversation a Messages request converts to (when
+	// the door could convert it exactly), for prefix affinity; nil for
+	// every other request.
+	Chat *ojson.Value
 }

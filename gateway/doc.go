@@ -32,7 +32,9 @@
 // requests: none for the pooling families), the envelope the gateway's
 // own errors are written in (openAIErrors, anthropicErrors), how its
 // stream ends (streamShape: [DONE], or Anthropic's message_stop), and
-// whether prefix affinity and the sampled tokenizer check apply. Each route is one line of the
+// whether prefix affinity (a Messages request hashed as the chat
+// conversation the door converted it to) and the sampled tokenizer check
+// apply. Each route is one line of the
 // router's table. A request is read once (within max_body_bytes) and goes
 // through the door (admission.Door: strict parse, shape, chat template,
 // exact context check), then waits in its model's admission.Pool for a

@@ -7,6 +7,7 @@ package gateway
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -320,5 +321,49 @@ func TestMessagesQueueAnswers(t *testing.T) {
 	}
 	if n := len(clientRequests(e.sim, isMessagesPath)); n != 1 {
 		t.Errorf("the simulator received %d Messages requests; only the first may run", n)
+	}
+}
+
+// TestMessagesPrefixAffinity: with prefix affinity on, the turns of a
+// Messages conversation are routed by the prefix of the chat conversation
+// it converts to, so they stay on one backend, as chat's do.
+func TestMessagesPrefixAffinity(t *testing.T) {
+	tok := loadTok(t, "demo")
+	sims, urls := startSims(t, 3, tok)
+	tg := startGatewayToks(t, tok, func(c *fleet.Config) { c.Models[0].PrefixAffinityTokens = 32 }, urls...)
+	system := "You are the support assistant of a large bank. Answer politely, cite the policy section, never reveal account data, and keep answers under five sentences."
+	same, total := 0, 0
+	for conv := range 8 {
+		counts := map[int]int{}
+		msgs := ""
+		for turn := range 5 {
+			if turn > 0 {
+				msgs += ","
+			}
+			msgs += fmt.Sprintf(`{"role":"user","content":"Question %d?"}`, turn)
+			before := make([]int, len(sims))
+			for i, s := range sims {
+				before[i] = len(clientRequests(s, isMessagesPath))
+			}
+			res := tg.post(t, "/v1/messages", fmt.Sprintf(`{"model":"m","max_tokens":4,"system":"%s Conversation %d.","messages":[%s]}`, system, conv, msgs))
+			if body := readBodyT(t, res); res.StatusCode != 200 {
+				t.Fatalf("%d %s", res.StatusCode, body)
+			}
+			for i, s := range sims {
+				if len(clientRequests(s, isMessagesPath)) > before[i] {
+					counts[i]++
+				}
+			}
+			msgs += fmt.Sprintf(`,{"role":"assistant","content":"Answer %d."}`, turn)
+		}
+		best := 0
+		for _, n := range counts {
+			total += n
+			best = max(best, n)
+		}
+		same += best
+	}
+	if frac := float64(same) / float64(total); frac < 0.9 {
+		t.Errorf("affinity kept only %.0f%% of Messages turns on their conversation's backend", frac*100)
 	}
 }

@@ -46,7 +46,7 @@ var (
 	classifyAPI    = &api{read: readJSON, door: admission.Classify, errors: openAIErrors}
 	scoreAPI       = &api{read: readJSON, door: admission.Score, errors: openAIErrors}
 	rerankAPI      = &api{read: readJSON, door: admission.Rerank, errors: openAIErrors}
-	messagesAPI    = &api{read: readJSON, door: admission.Messages, errors: anthropicErrors, stream: anthropicStream}
+	messagesAPI    = &api{read: readJSON, door: admission.Messages, errors: anthropicErrors, affinity: true, stream: anthropicStream}
 )
 
 // bodyReader reads a request's body for the door. A failure it returns is
@@ -113,7 +113,7 @@ func (g *Gateway) admit(a *api) handlerFunc {
 		class, className := g.class(r)
 		t := ticket(rt, ep, dec, len(body), class)
 		if a.affinity && rt.affinity > 0 {
-			t.Affinity = prefixHash(rt, ep, dec.Request)
+			t.Affinity = prefixHash(rt, ep, dec)
 		}
 		err = g.dispatch(w, r, x, t, className, dec.Body)
 		if err == nil && a.tokenizeCheck && dec.Uncounted == admission.Counted {
