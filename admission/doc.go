@@ -37,6 +37,13 @@
 // max_completion_tokens) on the fields the gateway read; the audio is not
 // counted (NotCounted) and the reservation is Whisper's one window
 // (Decision.PromptEstimate).
+// Anthropic Messages (Messages; anthropic.go) runs the chat steps on
+// Anthropic's shape: max_tokens required, messages and system checked as
+// vLLM's schema reads them, the conversation converted as vLLM converts it
+// and counted by the chat counter, the same context rule and clamp.
+// Door.CountMessages is the same check for count_tokens, without
+// max_tokens. Blocks other than text, and fields that change the
+// rendering (tools, thinking), forward the request uncounted.
 //
 // Where the count cannot be exact (no tokenizer, multimodal parts, a
 // template feature reproduced only approximately, an unknown context

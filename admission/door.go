@@ -70,7 +70,9 @@ func (d *Door) Check(ep Endpoint, body []byte) (Decision, *Rejection) {
 		return Decision{}, rej
 	}
 	var dec Decision
-	if ep.Generates() {
+	if ep == Messages {
+		dec, rej = checkMessagesAPI(m, req, body)
+	} else if ep.Generates() {
 		dec, rej = d.checkModel(ep, m, req, body)
 	} else {
 		dec, rej = checkPooled(ep, m, req, body)

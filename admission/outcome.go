@@ -21,6 +21,7 @@ const (
 	Transcriptions // /v1/audio/transcriptions (a multipart form: CheckForm)
 	Translations   // /v1/audio/translations (a multipart form: CheckForm)
 
+	Messages // /v1/messages (Anthropic), /v1/messages/count_tokens
 	numEndpoints
 )
 
@@ -35,6 +36,7 @@ var endpointNames = [...]string{
 
 	Transcriptions: "transcriptions",
 	Translations:   "translations",
+	Messages:       "messages",
 }
 
 func (e Endpoint) String() string {
@@ -47,7 +49,7 @@ func (e Endpoint) String() string {
 // Generates reports whether the endpoint generates tokens: its requests
 // ask for an output budget (max_tokens). A pooling endpoint's requested
 // output is 0: it only reads its inputs.
-func (e Endpoint) Generates() bool { return e == Chat || e == Completions }
+func (e Endpoint) Generates() bool { return e == Chat || e == Completions || e == Messages }
 
 // Reason is why the door rejected a request. It is a small closed set that
 // doubles as the reason label of maitred_rejections_total, so dashboards
@@ -212,4 +214,8 @@ type Decision struct {
 	// PromptEstimate, when positive, is the reservation's prompt for an
 	// input that is not text (audio): an estimate, never a reason to refuse.
 	PromptEstimate int
+	// Chat is the chat conversation a Messages request converts to (when
+	// the door could convert it exactly), for prefix affinity; nil for
+	// every other request.
+	Chat *ojson.Value
 }

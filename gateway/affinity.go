@@ -8,8 +8,13 @@ import (
 )
 
 // prefixHash hashes the first k tokens of the rendered prompt, for prefix
-// affinity; 0 when it cannot be computed.
-func prefixHash(rt *modelRuntime, ep admission.Endpoint, req *ojson.Value) uint64 {
+// affinity; 0 when it cannot be computed. A request converted to a chat
+// conversation (Anthropic Messages) is hashed as that conversation.
+func prefixHash(rt *modelRuntime, ep admission.Endpoint, dec admission.Decision) uint64 {
+	req := dec.Request
+	if dec.Chat != nil {
+		ep, req = admission.Chat, dec.Chat
+	}
 	tok, k := rt.tok, rt.affinity
 	if tok == nil || k <= 0 || req == nil {
 		return 0

@@ -7,7 +7,8 @@
 // Every route is a handlerFunc wrapped by serve, the edge adapter. A handler
 // either writes its success itself (the proxy streams the backend's answer
 // straight to the client) or returns an error; serve renders a returned
-// *Error in the route's error envelope (OpenAI's for every API today), assigns the X-Request-Id, and writes the one
+// *Error in the route's error envelope (OpenAI's; Anthropic's for
+// /v1/messages, anthropic.go), assigns the X-Request-Id, and writes the one
 // access-log line and the request metrics. Nothing else in maitred writes an
 // HTTP response. A failure is named where it is built: an *Error carries
 // its outcome (a door rejection's is its admission.Reason) and the layer
@@ -24,7 +25,7 @@
 // (max_body_bytes_in_flight), held until serve ends the request.
 //
 // The model APIs (chat, completions, embeddings, /pooling, /classify,
-// score, rerank) share one pipeline, admit (pipeline.go), and differ only
+// score, rerank, Anthropic's /v1/messages) share one pipeline, admit (pipeline.go), and differ only
 // by their entry in the endpoint table, an api value: how the body is
 // read (readJSON), which admission.Endpoint the door checks it as (how
 // the model is found, the input checked and counted, the output it
@@ -39,6 +40,12 @@
 // client's body, unread until then, within max_audio_body_bytes and
 // read_audio_body_timeout; only an upload spooled whole is retried on
 // another backend. A JSON request is read once (within max_body_bytes) and goes
+// own errors are written in (openAIErrors, anthropicErrors), how its
+// stream ends (streamShape: [DONE], or Anthropic's message_stop), and
+// whether prefix affinity (a Messages request hashed as the chat
+// conversation the door converted it to) and the sampled tokenizer check
+// apply. Each route is one line of the
+// router's table. A request is read once (within max_body_bytes) and goes
 // through the door (admission.Door: strict parse, shape, chat template,
 // exact context check), then waits in its model's admission.Pool for a
 // backend with room, and its original bytes are forwarded unchanged through
@@ -49,8 +56,10 @@
 // Backend answers, errors included, pass through byte for byte. A streaming
 // answer is wrapped in a streamGuard that passes each complete SSE event on
 // at once (the proxy flushes every write) and, if the backend stream ends
-// without an event whose data is exactly [DONE], ends the client's stream
-// with one error event and [DONE] naming why (backend_disconnected,
+// without its family's last event (data exactly [DONE]; for Anthropic
+// Messages event: message_stop or vLLM's event: error), ends the client's
+// stream with the family's error events (an error event and [DONE];
+// Anthropic's event: error alone) naming why (backend_disconnected,
 // backend_stalled, server_shutting_down). Its idle clock runs only while it
 // waits on the backend for a complete event. Any other answer is wrapped in
 // a bodyGuard that bounds each read the same way and aborts the client's
@@ -60,8 +69,9 @@
 //
 // Tokenizer endpoints are answered locally, never queued (they hold no
 // KV): POST /tokenize (tokenize.go), POST /detokenize (detokenize.go:
-// tokenize.Model.Detokenize) and the render endpoints (render.go: the
-// door's checks and ids, vLLM's GenerateRequest). What the gateway cannot
+// tokenize.Model.Detokenize), the render endpoints (render.go: the
+// door's checks and ids, vLLM's GenerateRequest) and Anthropic's POST
+// /v1/messages/count_tokens (anthropic.go: the door's Messages count). What the gateway cannot
 // reproduce exactly goes to a ready backend of the model at once, outside
 // the queue, avoiding ejected backends.
 //

@@ -162,7 +162,11 @@ func openAIErrors(w http.ResponseWriter, e *Error) { e.write(w) }
 
 // write renders e as the whole response. Call it only before any header
 // went out.
-func (e *Error) write(w http.ResponseWriter) {
+func (e *Error) write(w http.ResponseWriter) { e.writeAs(w, e.envelope()) }
+
+// writeAs renders e as the whole response with env as its body: the
+// headers (Retry-After, Connection) are every envelope's.
+func (e *Error) writeAs(w http.ResponseWriter, env any) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	if e.RetryAfter > 0 {
@@ -171,7 +175,7 @@ func (e *Error) write(w http.ResponseWriter) {
 	if e.CloseConn {
 		h.Set("Connection", "close")
 	}
-	body, _ := json.Marshal(e.envelope())
+	body, _ := json.Marshal(env)
 	body = append(body, '\n')
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(e.Status)

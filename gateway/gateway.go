@@ -180,6 +180,8 @@ func (g *Gateway) routes() http.Handler {
 		{"/v2/rerank", post, g.serveAPI("/v2/rerank", rerankAPI)},
 		{"/v1/audio/transcriptions", post, g.serveAPI("/v1/audio/transcriptions", transcriptionsAPI)},
 		{"/v1/audio/translations", post, g.serveAPI("/v1/audio/translations", translationsAPI)},
+		{"/v1/messages", post, g.serveAPI("/v1/messages", messagesAPI)},
+		{"/v1/messages/count_tokens", post, g.serveIn(anthropicErrors, "/v1/messages/count_tokens", g.countTokens)},
 		{"/version", get, g.serve("/version", g.version)},
 		{"/tokenize", post, g.serve("/tokenize", g.tokenize)},
 		{"/detokenize", post, g.serve("/detokenize", g.detokenize)},

@@ -23,7 +23,9 @@ import (
 //   - errors: the envelope the gateway's own errors are written in
 //     (OpenAI's; Anthropic's would be another errorWriter);
 //   - affinity, tokenizeCheck: whether prefix affinity and the sampled
-//     tokenizer check apply (they read a chat or completions prompt).
+//     tokenizer check apply (they read a chat or completions prompt);
+//   - stream: how the family's SSE stream ends and how the gateway ends
+//     one that broke (nil: OpenAI's, [DONE]).
 //
 // Whether a request streams is the door's reading of its body
 // (Decision.Stream); a family that never streams never sets it.
@@ -33,6 +35,7 @@ type api struct {
 	errors        errorWriter
 	affinity      bool
 	tokenizeCheck bool
+	stream        *streamShape
 }
 
 // The model API families maitred admits.
@@ -45,6 +48,7 @@ var (
 	scoreAPI       = &api{read: readJSON, door: admission.Score, errors: openAIErrors}
 	rerankAPI      = &api{read: readJSON, door: admission.Rerank, errors: openAIErrors}
 	// transcriptionsAPI and translationsAPI read a streamed upload: audio.go.
+	messagesAPI = &api{read: readJSON, door: admission.Messages, errors: anthropicErrors, affinity: true, stream: anthropicStream}
 )
 
 // bodyReader reads a request's body for the door. A failure it returns is
@@ -80,6 +84,7 @@ func (g *Gateway) serveAPI(path string, a *api) http.HandlerFunc {
 func (g *Gateway) admit(a *api) handlerFunc {
 	ep := a.door
 	return func(w http.ResponseWriter, r *http.Request, x *exchange) error {
+		x.sse = a.stream
 		body, err := a.read(g, w, r, x)
 		if err != nil {
 			return err
@@ -110,7 +115,7 @@ func (g *Gateway) admit(a *api) handlerFunc {
 		class, className := g.class(r)
 		t := ticket(rt, ep, dec, len(body), class)
 		if a.affinity && rt.affinity > 0 {
-			t.Affinity = prefixHash(rt, ep, dec.Request)
+			t.Affinity = prefixHash(rt, ep, dec)
 		}
 		err = g.dispatch(w, r, x, t, className, dec.Body)
 		if err == nil && a.tokenizeCheck && dec.Uncounted == admission.Counted {

@@ -82,6 +82,7 @@ func (g *Gateway) newProxy(rt http.RoundTripper) *httputil.ReverseProxy {
 				guard := newStreamGuard(res.Body, x.clientCtx, func(cause error) []byte {
 					return g.streamBroken(a, cause)
 				})
+				guard.isEnd = x.streamShape().end
 				guard.onEvents = func(n int, at time.Time) {
 					if x.events == 0 {
 						x.firstEventAt = at
@@ -137,7 +138,7 @@ func (g *Gateway) streamBroken(a *attempt, cause error) []byte {
 		g.backendError(a, kind)
 	}
 	e := &Error{Type: typeServer, Code: code, Message: msg + " Request id " + x.id + "."}
-	return e.sseEvent()
+	return x.streamShape().breakEvents(e)
 }
 
 // bodyBroken is called when reading a backend's non-SSE body fails after

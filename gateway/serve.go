@@ -41,6 +41,7 @@ type exchange struct {
 	// are not used as labels).
 	rt      *modelRuntime
 	stream  bool
+	sse     *streamShape // the API's stream shape; nil: OpenAI's
 	bytesIn int
 	// bodyHeld is the body budget the request reserved (given back at
 	// its end).

@@ -30,8 +30,11 @@ type streamGuard struct {
 	ready   int    // buf[:ready] holds complete events
 	partial bool   // buf[:ready] ends inside an event (a piece of an oversized one)
 	sawDone bool
-	tail    []byte // the break events still to return
-	ended   bool
+	// isEnd reports whether complete events hold the stream's last
+	// event (the API's streamShape.end); nil: OpenAI's [DONE].
+	isEnd func(events []byte) bool
+	tail  []byte // the break events still to return
+	ended bool
 
 	// The idle clock runs only while the guard waits on the backend for a
 	// complete event: it starts when a Read has no complete event to hand
@@ -174,11 +177,40 @@ func (g *streamGuard) scan(start int) {
 			g.onEvents(n, time.Now())
 		}
 	}
-	if !g.sawDone && bytes.Contains(g.buf[g.ready:end], doneData) && hasDoneEvent(g.buf[g.ready:end]) {
-		g.sawDone = true
+	if !g.sawDone {
+		isEnd := g.isEnd
+		if isEnd == nil {
+			isEnd = openAIStreamEnd
+		}
+		g.sawDone = isEnd(g.buf[g.ready:end])
 	}
 	g.ready = end
 	g.partial = false
+}
+
+// streamShape is how an API family's SSE stream ends: end reports
+// whether complete events hold the stream's last event, and breakEvents
+// renders the gateway's own error as the events that end a stream the
+// backend broke.
+type streamShape struct {
+	end         func(events []byte) bool
+	breakEvents func(e *Error) []byte
+}
+
+// openAIStream is the OpenAI APIs' stream: it ends with data: [DONE], and
+// a broken one gets an error event and [DONE].
+var openAIStream = &streamShape{end: openAIStreamEnd, breakEvents: (*Error).sseEvent}
+
+func openAIStreamEnd(events []byte) bool {
+	return bytes.Contains(events, doneData) && hasDoneEvent(events)
+}
+
+// streamShape is the request's API's stream shape.
+func (x *exchange) streamShape() *streamShape {
+	if x.sse != nil {
+		return x.sse
+	}
+	return openAIStream
 }
 
 // hasDoneEvent reports whether events, which end at an event boundary,

@@ -70,6 +70,16 @@ func TestOneOutcomeVocabulary(t *testing.T) {
 		{admission.MissingModel, "/v1/audio/translations", audioForm, formPart("language", "en"), false, "audio-no-model"},
 		{admission.UnknownModel, "/v1/audio/transcriptions", audioForm, formPart("model", "nope"), false, "audio-model"},
 		{admission.InvalidParam, "/v1/audio/transcriptions", audioForm, formPart("model", "m") + formPart("stream", "maybe"), true, "audio-param"},
+		// Anthropic Messages names its rejections alike, in its own envelope.
+		{admission.InvalidJSON, "/v1/messages", "", `{"model":"m",`, false, "messages-json"},
+		{admission.UnsupportedMedia, "/v1/messages", "text/plain", `{"model":"m","max_tokens":5,"messages":[` + user + `]}`, false, "messages-media"},
+		{admission.TooLarge, "/v1/messages", "", `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"` + strings.Repeat("y", 5000) + `"}]}`, false, "messages-large"},
+		{admission.MissingModel, "/v1/messages", "", `{"max_tokens":5,"messages":[` + user + `]}`, false, "messages-model"},
+		{admission.UnknownModel, "/v1/messages", "", `{"model":"nope","max_tokens":5,"messages":[` + user + `]}`, false, "messages-unknown"},
+		{admission.InvalidMessages, "/v1/messages", "", `{"model":"m","max_tokens":5,"messages":[{"role":"wizard","content":"hi"}]}`, true, "messages-role"},
+		{admission.InvalidParam, "/v1/messages", "", `{"model":"m","messages":[` + user + `]}`, true, "messages-max-tokens"},
+		{admission.TemplateError, "/v1/messages", "", `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"RAISE now"}]}`, true, "messages-template"},
+		{admission.ContextLength, "/v1/messages", "", `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"` + strings.Repeat("word ", 100) + `"}]}`, true, "messages-context"},
 	}
 	for i := range cases {
 		if cases[i].id == "" {
@@ -102,9 +112,15 @@ func TestOneOutcomeVocabulary(t *testing.T) {
 	tokenizeCases := map[string]string{
 		"tokenize-prompt":   `{"model":"m","prompt":5}`,
 		"tokenize-template": chat(`{"role":"user","content":"RAISE now"}`),
+		// count_tokens too, though in Anthropic's envelope.
+		"count-tokens-template": chat(`{"role":"user","content":"RAISE now"}`),
 	}
 	for id, body := range tokenizeCases {
-		res := tg.post(t, "/tokenize", body, "X-Request-Id", id)
+		path := "/tokenize"
+		if strings.HasPrefix(id, "count-tokens") {
+			path = "/v1/messages/count_tokens"
+		}
+		res := tg.post(t, path, body, "X-Request-Id", id)
 		if b := readBodyT(t, res); res.StatusCode != 400 {
 			t.Fatalf("%s: %d %s", id, res.StatusCode, b)
 		}
@@ -149,6 +165,9 @@ func TestOneOutcomeVocabulary(t *testing.T) {
 	}
 	if got := outcomes["tokenize-prompt"]; got != admission.InvalidPrompt.String() {
 		t.Errorf("/tokenize with an invalid prompt logged outcome %q, want the door's %q", got, admission.InvalidPrompt)
+	}
+	if got := outcomes["count-tokens-template"]; got != admission.TemplateError.String() {
+		t.Errorf("count_tokens with a raising template logged outcome %q, want the door's %q", got, admission.TemplateError)
 	}
 	if got := outcomes["tokenize-template"]; got != admission.TemplateError.String() {
 		t.Errorf("/tokenize with a raising template logged outcome %q, want the door's %q", got, admission.TemplateError)
