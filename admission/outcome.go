@@ -17,6 +17,7 @@ const (
 	Classify                    // /classify
 	Score                       // /score, /v1/score
 	Rerank                      // /rerank, /v1/rerank, /v2/rerank
+	Responses                   // /v1/responses (OpenAI Responses API)
 	numEndpoints
 )
 
@@ -28,6 +29,7 @@ var endpointNames = [...]string{
 	Classify:    "classify",
 	Score:       "score",
 	Rerank:      "rerank",
+	Responses:   "responses",
 }
 
 func (e Endpoint) String() string {
@@ -40,7 +42,7 @@ func (e Endpoint) String() string {
 // Generates reports whether the endpoint generates tokens: its requests
 // ask for an output budget (max_tokens). A pooling endpoint's requested
 // output is 0: it only reads its inputs.
-func (e Endpoint) Generates() bool { return e == Chat || e == Completions }
+func (e Endpoint) Generates() bool { return e == Chat || e == Completions || e == Responses }
 
 // Reason is why the door rejected a request. It is a small closed set that
 // doubles as the reason label of maitred_rejections_total, so dashboards

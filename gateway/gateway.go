@@ -65,6 +65,8 @@ type Gateway struct {
 	// configured model.
 	noModel modelMetrics
 	triage  *triage.Engine
+	// responses remembers which backend holds a Responses API id.
+	responses responseOwners
 }
 
 // Phase is the gateway's lifecycle: starting until the first probe round is
@@ -178,6 +180,9 @@ func (g *Gateway) routes() http.Handler {
 		{"/rerank", post, g.serveAPI("/rerank", rerankAPI)},
 		{"/v1/rerank", post, g.serveAPI("/v1/rerank", rerankAPI)},
 		{"/v2/rerank", post, g.serveAPI("/v2/rerank", rerankAPI)},
+		{"/v1/responses", post, g.serveAPI("/v1/responses", responsesAPI)},
+		{"/v1/responses/{id}", get, g.serve("/v1/responses/{id}", g.responseByID)},
+		{"/v1/responses/{id}/cancel", post, g.serve("/v1/responses/{id}/cancel", g.responseByID)},
 		{"/version", get, g.serve("/version", g.version)},
 		{"/tokenize", post, g.serve("/tokenize", g.tokenize)},
 		{"/detokenize", post, g.serve("/detokenize", g.detokenize)},

@@ -32,6 +32,9 @@ type api struct {
 	errors        errorWriter
 	affinity      bool
 	tokenizeCheck bool
+	// streamEnd, when set, recognises the event that completes a stream
+	// of this family, which does not end with [DONE] (Responses).
+	streamEnd func(events []byte) bool
 }
 
 // The model API families maitred admits.
@@ -43,6 +46,7 @@ var (
 	classifyAPI    = &api{read: readJSON, door: admission.Classify, errors: openAIErrors}
 	scoreAPI       = &api{read: readJSON, door: admission.Score, errors: openAIErrors}
 	rerankAPI      = &api{read: readJSON, door: admission.Rerank, errors: openAIErrors}
+	responsesAPI   = &api{read: readJSON, door: admission.Responses, errors: openAIErrors, streamEnd: responsesStreamEnd}
 )
 
 // bodyReader reads a request's body for the door. A failure it returns is
@@ -96,6 +100,7 @@ func (g *Gateway) admit(a *api) handlerFunc {
 		}
 		rt := g.models[dec.Ref]
 		x.rt, x.stream, x.promptTokens, x.maxTokens = rt, dec.Stream, dec.PromptTokens, dec.MaxTokens
+		x.streamEnd = a.streamEnd
 		if dec.Uncounted != admission.Counted {
 			x.uncounted = dec.Uncounted.String()
 			rt.metrics.uncounted.WithLabelValues(x.uncounted).Inc()

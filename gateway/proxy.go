@@ -82,6 +82,7 @@ func (g *Gateway) newProxy(rt http.RoundTripper) *httputil.ReverseProxy {
 				guard := newStreamGuard(res.Body, x.clientCtx, func(cause error) []byte {
 					return g.streamBroken(a, cause)
 				})
+				guard.isEnd = x.streamEnd
 				guard.onEvents = func(n int, at time.Time) {
 					if x.events == 0 {
 						x.firstEventAt = at

@@ -70,6 +70,8 @@ type exchange struct {
 	// The door's numbers, logged with the request.
 	promptTokens, maxTokens, maxModelLen int
 	uncounted                            string
+	// streamEnd recognises the end of the family's stream; nil: [DONE].
+	streamEnd func(events []byte) bool
 }
 
 // serve is the edge adapter: it assigns the request id, runs h, renders a

@@ -44,6 +44,9 @@ type streamGuard struct {
 	// onEvents, when set, is told of complete events as they arrive (the
 	// phase clock: first event = first token, last = end of decode).
 	onEvents func(n int, at time.Time)
+	// isEnd, when set, recognises complete events that end the stream in
+	// place of [DONE] (a Responses stream's response.completed).
+	isEnd func(events []byte) bool
 }
 
 // watchIdle calls onIdle when the guard has waited d on the backend for a
@@ -167,6 +170,9 @@ func (g *streamGuard) scan(start int) {
 		if n > 0 && !g.sawDone {
 			g.onEvents(n, time.Now())
 		}
+	}
+	if !g.sawDone && g.isEnd != nil && g.isEnd(g.buf[g.ready:end]) {
+		g.sawDone = true
 	}
 	if !g.sawDone && bytes.Contains(g.buf[g.ready:end], doneData) && hasDoneEvent(g.buf[g.ready:end]) {
 		g.sawDone = true

@@ -1,0 +1,349 @@
+package gateway
+
+// The Responses API through the gateway, against two simulators, over real
+// HTTP and through openai-go: create (streaming and not), retrieve and
+// cancel by id reaching the backend that holds the response, through a
+// second gateway that shares nothing, and the door's error table.
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/responses"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/maitred-dev/maitred/sim"
+)
+
+type responsesE2E struct {
+	sims []*sim.Server
+	urls []string
+	gw   *testGateway
+	sdk  openai.Client
+}
+
+// startResponses serves n simulators counting with the qwen3 tokenizer and
+// a gateway in front of them all, counting with the same one.
+func startResponses(t *testing.T, n int, sc sim.Config) *responsesE2E {
+	t.Helper()
+	tok := qwen3(t)
+	sc.Model = "m"
+	sc.Tokenizer = sim.ModelTokenizer(tok)
+	e := &responsesE2E{}
+	for range n {
+		s := sim.New(sc, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+		srv := httptest.NewServer(s.Handler())
+		t.Cleanup(func() { s.Close(); srv.Close() })
+		e.sims, e.urls = append(e.sims, s), append(e.urls, srv.URL)
+	}
+	e.gw, e.sdk = e.gateway(t)
+	return e
+}
+
+// gateway starts one more gateway over the same simulators: a replica
+// sharing nothing with the others (or the first after a restart).
+func (e *responsesE2E) gateway(t *testing.T) (*testGateway, openai.Client) {
+	t.Helper()
+	tg := startGatewayToks(t, qwen3(t), nil, e.urls...)
+	sdk := openai.NewClient(option.WithBaseURL(tg.URL+"/v1/"), option.WithAPIKey("k"),
+		option.WithHTTPClient(tg.client), option.WithMaxRetries(0))
+	return tg, sdk
+}
+
+// owner is the index of the simulator holding id; it fails unless exactly
+// one does.
+func (e *responsesE2E) owner(t *testing.T, id string) int {
+	t.Helper()
+	own := -1
+	for i, s := range e.sims {
+		if s.HasResponse(id) {
+			if own >= 0 {
+				t.Fatalf("response %s is on simulators %d and %d", id, own, i)
+			}
+			own = i
+		}
+	}
+	if own < 0 {
+		t.Fatalf("no simulator holds response %s", id)
+	}
+	return own
+}
+
+// byIDRequests counts the GET and cancel requests for id each simulator
+// received from the gateway's forwarding (probes included: they are GETs).
+func (e *responsesE2E) byIDRequests(id, suffix, method string) []int {
+	out := make([]int, len(e.sims))
+	for i, s := range e.sims {
+		for _, r := range s.Received() {
+			if r.Method == method && r.Path == "/v1/responses/"+id+suffix {
+				out[i]++
+			}
+		}
+	}
+	return out
+}
+
+// TestE2EResponsesRetrieveReachesOwner: responses created through one
+// gateway on either of two backends are retrieved by id, through that
+// gateway and through a second one sharing nothing (as another replica, or
+// the first after a restart), from the backend that holds them, every
+// time; a cancel by id reaches that backend too.
+func TestE2EResponsesRetrieveReachesOwner(t *testing.T) {
+	e := startResponses(t, 2, sim.Config{MaxModelLen: 4096})
+	ctx := t.Context()
+	var ids []string
+	owners := map[int]int{}
+	for i := 0; i < 8 || len(owners) < 2; i++ {
+		if i == 64 {
+			t.Fatalf("64 creates all went to one backend: %v", owners)
+		}
+		r, err := e.sdk.Responses.New(ctx, responses.ResponseNewParams{
+			Model:        "m",
+			Input:        responses.ResponseNewParamsInputUnion{OfString: openai.String("Say hello.")},
+			Instructions: openai.String("Be brief."),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Status != "completed" || r.OutputText() == "" {
+			t.Fatalf("create: status %q, text %q", r.Status, r.OutputText())
+		}
+		ids = append(ids, r.ID)
+		owners[e.owner(t, r.ID)]++
+	}
+	gw2, sdk2 := e.gateway(t)
+	for _, id := range ids {
+		own := e.owner(t, id)
+		for gi, sdk := range []openai.Client{e.sdk, sdk2, sdk2} { // the second read of gw2 takes its fast path
+			got, err := sdk.Responses.Get(ctx, id, responses.ResponseGetParams{})
+			if err != nil {
+				t.Fatalf("gateway %d: get %s (on backend %d): %v", gi, id, own, err)
+			}
+			if got.ID != id || got.Status != "completed" {
+				t.Fatalf("gateway %d: get %s: id %q status %q", gi, id, got.ID, got.Status)
+			}
+		}
+		// The owner got every forwarded read (three) and one probe from
+		// each gateway; the second read through gw2 asked no one.
+		if gets := e.byIDRequests(id, "", http.MethodGet); gets[own] != 5 || gets[1-own] > 2 {
+			t.Fatalf("GET %s reached the backends %v; %d holds it", id, gets, own)
+		}
+		// A synchronous response cannot be cancelled: vLLM's 400, which
+		// only the backend holding it gives (any other says 404).
+		_, err := sdk2.Responses.Cancel(ctx, id)
+		var ae *openai.Error
+		if !errors.As(err, &ae) || ae.StatusCode != http.StatusBadRequest || !strings.Contains(ae.Message, "Cannot cancel a synchronous response") {
+			t.Fatalf("cancel %s: %v", id, err)
+		}
+		cancels := e.byIDRequests(id, "/cancel", http.MethodPost)
+		if cancels[own] != 1 || cancels[1-own] != 0 {
+			t.Fatalf("cancel %s reached the backends %v; only %d holds it", id, cancels, own)
+		}
+	}
+	_ = gw2
+}
+
+// TestE2EResponsesCancelBackground: a background response still running
+// on one of two backends is cancelled by id through a second gateway.
+func TestE2EResponsesCancelBackground(t *testing.T) {
+	gate := make(chan struct{})
+	e := startResponses(t, 2, sim.Config{MaxModelLen: 4096})
+	_, sdk2 := e.gateway(t) // warmed up before generation is held
+	for _, s := range e.sims {
+		s.Update(func(c *sim.Config) { c.TokenGate = gate }) // after the warm-up: generation now waits
+	}
+	ctx := t.Context()
+	r, err := e.sdk.Responses.New(ctx, responses.ResponseNewParams{
+		Model:      "m",
+		Input:      responses.ResponseNewParamsInputUnion{OfString: openai.String("Write a long story.")},
+		Background: openai.Bool(true),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := e.owner(t, r.ID)
+	got, err := sdk2.Responses.Cancel(ctx, r.ID)
+	if err != nil {
+		t.Fatalf("cancel: %v", err)
+	}
+	if got.ID != r.ID || got.Status != "cancelled" {
+		t.Fatalf("cancel: id %q status %q", got.ID, got.Status)
+	}
+	if st := e.sims[own].Stats(); st.Cancelled != 1 {
+		t.Fatalf("the owner's stats after cancel: %+v", st)
+	}
+	got, err = sdk2.Responses.Get(ctx, r.ID, responses.ResponseGetParams{})
+	if err != nil || got.Status != "cancelled" {
+		t.Fatalf("get after cancel: %v %+v", err, got)
+	}
+}
+
+// TestE2EResponsesUnknownID: an id no backend holds gets vLLM's 404, from
+// a backend, through the SDK's typed error.
+func TestE2EResponsesUnknownID(t *testing.T) {
+	e := startResponses(t, 2, sim.Config{})
+	for _, call := range []func() error{
+		func() error {
+			_, err := e.sdk.Responses.Get(t.Context(), "resp_nope", responses.ResponseGetParams{})
+			return err
+		},
+		func() error { _, err := e.sdk.Responses.Cancel(t.Context(), "resp_nope"); return err },
+	} {
+		var ae *openai.Error
+		if err := call(); !errors.As(err, &ae) || ae.StatusCode != http.StatusNotFound || ae.Message != "Response with id 'resp_nope' not found." {
+			t.Fatalf("unknown id: %v", err)
+		}
+	}
+}
+
+// TestE2EResponsesStreaming: a streamed create through the SDK ends with
+// response.completed and no error: the gateway knows a Responses stream
+// ends without [DONE] and does not end it as broken.
+func TestE2EResponsesStreaming(t *testing.T) {
+	e := startResponses(t, 1, sim.Config{MaxModelLen: 4096, OutputTokens: 5})
+	stream := e.sdk.Responses.NewStreaming(t.Context(), responses.ResponseNewParams{
+		Model: "m",
+		Input: responses.ResponseNewParamsInputUnion{OfInputItemList: responses.ResponseInputParam{
+			responses.ResponseInputItemParamOfMessage("Hello there.", responses.EasyInputMessageRoleUser),
+		}},
+		MaxOutputTokens: openai.Int(64),
+	})
+	var text strings.Builder
+	var last string
+	var final responses.Response
+	for stream.Next() {
+		ev := stream.Current()
+		last = ev.Type
+		if ev.Type == "response.output_text.delta" {
+			text.WriteString(ev.Delta)
+		}
+		if ev.Type == "response.completed" {
+			final = ev.Response
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatalf("stream: %v", err)
+	}
+	if last != "response.completed" || text.Len() == 0 || final.Usage.InputTokens == 0 {
+		t.Fatalf("stream ended with %q, text %q, usage %+v", last, text.String(), final.Usage)
+	}
+	e.gw.quiesce()
+	for _, l := range strings.Split(e.gw.gathered(t), "\n") {
+		if strings.HasPrefix(l, "maitred_stream_errors_total{") && !strings.HasSuffix(l, " 0") {
+			t.Fatalf("a complete Responses stream was counted broken: %s", l)
+		}
+	}
+}
+
+// TestResponsesCountedExactly: the gateway's count of a Responses input
+// (instructions as the system message, message items through the chat
+// template) is the backend's: a request whose input plus max_output_tokens
+// fills the context exactly is forwarded, one token more is refused at the
+// door with the counts.
+func TestResponsesCountedExactly(t *testing.T) {
+	e := startResponses(t, 1, sim.Config{MaxModelLen: 4096, OutputTokens: 2})
+	body := `{"model":"m","instructions":"Be brief.","input":[{"role":"user","content":[{"type":"input_text","text":"Hello"},{"type":"input_text","text":"there"}]},{"type":"message","role":"assistant","content":"Hi."},{"role":"user","content":"Again."}]`
+	res := e.gw.post(t, "/v1/responses", body+`}`)
+	out := readBodyT(t, res)
+	var r struct {
+		Usage struct {
+			InputTokens int `json:"input_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil || res.StatusCode != 200 || r.Usage.InputTokens == 0 {
+		t.Fatalf("%d %s", res.StatusCode, out)
+	}
+	p := r.Usage.InputTokens
+	fits := body + `,"max_output_tokens":` + strconv.Itoa(4096-p) + `}`
+	if res := e.gw.post(t, "/v1/responses", fits); res.StatusCode != 200 {
+		t.Fatalf("P+M = L: %d %s", res.StatusCode, readBodyT(t, res))
+	} else {
+		readBodyT(t, res)
+	}
+	before := len(clientRequests(e.sims[0], isResponsesPath))
+	over := body + `,"max_output_tokens":` + strconv.Itoa(4097-p) + `}`
+	res = e.gw.post(t, "/v1/responses", over)
+	out = readBodyT(t, res)
+	if res.StatusCode != 400 || !strings.Contains(out, `"code":"context_length_exceeded"`) || !strings.Contains(out, `"prompt_tokens":`+strconv.Itoa(p)) {
+		t.Fatalf("P+M = L+1: %d %s", res.StatusCode, out)
+	}
+	if after := len(clientRequests(e.sims[0], isResponsesPath)); after != before {
+		t.Fatalf("the over-long request reached the backend")
+	}
+}
+
+func isResponsesPath(p string) bool { return strings.HasPrefix(p, "/v1/responses") }
+
+// TestResponsesBadInputsNeverReachBackend: the error table. Each bad input
+// gets OpenAI's envelope from the door and the backend receives nothing.
+func TestResponsesBadInputsNeverReachBackend(t *testing.T) {
+	e := startResponses(t, 1, sim.Config{MaxModelLen: 32})
+	long := strings.TrimSpace(strings.Repeat("word ", 40))
+	cases := []struct {
+		name, body  string
+		status      int
+		code, param string
+	}{
+		{"input number", `{"model":"m","input":5}`, 400, "invalid_type", "input"},
+		{"input missing", `{"model":"m"}`, 400, "missing_required_parameter", "input"},
+		{"item not object", `{"model":"m","input":["hi"]}`, 400, "invalid_type", "input[0]"},
+		{"item role", `{"model":"m","input":[{"role":"robot","content":"x"}]}`, 400, "invalid_value", "input[0].role"},
+		{"item role type", `{"model":"m","input":[{"role":1,"content":"x"}]}`, 400, "invalid_type", "input[0].role"},
+		{"item content", `{"model":"m","input":[{"role":"user","content":5}]}`, 400, "invalid_type", "input[0].content"},
+		{"item type", `{"model":"m","input":[{"type":5}]}`, 400, "invalid_type", "input[0].type"},
+		{"instructions", `{"model":"m","input":"x","instructions":3}`, 400, "invalid_type", "instructions"},
+		{"previous id", `{"model":"m","input":"x","previous_response_id":3}`, 400, "invalid_type", "previous_response_id"},
+		{"max_output_tokens type", `{"model":"m","input":"x","max_output_tokens":"9"}`, 400, "invalid_type", "max_output_tokens"},
+		{"max_output_tokens zero", `{"model":"m","input":"x","max_output_tokens":0}`, 400, "invalid_value", "max_output_tokens"},
+		{"stream", `{"model":"m","input":"x","stream":"yes"}`, 400, "invalid_type", "stream"},
+		{"background", `{"model":"m","input":"x","background":1}`, 400, "invalid_type", "background"},
+		{"model type", `{"model":7,"input":"x"}`, 400, "invalid_type", "model"},
+		{"unknown model", `{"model":"nope","input":"x"}`, 404, "model_not_found", "model"},
+		{"key case", `{"model":"m","INPUT":"x"}`, 400, "invalid_json", "INPUT"},
+		{"not json", `{"model":"m",`, 400, "invalid_json", "model"},
+		{"over-long input", `{"model":"m","input":"` + long + `"}`, 400, "context_length_exceeded", "input"},
+		{"over-long with output", `{"model":"m","input":"hi","max_output_tokens":30}`, 400, "context_length_exceeded", "input"},
+		{"output over context", `{"model":"m","input":[{"type":"function_call_output","call_id":"c","output":"x"}],"max_output_tokens":32}`, 400, "context_length_exceeded", "input"},
+	}
+	for _, tc := range cases {
+		res := e.gw.post(t, "/v1/responses", tc.body)
+		body := readBodyT(t, res)
+		var env struct {
+			Error struct {
+				Type  string  `json:"type"`
+				Param *string `json:"param"`
+				Code  *string `json:"code"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(body), &env); err != nil || env.Error.Code == nil {
+			t.Errorf("%s: %d %s: not OpenAI's envelope", tc.name, res.StatusCode, body)
+			continue
+		}
+		param := ""
+		if env.Error.Param != nil {
+			param = *env.Error.Param
+		}
+		if res.StatusCode != tc.status || *env.Error.Code != tc.code || param != tc.param || env.Error.Type != "invalid_request_error" {
+			t.Errorf("%s: %d %s", tc.name, res.StatusCode, body)
+		}
+	}
+	if got := clientRequests(e.sims[0], isResponsesPath); len(got) != 0 {
+		t.Errorf("the simulator received %d Responses requests; the door should have refused them all (first: %s)", len(got), got[0].Body)
+	}
+	// Through the SDK: the typed error.
+	_, err := e.sdk.Responses.New(t.Context(), responses.ResponseNewParams{
+		Model: "m", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String(long)},
+	})
+	var ae *openai.Error
+	if !errors.As(err, &ae) || ae.StatusCode != 400 || ae.Code != "context_length_exceeded" {
+		t.Fatalf("sdk over-long: %v", err)
+	}
+}
