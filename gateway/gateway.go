@@ -210,10 +210,20 @@ func (g *Gateway) routes() http.Handler {
 		return &Error{Status: http.StatusNotFound, Type: typeInvalidRequest, Code: codeUnknownURL, Layer: triage.LayerDoor,
 			Message: "Invalid URL (" + r.Method + " " + r.URL.Path + ")"}
 	}))
-	r.MethodNotAllowed(g.serve("unmatched", func(w http.ResponseWriter, r *http.Request, _ *exchange) error {
-		w.Header().Set("Allow", allow[r.URL.Path]) // RFC 9110: a 405 names the methods that are
+	r.MethodNotAllowed(g.serve("unmatched", func(w http.ResponseWriter, req *http.Request, _ *exchange) error {
+		methods, ok := allow[req.URL.Path]
+		if !ok { // a path with a parameter (/v1/responses/{id}): ask the router
+			var ms []string
+			for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost} {
+				if r.Match(chi.NewRouteContext(), m, req.URL.Path) {
+					ms = append(ms, m)
+				}
+			}
+			methods = strings.Join(ms, ", ")
+		}
+		w.Header().Set("Allow", methods) // RFC 9110: a 405 names the methods that are
 		return &Error{Status: http.StatusMethodNotAllowed, Type: typeInvalidRequest, Code: codeMethodNotAllowed, Layer: triage.LayerDoor,
-			Message: "Method " + r.Method + " is not allowed for " + r.URL.Path + "; use " + allow[r.URL.Path] + "."}
+			Message: "Method " + req.Method + " is not allowed for " + req.URL.Path + "; use " + methods + "."}
 	}))
 	// A request framed two ways is refused before any route sees it.
 	ambiguous := g.serve("unmatched", func(w http.ResponseWriter, r *http.Request, _ *exchange) error {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 
@@ -110,6 +111,12 @@ func (g *Gateway) responseByID(w http.ResponseWriter, r *http.Request, x *exchan
 	// asks for exactly what the forwarded request will.
 	path := strings.TrimSuffix(r.URL.EscapedPath(), "/cancel")
 	id := strings.TrimPrefix(path, "/v1/responses/")
+	if raw, err := url.PathUnescape(id); err != nil || strings.ContainsAny(raw, "/\\?#") || raw == "." || raw == ".." {
+		// No backend path can be reached through an id: refused as an
+		// unknown URL before anything is sent.
+		return &Error{Status: http.StatusNotFound, Type: typeInvalidRequest, Code: codeUnknownURL, Layer: triage.LayerDoor,
+			Message: "Invalid URL (" + r.Method + " " + r.URL.Path + ")"}
+	}
 	owner, err := g.locateResponse(r.Context(), x, path, id)
 	if err != nil {
 		return err

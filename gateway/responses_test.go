@@ -347,3 +347,45 @@ func TestResponsesBadInputsNeverReachBackend(t *testing.T) {
 		t.Fatalf("sdk over-long: %v", err)
 	}
 }
+
+// TestResponsesByIDRoutes: the by-id routes answer 405 with their methods
+// in Allow, and an id that would make another path of the backend's
+// (an encoded slash, a dot segment) is refused before any backend.
+func TestResponsesByIDRoutes(t *testing.T) {
+	e := startResponses(t, 1, sim.Config{})
+	for _, c := range []struct{ method, path, allow string }{
+		{http.MethodPost, "/v1/responses/abc", "GET"},
+		{http.MethodDelete, "/v1/responses/abc", "GET"},
+		{http.MethodGet, "/v1/responses/abc/cancel", "POST"},
+		{http.MethodGet, "/v1/responses", "POST"},
+	} {
+		req, _ := http.NewRequest(c.method, e.gw.URL+c.path, nil)
+		res, err := e.gw.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := readBodyT(t, res)
+		if res.StatusCode != http.StatusMethodNotAllowed || res.Header.Get("Allow") != c.allow {
+			t.Errorf("%s %s: %d Allow %q %s", c.method, c.path, res.StatusCode, res.Header.Get("Allow"), body)
+		}
+	}
+	for _, p := range []string{"/v1/responses/..%2Fsim%2Fconfig", "/v1/responses/a%2F..%2F..%2Fversion/cancel", "/v1/responses/%2E%2E"} {
+		req, _ := http.NewRequest(http.MethodGet, e.gw.URL+p, nil)
+		if strings.HasSuffix(p, "/cancel") {
+			req.Method = http.MethodPost
+		}
+		res, err := e.gw.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := readBodyT(t, res)
+		if res.StatusCode != http.StatusNotFound || !strings.Contains(body, `"code":"unknown_url"`) {
+			t.Errorf("%s: %d %s", p, res.StatusCode, body)
+		}
+	}
+	if got := clientRequests(e.sims[0], func(p string) bool { return !strings.HasPrefix(p, "/v1/models") && p != "/health" }); len(got) != 0 {
+		for _, r := range got {
+			t.Errorf("the backend received %s %s", r.Method, r.Path)
+		}
+	}
+}
