@@ -35,6 +35,10 @@ type api struct {
 	// streamEnd, when set, recognises the event that completes a stream
 	// of this family, which does not end with [DONE] (Responses).
 	streamEnd func(events []byte) bool
+	// pin, when set, may confine the request to some of its model's
+	// backends: it returns the slots to exclude (a Responses continuation
+	// must reach the backend holding the previous response).
+	pin func(g *Gateway, r *http.Request, x *exchange, dec admission.Decision) ([]int, error)
 }
 
 // The model API families maitred admits.
@@ -46,7 +50,7 @@ var (
 	classifyAPI    = &api{read: readJSON, door: admission.Classify, errors: openAIErrors}
 	scoreAPI       = &api{read: readJSON, door: admission.Score, errors: openAIErrors}
 	rerankAPI      = &api{read: readJSON, door: admission.Rerank, errors: openAIErrors}
-	responsesAPI   = &api{read: readJSON, door: admission.Responses, errors: openAIErrors, streamEnd: responsesStreamEnd}
+	responsesAPI   = &api{read: readJSON, door: admission.Responses, errors: openAIErrors, streamEnd: responsesStreamEnd, pin: pinPreviousResponse}
 )
 
 // bodyReader reads a request's body for the door. A failure it returns is
@@ -114,6 +118,11 @@ func (g *Gateway) admit(a *api) handlerFunc {
 		t := ticket(rt, ep, dec, len(body), class)
 		if a.affinity && rt.affinity > 0 {
 			t.Affinity = prefixHash(rt, ep, dec.Request)
+		}
+		if a.pin != nil {
+			if t.Exclude, err = a.pin(g, r, x, dec); err != nil {
+				return err
+			}
 		}
 		err = g.dispatch(w, r, x, t, className, dec.Body)
 		if err == nil && a.tokenizeCheck && dec.Uncounted == admission.Counted {

@@ -10,7 +10,9 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/maitred-dev/maitred/admission"
 	"github.com/maitred-dev/maitred/fleet"
+	"github.com/maitred-dev/maitred/internal/ojson"
 	"github.com/maitred-dev/maitred/triage"
 )
 
@@ -117,7 +119,7 @@ func (g *Gateway) responseByID(w http.ResponseWriter, r *http.Request, x *exchan
 		return &Error{Status: http.StatusNotFound, Type: typeInvalidRequest, Code: codeUnknownURL, Layer: triage.LayerDoor,
 			Message: "Invalid URL (" + r.Method + " " + r.URL.Path + ")"}
 	}
-	owner, err := g.locateResponse(r.Context(), x, path, id)
+	owner, _, err := g.locateResponse(r.Context(), path, id)
 	if err != nil {
 		return err
 	}
@@ -129,11 +131,13 @@ func (g *Gateway) responseByID(w http.ResponseWriter, r *http.Request, x *exchan
 
 // locateResponse finds the backend that holds response id: the table's
 // entry when its backend is ready, else the answer of asking them all.
-func (g *Gateway) locateResponse(ctx context.Context, x *exchange, path, id string) (responseOwner, error) {
+// When every ready backend says 404, found is false and the owner is one
+// of them, to let it answer in vLLM's words.
+func (g *Gateway) locateResponse(ctx context.Context, path, id string) (_ responseOwner, found bool, _ error) {
 	owners := &g.responses
 	if o, ok := owners.get(id); ok {
 		if o.b.Ready() {
-			return o, nil
+			return o, true, nil
 		}
 		owners.forget(id)
 	}
@@ -149,9 +153,9 @@ func (g *Gateway) locateResponse(ctx context.Context, x *exchange, path, id stri
 	}
 	if len(cands) == 0 {
 		if len(g.models) > 0 {
-			return responseOwner{}, g.notReady(g.models[0])
+			return responseOwner{}, false, g.notReady(g.models[0])
 		}
-		return responseOwner{}, &Error{Status: http.StatusServiceUnavailable, Type: typeServer, Code: codeModelNotReady, Layer: triage.LayerUnready,
+		return responseOwner{}, false, &Error{Status: http.StatusServiceUnavailable, Type: typeServer, Code: codeModelNotReady, Layer: triage.LayerUnready,
 			Message: "No model is configured."}
 	}
 	type answer struct {
@@ -172,34 +176,34 @@ func (g *Gateway) locateResponse(ctx context.Context, x *exchange, path, id stri
 		}()
 	}
 	defer wg.Wait()
-	found, failed := -1, 0
+	hit, failed := -1, 0
 	for range cands {
 		a := <-answers
 		switch {
 		case a.err == nil && a.status == http.StatusOK:
-			found = a.i
+			hit = a.i
 			cancel() // the others need not finish
 		case a.err == nil && a.status == http.StatusNotFound:
 		default:
 			failed++
 		}
-		if found >= 0 {
+		if hit >= 0 {
 			break
 		}
 	}
 	if ctx.Err() != nil {
-		return responseOwner{}, errClientGone
+		return responseOwner{}, false, errClientGone
 	}
 	switch {
-	case found >= 0:
-		owners.put(id, cands[found])
-		return cands[found], nil
+	case hit >= 0:
+		owners.put(id, cands[hit])
+		return cands[hit], true, nil
 	case failed > 0:
-		return responseOwner{}, &Error{Status: http.StatusBadGateway, Type: typeServer, Code: codeBackendDown, Layer: triage.LayerConnect,
+		return responseOwner{}, false, &Error{Status: http.StatusBadGateway, Type: typeServer, Code: codeBackendDown, Layer: triage.LayerConnect,
 			Message: fmt.Sprintf("No backend answered that it holds response %q, and %d of %d could not be asked; it may be on one of those. Retry later.", id, failed, len(cands))}
 	}
 	// Every backend said 404: let one of them say it in vLLM's words.
-	return cands[0], nil
+	return cands[0], false, nil
 }
 
 // probeResponse asks backend c.b whether it holds the response at path
@@ -225,4 +229,33 @@ func (g *Gateway) probeResponse(ctx context.Context, c responseOwner, path strin
 	defer res.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, 1<<20)) // reuse the connection
 	return res.StatusCode, nil
+}
+
+// pinPreviousResponse confines a Responses request that continues another
+// (previous_response_id) to the backend holding that response: vLLM reads
+// the earlier conversation from its own memory and answers 404 anywhere
+// else. The request still waits in its model's queue, for that backend
+// only. An id no backend holds, or one on another model's backend, is not
+// pinned: the backend answers vLLM's 404.
+func pinPreviousResponse(g *Gateway, r *http.Request, x *exchange, dec admission.Decision) ([]int, error) {
+	prev := dec.Request.Get("previous_response_id")
+	if prev == nil || prev.Kind != ojson.String || prev.Str == "" || strings.ContainsAny(prev.Str, "/\\?#") {
+		return nil, nil
+	}
+	id := url.PathEscape(prev.Str)
+	owner, found, err := g.locateResponse(r.Context(), "/v1/responses/"+id, id)
+	if err != nil || !found || owner.rt != x.rt {
+		return nil, err
+	}
+	slot, ok := x.rt.slotOf(owner.b)
+	if !ok {
+		return nil, nil
+	}
+	var exclude []int
+	for i := range x.rt.backends {
+		if i != slot {
+			exclude = append(exclude, i)
+		}
+	}
+	return exclude, nil
 }

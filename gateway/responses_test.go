@@ -389,3 +389,33 @@ func TestResponsesByIDRoutes(t *testing.T) {
 		}
 	}
 }
+
+// TestE2EResponsesContinuationReachesOwner: a create that continues an
+// earlier response (previous_response_id) is queued for the backend that
+// holds it, through a gateway that never saw it: vLLM reads the earlier
+// conversation from that server's memory and answers 404 anywhere else.
+func TestE2EResponsesContinuationReachesOwner(t *testing.T) {
+	e := startResponses(t, 2, sim.Config{MaxModelLen: 4096, OutputTokens: 3})
+	ctx := t.Context()
+	first, err := e.sdk.Responses.New(ctx, responses.ResponseNewParams{
+		Model: "m", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("Remember the number 7.")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := e.owner(t, first.ID)
+	_, sdk2 := e.gateway(t)
+	for i := range 10 {
+		next, err := sdk2.Responses.New(ctx, responses.ResponseNewParams{
+			Model:              "m",
+			Input:              responses.ResponseNewParamsInputUnion{OfString: openai.String("Which number?")},
+			PreviousResponseID: openai.String(first.ID),
+		})
+		if err != nil {
+			t.Fatalf("continuation %d: %v", i, err)
+		}
+		if got := e.owner(t, next.ID); got != own {
+			t.Fatalf("continuation %d ran on backend %d; the previous response is on %d", i, got, own)
+		}
+	}
+}
