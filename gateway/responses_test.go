@@ -419,3 +419,65 @@ func TestE2EResponsesContinuationReachesOwner(t *testing.T) {
 		}
 	}
 }
+
+// TestResponsesLookupBackendFailing: a backend that cannot answer whether
+// it holds an id does not hide the one that does; when none holds it and
+// one could not be asked, the answer is 502, not a 404 that may be false.
+func TestResponsesLookupBackendFailing(t *testing.T) {
+	s := sim.New(sim.Config{Model: "m", Tokenizer: sim.ModelTokenizer(qwen3(t))}, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+	simURL := httptestServer(t, s)
+	broken := newFakeBackend(t, "m", func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, `{"error":{"message":"boom"}}`, http.StatusInternalServerError)
+	})
+	tg := startGatewayToks(t, qwen3(t), nil, simURL, broken.URL)
+	// A response made on the simulator directly.
+	res, err := http.Post(simURL+"/v1/responses", "application/json", strings.NewReader(`{"model":"m","input":"hi"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var made struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal([]byte(readBodyT(t, res)), &made); err != nil || made.ID == "" {
+		t.Fatalf("create on the simulator: %v %q", err, made.ID)
+	}
+	req, _ := http.NewRequest(http.MethodGet, tg.URL+"/v1/responses/"+made.ID, nil)
+	res, err = tg.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body := readBodyT(t, res); res.StatusCode != 200 || !strings.Contains(body, made.ID) {
+		t.Fatalf("get %s: %d %s", made.ID, res.StatusCode, body)
+	}
+	req, _ = http.NewRequest(http.MethodGet, tg.URL+"/v1/responses/resp_nowhere", nil)
+	res, err = tg.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body := readBodyT(t, res); res.StatusCode != http.StatusBadGateway || !strings.Contains(body, `"code":"backend_unavailable"`) {
+		t.Fatalf("unknown id with a failing backend: %d %s", res.StatusCode, body)
+	}
+}
+
+// TestResponseOwnersBounded: the id -> backend table keeps at most
+// responseCacheSize ids, dropping the oldest first.
+func TestResponseOwnersBounded(t *testing.T) {
+	var o responseOwners
+	for i := range responseCacheSize + 10 {
+		o.put("resp_"+strconv.Itoa(i), responseOwner{})
+	}
+	if n := len(o.m); n != responseCacheSize {
+		t.Fatalf("%d ids held", n)
+	}
+	if _, ok := o.get("resp_9"); ok {
+		t.Fatal("the oldest ids were kept")
+	}
+	if _, ok := o.get("resp_10"); !ok {
+		t.Fatal("a recent id was dropped")
+	}
+	o.forget("resp_10")
+	o.put("resp_x", responseOwner{})
+	if n := len(o.m); n != responseCacheSize {
+		t.Fatalf("%d ids held after forget and put", n)
+	}
+}
