@@ -481,3 +481,39 @@ func TestResponseOwnersBounded(t *testing.T) {
 		t.Fatalf("%d ids held after forget and put", n)
 	}
 }
+
+// TestE2EResponsesStreamReplay: a background stream created through one
+// gateway is replayed by id (?stream=true&starting_after=N) through a
+// second one, from the backend that holds it, and ends at
+// response.completed without the gateway calling it broken.
+func TestE2EResponsesStreamReplay(t *testing.T) {
+	e := startResponses(t, 2, sim.Config{MaxModelLen: 4096, OutputTokens: 4})
+	stream := e.sdk.Responses.NewStreaming(t.Context(), responses.ResponseNewParams{
+		Model: "m", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("Hi.")},
+		Background: openai.Bool(true),
+	})
+	var id string
+	n := 0
+	for stream.Next() {
+		if ev := stream.Current(); ev.Type == "response.created" {
+			id = ev.Response.ID
+		}
+		n++
+	}
+	if err := stream.Err(); err != nil || id == "" {
+		t.Fatalf("background stream: %v (id %q)", err, id)
+	}
+	tg2, _ := e.gateway(t)
+	req, _ := http.NewRequest(http.MethodGet, tg2.URL+"/v1/responses/"+id+"?stream=true&starting_after=2", nil)
+	res, err := tg2.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := readBodyT(t, res)
+	events := strings.Count(body, "\nevent: ") + 1
+	if res.StatusCode != 200 || !strings.HasPrefix(body, "event: ") || events != n-3 ||
+		!strings.HasSuffix(strings.TrimSpace(body[strings.LastIndex(body, "event: "):]), "}") ||
+		!strings.Contains(body[strings.LastIndex(body, "event: "):], "event: response.completed") || strings.Contains(body, "backend_disconnected") {
+		t.Fatalf("replay after event 2 of %d: %d %s", n, res.StatusCode, body)
+	}
+}
