@@ -92,6 +92,12 @@ func responsesModel(m Model, req *ojson.Value, body []byte) (Decision, *Rejectio
 		dec.Uncounted = NoTokenizer
 		return responsesUncountedFit(dec, m)
 	}
+	if harmony(m.Counter) {
+		// vLLM renders a gpt-oss model's Responses with its own harmony
+		// messages (system, developer), not the chat template.
+		dec.Uncounted, dec.Detail = NotExact, "harmony (gpt-oss): vLLM builds the Responses prompt itself"
+		return responsesUncountedFit(dec, m)
+	}
 	conv, why := responsesConversation(req)
 	if why != "" {
 		dec.Uncounted, dec.Detail = NotExact, why
@@ -263,4 +269,11 @@ func responsesConversation(req *ojson.Value) (*ojson.Value, string) {
 		}
 	}
 	return &ojson.Value{Kind: ojson.Object, Members: []ojson.Member{{Key: "messages", Value: msgs}}}, ""
+}
+
+// harmony reports whether the counter's chat template is OpenAI's harmony
+// format (gpt-oss), for which vLLM does not use the template here.
+func harmony(c Counter) bool {
+	t, ok := c.(interface{ ChatTemplate() *tokenize.Template })
+	return ok && t.ChatTemplate() != nil && strings.Contains(t.ChatTemplate().Source(), "<|channel|>")
 }

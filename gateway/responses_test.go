@@ -20,7 +20,9 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/maitred-dev/maitred/internal/fixtures"
 	"github.com/maitred-dev/maitred/sim"
+	"github.com/maitred-dev/maitred/tokenize"
 )
 
 type responsesE2E struct {
@@ -280,6 +282,17 @@ func TestResponsesCountedExactly(t *testing.T) {
 	}
 }
 
+// TestResponsesModelOptional: vLLM's Responses request may leave out
+// model (the server's one model); with one model configured the gateway
+// does the same.
+func TestResponsesModelOptional(t *testing.T) {
+	e := startResponses(t, 1, sim.Config{OutputTokens: 2})
+	res := e.gw.post(t, "/v1/responses", `{"input":"hi","max_output_tokens":4}`)
+	if body := readBodyT(t, res); res.StatusCode != 200 || !strings.Contains(body, `"status":"completed"`) {
+		t.Fatalf("%d %s", res.StatusCode, body)
+	}
+}
+
 func isResponsesPath(p string) bool { return strings.HasPrefix(p, "/v1/responses") }
 
 // TestResponsesBadInputsNeverReachBackend: the error table. Each bad input
@@ -515,5 +528,33 @@ func TestE2EResponsesStreamReplay(t *testing.T) {
 		!strings.HasSuffix(strings.TrimSpace(body[strings.LastIndex(body, "event: "):]), "}") ||
 		!strings.Contains(body[strings.LastIndex(body, "event: "):], "event: response.completed") || strings.Contains(body, "backend_disconnected") {
 		t.Fatalf("replay after event 2 of %d: %d %s", n, res.StatusCode, body)
+	}
+}
+
+// TestResponsesHarmonyUncounted: vLLM builds a gpt-oss model's Responses
+// prompt with its own harmony messages, not the chat template, so the door
+// does not count it: an input the template would put over the context is
+// forwarded for vLLM to judge (zero false rejections).
+func TestResponsesHarmonyUncounted(t *testing.T) {
+	// The fixture folder has no template: a harmony-shaped one stands in
+	// for gpt-oss's.
+	harmonyTemplate := "{% for m in messages %}<|start|>{{ m.role }}<|message|>{{ m.content }}<|end|>{% endfor %}" +
+		"{% if add_generation_prompt %}<|start|>assistant<|channel|>final<|message|>{% endif %}"
+	tok, err := tokenize.LoadDir(fixtures.ModelDir(t, "gptoss"), tokenize.LoadOptions{ChatTemplate: harmonyTemplate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := sim.New(sim.Config{Model: "m", MaxModelLen: 64, Tokenizer: sim.ModelTokenizer(tok)}, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+	tg := startGatewayToks(t, tok, nil, httptestServer(t, s))
+	long := strings.TrimSpace(strings.Repeat("word ", 100))
+	res := tg.post(t, "/v1/responses", `{"model":"m","input":"`+long+`"}`)
+	body := readBodyT(t, res)
+	if got := clientRequests(s, isResponsesPath); len(got) != 1 {
+		t.Fatalf("the request did not reach the backend (%d %s)", res.StatusCode, body)
+	}
+	// Chat stays counted for the same model.
+	res = tg.post(t, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"`+long+`"}]}`)
+	if body := readBodyT(t, res); res.StatusCode != 400 || !strings.Contains(body, "context_length_exceeded") {
+		t.Fatalf("chat: %d %s", res.StatusCode, body)
 	}
 }
