@@ -39,7 +39,8 @@
 // (instructions as the system message) counted through the chat template,
 // and the context rule with max_output_tokens as the requested output.
 // What it cannot reproduce (previous_response_id, non-message items,
-// non-text parts, tools, reasoning) is forwarded uncounted (NotExact).
+// non-text parts, tools, reasoning, a harmony template: gpt-oss) is
+// forwarded uncounted (NotExact).
 //
 // Where the count cannot be exact (no tokenizer, multimodal parts, a
 // template feature reproduced only approximately, an unknown context
