@@ -44,6 +44,15 @@
 // Door.CountMessages is the same check for count_tokens, without
 // max_tokens. Blocks other than text, and fields that change the
 // rendering (tools, thinking), forward the request uncounted.
+// A Responses request (responses.go) has its own steps after the model
+// (which it may leave out when one is configured, as vLLM allows): the
+// typed fields, the input (a string or items; message items need a role
+// vLLM accepts and string or list content), the conversation vLLM builds
+// (instructions as the system message) counted through the chat template,
+// and the context rule with max_output_tokens as the requested output.
+// What it cannot reproduce (previous_response_id, non-message items,
+// non-text parts, tools, reasoning, a harmony template: gpt-oss) is
+// forwarded uncounted (NotExact).
 //
 // Where the count cannot be exact (no tokenizer, multimodal parts, a
 // template feature reproduced only approximately, an unknown context

@@ -64,6 +64,9 @@ func (d *Door) Check(ep Endpoint, body []byte) (Decision, *Rejection) {
 	if rej := checkKeyCase(req, ""); rej != nil {
 		return Decision{}, rej
 	}
+	if ep == Responses { // its model may be left out (responses.go)
+		return d.checkResponses(req, body)
+	}
 	// 2. A known model.
 	m, rej := d.model(req)
 	if rej != nil {

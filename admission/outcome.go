@@ -21,7 +21,8 @@ const (
 	Transcriptions // /v1/audio/transcriptions (a multipart form: CheckForm)
 	Translations   // /v1/audio/translations (a multipart form: CheckForm)
 
-	Messages // /v1/messages (Anthropic), /v1/messages/count_tokens
+	Messages  // /v1/messages (Anthropic), /v1/messages/count_tokens
+	Responses // /v1/responses (OpenAI Responses API)
 	numEndpoints
 )
 
@@ -37,6 +38,7 @@ var endpointNames = [...]string{
 	Transcriptions: "transcriptions",
 	Translations:   "translations",
 	Messages:       "messages",
+	Responses:      "responses",
 }
 
 func (e Endpoint) String() string {
@@ -49,7 +51,9 @@ func (e Endpoint) String() string {
 // Generates reports whether the endpoint generates tokens: its requests
 // ask for an output budget (max_tokens). A pooling endpoint's requested
 // output is 0: it only reads its inputs.
-func (e Endpoint) Generates() bool { return e == Chat || e == Completions || e == Messages }
+func (e Endpoint) Generates() bool {
+	return e == Chat || e == Completions || e == Messages || e == Responses
+}
 
 // Reason is why the door rejected a request. It is a small closed set that
 // doubles as the reason label of maitred_rejections_total, so dashboards

@@ -26,6 +26,7 @@
 //
 // The model APIs (chat, completions, embeddings, /pooling, /classify,
 // score, rerank, Anthropic's /v1/messages) share one pipeline, admit (pipeline.go), and differ only
+// score, rerank, Responses) share one pipeline, admit (pipeline.go), and differ only
 // by their entry in the endpoint table, an api value: how the body is
 // read (readJSON), which admission.Endpoint the door checks it as (how
 // the model is found, the input checked and counted, the output it
@@ -46,6 +47,12 @@
 // conversation the door converted it to) and the sampled tokenizer check
 // apply. Each route is one line of the
 // router's table. A request is read once (within max_body_bytes) and goes
+// and the sampled tokenizer check apply, and the event that ends its
+// stream when it is not [DONE] (a Responses stream's response.completed).
+// Each route is one line of the router's table. GET /v1/responses/{id}
+// and its cancel (responses.go) name no model: they go to the backend
+// that holds the id, found by asking every ready backend at once, with a
+// bounded id -> backend table as a fast path; no state across replicas. A request is read once (within max_body_bytes) and goes
 // through the door (admission.Door: strict parse, shape, chat template,
 // exact context check), then waits in its model's admission.Pool for a
 // backend with room, and its original bytes are forwarded unchanged through

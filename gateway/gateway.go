@@ -65,6 +65,8 @@ type Gateway struct {
 	// configured model.
 	noModel modelMetrics
 	triage  *triage.Engine
+	// responses remembers which backend holds a Responses API id.
+	responses responseOwners
 }
 
 // Phase is the gateway's lifecycle: starting until the first probe round is
@@ -182,6 +184,9 @@ func (g *Gateway) routes() http.Handler {
 		{"/v1/audio/translations", post, g.serveAPI("/v1/audio/translations", translationsAPI)},
 		{"/v1/messages", post, g.serveAPI("/v1/messages", messagesAPI)},
 		{"/v1/messages/count_tokens", post, g.serveIn(anthropicErrors, "/v1/messages/count_tokens", g.countTokens)},
+		{"/v1/responses", post, g.serveAPI("/v1/responses", responsesAPI)},
+		{"/v1/responses/{id}", get, g.serve("/v1/responses/{id}", g.responseByID)},
+		{"/v1/responses/{id}/cancel", post, g.serve("/v1/responses/{id}/cancel", g.responseByID)},
 		{"/version", get, g.serve("/version", g.version)},
 		{"/tokenize", post, g.serve("/tokenize", g.tokenize)},
 		{"/detokenize", post, g.serve("/detokenize", g.detokenize)},
@@ -209,10 +214,20 @@ func (g *Gateway) routes() http.Handler {
 		return &Error{Status: http.StatusNotFound, Type: typeInvalidRequest, Code: codeUnknownURL, Layer: triage.LayerDoor,
 			Message: "Invalid URL (" + r.Method + " " + r.URL.Path + ")"}
 	}))
-	r.MethodNotAllowed(g.serve("unmatched", func(w http.ResponseWriter, r *http.Request, _ *exchange) error {
-		w.Header().Set("Allow", allow[r.URL.Path]) // RFC 9110: a 405 names the methods that are
+	r.MethodNotAllowed(g.serve("unmatched", func(w http.ResponseWriter, req *http.Request, _ *exchange) error {
+		methods, ok := allow[req.URL.Path]
+		if !ok { // a path with a parameter (/v1/responses/{id}): ask the router
+			var ms []string
+			for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost} {
+				if r.Match(chi.NewRouteContext(), m, req.URL.Path) {
+					ms = append(ms, m)
+				}
+			}
+			methods = strings.Join(ms, ", ")
+		}
+		w.Header().Set("Allow", methods) // RFC 9110: a 405 names the methods that are
 		return &Error{Status: http.StatusMethodNotAllowed, Type: typeInvalidRequest, Code: codeMethodNotAllowed, Layer: triage.LayerDoor,
-			Message: "Method " + r.Method + " is not allowed for " + r.URL.Path + "; use " + allow[r.URL.Path] + "."}
+			Message: "Method " + req.Method + " is not allowed for " + req.URL.Path + "; use " + methods + "."}
 	}))
 	// A request framed two ways is refused before any route sees it.
 	ambiguous := g.serve("unmatched", func(w http.ResponseWriter, r *http.Request, _ *exchange) error {

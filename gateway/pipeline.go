@@ -36,6 +36,10 @@ type api struct {
 	affinity      bool
 	tokenizeCheck bool
 	stream        *streamShape
+	// pin, when set, may confine the request to some of its model's
+	// backends: it returns the slots to exclude (a Responses continuation
+	// must reach the backend holding the previous response).
+	pin func(g *Gateway, r *http.Request, x *exchange, dec admission.Decision) ([]int, error)
 }
 
 // The model API families maitred admits.
@@ -48,7 +52,8 @@ var (
 	scoreAPI       = &api{read: readJSON, door: admission.Score, errors: openAIErrors}
 	rerankAPI      = &api{read: readJSON, door: admission.Rerank, errors: openAIErrors}
 	// transcriptionsAPI and translationsAPI read a streamed upload: audio.go.
-	messagesAPI = &api{read: readJSON, door: admission.Messages, errors: anthropicErrors, affinity: true, stream: anthropicStream}
+	messagesAPI  = &api{read: readJSON, door: admission.Messages, errors: anthropicErrors, affinity: true, stream: anthropicStream}
+	responsesAPI = &api{read: readJSON, door: admission.Responses, errors: openAIErrors, stream: responsesStream, pin: pinPreviousResponse}
 )
 
 // bodyReader reads a request's body for the door. A failure it returns is
@@ -116,6 +121,11 @@ func (g *Gateway) admit(a *api) handlerFunc {
 		t := ticket(rt, ep, dec, len(body), class)
 		if a.affinity && rt.affinity > 0 {
 			t.Affinity = prefixHash(rt, ep, dec)
+		}
+		if a.pin != nil {
+			if t.Exclude, err = a.pin(g, r, x, dec); err != nil {
+				return err
+			}
 		}
 		err = g.dispatch(w, r, x, t, className, dec.Body)
 		if err == nil && a.tokenizeCheck && dec.Uncounted == admission.Counted {
