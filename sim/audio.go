@@ -366,14 +366,7 @@ func (s *Server) audio(w http.ResponseWriter, r *http.Request, cfg Config, trans
 	j.log.Debug("sim request accepted", zap.Int64("audio_bytes", form.size), zap.Int("prompt_tokens", P), zap.Bool("stream", req.stream))
 
 	if !req.stream {
-		if err := j.run(ctx, nil); err != nil {
-			if err == errStopped {
-				writeAPIError(w, generationError())
-			}
-			return
-		}
-		if ctx.Err() != nil {
-			_ = j.fail(ctx, errClientGone, "write")
+		if !j.runWhole(ctx, w, writeAPIError) {
 			return
 		}
 		text := j.text.String()
@@ -391,12 +384,10 @@ func (s *Server) audio(w http.ResponseWriter, r *http.Request, cfg Config, trans
 		return
 	}
 
-	sw, err := startSSE(w)
-	if err != nil {
-		s.aborted(j.log, cfg.Model, 1, "write")
+	sw := j.startStream(w)
+	if sw == nil {
 		return
 	}
-	j.stream = true
 	object := "transcription.chunk"
 	if translate {
 		object = "translation.chunk"
@@ -412,7 +403,7 @@ func (s *Server) audio(w http.ResponseWriter, r *http.Request, cfg Config, trans
 		}
 		return sw.frame("", marshal(c))
 	}
-	err = j.run(ctx, func(step int, tok string) error {
+	err := j.run(ctx, func(step int, tok string) error {
 		if step == j.target-1 && j.finish == "length" {
 			return send(audioChoiceFinal{Delta: audioDelta{Content: tok}, FinishReason: "length"})
 		}

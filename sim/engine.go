@@ -178,6 +178,36 @@ func (s *Server) admissionFaults(ctx context.Context, w http.ResponseWriter, cfg
 	return true
 }
 
+// runWhole generates a non-streaming answer to its end. It reports false
+// when the request ended otherwise: shutdown (answered with the family's
+// generation error, written by writeErr) or a client gone (counted as an
+// abort); the caller then writes nothing more.
+func (j *job) runWhole(ctx context.Context, w http.ResponseWriter, writeErr func(http.ResponseWriter, *apiError)) bool {
+	if err := j.run(ctx, nil); err != nil {
+		if err == errStopped {
+			writeErr(w, generationError())
+		}
+		return false
+	}
+	if ctx.Err() != nil {
+		_ = j.fail(ctx, errClientGone, "write")
+		return false
+	}
+	return true
+}
+
+// startStream sends a streaming answer's headers; a client already gone
+// is counted as an abort and nil returned.
+func (j *job) startStream(w http.ResponseWriter) *sseWriter {
+	sw, err := startSSE(w)
+	if err != nil {
+		j.s.aborted(j.log, j.cfg.Model, 1, "write")
+		return nil
+	}
+	j.stream = true
+	return sw
+}
+
 // sseWriter writes "event: <name>\ndata: <json>\n\n" frames (the Responses
 // and Anthropic streams) or bare "data:" frames, flushing each.
 type sseWriter struct {

@@ -489,14 +489,7 @@ func (s *Server) messagesCreate(w http.ResponseWriter, r *http.Request, body []b
 	j := s.newJob(cfg, log.With(zap.String("request_id", id)), arrival, P, plans[0].budget)
 	j.log.Debug("sim request accepted", zap.Int("prompt_tokens", P), zap.Int("max_tokens", plans[0].budget), zap.Bool("stream", req.stream))
 	if !req.stream {
-		if err := j.run(ctx, nil); err != nil {
-			if err == errStopped {
-				writeAnthropicError(w, generationError())
-			}
-			return
-		}
-		if ctx.Err() != nil {
-			_ = j.fail(ctx, errClientGone, "write")
+		if !j.runWhole(ctx, w, writeAnthropicError) {
 			return
 		}
 		text := j.text.String()
@@ -509,12 +502,10 @@ func (s *Server) messagesCreate(w http.ResponseWriter, r *http.Request, body []b
 		j.done()
 		return
 	}
-	sw, err := startSSE(w)
-	if err != nil {
-		s.aborted(j.log, cfg.Model, 1, "write")
+	sw := j.startStream(w)
+	if sw == nil {
 		return
 	}
-	j.stream = true
 	send := func(ev anthropicEvent) error { return sw.frame(ev.Type, marshal(ev)) }
 	zero := 0
 	err = j.run(ctx, func(step int, tok string) error {

@@ -507,14 +507,7 @@ func (s *Server) responsesCreate(w http.ResponseWriter, r *http.Request, body []
 		return
 	}
 	if !req.stream {
-		if err := j.run(ctx, nil); err != nil {
-			if err == errStopped {
-				writeAPIError(w, generationError())
-			}
-			return
-		}
-		if ctx.Err() != nil {
-			_ = j.fail(ctx, errClientGone, "write")
+		if !j.runWhole(ctx, w, writeAPIError) {
 			return
 		}
 		final := finalResponse(base, j)
@@ -525,12 +518,10 @@ func (s *Server) responsesCreate(w http.ResponseWriter, r *http.Request, body []
 		j.done()
 		return
 	}
-	sw, err := startSSE(w)
-	if err != nil {
-		s.aborted(j.log, cfg.Model, 1, "write")
+	sw := j.startStream(w)
+	if sw == nil {
 		return
 	}
-	j.stream = true
 	ev := &respEvents{emit: func(name string, data []byte) error { return sw.frame(name, data) }}
 	if err := ev.run(ctx, j, base); err != nil {
 		if err == errStopped {
