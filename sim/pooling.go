@@ -96,18 +96,7 @@ func (s *Server) pool(w http.ResponseWriter, r *http.Request, body []byte, k poo
 	cfg := s.Config()
 	log := s.log.With(zap.String("route", r.URL.Path))
 
-	if s.stopped() {
-		s.reject(w, failError(http.StatusServiceUnavailable, ""))
-		return
-	}
-	if cfg.Hang {
-		log.Debug("sim hanging request (Hang)")
-		select {
-		case <-ctx.Done():
-			s.aborted(log, cfg.Model, 1, "hang")
-		case <-s.stop:
-			s.reject(w, generationError())
-		}
+	if s.turnedAway(ctx, w, cfg, log) {
 		return
 	}
 	if e := checkContentType(r); e != nil {
