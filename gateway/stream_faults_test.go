@@ -302,14 +302,17 @@ func TestShortBackendBodyIsTheBackends(t *testing.T) {
 	}
 }
 
-// TestAbandonedStreamIsLogged499: a client that leaves mid-stream is
-// logged as 499 client_closed, as the README says, and the backend
-// request is cancelled.
-func TestAbandonedStreamIsLogged499(t *testing.T) {
+// leaveStream runs a streamed request through a gateway to a backend that
+// sends events and then holds its connection until the upstream request
+// is cancelled; the client reads up to the first line starting with
+// prefix, then closes. It returns the gateway's request log once the
+// request has ended.
+func leaveStream(t *testing.T, events, prefix string) (*testGateway, *observer.ObservedLogs) {
+	t.Helper()
 	cancelled := make(chan struct{}, 1)
 	fb := newFakeBackend(t, "m", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
-		io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n")
+		io.WriteString(w, events)
 		http.NewResponseController(w).Flush()
 		<-r.Context().Done()
 		cancelled <- struct{}{}
@@ -321,15 +324,23 @@ func TestAbandonedStreamIsLogged499(t *testing.T) {
 	for {
 		line, err := rd.ReadString('\n')
 		if err != nil {
-			t.Fatalf("no first event: %v", err)
+			t.Fatalf("no line starting %q: %v", prefix, err)
 		}
-		if strings.HasPrefix(line, "data: ") {
+		if strings.HasPrefix(line, prefix) {
 			break
 		}
 	}
 	c.Close()
 	<-cancelled
 	tg.quiesce()
+	return tg, logs
+}
+
+// TestAbandonedStreamIsLogged499: a client that leaves mid-stream is
+// logged as 499 client_closed, as the README says, and the backend
+// request is cancelled.
+func TestAbandonedStreamIsLogged499(t *testing.T) {
+	tg, logs := leaveStream(t, "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n", "data: ")
 	checkLine(t, logs, 499, outcomeClientClosed, "client")
 	if m := tg.gathered(t); strings.Contains(m, "maitred_backend_errors_total{") {
 		t.Errorf("a client leaving was counted against the backend")
@@ -356,29 +367,6 @@ func TestBreakAfterOversizedPartialEventStartsAFreshEvent(t *testing.T) {
 // (openai-go does). The answer was complete: the request is a success
 // (200, no outcome), not a 499 client_closed.
 func TestClientLeavingAfterDoneIsASuccess(t *testing.T) {
-	cancelled := make(chan struct{}, 1)
-	fb := newFakeBackend(t, "m", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n")
-		http.NewResponseController(w).Flush()
-		<-r.Context().Done() // the backend's connection ends only after the client left
-		cancelled <- struct{}{}
-	})
-	tg, logs := startLoggedGateway(t, nil, fb.URL)
-	c := rawRequest(t, tg.URL, streamBody)
-	c.SetReadDeadline(time.Now().Add(20 * time.Second))
-	rd := bufio.NewReader(c)
-	for {
-		line, err := rd.ReadString('\n')
-		if err != nil {
-			t.Fatalf("no [DONE]: %v", err)
-		}
-		if strings.HasPrefix(line, "data: [DONE]") {
-			break
-		}
-	}
-	c.Close()
-	<-cancelled
-	tg.quiesce()
+	_, logs := leaveStream(t, "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n", "data: [DONE]")
 	checkLine(t, logs, 200, "", "")
 }
