@@ -157,8 +157,8 @@ func (s *Server) rejectWith(w http.ResponseWriter, e *apiError, write errorWrite
 	write(w, e)
 }
 
-// admissionFaults applies the faults every generation route shares before
-// parsing: 503 once stopped, and Hang. It reports whether the request was
+// admissionFaults applies the faults every engine route (generation and
+// pooling) shares before parsing: 503 once stopped, and Hang. It reports whether the request was
 // answered (or abandoned) already.
 func (s *Server) admissionFaults(ctx context.Context, w http.ResponseWriter, cfg Config, log *zap.Logger, write errorWriter) bool {
 	if s.stopped() {

@@ -47,36 +47,7 @@ type choiceState struct {
 
 // reject writes an error answer for a generation request and counts it.
 func (s *Server) reject(w http.ResponseWriter, e *apiError) {
-	s.count(func(st *Stats) {
-		if e.Status >= 500 {
-			st.Failed++
-		} else {
-			st.Rejected++
-		}
-	})
-	writeAPIError(w, e)
-}
-
-// turnedAway answers a request the engine takes no request in for: a
-// server shutting down (503), or a Hang fault (held until the client
-// leaves, counted as an abort, or until shutdown). It reports whether it
-// answered.
-func (s *Server) turnedAway(ctx context.Context, w http.ResponseWriter, cfg Config, log *zap.Logger) bool {
-	if s.stopped() {
-		s.reject(w, failError(http.StatusServiceUnavailable, ""))
-		return true
-	}
-	if !cfg.Hang {
-		return false
-	}
-	log.Debug("sim hanging request (Hang)")
-	select {
-	case <-ctx.Done():
-		s.aborted(log, cfg.Model, 1, "hang")
-	case <-s.stop:
-		s.reject(w, generationError())
-	}
-	return true
+	s.rejectWith(w, e, writeAPIError)
 }
 
 // generate serves /v1/chat/completions and /v1/completions.
@@ -86,7 +57,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, body []byte, k
 	cfg := s.Config()
 	log := s.log.With(zap.String("route", r.URL.Path))
 
-	if s.turnedAway(ctx, w, cfg, log) {
+	if s.admissionFaults(ctx, w, cfg, log, writeAPIError) {
 		return
 	}
 	if e := checkContentType(r); e != nil {

@@ -96,7 +96,7 @@ func (s *Server) pool(w http.ResponseWriter, r *http.Request, body []byte, k poo
 	cfg := s.Config()
 	log := s.log.With(zap.String("route", r.URL.Path))
 
-	if s.turnedAway(ctx, w, cfg, log) {
+	if s.admissionFaults(ctx, w, cfg, log, writeAPIError) {
 		return
 	}
 	if e := checkContentType(r); e != nil {
