@@ -158,55 +158,65 @@ func (g *Gateway) Phase() Phase { return Phase(g.phase.Load()) }
 // Handler returns the gateway's HTTP handler.
 func (g *Gateway) Handler() http.Handler { return g.handler }
 
-// route is one path the gateway serves and the methods it answers.
+// route is one path the gateway serves, the methods it answers, and its
+// handler, built for the path (the path is its endpoint label).
 type route struct {
 	path    string
 	methods []string
-	h       http.Handler
+	h       func(path string) http.Handler
 }
 
 func (g *Gateway) routes() http.Handler {
 	get, post, probe := []string{http.MethodGet}, []string{http.MethodPost}, []string{http.MethodGet, http.MethodHead}
+	// model runs a model API family through the shared pipeline; local
+	// serves a handler in OpenAI's envelope.
+	model := func(a *api) func(string) http.Handler {
+		return func(path string) http.Handler { return g.serveAPI(path, a) }
+	}
+	local := func(h handlerFunc) func(string) http.Handler {
+		return func(path string) http.Handler { return g.serve(path, h) }
+	}
 	table := []route{
 		// The model APIs: one line each, the family's api value saying
 		// how the shared pipeline (admit) runs it.
-		{"/v1/chat/completions", post, g.serveAPI("/v1/chat/completions", chatAPI)},
-		{"/v1/completions", post, g.serveAPI("/v1/completions", completionsAPI)},
-		{"/v1/embeddings", post, g.serveAPI("/v1/embeddings", embeddingsAPI)},
-		{"/pooling", post, g.serveAPI("/pooling", poolingAPI)},
-		{"/classify", post, g.serveAPI("/classify", classifyAPI)},
-		{"/score", post, g.serveAPI("/score", scoreAPI)},
-		{"/v1/score", post, g.serveAPI("/v1/score", scoreAPI)},
-		{"/rerank", post, g.serveAPI("/rerank", rerankAPI)},
-		{"/v1/rerank", post, g.serveAPI("/v1/rerank", rerankAPI)},
-		{"/v2/rerank", post, g.serveAPI("/v2/rerank", rerankAPI)},
-		{"/v1/audio/transcriptions", post, g.serveAPI("/v1/audio/transcriptions", transcriptionsAPI)},
-		{"/v1/audio/translations", post, g.serveAPI("/v1/audio/translations", translationsAPI)},
-		{"/v1/messages", post, g.serveAPI("/v1/messages", messagesAPI)},
-		{"/v1/messages/count_tokens", post, g.serveIn(anthropicErrors, "/v1/messages/count_tokens", g.countTokens)},
-		{"/v1/responses", post, g.serveAPI("/v1/responses", responsesAPI)},
-		{"/v1/responses/{id}", get, g.serve("/v1/responses/{id}", g.responseByID)},
-		{"/v1/responses/{id}/cancel", post, g.serve("/v1/responses/{id}/cancel", g.responseByID)},
-		{"/version", get, g.serve("/version", g.version)},
-		{"/tokenize", post, g.serve("/tokenize", g.tokenize)},
-		{"/detokenize", post, g.serve("/detokenize", g.detokenize)},
-		{"/v1/chat/completions/render", post, g.serve("/v1/chat/completions/render", g.render(admission.Chat))},
-		{"/v1/completions/render", post, g.serve("/v1/completions/render", g.render(admission.Completions))},
-		{"/v1/models", get, g.serve("/v1/models", g.listModels)},
+		{"/v1/chat/completions", post, model(chatAPI)},
+		{"/v1/completions", post, model(completionsAPI)},
+		{"/v1/embeddings", post, model(embeddingsAPI)},
+		{"/pooling", post, model(poolingAPI)},
+		{"/classify", post, model(classifyAPI)},
+		{"/score", post, model(scoreAPI)},
+		{"/v1/score", post, model(scoreAPI)},
+		{"/rerank", post, model(rerankAPI)},
+		{"/v1/rerank", post, model(rerankAPI)},
+		{"/v2/rerank", post, model(rerankAPI)},
+		{"/v1/audio/transcriptions", post, model(transcriptionsAPI)},
+		{"/v1/audio/translations", post, model(translationsAPI)},
+		{"/v1/messages", post, model(messagesAPI)},
+		{"/v1/messages/count_tokens", post, func(path string) http.Handler { return g.serveIn(anthropicErrors, path, g.countTokens) }},
+		{"/v1/responses", post, model(responsesAPI)},
+		{"/v1/responses/{id}", get, local(g.responseByID)},
+		{"/v1/responses/{id}/cancel", post, local(g.responseByID)},
+		{"/version", get, local(g.version)},
+		{"/tokenize", post, local(g.tokenize)},
+		{"/detokenize", post, local(g.detokenize)},
+		{"/v1/chat/completions/render", post, local(g.render(admission.Chat))},
+		{"/v1/completions/render", post, local(g.render(admission.Completions))},
+		{"/v1/models", get, local(g.listModels)},
 		// Probes answer HEAD too: some load balancers send it.
-		{"/livez", probe, g.serve("/livez", g.livez)},
-		{"/readyz", probe, g.serve("/readyz", g.readyz)},
-		{"/health", probe, g.serve("/health", g.health)},
-		{"/debug/triage", get, g.serve("/debug/triage", g.debugTriage)},
-		{"/debug/backends", get, g.serve("/debug/backends", g.debugBackends)},
-		{"/", get, g.serve("/", g.statusPage)},
-		{"/metrics", get, promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{Registry: g.reg})},
+		{"/livez", probe, local(g.livez)},
+		{"/readyz", probe, local(g.readyz)},
+		{"/health", probe, local(g.health)},
+		{"/debug/triage", get, local(g.debugTriage)},
+		{"/debug/backends", get, local(g.debugBackends)},
+		{"/", get, local(g.statusPage)},
+		{"/metrics", get, func(string) http.Handler { return promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{Registry: g.reg}) }},
 	}
 	r := chi.NewRouter()
 	allow := map[string]string{}
 	for _, rt := range table {
+		h := rt.h(rt.path)
 		for _, m := range rt.methods {
-			r.Method(m, rt.path, rt.h)
+			r.Method(m, rt.path, h)
 		}
 		allow[rt.path] = strings.Join(rt.methods, ", ")
 	}
