@@ -43,6 +43,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/maitred-dev/maitred/config"
 	"github.com/maitred-dev/maitred/fleet"
 	"github.com/maitred-dev/maitred/gateway"
 	"github.com/maitred-dev/maitred/sim"
@@ -113,8 +114,8 @@ func run() error {
 	}
 	defer stopBare()
 
-	cfg := fleet.Default()
-	cfg.Models = []fleet.ModelConfig{{Name: "demo", Backends: []fleet.BackendConfig{{URL: simURL}}}}
+	cfg := config.Default()
+	cfg.Models = []config.ModelConfig{{Name: "demo", Backends: []config.BackendConfig{{URL: simURL}}}}
 	// The access log is on, at info, as in production; it is encoded as JSON
 	// and discarded so that the terminal is not the bottleneck.
 	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(io.Discard), zap.InfoLevel))
@@ -174,7 +175,7 @@ func serve(h http.Handler) (string, func(), error) {
 // serveGateway runs a gateway for cfg on loopback, probes its backends
 // once and marks it serving. It returns its URL, the transport it reaches
 // backends with, and how to stop it.
-func serveGateway(cfg fleet.Config, log *zap.Logger) (string, *http.Transport, func(), error) {
+func serveGateway(cfg config.Config, log *zap.Logger) (string, *http.Transport, func(), error) {
 	fl, err := fleet.New(cfg, &http.Client{Transport: poolTransport()}, log, nil)
 	if err != nil {
 		return "", nil, nil, err

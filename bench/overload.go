@@ -14,7 +14,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/maitred-dev/maitred/fleet"
+	"github.com/maitred-dev/maitred/config"
 	"github.com/maitred-dev/maitred/sim"
 )
 
@@ -35,9 +35,9 @@ func overload(capacityRPS int, d1, d3 time.Duration) error {
 		return err
 	}
 	defer stopSim()
-	cfg := fleet.Default()
-	cfg.Models = []fleet.ModelConfig{{Name: "demo", QueueSize: 64, QueueTimeout: fleet.Duration(2 * time.Second),
-		Backends: []fleet.BackendConfig{{URL: simURL, MaxInFlight: inFlight}}}}
+	cfg := config.Default()
+	cfg.Models = []config.ModelConfig{{Name: "demo", QueueSize: 64, QueueTimeout: config.Duration(2 * time.Second),
+		Backends: []config.BackendConfig{{URL: simURL, MaxInFlight: inFlight}}}}
 	gwURL, _, stopGW, err := serveGateway(cfg, zap.NewNop())
 	if err != nil {
 		return err

@@ -16,7 +16,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/maitred-dev/maitred/fleet"
+	"github.com/maitred-dev/maitred/config"
 	"github.com/maitred-dev/maitred/sim"
 )
 
@@ -32,10 +32,10 @@ func slowBodies(n int, declared int64) error {
 		return err
 	}
 	defer stopSim()
-	cfg := fleet.Default()
-	cfg.ReadBodyTimeout = fleet.Duration(5 * time.Second)
+	cfg := config.Default()
+	cfg.ReadBodyTimeout = config.Duration(5 * time.Second)
 	cfg.MaxBodyBytes = max(cfg.MaxBodyBytes, declared)
-	cfg.Models = []fleet.ModelConfig{{Name: "demo", Backends: []fleet.BackendConfig{{URL: simURL}}}}
+	cfg.Models = []config.ModelConfig{{Name: "demo", Backends: []config.BackendConfig{{URL: simURL}}}}
 	gwURL, _, stopGW, err := serveGateway(cfg, zap.NewNop())
 	if err != nil {
 		return err

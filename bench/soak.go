@@ -12,7 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/maitred-dev/maitred/fleet"
+	"github.com/maitred-dev/maitred/config"
 	"github.com/maitred-dev/maitred/sim"
 )
 
@@ -31,8 +31,8 @@ func soak(n int, hold time.Duration) error {
 		return err
 	}
 	defer stopSim()
-	cfg := fleet.Default()
-	cfg.Models = []fleet.ModelConfig{{Name: "demo", QueueSize: n, Backends: []fleet.BackendConfig{{URL: simURL, MaxInFlight: 2 * n}}}}
+	cfg := config.Default()
+	cfg.Models = []config.ModelConfig{{Name: "demo", QueueSize: n, Backends: []config.BackendConfig{{URL: simURL, MaxInFlight: 2 * n}}}}
 	gwURL, gwTransport, stopGW, err := serveGateway(cfg, zap.NewNop())
 	if err != nil {
 		return err

@@ -1,6 +1,6 @@
-// Package fleet knows the backends: the configuration file that names them
-// (Config: defaults, strict decode with key paths, validation), their state
-// as seen by probes, and which one a request goes to.
+// Package fleet knows the backends: the models and backends named in the
+// configuration (package config), their state as seen by probes, and which
+// one a request goes to.
 //
 // # Model
 //

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/maitred-dev/maitred/config"
 )
 
 // State is where a backend stands, as seen by its probes.
@@ -280,7 +282,7 @@ type Fleet struct {
 	byName    map[string]*Model
 	client    *http.Client
 	log       *zap.Logger
-	health    HealthConfig
+	health    config.HealthConfig
 	now       func() time.Time
 	observers []func(m *Model, b *Backend, from, to State)
 }
@@ -288,7 +290,7 @@ type Fleet struct {
 // New builds the fleet described by cfg. client is used for probes. Backend
 // keys are read from the environment here, once. counters, by model name,
 // count the tokenizer probe locally; a model without one skips the probe.
-func New(cfg Config, client *http.Client, log *zap.Logger, counters map[string]PromptCounter) (*Fleet, error) {
+func New(cfg config.Config, client *http.Client, log *zap.Logger, counters map[string]PromptCounter) (*Fleet, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
@@ -580,10 +582,10 @@ func (f *Fleet) warmUp(ctx context.Context, m *Model, b *Backend) (State, string
 	b.warmupTTFT = ttft
 	b.mu.Unlock()
 	var mm *Mismatch
-	if m.counter != nil && m.TokenizerCheck != TokenizerOff {
+	if m.counter != nil && m.TokenizerCheck != config.TokenizerOff {
 		reason, found := f.tokenizerProbe(pctx, m, b)
 		switch {
-		case found != nil && m.TokenizerCheck == TokenizerWarn:
+		case found != nil && m.TokenizerCheck == config.TokenizerWarn:
 			found.Accepted = true
 			mm = found
 			f.log.Warn("tokenizer mismatch accepted (tokenizer_check: warn): prompt counts, context checks and budgets at the door may be off for this backend",

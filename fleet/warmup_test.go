@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/maitred-dev/maitred/config"
 )
 
 // fixedCounter counts every probe as n tokens, exactly.
@@ -67,8 +69,8 @@ func (c *fakeClock) Add(d time.Duration) {
 
 func tokFleet(t *testing.T, url, check string) (*Fleet, *Backend, *fakeClock) {
 	t.Helper()
-	cfg := Default()
-	cfg.Models = []ModelConfig{{Name: "m", TokenizerCheck: check, Backends: []BackendConfig{{URL: url}}}}
+	cfg := config.Default()
+	cfg.Models = []config.ModelConfig{{Name: "m", TokenizerCheck: check, Backends: []config.BackendConfig{{URL: url}}}}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +140,7 @@ func TestWarmupBacksOff(t *testing.T) {
 }
 
 func TestWarmupBackoffSchedule(t *testing.T) {
-	f := &Fleet{health: HealthConfig{Interval: Duration(time.Second), WarmupBackoffMax: Duration(2 * time.Minute)}}
+	f := &Fleet{health: config.HealthConfig{Interval: config.Duration(time.Second), WarmupBackoffMax: config.Duration(2 * time.Minute)}}
 	var got []time.Duration
 	for n := 1; n <= 10; n++ {
 		got = append(got, f.warmupBackoff(n))
@@ -154,7 +156,7 @@ func TestWarmupBackoffSchedule(t *testing.T) {
 // TestTokenizerCheckModes: warn makes a mismatching backend ready and
 // records the mismatch as accepted; off sends no /tokenize probe at all.
 func TestTokenizerCheckModes(t *testing.T) {
-	for _, check := range []string{TokenizerWarn, TokenizerOff} {
+	for _, check := range []string{config.TokenizerWarn, config.TokenizerOff} {
 		t.Run(check, func(t *testing.T) {
 			tb := newTokBackend(t, 7)
 			f, b, _ := tokFleet(t, tb.URL, check)
@@ -164,11 +166,11 @@ func TestTokenizerCheckModes(t *testing.T) {
 				t.Fatalf("state %s %q", st.State, st.Reason)
 			}
 			switch check {
-			case TokenizerWarn:
+			case config.TokenizerWarn:
 				if mm := st.Mismatch; mm == nil || !mm.Accepted || mm.Check != CheckTokenizer || mm.Gateway != 5 || mm.Backend != 7 {
 					t.Errorf("mismatch %+v", st.Mismatch)
 				}
-			case TokenizerOff:
+			case config.TokenizerOff:
 				if st.Mismatch != nil || tb.probes.Load() != 0 {
 					t.Errorf("mismatch %+v, %d /tokenize probes", st.Mismatch, tb.probes.Load())
 				}

@@ -24,7 +24,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/maitred-dev/maitred/fleet"
+	"github.com/maitred-dev/maitred/config"
 	"github.com/maitred-dev/maitred/sim"
 )
 
@@ -41,7 +41,7 @@ type audioE2E struct {
 }
 
 // startAudio serves one simulator for model "m" and a gateway in front.
-func startAudio(t *testing.T, mutate func(*fleet.Config)) *audioE2E {
+func startAudio(t *testing.T, mutate func(*config.Config)) *audioE2E {
 	t.Helper()
 	e := &audioE2E{}
 	e.sim = sim.New(sim.Config{Model: "m", OutputTokens: 4}, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
@@ -172,7 +172,7 @@ func (e *audioE2E) postAudio(t *testing.T, ct string, body io.Reader) (int, stri
 // TestAudioBadInputs: what the gateway can tell is wrong is answered in
 // OpenAI's envelope and the backend receives nothing.
 func TestAudioBadInputs(t *testing.T) {
-	e := startAudio(t, func(c *fleet.Config) { c.MaxAudioBodyBytes = 64 << 10 })
+	e := startAudio(t, func(c *config.Config) { c.MaxAudioBodyBytes = 64 << 10 })
 	before := e.engineRequests()
 	wav := string(testAudio[:1000])
 	big := strings.Repeat("x", 64<<10+formAllowance+1)
@@ -233,7 +233,7 @@ func TestAudioBadInputs(t *testing.T) {
 // TestAudioTooLargeDeclared: a declared length over the limit is refused
 // before any byte of the body is read.
 func TestAudioTooLargeDeclared(t *testing.T) {
-	e := startAudio(t, func(c *fleet.Config) { c.MaxAudioBodyBytes = 64 << 10 })
+	e := startAudio(t, func(c *config.Config) { c.MaxAudioBodyBytes = 64 << 10 })
 	before := e.engineRequests()
 	ct, body := form(t, "model", "m", "file", strings.Repeat("x", 64<<10+formAllowance))
 	status, got := e.postAudio(t, ct, bytes.NewReader(body))
@@ -369,7 +369,7 @@ func TestAudioUploadRetried(t *testing.T) {
 	live := httptest.NewServer(s.Handler())
 	t.Cleanup(func() { s.Close(); live.Close() })
 	dead := httptest.NewServer(s.Handler())
-	tg := startGateway(t, func(c *fleet.Config) { c.EjectAfter = 100 }, dead.URL, live.URL)
+	tg := startGateway(t, func(c *config.Config) { c.EjectAfter = 100 }, dead.URL, live.URL)
 	dead.Close() // ready at probe time, refusing now
 	ok := 0
 	for range 4 {
@@ -400,9 +400,9 @@ func TestAudioUploadRetried(t *testing.T) {
 // to the backend, or while it is spooled) is the client's failure: 413 or
 // 408, never a backend error, and the backend is not blamed.
 func TestAudioUploadFailsWhileStreaming(t *testing.T) {
-	e := startAudio(t, func(c *fleet.Config) {
+	e := startAudio(t, func(c *config.Config) {
 		c.MaxAudioBodyBytes = 64 << 10
-		c.ReadAudioBodyTimeout = fleet.Duration(300 * time.Millisecond)
+		c.ReadAudioBodyTimeout = config.Duration(300 * time.Millisecond)
 	})
 	for _, c := range []struct {
 		name       string

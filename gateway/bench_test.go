@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/maitred-dev/maitred/config"
 	"github.com/maitred-dev/maitred/fleet"
 )
 
@@ -41,8 +42,8 @@ func BenchmarkProxy(b *testing.B) {
 	})
 	defer bare.Close()
 
-	cfg := fleet.Default()
-	cfg.Models = []fleet.ModelConfig{{Name: "m", Backends: []fleet.BackendConfig{{URL: backend.URL}}}}
+	cfg := config.Default()
+	cfg.Models = []config.ModelConfig{{Name: "m", Backends: []config.BackendConfig{{URL: backend.URL}}}}
 	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(io.Discard), zap.InfoLevel))
 	gtr := NewTransport(cfg)
 	defer gtr.CloseIdleConnections()
@@ -81,8 +82,8 @@ func BenchmarkServeInProcess(b *testing.B) {
 	backend := newFakeBackend(b, "m", func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, benchAnswer)
 	})
-	cfg := fleet.Default()
-	cfg.Models = []fleet.ModelConfig{{Name: "m", Backends: []fleet.BackendConfig{{URL: backend.URL}}}}
+	cfg := config.Default()
+	cfg.Models = []config.ModelConfig{{Name: "m", Backends: []config.BackendConfig{{URL: backend.URL}}}}
 	gtr := NewTransport(cfg)
 	defer gtr.CloseIdleConnections()
 	fl, _ := fleet.New(cfg, &http.Client{Transport: gtr}, zap.NewNop(), nil)

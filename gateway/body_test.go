@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/maitred-dev/maitred/fleet"
+	"github.com/maitred-dev/maitred/config"
 )
 
 // TestDeclaredLengthsCostNothing: 400 connections each declare an 8 MiB
@@ -21,8 +21,8 @@ import (
 // other clients are served.
 func TestDeclaredLengthsCostNothing(t *testing.T) {
 	fb := newFakeBackend(t, "m", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, `{"choices":[]}`) })
-	tg := startGateway(t, func(c *fleet.Config) {
-		c.ReadBodyTimeout = fleet.Duration(2 * time.Second)
+	tg := startGateway(t, func(c *config.Config) {
+		c.ReadBodyTimeout = config.Duration(2 * time.Second)
 	}, fb.URL)
 	addr := rawGateway(t, tg)
 	const conns = 400
@@ -96,7 +96,7 @@ func TestDeclaredLengthsCostNothing(t *testing.T) {
 // closed) instead of being buffered; once they end, bodies are read again.
 func TestBodyBudgetSheds(t *testing.T) {
 	fb := newFakeBackend(t, "m", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, `{"choices":[]}`) })
-	tg := startGateway(t, func(c *fleet.Config) {
+	tg := startGateway(t, func(c *config.Config) {
 		c.MaxBodyBytes = 64 << 10
 		c.MaxBodyBytesInFlight = 64 << 10
 	}, fb.URL)

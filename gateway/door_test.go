@@ -27,6 +27,7 @@ import (
 	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/maitred-dev/maitred/config"
 	"github.com/maitred-dev/maitred/fleet"
 	"github.com/maitred-dev/maitred/internal/fixtures"
 	"github.com/maitred-dev/maitred/internal/ojson"
@@ -58,7 +59,7 @@ func loadTok(t *testing.T, name string) *tokenize.Model {
 // startCounted serves the simulator (model "m", its context maxLen, counting
 // with tok) behind a gateway that knows tok but not the context length: it
 // learns it from the backend's /v1/models.
-func startCounted(t *testing.T, tok *tokenize.Model, maxLen int, mutate func(*fleet.Config)) *e2e {
+func startCounted(t *testing.T, tok *tokenize.Model, maxLen int, mutate func(*config.Config)) *e2e {
 	t.Helper()
 	s := sim.New(sim.Config{Model: "m", MaxModelLen: maxLen, OutputTokens: 2, Tokenizer: sim.ModelTokenizer(tok)},
 		zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
@@ -70,7 +71,7 @@ func startCounted(t *testing.T, tok *tokenize.Model, maxLen int, mutate func(*fl
 }
 
 func TestDoorRulesOverHTTP(t *testing.T) {
-	e := startCounted(t, loadTok(t, "demo"), 64, func(c *fleet.Config) { c.MaxBodyBytes = 4096 })
+	e := startCounted(t, loadTok(t, "demo"), 64, func(c *config.Config) { c.MaxBodyBytes = 4096 })
 	words := strings.Repeat("lorem ipsum ", 40)
 	tests := []struct {
 		name, path, ctype, body string
@@ -182,7 +183,7 @@ func TestContextErrorIsTypedInTheSDK(t *testing.T) {
 }
 
 func TestClampLowersMaxTokens(t *testing.T) {
-	e := startCounted(t, loadTok(t, "demo"), 64, func(c *fleet.Config) { c.Models[0].OnOverflow = "clamp" })
+	e := startCounted(t, loadTok(t, "demo"), 64, func(c *config.Config) { c.Models[0].OnOverflow = "clamp" })
 	res := e.gw.post(t, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hello there"}],"max_tokens":500}`)
 	body := readBodyT(t, res)
 	if res.StatusCode != 200 || res.Header.Get("X-Maitred-Max-Tokens-Clamped") != "54" {
@@ -307,7 +308,7 @@ func TestSampledTokenizeCheckCountsMismatches(t *testing.T) {
 		}
 		io.WriteString(w, `{"choices":[]}`)
 	})
-	tg := startGatewayToks(t, loadTok(t, "demo"), func(c *fleet.Config) { c.Models[0].TokenizeCheckRate = 1 }, fb.URL)
+	tg := startGatewayToks(t, loadTok(t, "demo"), func(c *config.Config) { c.Models[0].TokenizeCheckRate = 1 }, fb.URL)
 	for range 3 {
 		readBodyT(t, tg.post(t, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":2}`))
 	}
@@ -526,8 +527,8 @@ func BenchmarkGatewayLongPretoken(b *testing.B) {
 	s := sim.New(sim.Config{Model: "m", MaxModelLen: 32768, Tokenizer: sim.ModelTokenizer(tok)}, zap.NewNop())
 	srv := httptest.NewServer(s.Handler())
 	defer func() { s.Close(); srv.Close() }()
-	cfg := fleet.Default()
-	cfg.Models = []fleet.ModelConfig{{Name: "m", Backends: []fleet.BackendConfig{{URL: srv.URL}}}}
+	cfg := config.Default()
+	cfg.Models = []config.ModelConfig{{Name: "m", Backends: []config.BackendConfig{{URL: srv.URL}}}}
 	gtr := NewTransport(cfg)
 	defer gtr.CloseIdleConnections()
 	toks := map[string]*tokenize.Model{"m": tok}
@@ -591,7 +592,7 @@ func TestBatchedCompletionsCountEveryPrompt(t *testing.T) {
 	s := sim.New(sim.Config{Model: "m", MaxModelLen: maxLen, OutputTokens: 1, Tokenizer: sim.ModelTokenizer(tok)}, zap.NewNop())
 	url := httptestServer(t, s)
 	core, logs := observer.New(zap.InfoLevel)
-	tg := startGatewayFull(t, tok, extras{log: zap.New(core)}, func(c *fleet.Config) {
+	tg := startGatewayFull(t, tok, extras{log: zap.New(core)}, func(c *config.Config) {
 		c.Models[0].Backends[0].KVTokens = 100_000
 	}, url)
 	direct := httptestServer(t, sim.New(sim.Config{Model: "m", MaxModelLen: maxLen, OutputTokens: 1, Tokenizer: sim.ModelTokenizer(tok)}, zap.NewNop()))

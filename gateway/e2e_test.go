@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/maitred-dev/maitred/config"
 	"github.com/maitred-dev/maitred/fleet"
 	"github.com/maitred-dev/maitred/sim"
 )
@@ -27,7 +28,7 @@ type e2e struct {
 	sdk openai.Client
 }
 
-func startE2E(t *testing.T, sc sim.Config, mutate func(*fleet.Config)) *e2e {
+func startE2E(t *testing.T, sc sim.Config, mutate func(*config.Config)) *e2e {
 	t.Helper()
 	sc.Model = "m"
 	// The gate holds generation back; it is set only after the warm-up
@@ -266,7 +267,7 @@ func TestE2ENonJSONBodyIs400InEnvelope(t *testing.T) {
 func TestE2EClientAuthorizationNeverReachesBackend(t *testing.T) {
 	t.Setenv("E2E_BACKEND_KEY", "backend-key")
 	e := startE2E(t, sim.Config{APIKey: "backend-key", OutputTokens: 2},
-		func(c *fleet.Config) { c.Models[0].Backends[0].APIKeyEnv = "E2E_BACKEND_KEY" })
+		func(c *config.Config) { c.Models[0].Backends[0].APIKeyEnv = "E2E_BACKEND_KEY" })
 	if _, err := e.sdk.Chat.Completions.New(t.Context(), chatParams(2)); err != nil {
 		t.Fatal(err) // the simulator demands its own key: the gateway sent it
 	}

@@ -19,7 +19,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/maitred-dev/maitred/admission"
-	"github.com/maitred-dev/maitred/fleet"
+	"github.com/maitred-dev/maitred/config"
 	"github.com/maitred-dev/maitred/sim"
 	"github.com/maitred-dev/maitred/triage"
 )
@@ -105,10 +105,10 @@ func TestBackendRejectionIsNotADoorRejection(t *testing.T) {
 func TestLastBackendIsNeverEjected(t *testing.T) {
 	sims, urls := startSims(t, 1, nil)
 	core, logs := observer.New(zap.InfoLevel)
-	tg := startGatewayFull(t, nil, extras{log: zap.New(core)}, func(c *fleet.Config) {
+	tg := startGatewayFull(t, nil, extras{log: zap.New(core)}, func(c *config.Config) {
 		c.EjectAfter = 5
-		c.EjectFor = fleet.Duration(time.Hour)
-		c.Models[0].QueueTimeout = fleet.Duration(300 * time.Millisecond)
+		c.EjectFor = config.Duration(time.Hour)
+		c.Models[0].QueueTimeout = config.Duration(300 * time.Millisecond)
 	}, urls...)
 	sims[0].Update(func(c *sim.Config) { c.FailStatus = 500 }) // after warm-up
 	for i := range 8 {
@@ -137,10 +137,10 @@ func TestLastBackendIsNeverEjected(t *testing.T) {
 func TestEjectionIsLoggedAndShown(t *testing.T) {
 	sims, urls := startSims(t, 2, nil)
 	core, logs := observer.New(zap.InfoLevel)
-	tg := startGatewayFull(t, nil, extras{log: zap.New(core)}, func(c *fleet.Config) {
+	tg := startGatewayFull(t, nil, extras{log: zap.New(core)}, func(c *config.Config) {
 		c.EjectAfter = 3
-		c.EjectFor = fleet.Duration(time.Hour)
-		c.Models[0].QueueTimeout = fleet.Duration(300 * time.Millisecond)
+		c.EjectFor = config.Duration(time.Hour)
+		c.Models[0].QueueTimeout = config.Duration(300 * time.Millisecond)
 	}, urls...)
 	for _, s := range sims {
 		s.Update(func(c *sim.Config) { c.FailStatus = 500 })
@@ -223,9 +223,9 @@ func TestEjectionIsLoggedAndShown(t *testing.T) {
 // told what held the backends back.
 func TestQueueTimeoutNamesTheCause(t *testing.T) {
 	gate := make(chan struct{})
-	e := startE2E(t, sim.Config{OutputTokens: 1, TokenGate: gate}, func(c *fleet.Config) {
+	e := startE2E(t, sim.Config{OutputTokens: 1, TokenGate: gate}, func(c *config.Config) {
 		c.Models[0].Backends[0].MaxInFlight = 1
-		c.Models[0].QueueTimeout = fleet.Duration(200 * time.Millisecond)
+		c.Models[0].QueueTimeout = config.Duration(200 * time.Millisecond)
 	})
 	first := make(chan int, 1)
 	go func() {
@@ -299,9 +299,9 @@ func TestBrokenMetricsDoNotStopRouting(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			mb := newMetricsBackend(t)
 			core, logs := observer.New(zap.InfoLevel)
-			tg := startGatewayFull(t, nil, extras{log: zap.New(core)}, func(c *fleet.Config) {
-				c.ScrapeInterval = fleet.Duration(5 * time.Millisecond)
-				c.Models[0].QueueTimeout = fleet.Duration(2 * time.Second)
+			tg := startGatewayFull(t, nil, extras{log: zap.New(core)}, func(c *config.Config) {
+				c.ScrapeInterval = config.Duration(5 * time.Millisecond)
+				c.Models[0].QueueTimeout = config.Duration(2 * time.Second)
 			}, mb.URL)
 			ctx, cancel := context.WithCancel(t.Context())
 			done := make(chan struct{})
@@ -417,7 +417,7 @@ func TestTokenizerMismatchIsCompatibility(t *testing.T) {
 		}
 	})
 	t.Run("warn", func(t *testing.T) {
-		tg := startGatewayToks(t, tok, func(c *fleet.Config) { c.Models[0].TokenizerCheck = fleet.TokenizerWarn }, mismatchBackend(t).URL)
+		tg := startGatewayToks(t, tok, func(c *config.Config) { c.Models[0].TokenizerCheck = config.TokenizerWarn }, mismatchBackend(t).URL)
 		res := tg.post(t, "/v1/completions", `{"model":"m","prompt":"hi","max_tokens":1}`)
 		if body := readBodyT(t, res); res.StatusCode != 200 {
 			t.Fatalf("tokenizer_check warn: %d %s", res.StatusCode, body)

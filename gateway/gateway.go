@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/maitred-dev/maitred/admission"
+	"github.com/maitred-dev/maitred/config"
 	"github.com/maitred-dev/maitred/fleet"
 	"github.com/maitred-dev/maitred/tokenize"
 	"github.com/maitred-dev/maitred/triage"
@@ -24,7 +25,7 @@ import (
 // Options are the gateway's dependencies, injected so that tests and
 // embedders can run several gateways in one process.
 type Options struct {
-	Config   fleet.Config
+	Config   config.Config
 	Fleet    *fleet.Fleet
 	Logger   *zap.Logger
 	Registry *prometheus.Registry
@@ -40,7 +41,7 @@ type Options struct {
 // Gateway is the HTTP edge. It is safe for concurrent use; its mutable
 // state is its lifecycle phase, its pools, its body budget and its metrics.
 type Gateway struct {
-	cfg     fleet.Config
+	cfg     config.Config
 	fleet   *fleet.Fleet
 	log     *zap.Logger
 	reg     *prometheus.Registry
@@ -133,7 +134,7 @@ func New(o Options) (*Gateway, error) {
 // sized for many concurrent streams and no transparent compression (bodies
 // pass through byte for byte). The first-byte timeout is per model and per
 // request, so it is not set here.
-func NewTransport(cfg fleet.Config) *http.Transport {
+func NewTransport(cfg config.Config) *http.Transport {
 	return &http.Transport{
 		Proxy: nil, // backends are addressed directly, never via HTTP_PROXY
 		DialContext: (&net.Dialer{

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/maitred-dev/maitred/config"
 	"github.com/maitred-dev/maitred/fleet"
 )
 
@@ -53,7 +54,7 @@ func TestGatewayErrorsUseEnvelopeAndNeverReachBackend(t *testing.T) {
 	fb := newFakeBackend(t, "m", func(w http.ResponseWriter, r *http.Request) {
 		t.Errorf("backend got %s %s", r.Method, r.URL.Path)
 	})
-	tg := startGateway(t, func(c *fleet.Config) { c.MaxBodyBytes = 1024 }, fb.URL)
+	tg := startGateway(t, func(c *config.Config) { c.MaxBodyBytes = 1024 }, fb.URL)
 	big := `{"model":"m","prompt":"` + strings.Repeat("x", 2000) + `"}`
 	tests := []struct {
 		name, method, path, ctype, body string
@@ -121,7 +122,7 @@ func TestForwardsBodyVerbatimWithBackendCredentials(t *testing.T) {
 		w.Header().Set("X-Backend", "yes")
 		io.WriteString(w, `{"id":"cmpl-1",  "choices":[]}`)
 	})
-	tg := startGateway(t, func(c *fleet.Config) { c.Models[0].Backends[0].APIKeyEnv = "TEST_BACKEND_KEY" }, fb.URL)
+	tg := startGateway(t, func(c *config.Config) { c.Models[0].Backends[0].APIKeyEnv = "TEST_BACKEND_KEY" }, fb.URL)
 	// Odd spacing, key order, unknown fields and escapes must survive.
 	body := "{ \"zeta\": 1,\n \"model\":\"m\", \"prompt\": \"caf\\u00e9\", \"vendor_ext\": {\"b\":2,\"a\":1.0} }"
 	res := tg.post(t, "/v1/completions", body,
@@ -207,7 +208,7 @@ func TestSilentBackendIs504(t *testing.T) {
 		}
 	})
 	defer close(release)
-	tg := startGateway(t, func(c *fleet.Config) { c.FirstByteTimeout = fleet.Duration(50 * time.Millisecond) }, fb.URL)
+	tg := startGateway(t, func(c *config.Config) { c.FirstByteTimeout = config.Duration(50 * time.Millisecond) }, fb.URL)
 	res := tg.post(t, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
 	body := readBodyT(t, res)
 	if e := decodeEnvelope(t, body); res.StatusCode != 504 || str(e.Error.Code) != "backend_timeout" {

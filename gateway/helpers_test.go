@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/maitred-dev/maitred/config"
 	"github.com/maitred-dev/maitred/fleet"
 	"github.com/maitred-dev/maitred/tokenize"
 	"github.com/maitred-dev/maitred/triage"
@@ -118,13 +119,13 @@ func (tg *testGateway) gathered(t *testing.T) string {
 
 // startGateway serves a gateway for model "m" in front of the given backend
 // URLs, probes them once and marks the gateway ready.
-func startGateway(t *testing.T, mutate func(*fleet.Config), backends ...string) *testGateway {
+func startGateway(t *testing.T, mutate func(*config.Config), backends ...string) *testGateway {
 	t.Helper()
 	return startGatewayToks(t, nil, mutate, backends...)
 }
 
 // startGatewayToks is startGateway with tokenizers for model "m".
-func startGatewayToks(t *testing.T, tok *tokenize.Model, mutate func(*fleet.Config), backends ...string) *testGateway {
+func startGatewayToks(t *testing.T, tok *tokenize.Model, mutate func(*config.Config), backends ...string) *testGateway {
 	t.Helper()
 	return startGatewayFull(t, tok, extras{}, mutate, backends...)
 }
@@ -136,14 +137,14 @@ type extras struct {
 }
 
 // startGatewayFull also takes the triage engine and the logger.
-func startGatewayFull(t *testing.T, tok *tokenize.Model, ex extras, mutate func(*fleet.Config), backends ...string) *testGateway {
+func startGatewayFull(t *testing.T, tok *tokenize.Model, ex extras, mutate func(*config.Config), backends ...string) *testGateway {
 	t.Helper()
-	cfg := fleet.Default()
-	mc := fleet.ModelConfig{Name: "m"}
+	cfg := config.Default()
+	mc := config.ModelConfig{Name: "m"}
 	for _, u := range backends {
-		mc.Backends = append(mc.Backends, fleet.BackendConfig{URL: u})
+		mc.Backends = append(mc.Backends, config.BackendConfig{URL: u})
 	}
-	cfg.Models = []fleet.ModelConfig{mc}
+	cfg.Models = []config.ModelConfig{mc}
 	if mutate != nil {
 		mutate(&cfg)
 	}

@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/maitred-dev/maitred/config"
 	"github.com/maitred-dev/maitred/fleet"
 	"github.com/maitred-dev/maitred/sim"
 	"github.com/maitred-dev/maitred/tokenize"
@@ -36,7 +37,7 @@ type served struct {
 	done   chan error         // Serve's result
 }
 
-func serveGateway(t *testing.T, cfg fleet.Config, tok *tokenize.Model) *served {
+func serveGateway(t *testing.T, cfg config.Config, tok *tokenize.Model) *served {
 	t.Helper()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
@@ -130,17 +131,17 @@ func simConfig(model string) sim.Config {
 	return sim.Config{Model: model, OutputTokens: 2}
 }
 
-func fastHealth(cfg *fleet.Config) {
-	cfg.Health.Interval = fleet.Duration(20 * time.Millisecond)
-	cfg.Health.Timeout = fleet.Duration(time.Second)
+func fastHealth(cfg *config.Config) {
+	cfg.Health.Interval = config.Duration(20 * time.Millisecond)
+	cfg.Health.Timeout = config.Duration(time.Second)
 	cfg.DrainDelay = 0
 }
 
 func TestColdStart(t *testing.T) {
 	addr := freePort(t)
-	cfg := fleet.Default()
+	cfg := config.Default()
 	fastHealth(&cfg)
-	cfg.Models = []fleet.ModelConfig{{Name: "m", Backends: []fleet.BackendConfig{{URL: "http://" + addr}}}}
+	cfg.Models = []config.ModelConfig{{Name: "m", Backends: []config.BackendConfig{{URL: "http://" + addr}}}}
 	s := serveGateway(t, cfg, nil)
 
 	// Loading: the backend refuses connections.
@@ -213,9 +214,9 @@ func TestTokenizerMismatchKeepsBackendUnready(t *testing.T) {
 	addr := freePort(t)
 	up, _ := runSim(t, backend, addr)
 	<-up
-	cfg := fleet.Default()
+	cfg := config.Default()
 	fastHealth(&cfg)
-	cfg.Models = []fleet.ModelConfig{{Name: "m", Backends: []fleet.BackendConfig{{URL: "http://" + addr}}}}
+	cfg.Models = []config.ModelConfig{{Name: "m", Backends: []config.BackendConfig{{URL: "http://" + addr}}}}
 	s := serveGateway(t, cfg, loadTok(t, "demo"))
 	eventually(t, "the first probe round", func() bool { return s.gw.Phase() == Serving })
 	code, rb := s.readyz(t)
@@ -233,9 +234,9 @@ func TestMaxModelLenMismatchKeepsBackendUnready(t *testing.T) {
 	addr := freePort(t)
 	up, _ := runSim(t, backend, addr)
 	<-up
-	cfg := fleet.Default()
+	cfg := config.Default()
 	fastHealth(&cfg)
-	cfg.Models = []fleet.ModelConfig{{Name: "m", MaxModelLen: 4096, Backends: []fleet.BackendConfig{{URL: "http://" + addr}}}}
+	cfg.Models = []config.ModelConfig{{Name: "m", MaxModelLen: 4096, Backends: []config.BackendConfig{{URL: "http://" + addr}}}}
 	s := serveGateway(t, cfg, nil)
 	eventually(t, "the first probe round", func() bool { return s.gw.Phase() == Serving })
 	_, rb := s.readyz(t)
@@ -253,10 +254,10 @@ func TestKilledBackendTrafficMovesAndReturns(t *testing.T) {
 		<-up
 		stops[i] = stop
 	}
-	cfg := fleet.Default()
+	cfg := config.Default()
 	fastHealth(&cfg)
-	cfg.Health.Interval = fleet.Duration(time.Hour) // failures come from real requests and explicit probes
-	cfg.Models = []fleet.ModelConfig{{Name: "m", MinReady: 2, Backends: []fleet.BackendConfig{{URL: "http://" + addrs[0]}, {URL: "http://" + addrs[1]}}}}
+	cfg.Health.Interval = config.Duration(time.Hour) // failures come from real requests and explicit probes
+	cfg.Models = []config.ModelConfig{{Name: "m", MinReady: 2, Backends: []config.BackendConfig{{URL: "http://" + addrs[0]}, {URL: "http://" + addrs[1]}}}}
 	s := serveGateway(t, cfg, nil)
 	eventually(t, "ready", func() bool { code, _ := s.readyz(t); return code == 200 })
 
@@ -327,11 +328,11 @@ func drainScenario(t *testing.T, streamTokens int, itl, drainTimeout time.Durati
 	addr := freePort(t)
 	up, _ := runSim(t, backend, addr)
 	<-up
-	cfg := fleet.Default()
+	cfg := config.Default()
 	fastHealth(&cfg)
-	cfg.DrainDelay = fleet.Duration(200 * time.Millisecond)
-	cfg.DrainTimeout = fleet.Duration(drainTimeout)
-	cfg.Models = []fleet.ModelConfig{{Name: "m", Backends: []fleet.BackendConfig{{URL: "http://" + addr}}}}
+	cfg.DrainDelay = config.Duration(200 * time.Millisecond)
+	cfg.DrainTimeout = config.Duration(drainTimeout)
+	cfg.Models = []config.ModelConfig{{Name: "m", Backends: []config.BackendConfig{{URL: "http://" + addr}}}}
 	s := serveGateway(t, cfg, nil)
 	eventually(t, "ready", func() bool { code, _ := s.readyz(t); return code == 200 })
 
@@ -427,7 +428,7 @@ func TestDrainDeadlineEndsStreamsWithShutdownEvent(t *testing.T) {
 func TestStalledStreamEndsWithBackendStalled(t *testing.T) {
 	gate := make(chan struct{})
 	e := startE2E(t, sim.Config{OutputTokens: 10, TokenGate: gate},
-		func(c *fleet.Config) { c.Models[0].StreamIdleTimeout = fleet.Duration(100 * time.Millisecond) })
+		func(c *config.Config) { c.Models[0].StreamIdleTimeout = config.Duration(100 * time.Millisecond) })
 	done := make(chan string, 1)
 	go func() {
 		res := e.gw.post(t, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}`)
@@ -497,10 +498,10 @@ func TestDrainAnswersQueuedRequestsAtOnce(t *testing.T) {
 	addr := freePort(t)
 	up, _ := runSim(t, backend, addr)
 	<-up
-	cfg := fleet.Default()
+	cfg := config.Default()
 	fastHealth(&cfg)
-	cfg.DrainDelay = fleet.Duration(time.Second)
-	cfg.Models = []fleet.ModelConfig{{Name: "m", Backends: []fleet.BackendConfig{{URL: "http://" + addr, MaxInFlight: 1}}}}
+	cfg.DrainDelay = config.Duration(time.Second)
+	cfg.Models = []config.ModelConfig{{Name: "m", Backends: []config.BackendConfig{{URL: "http://" + addr, MaxInFlight: 1}}}}
 	s := serveGateway(t, cfg, nil)
 	eventually(t, "ready", func() bool { code, _ := s.readyz(t); return code == 200 })
 	backend.Update(func(c *sim.Config) { c.TokenGate = gate })

@@ -9,7 +9,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/maitred-dev/maitred/fleet"
+	"github.com/maitred-dev/maitred/config"
 	"github.com/maitred-dev/maitred/internal/fixtures"
 	"github.com/maitred-dev/maitred/sim"
 	"github.com/maitred-dev/maitred/tokenize"
@@ -34,7 +34,7 @@ func TestLogsCarryNoRequestContent(t *testing.T) {
 	srv := httptest.NewServer(s.Handler())
 	t.Cleanup(func() { s.Close(); srv.Close() })
 	core, logs := observer.New(zap.DebugLevel)
-	tg := startGatewayFull(t, tok, extras{log: zap.New(core)}, func(c *fleet.Config) { c.Models[0].TokenizeCheckRate = 1 }, srv.URL)
+	tg := startGatewayFull(t, tok, extras{log: zap.New(core)}, func(c *config.Config) { c.Models[0].TokenizeCheckRate = 1 }, srv.URL)
 
 	user := func(content string) string {
 		return fmt.Sprintf(`{"model":"m","messages":[{"role":"user","content":%q}],"max_tokens":4`, content)

@@ -17,7 +17,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 
-	"github.com/maitred-dev/maitred/fleet"
+	"github.com/maitred-dev/maitred/config"
 	"github.com/maitred-dev/maitred/sim"
 )
 
@@ -122,7 +122,7 @@ type anthropicEnv struct {
 // requests get Anthropic's envelope from the gateway, and the backend
 // receives nothing; an over-long prompt is Anthropic's SDK's typed error.
 func TestMessagesBadInputsNeverReachBackend(t *testing.T) {
-	e := startPooling(t, sim.Config{MaxModelLen: 32}, func(c *fleet.Config) { c.MaxBodyBytes = 8192 })
+	e := startPooling(t, sim.Config{MaxModelLen: 32}, func(c *config.Config) { c.MaxBodyBytes = 8192 })
 	long := strings.TrimSpace(strings.Repeat("word ", 40))
 	hi := `"messages":[{"role":"user","content":"hi"}]`
 	cases := []struct {
@@ -273,12 +273,12 @@ func TestMessagesUnreadyIsOverloaded(t *testing.T) {
 // request that held the slot completes once it is freed.
 func TestMessagesQueueAnswers(t *testing.T) {
 	gate := make(chan struct{})
-	e := startPooling(t, sim.Config{OutputTokens: 1, TokenGate: gate}, func(c *fleet.Config) {
+	e := startPooling(t, sim.Config{OutputTokens: 1, TokenGate: gate}, func(c *config.Config) {
 		c.Models[0].Backends[0].MaxInFlight = 1
 		c.Models[0].QueueSize = 1
 		// Long enough that the waiting request is still queued when the
 		// third arrives, even on a loaded machine.
-		c.Models[0].QueueTimeout = fleet.Duration(3 * time.Second)
+		c.Models[0].QueueTimeout = config.Duration(3 * time.Second)
 	})
 	pool := e.gw.byName["m"].pool
 	type answer struct {
@@ -330,7 +330,7 @@ func TestMessagesQueueAnswers(t *testing.T) {
 func TestMessagesPrefixAffinity(t *testing.T) {
 	tok := loadTok(t, "demo")
 	sims, urls := startSims(t, 3, tok)
-	tg := startGatewayToks(t, tok, func(c *fleet.Config) { c.Models[0].PrefixAffinityTokens = 32 }, urls...)
+	tg := startGatewayToks(t, tok, func(c *config.Config) { c.Models[0].PrefixAffinityTokens = 32 }, urls...)
 	system := "You are the support assistant of a large bank. Answer politely, cite the policy section, never reveal account data, and keep answers under five sentences."
 	same, total := 0, 0
 	for conv := range 8 {

@@ -24,7 +24,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/maitred-dev/maitred/fleet"
+	"github.com/maitred-dev/maitred/config"
 	"github.com/maitred-dev/maitred/internal/fixtures"
 	"github.com/maitred-dev/maitred/sim"
 	"github.com/maitred-dev/maitred/tokenize"
@@ -57,7 +57,7 @@ type poolingE2E struct {
 // startPooling serves a simulator counting with the qwen3 tokenizer and a
 // gateway counting with the same one. The TokenGate is set once the
 // warm-up generation is done.
-func startPooling(t *testing.T, sc sim.Config, mutate func(*fleet.Config)) *poolingE2E {
+func startPooling(t *testing.T, sc sim.Config, mutate func(*config.Config)) *poolingE2E {
 	t.Helper()
 	tok := qwen3(t)
 	sc.Model = "m"
@@ -342,7 +342,7 @@ func TestE2EVersionFromSimulator(t *testing.T) {
 // runs once the slot frees.
 func TestEmbeddingsWaitInQueue(t *testing.T) {
 	gate := make(chan struct{})
-	e := startPooling(t, sim.Config{TokenGate: gate}, func(c *fleet.Config) {
+	e := startPooling(t, sim.Config{TokenGate: gate}, func(c *config.Config) {
 		c.Models[0].Backends[0].MaxInFlight = 1
 	})
 	pool := e.gw.byName["m"].pool
@@ -409,7 +409,7 @@ func TestEmbeddingsClientDisconnectAbortsUpstream(t *testing.T) {
 // alone. With a token budget smaller than expected_output_tokens, a chat
 // request without max_tokens can never run, an embeddings request can.
 func TestEmbeddingsReserveNoOutput(t *testing.T) {
-	e := startPooling(t, sim.Config{KVTokens: 128}, func(c *fleet.Config) {
+	e := startPooling(t, sim.Config{KVTokens: 128}, func(c *config.Config) {
 		c.Models[0].Backends[0].KVTokens = 128
 		c.Models[0].ExpectedOutputTokens = 200
 	})

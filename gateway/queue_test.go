@@ -16,17 +16,17 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/maitred-dev/maitred/fleet"
+	"github.com/maitred-dev/maitred/config"
 	"github.com/maitred-dev/maitred/sim"
 	"github.com/maitred-dev/maitred/tokenize"
 )
 
 func TestQueueFullTimeoutAndClientGone(t *testing.T) {
 	gate := make(chan struct{})
-	e := startE2E(t, sim.Config{OutputTokens: 1, TokenGate: gate}, func(c *fleet.Config) {
+	e := startE2E(t, sim.Config{OutputTokens: 1, TokenGate: gate}, func(c *config.Config) {
 		c.Models[0].Backends[0].MaxInFlight = 1
 		c.Models[0].QueueSize = 2
-		c.Models[0].QueueTimeout = fleet.Duration(500 * time.Millisecond)
+		c.Models[0].QueueTimeout = config.Duration(500 * time.Millisecond)
 	})
 	pool := e.gw.byName["m"].pool
 	chat := `{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":1}`
@@ -114,11 +114,11 @@ func TestTokenBudgetHoldsAcrossBackends(t *testing.T) {
 		c.ITL = 2 * time.Millisecond
 		c.OutputTokens = 20
 	})
-	tg := startGatewayToks(t, tok, func(c *fleet.Config) {
+	tg := startGatewayToks(t, tok, func(c *config.Config) {
 		c.Models[0].QueueSize = 100
 		// One scrape serves the whole burst: gauges must not turn stale
 		// (stale counts as saturated) on a slow machine.
-		c.ScrapeInterval = fleet.Duration(time.Hour)
+		c.ScrapeInterval = config.Duration(time.Hour)
 	}, urls...)
 	tg.scrapeOnce(t) // learn each budget from vllm:cache_config_info
 	pool := tg.byName["m"].pool
@@ -188,9 +188,9 @@ func TestTokenBudgetHoldsAcrossBackends(t *testing.T) {
 
 func TestFailingBackendIsEjectedAndReadmitted(t *testing.T) {
 	sims, urls := startSims(t, 2, nil)
-	tg := startGatewayToks(t, nil, func(c *fleet.Config) {
+	tg := startGatewayToks(t, nil, func(c *config.Config) {
 		c.EjectAfter = 3
-		c.EjectFor = fleet.Duration(200 * time.Millisecond)
+		c.EjectFor = config.Duration(200 * time.Millisecond)
 	}, urls...)
 	sims[0].Update(func(c *sim.Config) { c.FailStatus = 500 }) // after warm-up
 	pool := tg.byName["m"].pool
@@ -257,7 +257,7 @@ func TestSlowBackendReceivesLess(t *testing.T) {
 func TestPrefixAffinityKeepsConversations(t *testing.T) {
 	tok := loadTok(t, "demo")
 	sims, urls := startSims(t, 3, tok)
-	tg := startGatewayToks(t, tok, func(c *fleet.Config) { c.Models[0].PrefixAffinityTokens = 32 }, urls...)
+	tg := startGatewayToks(t, tok, func(c *config.Config) { c.Models[0].PrefixAffinityTokens = 32 }, urls...)
 	system := "You are the support assistant of a large bank. Answer politely, cite the policy section, never reveal account data, and keep answers under five sentences."
 	where := map[int]map[int]int{}
 	for conv := range 12 {

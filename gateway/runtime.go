@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/maitred-dev/maitred/admission"
+	"github.com/maitred-dev/maitred/config"
 	"github.com/maitred-dev/maitred/fleet"
 	"github.com/maitred-dev/maitred/tokenize"
 )
@@ -114,7 +115,7 @@ func (m *metrics) forModel(name string) modelMetrics {
 // newRuntimes builds each configured model's runtime, in config order, and
 // its admission pool over its fleet backends. onEvent, when set, hears
 // each model's pool events.
-func newRuntimes(cfg fleet.Config, fl *fleet.Fleet, toks map[string]*tokenize.Model, m *metrics, onEvent func(rt *modelRuntime, e admission.Event)) []*modelRuntime {
+func newRuntimes(cfg config.Config, fl *fleet.Fleet, toks map[string]*tokenize.Model, m *metrics, onEvent func(rt *modelRuntime, e admission.Event)) []*modelRuntime {
 	out := make([]*modelRuntime, 0, len(cfg.Models))
 	for i := range cfg.Models {
 		mc := &cfg.Models[i]

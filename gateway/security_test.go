@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/maitred-dev/maitred/fleet"
+	"github.com/maitred-dev/maitred/config"
 )
 
 // rawGateway serves tg's handler through the gateway's own http.Server
@@ -76,7 +76,7 @@ func TestFramingAndHeaders(t *testing.T) {
 	fb := newFakeBackend(t, "m", func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, `{"choices":[]}`)
 	})
-	tg := startGateway(t, func(c *fleet.Config) {
+	tg := startGateway(t, func(c *config.Config) {
 		c.MaxBodyBytes = 4096
 		c.MaxHeaderBytes = 4096
 	}, fb.URL)
@@ -175,7 +175,7 @@ func TestSlowHeadersAreCut(t *testing.T) {
 	fb := newFakeBackend(t, "m", func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, `{"choices":[]}`)
 	})
-	tg := startGateway(t, func(c *fleet.Config) { c.ReadHeaderTimeout = fleet.Duration(300 * time.Millisecond) }, fb.URL)
+	tg := startGateway(t, func(c *config.Config) { c.ReadHeaderTimeout = config.Duration(300 * time.Millisecond) }, fb.URL)
 	addr := rawGateway(t, tg)
 	c, err := net.Dial("tcp", addr)
 	if err != nil {

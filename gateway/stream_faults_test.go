@@ -19,19 +19,19 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/maitred-dev/maitred/fleet"
+	"github.com/maitred-dev/maitred/config"
 )
 
 const streamBody = `{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}`
 
 // idle200ms gives the model a short stream_idle_timeout.
-func idle200ms(c *fleet.Config) {
-	c.Models[0].StreamIdleTimeout = fleet.Duration(200 * time.Millisecond)
+func idle200ms(c *config.Config) {
+	c.Models[0].StreamIdleTimeout = config.Duration(200 * time.Millisecond)
 }
 
 // startLoggedGateway starts a gateway in front of url whose access log the
 // test can read.
-func startLoggedGateway(t *testing.T, mutate func(*fleet.Config), url string) (*testGateway, *observer.ObservedLogs) {
+func startLoggedGateway(t *testing.T, mutate func(*config.Config), url string) (*testGateway, *observer.ObservedLogs) {
 	t.Helper()
 	core, logs := observer.New(zap.InfoLevel)
 	return startGatewayFull(t, nil, extras{log: zap.New(core)}, mutate, url), logs
@@ -118,8 +118,8 @@ func TestSlowReaderIsTheClientsFault(t *testing.T) {
 	})
 	// The backend never pauses, so only a starved scheduler could make the
 	// gateway wait on it; 500 ms keeps that out of reach on a loaded machine.
-	tg, logs := startLoggedGateway(t, func(c *fleet.Config) {
-		c.Models[0].StreamIdleTimeout = fleet.Duration(500 * time.Millisecond)
+	tg, logs := startLoggedGateway(t, func(c *config.Config) {
+		c.Models[0].StreamIdleTimeout = config.Duration(500 * time.Millisecond)
 	}, fb.URL)
 	const clients = 5 // eject_after
 	conns := make([]net.Conn, clients)
@@ -208,7 +208,7 @@ func TestDoneInsideATokenIsNotTheEnd(t *testing.T) {
 		{"stall", true, codeStalled},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var mutate func(*fleet.Config) // the cut: the default idle timeout, far from it
+			var mutate func(*config.Config) // the cut: the default idle timeout, far from it
 			if tc.stall {
 				mutate = idle200ms
 			}

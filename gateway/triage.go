@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/zap/zapcore"
 
+	"github.com/maitred-dev/maitred/config"
 	"github.com/maitred-dev/maitred/fleet"
 	"github.com/maitred-dev/maitred/triage"
 )
@@ -244,7 +245,7 @@ func verdictOf(rep triage.Report, model string) string {
 
 // triageConfig maps the config file's triage keys onto the engine's; zero
 // values keep the engine's defaults.
-func triageConfig(c fleet.Config) triage.Config {
+func triageConfig(c config.Config) triage.Config {
 	tc := triage.DefaultConfig()
 	tc.Window = c.TriageWindow.D()
 	t := c.Triage
@@ -262,7 +263,7 @@ func triageConfig(c fleet.Config) triage.Config {
 			*dst = v
 		}
 	}
-	setD := func(dst *time.Duration, v fleet.Duration) {
+	setD := func(dst *time.Duration, v config.Duration) {
 		if v > 0 {
 			*dst = v.D()
 		}

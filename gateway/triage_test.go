@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/maitred-dev/maitred/config"
 	"github.com/maitred-dev/maitred/fleet"
 	"github.com/maitred-dev/maitred/sim"
 	"github.com/maitred-dev/maitred/triage"
@@ -261,7 +262,7 @@ func TestTriageDecodePressure(t *testing.T) {
 }
 
 func TestStatusPage(t *testing.T) {
-	e := startE2E(t, sim.Config{OutputTokens: 2}, func(c *fleet.Config) {})
+	e := startE2E(t, sim.Config{OutputTokens: 2}, func(c *config.Config) {})
 	readBodyT(t, e.gw.post(t, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`))
 	res, err := e.gw.client.Get(e.gw.URL + "/")
 	if err != nil {
@@ -312,8 +313,8 @@ func TestPhasesAddUpInTheAccessLog(t *testing.T) {
 	core, logs := observer.New(zap.InfoLevel)
 	s := sim.New(sim.Config{Model: "m", OutputTokens: 5, ITL: time.Millisecond, TTFT: 3 * time.Millisecond}, nil)
 	url := httptestServer(t, s)
-	cfg := fleet.Default()
-	cfg.Models = []fleet.ModelConfig{{Name: "m", Backends: []fleet.BackendConfig{{URL: url}}}}
+	cfg := config.Default()
+	cfg.Models = []config.ModelConfig{{Name: "m", Backends: []config.BackendConfig{{URL: url}}}}
 	tr := NewTransport(cfg)
 	t.Cleanup(tr.CloseIdleConnections)
 	fl, _ := fleet.New(cfg, &http.Client{Transport: tr}, nil, nil)
@@ -362,7 +363,7 @@ func TestPhasesAddUpInTheAccessLog(t *testing.T) {
 }
 
 func TestTriageThresholdsFromConfig(t *testing.T) {
-	cfg, err := fleet.Parse([]byte("triage_window: 2m\ntriage: {kv_full: 0.9, ttft_min_delta: 10ms, min_samples: 7}\nmodels: [{name: m, backends: [{url: 'http://h:1'}]}]\n"))
+	cfg, err := config.Parse([]byte("triage_window: 2m\ntriage: {kv_full: 0.9, ttft_min_delta: 10ms, min_samples: 7}\nmodels: [{name: m, backends: [{url: 'http://h:1'}]}]\n"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/maitred-dev/maitred/admission"
-	"github.com/maitred-dev/maitred/fleet"
+	"github.com/maitred-dev/maitred/config"
 	"github.com/maitred-dev/maitred/internal/fixtures"
 	"github.com/maitred-dev/maitred/sim"
 	"github.com/maitred-dev/maitred/tokenize"
@@ -35,7 +35,7 @@ func TestOneOutcomeVocabulary(t *testing.T) {
 	srv := httptestServer(t, sim.New(sim.Config{Model: "m", OutputTokens: 2, Tokenizer: sim.ModelTokenizer(tok), MaxModelLen: 64}, nil))
 	core, logs := observer.New(zap.InfoLevel)
 	tri := triage.New(triage.DefaultConfig(), time.Now)
-	tg := startGatewayFull(t, tok, extras{log: zap.New(core), triage: tri}, func(c *fleet.Config) { c.MaxBodyBytes = 4096 }, srv)
+	tg := startGatewayFull(t, tok, extras{log: zap.New(core), triage: tri}, func(c *config.Config) { c.MaxBodyBytes = 4096 }, srv)
 
 	chat := func(msgs string) string { return `{"model":"m","messages":[` + msgs + `]}` }
 	user := `{"role":"user","content":"hi"}`

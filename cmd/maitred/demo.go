@@ -12,7 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/maitred-dev/maitred/fleet"
+	"github.com/maitred-dev/maitred/config"
 	"github.com/maitred-dev/maitred/sim"
 	"github.com/maitred-dev/maitred/tokenize"
 )
@@ -59,20 +59,20 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return simErr
 	}
 
-	cfg := fleet.Default()
+	cfg := config.Default()
 	cfg.Listen = *listen
-	cfg.Models = []fleet.ModelConfig{{
+	cfg.Models = []config.ModelConfig{{
 		Name:              "demo",
 		Tokenizer:         "builtin:demo",
 		MaxModelLen:       4096,
 		TokenizeCheckRate: 1, // every counted request is re-counted by the backend's /tokenize
-		Backends:          []fleet.BackendConfig{{URL: "http://" + addr.String()}},
+		Backends:          []config.BackendConfig{{URL: "http://" + addr.String()}},
 	}}
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
 	// A person pressing Ctrl-C wants it to stop, not a load balancer's drain.
-	cfg.DrainDelay, cfg.DrainTimeout = 0, fleet.Duration(5*time.Second)
+	cfg.DrainDelay, cfg.DrainTimeout = 0, config.Duration(5*time.Second)
 	err = runGateway(ctx, cfg, log, func(a net.Addr) {
 		printDemo(stdout, a.String())
 	})

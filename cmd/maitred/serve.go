@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/maitred-dev/maitred/config"
 	"github.com/maitred-dev/maitred/fleet"
 	"github.com/maitred-dev/maitred/gateway"
 	"github.com/maitred-dev/maitred/tokenize"
@@ -23,7 +24,7 @@ import (
 // loadTokenizers loads each model's tokenizer folder (or builtin:NAME) at
 // start, so that a folder vLLM could not use either stops the gateway
 // before it serves, naming the model.
-func loadTokenizers(cfg fleet.Config, log *zap.Logger) (map[string]*tokenize.Model, error) {
+func loadTokenizers(cfg config.Config, log *zap.Logger) (map[string]*tokenize.Model, error) {
 	toks := map[string]*tokenize.Model{}
 	for i, mc := range cfg.Models {
 		if mc.Tokenizer == "" {
@@ -67,7 +68,7 @@ func cmdServe(ctx context.Context, args []string, stderr io.Writer) error {
 		fs.Usage()
 		return errUsage
 	}
-	cfg, err := fleet.Load(*configPath)
+	cfg, err := config.Load(*configPath)
 	if err != nil {
 		return err
 	}
@@ -85,7 +86,7 @@ func cmdServe(ctx context.Context, args []string, stderr io.Writer) error {
 // runGateway wires the fleet and the gateway, serves until ctx is done and
 // drains. started, if set, is called with the bound address once the
 // listener is open and the first probe round is done.
-func runGateway(ctx context.Context, cfg fleet.Config, log *zap.Logger, started func(net.Addr)) error {
+func runGateway(ctx context.Context, cfg config.Config, log *zap.Logger, started func(net.Addr)) error {
 	reg := prometheus.NewRegistry()
 	probeClient := &http.Client{Transport: gateway.NewTransport(cfg)}
 	toks, err := loadTokenizers(cfg, log)

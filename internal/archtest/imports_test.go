@@ -12,7 +12,8 @@ import (
 // The tokenizer and the admission pipeline must stay free of HTTP, so that
 // they can be tested and benchmarked as plain functions and reused outside
 // the gateway. fleet may use net/http as a client only, never chi or the
-// gateway.
+// gateway. config is a leaf: plain data, decoding and validation, read by
+// every layer and importing none of them (nor any network code).
 func TestLayering(t *testing.T) {
 	const mod = "github.com/maitred-dev/maitred/"
 	rules := []struct {
@@ -23,6 +24,7 @@ func TestLayering(t *testing.T) {
 		{"admission/...", []string{"net/http", "github.com/go-chi/chi/v5", mod + "gateway", mod + "sim"}},
 		{"fleet/...", []string{"github.com/go-chi/chi/v5", mod + "gateway", mod + "sim", "net/http/httptest"}},
 		{"internal/ojson", []string{"net/http"}},
+		{"config/...", []string{"net/http", "github.com/go-chi/chi/v5", mod + "gateway", mod + "fleet", mod + "admission", mod + "sim", mod + "tokenize", mod + "triage"}},
 		{"triage/...", []string{"net/http", "github.com/prometheus/client_golang/prometheus", mod + "gateway", mod + "fleet"}},
 	}
 	for _, r := range rules {

@@ -1,0 +1,19 @@
+// Package config is maitred's configuration: the file's shape (Config and
+// the sections under it), its defaults (Default), a strict decode that
+// refuses unknown keys and ill-typed values naming the key path (Parse,
+// Load), and validation of the whole, also naming key paths (Validate). A
+// config that passes all three never fails later for a reason that was
+// visible at start.
+//
+// # Ownership and concurrency
+//
+// A Config is plain data: the process builds one at start and hands it to
+// the layers that read it (fleet, admission pools, the gateway, triage
+// thresholds). Nothing mutates a Config after Validate; readers share it
+// without locks. configs/ holds the reference file (every default spelled
+// out; a test checks it equals Default), a minimal file and configs/bad,
+// one refused file per rule, each naming the error it must produce.
+//
+// config imports no other maitred package and no network code (a test in
+// internal/archtest enforces it).
+package config
