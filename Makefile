@@ -25,7 +25,7 @@ unit:
 # 1.27). FUZZTIME, when set, overrides every budget (e.g. FUZZTIME=60s).
 FUZZ_TARGETS := \
 	./internal/ojson:FuzzParse:60000x \
-	./fleet:FuzzParse:15000x \
+	./config:FuzzParse:15000x \
 	./fleet:FuzzParseMetrics:20000x \
 	./gateway:FuzzStreamGuard:5000x \
 	./admission:FuzzDoor:40000x \
