@@ -71,7 +71,7 @@ func newDict(n int) jinja.Value {
 	d := jinja.NewDict()
 	dd := d.AsDict()
 	dd.Keys = make([]string, 0, n)
-	if n > 0 {
+	if n > 8 { // up to 8 entries, NewDict's map never grows
 		dd.Data = make(map[string]jinja.Value, n)
 	}
 	return d
@@ -160,7 +160,7 @@ func (m *Model) prepareChat(body *ojson.Value) (*chatRequest, error) {
 	// Keyword arguments: defaults, then the request's chat_template_kwargs
 	// (filtered as resolve_chat_template_kwargs does), then the top-level
 	// fields, which win.
-	vars := make(map[string]jinja.Value, len(m.special)+16)
+	vars := make(map[string]jinja.Value, len(m.special)+24) // room for Render's own
 	for k, v := range m.special {
 		vars[k] = v
 	}
@@ -333,11 +333,13 @@ func (m *Model) conversation(mv *ojson.Value, format ContentFormat, st *convStat
 
 		// Content parts: null is [], a string is one text part.
 		var texts []string
+		var one [1]string
 		cv := msg.Get("content")
 		switch {
 		case cv.IsNull():
 		case cv.Kind == ojson.String:
-			texts = []string{cv.Str}
+			one[0] = cv.Str
+			texts = one[:]
 		case cv.Kind == ojson.Array:
 			for j, part := range cv.Items {
 				pp := func() string { return fmt.Sprintf("messages[%d].content[%d]", i, j) }

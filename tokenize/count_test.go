@@ -218,13 +218,22 @@ func BenchmarkCountChat(b *testing.B) {
 	}
 }
 
+// BenchmarkRenderChat renders the 10-turn chat with each fixture model's
+// template (the render alone: request to prompt text, no tokenizing).
 func BenchmarkRenderChat(b *testing.B) {
-	m := fixtureModel(b, "qwen3")
-	body := parseBody(b, tenTurnBody())
-	b.ReportAllocs()
-	for range b.N {
-		if _, err := m.RenderChat(body); err != nil {
-			b.Fatal(err)
-		}
+	for _, name := range []string{"qwen3", "llama3_1", "deepseek_v3", "gemma3"} { // the fixtures with a chat template
+		b.Run(name, func(b *testing.B) {
+			m := fixtureModel(b, name)
+			body := parseBody(b, tenTurnBody())
+			if _, err := m.RenderChat(body); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := m.RenderChat(body); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -71,6 +72,28 @@ func BenchmarkEncode(b *testing.B) {
 					tk.Encode(d, []string{"all"}, nil)
 				}
 			}
+		})
+	}
+}
+
+// BenchmarkEncodeCold is BenchmarkEncode's owned path with every
+// per-goroutine cache dropped before each pass over the mix: the cost of
+// text whose pieces were never seen, where BenchmarkEncode, looping over
+// the same 1 MB, also measures how well the piece cache keeps it.
+func BenchmarkEncodeCold(b *testing.B) {
+	docs, size := tokBenchDocs(b)
+	for _, model := range []string{"qwen3", "llama3_1"} {
+		tok := loadTokFixture(b, model)
+		b.Run(model, func(b *testing.B) {
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			for b.Loop() {
+				tok.pool = sync.Pool{}
+				for _, d := range docs {
+					tok.Encode(d, false)
+				}
+			}
+			tok.pool = sync.Pool{}
 		})
 	}
 }

@@ -1,6 +1,8 @@
 package tokenize
 
 import (
+	"fmt"
+	"maps"
 	"math"
 	"unsafe"
 )
@@ -9,18 +11,26 @@ const noRank = math.MaxInt32
 
 // bpeScratch is reusable working memory for one BPE call.
 type bpeScratch struct {
-	pos  []int32
-	rk   []int32
-	next []int32
-	prev []int32
-	heap []uint64
-	pc   pieceCache
+	pos     []int32 // part ids
+	rk      []int32
+	next    []int32
+	prev    []int32
+	heap    []uint64
+	pc      pieceCache
+	short   *[shortCacheSize]shortSlot
+	shortOf *rankBPE // recent whole-piece lookups up to 7 bytes
 }
 
-// pieceCache remembers the ids of recently merged short pieces. It lives in
-// a pooled scratch, so it is per goroutine and needs no lock. Keys and ids
-// are copied into fixed-size arenas (the caller's text is never retained);
-// when an arena is full the whole cache is dropped and refilled.
+// pieceCache remembers the ids of merged short pieces. It lives in a
+// pooled scratch, so it is per goroutine and needs no lock. Keys and ids
+// are copied into fixed-size arenas (the caller's text is never retained).
+// Once an arena is full the cache stops taking new pieces, as Hugging
+// Face's BPE word cache does: the pieces it already holds are the ones
+// that came first, which in running text are mostly the frequent ones, and
+// hits do not depend on the working set fitting (dropping the cache when
+// full, or evicting the oldest pieces, misses on nearly every piece once a
+// text cycles through more pieces than fit). The cache is renewed with its
+// scratch, which the sync.Pool drops across garbage collections.
 type pieceCache struct {
 	m    map[string]uint32 // piece -> offset<<8 | count in ids
 	keys []byte
@@ -48,14 +58,13 @@ func (c *pieceCache) put(piece string, ids []int) {
 	if len(ids) > 0xff {
 		return
 	}
-	if c.m == nil || len(c.keys)+len(piece) > cacheKeyBytes || len(c.ids)+len(ids) > cacheIDs {
-		if c.m == nil {
-			c.m = make(map[string]uint32, 1024)
-			c.keys = make([]byte, 0, cacheKeyBytes)
-			c.ids = make([]int32, 0, cacheIDs)
-		}
-		clear(c.m)
-		c.keys, c.ids = c.keys[:0], c.ids[:0]
+	if c.m == nil {
+		c.m = make(map[string]uint32, 1024)
+		c.keys = make([]byte, 0, cacheKeyBytes)
+		c.ids = make([]int32, 0, cacheIDs)
+	}
+	if len(c.keys)+len(piece) > cacheKeyBytes || len(c.ids)+len(ids) > cacheIDs {
+		return // full
 	}
 	start := len(c.keys)
 	c.keys = append(c.keys, piece...) // never reallocates: capacity is fixed
@@ -65,6 +74,33 @@ func (c *pieceCache) put(piece string, ids []int) {
 		c.ids = append(c.ids, int32(id))
 	}
 	c.m[key] = uint32(off)<<8 | uint32(len(ids))
+}
+
+// shortCacheSize is the number of entries of a scratch's direct-mapped
+// cache of whole-piece lookups (16 bytes each). Short pieces of running
+// text are mostly a few thousand frequent words; this keeps them out of the
+// megabytes of shortTable.
+const shortCacheSize = 1 << 12
+
+// shortRank is b.rank(piece) for a piece of at most 7 bytes, through the
+// scratch's cache.
+func (sc *bpeScratch) shortRank(b *rankBPE, piece string) int32 {
+	if sc.short == nil || sc.shortOf != b {
+		if sc.short == nil {
+			sc.short = new([shortCacheSize]shortSlot)
+		} else {
+			clear(sc.short[:])
+		}
+		sc.shortOf = b
+	}
+	k := packShort(piece)
+	e := &sc.short[hashShort(k)&(shortCacheSize-1)]
+	if e.key == k {
+		return e.val
+	}
+	r := b.short.get(piece)
+	e.key, e.val = k, r
+	return r
 }
 
 func grow32(s []int32, n int) []int32 {
@@ -79,9 +115,14 @@ func grow32(s []int32, n int) []int32 {
 // lowest rank merges first (leftmost on ties). For HF byte-level
 // vocabularies this equals merges-order BPE when ids grow along the merges
 // list; the loader checks that before building one.
+//
+// Every part of a piece being merged is a token, so the rank of two
+// adjacent parts' concatenation depends only on their two ids: the merge
+// loops look pairs up by id (pairs), never by bytes.
 type rankBPE struct {
 	ranks  map[string]int32
 	short  *shortTable // the ranks of tokens up to 7 bytes
+	pairs  *idPairTable
 	byteID [256]int32
 	maxLen int // longest token in bytes
 	reach  *reachTable
@@ -104,6 +145,18 @@ func (b *rankBPE) rank(s string) int32 {
 	return noRank
 }
 
+// finish builds the lookup tables derived from ranks and byteID.
+func (b *rankBPE) finish() error {
+	b.short = newShortTable(b.ranks)
+	p, err := newIDPairTable(b.ranks)
+	if err != nil {
+		return err
+	}
+	b.pairs = p
+	b.reach = newReachTable(maps.Keys(b.ranks), 1)
+	return nil
+}
+
 func (b *rankBPE) encode(dst []int, piece string, sc *bpeScratch) []int {
 	switch {
 	case len(piece) == 0:
@@ -111,7 +164,11 @@ func (b *rankBPE) encode(dst []int, piece string, sc *bpeScratch) []int {
 	case len(piece) == 1:
 		return append(dst, int(b.byteID[piece[0]]))
 	}
-	if r := b.rank(piece); r != noRank {
+	if len(piece) <= 7 {
+		if r := sc.shortRank(b, piece); r != noRank {
+			return append(dst, int(r))
+		}
+	} else if r := b.rank(piece); r != noRank {
 		return append(dst, int(r))
 	}
 	if len(piece) <= cacheMaxPiece {
@@ -129,50 +186,54 @@ func (b *rankBPE) encode(dst []int, piece string, sc *bpeScratch) []int {
 	return b.heapMerge(dst, piece, sc)
 }
 
-// scan is tiktoken's byte_pair_merge: O(n²) but with tiny constants.
+// scan is tiktoken's byte_pair_merge over ids: O(n²) but with tiny
+// constants. id[i] is part i's token, rk[i] the rank of parts i and i+1
+// merged.
 func (b *rankBPE) scan(dst []int, piece string, sc *bpeScratch) []int {
 	n := len(piece)
-	pos := grow32(sc.pos, n+1)
-	rk := grow32(sc.rk, n+1)
-	sc.pos, sc.rk = pos, rk
-	for i := 0; i <= n; i++ {
-		pos[i] = int32(i)
-		rk[i] = noRank
+	if n < 2 {
+		return b.encode(dst, piece, sc)
 	}
-	for i := 0; i+2 <= n; i++ {
-		rk[i] = b.rank(piece[i : i+2])
+	id := grow32(sc.pos, n)
+	rk := grow32(sc.rk, n)
+	sc.pos, sc.rk = id, rk
+	for i := 0; i < n; i++ {
+		id[i] = b.byteID[piece[i]]
 	}
-	m := n + 1 // live entries in pos/rk
-	for m > 2 {
-		minR, minI := int32(noRank), -1
-		for i := 0; i < m-1; i++ {
+	pt := b.pairs
+	for i := 0; i+1 < n; i++ {
+		rk[i] = pt.get(id[i], id[i+1])
+	}
+	rk[n-1] = noRank
+	m := n // live parts
+	for m > 1 {
+		minR, minI := rk[0], 0
+		for i := 1; i < m-1; i++ {
 			if rk[i] < minR {
 				minR, minI = rk[i], i
 			}
 		}
-		if minI < 0 {
+		if minR == noRank {
 			break
 		}
 		i := minI
-		// parts i and i+1 merge: recompute the ranks that span them.
+		// parts i and i+1 merge into minR: recompute the ranks that
+		// span them.
+		id[i] = minR
+		copy(id[i+1:m-1], id[i+2:m])
+		copy(rk[i+1:m-1], rk[i+2:m])
+		m--
 		if i > 0 {
-			if i+2 < m {
-				rk[i-1] = b.rank(piece[pos[i-1]:pos[i+2]])
-			} else {
-				rk[i-1] = noRank
-			}
+			rk[i-1] = pt.get(id[i-1], minR)
 		}
-		if i+3 < m {
-			rk[i] = b.rank(piece[pos[i]:pos[i+3]])
+		if i+1 < m {
+			rk[i] = pt.get(minR, id[i+1])
 		} else {
 			rk[i] = noRank
 		}
-		copy(pos[i+1:m-1], pos[i+2:m])
-		copy(rk[i+1:m-1], rk[i+2:m])
-		m--
 	}
-	for i := 0; i+1 < m; i++ {
-		dst = append(dst, int(b.rank(piece[pos[i]:pos[i+1]])))
+	for _, v := range id[:m] {
+		dst = append(dst, int(v))
 	}
 	return dst
 }
@@ -181,30 +242,27 @@ func (b *rankBPE) scan(dst []int, piece string, sc *bpeScratch) []int {
 // over a linked list of parts: O(n log n), for long pieces (a 1 MB "word"
 // is a few hundred milliseconds instead of minutes).
 func (b *rankBPE) heapMerge(dst []int, piece string, sc *bpeScratch) []int {
-	n := len(piece)
-	next := grow32(sc.next, n)
-	prev := grow32(sc.prev, n)
-	rk := grow32(sc.rk, n)
-	sc.next, sc.prev, sc.rk = next, prev, rk
+	n := int32(len(piece))
+	next := grow32(sc.next, int(n))
+	prev := grow32(sc.prev, int(n))
+	rk := grow32(sc.rk, int(n))
+	id := grow32(sc.pos, int(n))
+	sc.next, sc.prev, sc.rk, sc.pos = next, prev, rk, id
+	pt := b.pairs
 	h := sc.heap[:0]
-	end := func(i int32) int32 { // end offset of part i
-		if j := next[i]; j < int32(n) {
-			return j
-		}
-		return int32(n)
-	}
 	pairRank := func(i int32) int32 {
 		j := next[i]
-		if j >= int32(n) {
+		if j >= n {
 			return noRank
 		}
-		return b.rank(piece[i:end(j)])
+		return pt.get(id[i], id[j])
 	}
-	for i := int32(0); i < int32(n); i++ {
+	for i := int32(0); i < n; i++ {
 		next[i] = i + 1
 		prev[i] = i - 1
+		id[i] = b.byteID[piece[i]]
 	}
-	for i := int32(0); i < int32(n); i++ {
+	for i := int32(0); i < n; i++ {
 		rk[i] = pairRank(i)
 		if rk[i] != noRank {
 			h = append(h, uint64(rk[i])<<32|uint64(i))
@@ -220,8 +278,9 @@ func (b *rankBPE) heapMerge(dst []int, piece string, sc *bpeScratch) []int {
 		}
 		j := next[i]
 		rk[j] = -1 // dead
+		id[i] = r
 		next[i] = next[j]
-		if next[j] < int32(n) {
+		if next[j] < n {
 			prev[next[j]] = i
 		}
 		if rk[i] = pairRank(i); rk[i] != noRank {
@@ -234,8 +293,8 @@ func (b *rankBPE) heapMerge(dst []int, piece string, sc *bpeScratch) []int {
 		}
 	}
 	sc.heap = h
-	for i := int32(0); i < int32(n); i = next[i] {
-		dst = append(dst, int(b.rank(piece[i:end(i)])))
+	for i := int32(0); i < n; i = next[i] {
+		dst = append(dst, int(id[i]))
 	}
 	return dst
 }
@@ -356,6 +415,77 @@ func (t *shortTable) get(s string) int32 {
 			return sl.val
 		case 0:
 			return noRank
+		}
+	}
+}
+
+// idPairTable maps two adjacent tokens to the rank of their concatenation,
+// for every pair of tokens whose concatenation is a token: an
+// open-addressing table of single words, used: 1 | rank: 21 | left: 21 |
+// right: 21 bits.
+type idPairTable struct {
+	slots []uint64
+	shift uint // 64 - log2(len(slots))
+}
+
+const (
+	pairIDBits = 21
+	pairIDMask = 1<<pairIDBits - 1
+	pairKeyLen = 2 * pairIDBits
+	idPairUsed = 1 << 63
+)
+
+func pairKey(a, b int32) uint64 { return uint64(a)<<pairIDBits | uint64(b) }
+
+func (t *idPairTable) slot(k uint64) uint64 { return (k * 0x9E3779B97F4A7C15) >> t.shift }
+
+// newIDPairTable finds, for every token, each split into two tokens.
+func newIDPairTable(ranks map[string]int32) (*idPairTable, error) {
+	type entry struct{ a, b, r int32 }
+	var es []entry
+	for s, r := range ranks {
+		if r < 0 || r > pairIDMask {
+			return nil, fmt.Errorf("token id %d does not fit the pair table", r)
+		}
+		for k := 1; k < len(s); k++ {
+			a, ok := ranks[s[:k]]
+			if !ok {
+				continue
+			}
+			if b, ok := ranks[s[k:]]; ok {
+				es = append(es, entry{a, b, r})
+			}
+		}
+	}
+	bits := uint(4)
+	for 1<<bits < len(es)+len(es)/2 {
+		bits++
+	}
+	t := &idPairTable{slots: make([]uint64, 1<<bits), shift: 64 - bits}
+	mask := uint64(len(t.slots) - 1)
+	for _, e := range es {
+		k := pairKey(e.a, e.b)
+		for i := t.slot(k); ; i = (i + 1) & mask {
+			if t.slots[i] == 0 {
+				t.slots[i] = idPairUsed | uint64(e.r)<<pairKeyLen | k
+				break
+			}
+		}
+	}
+	return t, nil
+}
+
+// get returns the rank of the concatenation of tokens a and b, or noRank.
+func (t *idPairTable) get(a, b int32) int32 {
+	k := pairKey(a, b)
+	mask := uint64(len(t.slots) - 1)
+	for i := t.slot(k); ; i = (i + 1) & mask {
+		s := t.slots[i]
+		if s == 0 {
+			return noRank
+		}
+		if s&(1<<pairKeyLen-1) == k {
+			return int32(s>>pairKeyLen) & pairIDMask
 		}
 	}
 }

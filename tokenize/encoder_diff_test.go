@@ -308,3 +308,82 @@ func TestLongMarkRun(t *testing.T) {
 		t.Fatalf("llama2 1 MB word: %d tokens in %v", n, d)
 	}
 }
+
+// scanByBytes is tiktoken's byte_pair_merge as written over the piece's
+// bytes: each candidate is the concatenation of two adjacent parts, looked
+// up by its bytes. The encoder merges by id pairs (idPairTable); this is
+// the oracle that both agree.
+func scanByBytes(b *rankBPE, piece string) []int {
+	n := len(piece)
+	pos := make([]int, n+1)
+	for i := range pos {
+		pos[i] = i
+	}
+	rankAt := func(i int) int32 { // parts i and i+1 merged
+		if i+2 >= len(pos) {
+			return noRank
+		}
+		return b.rank(piece[pos[i]:pos[i+2]])
+	}
+	for len(pos) > 2 {
+		minR, minI := int32(noRank), -1
+		for i := 0; i+2 < len(pos); i++ {
+			if r := rankAt(i); r < minR {
+				minR, minI = r, i
+			}
+		}
+		if minI < 0 {
+			break
+		}
+		pos = append(pos[:minI+1], pos[minI+2:]...)
+	}
+	var out []int
+	for i := 0; i+1 < len(pos); i++ {
+		out = append(out, int(b.rank(piece[pos[i]:pos[i+1]])))
+	}
+	return out
+}
+
+func TestIDPairMergeEqualsBytes(t *testing.T) {
+	cl, err := NewOpenAI("cl100k_base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	toks := map[string]*Tokenizer{"cl100k_base": cl}
+	for _, m := range []string{"qwen3", "llama3_1", "deepseek_v3", "gptoss"} {
+		toks[m] = loadTokFixture(t, m)
+	}
+	corpus := loadTokCorpus(t)
+	for name, tok := range toks {
+		t.Run(name, func(t *testing.T) {
+			var sc bpeScratch
+			checked := 0
+			for i, e := range corpus {
+				if i%7 != 0 {
+					continue
+				}
+				text := e.Text
+				if tok.normalize != nil {
+					text = tok.normalize.apply(text)
+				}
+				tok.split.split(text, func(p string) bool {
+					if len(p) < 2 || len(p) > 300 {
+						return true
+					}
+					want := scanByBytes(tok.bl, p)
+					if got := tok.bl.scan(nil, p, &sc); !slices.Equal(got, want) {
+						t.Fatalf("piece %q: scan %v, by bytes %v", p, got, want)
+					}
+					if got := tok.bl.heapMerge(nil, p, &sc); !slices.Equal(got, want) {
+						t.Fatalf("piece %q: heap %v, by bytes %v", p, got, want)
+					}
+					checked++
+					return true
+				})
+			}
+			if checked < 1000 {
+				t.Fatalf("only %d pieces checked", checked)
+			}
+		})
+	}
+}

@@ -481,8 +481,9 @@ func buildRankBPE(vocab map[string]int32, merges []tjMerge, added map[string]int
 		}
 		last = rc
 	}
-	b.short = newShortTable(b.ranks)
-	b.reach = newReachTable(maps.Keys(b.ranks), 1)
+	if err := b.finish(); err != nil {
+		return nil, unsupported("%v", err)
+	}
 	if !ignoreMerges {
 		// encode looks a whole piece up before merging (tiktoken does the
 		// same; HF only with ignore_merges). That shortcut is exact only if

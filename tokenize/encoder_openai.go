@@ -2,7 +2,6 @@ package tokenize
 
 import (
 	"fmt"
-	"maps"
 
 	tiktoken_loader "github.com/pkoukk/tiktoken-go-loader"
 )
@@ -51,8 +50,9 @@ func NewOpenAI(name string) (*Tokenizer, error) {
 			return nil, fmt.Errorf("tokenize: %s: byte 0x%02x has no rank", name, i)
 		}
 	}
-	b.short = newShortTable(b.ranks)
-	b.reach = newReachTable(maps.Keys(b.ranks), 1)
+	if err := b.finish(); err != nil {
+		return nil, fmt.Errorf("tokenize: %s: %w", name, err)
+	}
 	sp, err := splitterFor(enc.pattern)
 	if err != nil {
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/ardanlabs/jinja"
@@ -28,6 +29,16 @@ type Template struct {
 	texts  jinja.Value
 	idents map[string]bool
 	format ContentFormat
+	// helpers are the package's callables the rewritten template uses,
+	// found once here rather than set on every render; strftime is
+	// whether it calls strftime_now, which reads the render's clock.
+	helpers  []namedValue
+	strftime bool
+}
+
+type namedValue struct {
+	name string
+	v    jinja.Value
 }
 
 // CompileTemplate compiles a Hugging Face chat template.
@@ -44,12 +55,26 @@ func CompileTemplate(source string) (*Template, error) {
 	for i, s := range lx.texts {
 		texts[i] = jinja.NewString(s)
 	}
+	var helpers []namedValue
+	for _, h := range []namedValue{
+		{strFilt, vStr}, {"__mt_tojson", vToJSON}, {"__mt_trim", vTrim}, {"__mt_join", vJoin},
+		{"__mt_list", vList}, {"__mt_format", vFormat},
+	} {
+		if strings.Contains(lx.src, h.name) {
+			helpers = append(helpers, h)
+		}
+	}
+	if lx.idents["raise_exception"] {
+		helpers = append(helpers, namedValue{"raise_exception", vRaise})
+	}
 	return &Template{
-		source: source,
-		tmpl:   t,
-		texts:  jinja.NewList(texts),
-		idents: lx.idents,
-		format: detectContentFormat(lx.bodies),
+		source:   source,
+		tmpl:     t,
+		texts:    jinja.NewList(texts),
+		idents:   lx.idents,
+		format:   detectContentFormat(lx.bodies),
+		helpers:  helpers,
+		strftime: lx.idents["strftime_now"],
 	}, nil
 }
 
@@ -108,22 +133,12 @@ func (t *Template) Render(vars map[string]jinja.Value, now func() time.Time) (ou
 		}
 	}()
 	vars[textVar] = t.texts
-	vars[strFilt] = vStr
-	vars["__mt_tojson"] = vToJSON
-	vars["__mt_trim"] = vTrim
-	vars["__mt_join"] = vJoin
-	vars["__mt_list"] = vList
-	vars["__mt_format"] = vFormat
-	vars["raise_exception"] = vRaise
-	if now == nil {
-		now = time.Now
+	for _, h := range t.helpers {
+		vars[h.name] = h.v
 	}
-	vars["strftime_now"] = jinja.NewCallable("strftime_now", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
-		if len(args) == 0 {
-			return jinja.Undefined(), &TemplateError{"strftime_now() missing 1 required positional argument: 'format'"}
-		}
-		return jinja.NewString(pyStrftime(now(), pyStr(args[0]))), nil
-	})
+	if t.strftime {
+		t.setStrftime(vars, now)
+	}
 	out, err = t.tmpl.RenderValues(vars)
 	if err != nil {
 		var re *raisedError
@@ -137,6 +152,20 @@ func (t *Template) Render(vars map[string]jinja.Value, now func() time.Time) (ou
 		return "", err
 	}
 	return out, nil
+}
+
+// setStrftime defines strftime_now, as vLLM does, reading now (nil:
+// time.Now).
+func (t *Template) setStrftime(vars map[string]jinja.Value, now func() time.Time) {
+	if now == nil {
+		now = time.Now
+	}
+	vars["strftime_now"] = jinja.NewCallable("strftime_now", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+		if len(args) == 0 {
+			return jinja.Undefined(), &TemplateError{"strftime_now() missing 1 required positional argument: 'format'"}
+		}
+		return jinja.NewString(pyStrftime(now(), pyStr(args[0]))), nil
+	})
 }
 
 // Content-format detection, after vLLM's _detect_content_format: the
