@@ -190,7 +190,10 @@ type ContextInfo struct {
 type Decision struct {
 	Model string
 	// Ref is the model's catalog handle (Model.Ref).
-	Ref    int
+	Ref int
+	// Only is Model.Only: the model's backends (slots) that may serve
+	// the request; nil: all.
+	Only   []int
 	Stream bool
 	// Body is what to forward: the client's bytes, or a copy with
 	// max_tokens lowered when the model clamps.
