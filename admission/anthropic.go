@@ -86,7 +86,7 @@ func checkAnthropic(m Model, req *ojson.Value, body []byte, countOnly bool) (Dec
 		dec.Uncounted, dec.Detail = NotExact, c.Reason
 		return dec, c, nil
 	}
-	dec.PromptTokens = c.Tokens
+	dec.PromptTokens, dec.Rendered = c.Tokens, c.Rendered
 	return dec, c, nil
 }
 

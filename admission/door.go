@@ -128,7 +128,7 @@ func (d *Door) checkModel(ep Endpoint, m Model, req *ojson.Value, body []byte) (
 		dec.Uncounted, dec.Detail = NotExact, c.Reason
 		return uncountedFit(dec, m, ep)
 	}
-	dec.PromptTokens = c.Tokens
+	dec.PromptTokens, dec.Rendered = c.Tokens, c.Rendered
 	// 6. The context.
 	if m.MaxModelLen <= 0 {
 		dec.Uncounted = NoContextLimit

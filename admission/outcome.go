@@ -225,4 +225,9 @@ type Decision struct {
 	// the door could convert it exactly), for prefix affinity; nil for
 	// every other request.
 	Chat *ojson.Value
+	// Rendered is the chat prompt the door rendered to count a chat
+	// request (or a Messages request's Chat conversation): the one render
+	// of the request, reused by prefix affinity. "" when the door rendered
+	// none (completions, no tokenizer, a count that is not exact).
+	Rendered string
 }

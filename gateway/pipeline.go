@@ -124,6 +124,7 @@ func (g *Gateway) admit(a *api) handlerFunc {
 		if a.affinity && rt.affinity > 0 {
 			t.Affinity = prefixHash(rt, ep, dec)
 		}
+		dec.Rendered = "" // hashed: the request need not hold a second copy of its prompt
 		if a.pin != nil {
 			if t.Exclude, err = a.pin(g, r, x, dec); err != nil {
 				return err
