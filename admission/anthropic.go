@@ -63,7 +63,7 @@ func checkAnthropic(m Model, req *ojson.Value, body []byte, countOnly bool) (Dec
 			f.stream = v.Bool
 		}
 	}
-	dec := Decision{Model: m.Name, Ref: m.Ref, Stream: f.stream, Body: body, MaxTokens: f.maxTokens, N: 1, Prompts: 1, Request: req}
+	dec := Decision{Model: m.Name, Ref: m.Ref, Only: m.Only, Stream: f.stream, Body: body, MaxTokens: f.maxTokens, N: 1, Prompts: 1, Request: req}
 	if m.Counter == nil {
 		dec.Uncounted = NoTokenizer
 		return dec, c, nil
@@ -86,7 +86,7 @@ func checkAnthropic(m Model, req *ojson.Value, body []byte, countOnly bool) (Dec
 		dec.Uncounted, dec.Detail = NotExact, c.Reason
 		return dec, c, nil
 	}
-	dec.PromptTokens = c.Tokens
+	dec.PromptTokens, dec.Rendered = c.Tokens, c.Rendered
 	return dec, c, nil
 }
 

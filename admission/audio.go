@@ -50,7 +50,7 @@ func (d *Door) CheckForm(ep Endpoint, f Form) (Decision, *Rejection) {
 		return Decision{}, &Rejection{Reason: UnknownModel, Status: 404, Code: codeModelNotFound, Param: "model",
 			Message: fmt.Sprintf("The model %q does not exist. Available models: %s.", f.Model, strings.Join(d.models.Names(), ", "))}
 	}
-	dec := Decision{Model: m.Name, Ref: m.Ref, N: 1, Prompts: 1, Uncounted: NotCounted, PromptEstimate: audioPromptEstimate}
+	dec := Decision{Model: m.Name, Ref: m.Ref, Only: m.Only, N: 1, Prompts: 1, Uncounted: NotCounted, PromptEstimate: audioPromptEstimate}
 	reject := func(param, msg string) (Decision, *Rejection) {
 		return Decision{}, &Rejection{Reason: InvalidParam, Status: 400, Code: codeInvalidType, Param: param, Message: msg,
 			Model: m.Name, Ref: m.Ref}

@@ -34,6 +34,12 @@ type Model struct {
 	// the Rejection, so that the caller finds its state for the model
 	// without looking the name up a second time.
 	Ref int
+	// Only, when non-nil, names the model's backends (pool slots) that
+	// may serve the name looked up: a LoRA adapter is a name of its base
+	// model served by the backends that have it loaded. Name is then the
+	// adapter's, and everything else (counter, limits) the base model's.
+	// The door passes it back in the Decision; nil: every backend.
+	Only []int
 }
 
 // Catalog is the door's view of the configured models.
@@ -103,7 +109,7 @@ func (d *Door) checkModel(ep Endpoint, m Model, req *ojson.Value, body []byte) (
 	if rej != nil {
 		return Decision{}, rej
 	}
-	dec := Decision{Model: m.Name, Ref: m.Ref, Stream: f.stream, Body: body, MaxTokens: f.maxTokens, N: f.n, Request: req,
+	dec := Decision{Model: m.Name, Ref: m.Ref, Only: m.Only, Stream: f.stream, Body: body, MaxTokens: f.maxTokens, N: f.n, Request: req,
 		Prompts: promptCount(ep, req)}
 	// 5. Render and count; a template that raises is the client's error.
 	if m.Counter == nil {
@@ -122,7 +128,7 @@ func (d *Door) checkModel(ep Endpoint, m Model, req *ojson.Value, body []byte) (
 		dec.Uncounted, dec.Detail = NotExact, c.Reason
 		return uncountedFit(dec, m, ep)
 	}
-	dec.PromptTokens = c.Tokens
+	dec.PromptTokens, dec.Rendered = c.Tokens, c.Rendered
 	// 6. The context.
 	if m.MaxModelLen <= 0 {
 		dec.Uncounted = NoContextLimit

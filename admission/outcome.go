@@ -190,7 +190,10 @@ type ContextInfo struct {
 type Decision struct {
 	Model string
 	// Ref is the model's catalog handle (Model.Ref).
-	Ref    int
+	Ref int
+	// Only is Model.Only: the model's backends (slots) that may serve
+	// the request; nil: all.
+	Only   []int
 	Stream bool
 	// Body is what to forward: the client's bytes, or a copy with
 	// max_tokens lowered when the model clamps.
@@ -222,4 +225,9 @@ type Decision struct {
 	// the door could convert it exactly), for prefix affinity; nil for
 	// every other request.
 	Chat *ojson.Value
+	// Rendered is the chat prompt the door rendered to count a chat
+	// request (or a Messages request's Chat conversation): the one render
+	// of the request, reused by prefix affinity. "" when the door rendered
+	// none (completions, no tokenizer, a count that is not exact).
+	Rendered string
 }

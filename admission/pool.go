@@ -235,6 +235,16 @@ type Ticket struct {
 	Affinity uint64
 	// Exclude lists slots already tried (connection failures).
 	Exclude []int
+	// Only, when non-nil, is the subset of slots the request may go to
+	// at all (the backends that have the LoRA adapter it names loaded);
+	// nil: every slot. The pool grants, counts ready backends and judges
+	// the request's size among those alone.
+	Only []int
+}
+
+// allows reports whether t may go to slot i.
+func (t *Ticket) allows(i int) bool {
+	return !slices.Contains(t.Exclude, i) && (t.Only == nil || slices.Contains(t.Only, i))
 }
 
 // Lease is a granted slot. Release it exactly once when the request ends.
@@ -386,11 +396,11 @@ func (p *Pool) Acquire(ctx context.Context, t Ticket) (*Lease, Outcome) {
 		p.unlock()
 		return nil, Draining
 	}
-	if !p.anyReadyLocked(t.Exclude) {
+	if !p.anyReadyLocked(&t) {
 		p.unlock()
 		return nil, NoBackend
 	}
-	if t.Exact && p.tooLargeLocked(t.Tokens) {
+	if t.Exact && p.tooLargeLocked(&t) {
 		p.unlock()
 		return nil, OverBudget
 	}
@@ -456,10 +466,10 @@ func (p *Pool) removeLocked(w *waiter) {
 	}
 }
 
-// anyReadyLocked: some ready backend not yet tried by this request.
-func (p *Pool) anyReadyLocked(exclude []int) bool {
+// anyReadyLocked: some ready backend t may go to and has not tried yet.
+func (p *Pool) anyReadyLocked(t *Ticket) bool {
 	for _, s := range p.slots {
-		if s.cfg.Ready() && !slices.Contains(exclude, s.Index) {
+		if s.cfg.Ready() && t.allows(s.Index) {
 			return true
 		}
 	}
@@ -474,9 +484,13 @@ func (s *Slot) budget() int {
 	return s.cfg.KVTokens
 }
 
-func (p *Pool) tooLargeLocked(tokens int) bool {
+// tooLargeLocked: t is larger than the budget of every backend it may go to.
+func (p *Pool) tooLargeLocked(t *Ticket) bool {
 	for _, s := range p.slots {
-		if b := s.budget(); b == 0 || tokens <= b {
+		if !t.allows(s.Index) {
+			continue
+		}
+		if b := s.budget(); b == 0 || t.Tokens <= b {
 			return false
 		}
 	}
@@ -567,7 +581,7 @@ func (p *Pool) grantLocked(t Ticket) *Lease {
 	p.reconcileLocked(now)
 	var cands []*Slot
 	for _, s := range p.slots {
-		if !slices.Contains(t.Exclude, s.Index) && p.eligible(s, now) && p.fits(s, t.Tokens) {
+		if t.allows(s.Index) && p.eligible(s, now) && p.fits(s, t.Tokens) {
 			cands = append(cands, s)
 		}
 	}
@@ -855,8 +869,12 @@ func (p *Pool) Blocked(t Ticket) Blockage {
 	defer p.unlock()
 	now := p.now()
 	p.reconcileLocked(now)
-	b := Blockage{Backends: len(p.slots)}
+	b := Blockage{}
 	for _, s := range p.slots {
+		if t.Only != nil && !slices.Contains(t.Only, s.Index) {
+			continue // not one of its backends at all
+		}
+		b.Backends++
 		switch {
 		case !s.cfg.Ready():
 			b.NotReady++

@@ -331,3 +331,37 @@ func BenchmarkPoolAcquireRelease(b *testing.B) {
 		l.Release(Succeeded)
 	}
 }
+
+// A ticket with Only goes to those slots alone, whatever their load or
+// the affinity ring says; with none of them ready it is NoBackend, and its
+// size is judged against their budgets alone.
+func TestPoolOnlyCandidates(t *testing.T) {
+	notReady := func() bool { return false }
+	p := testPool([]SlotConfig{
+		{Name: "b0", Ready: always, KVTokens: 1000},
+		{Name: "b1", Ready: always, KVTokens: 100},
+		{Name: "b2", Ready: notReady, KVTokens: 1000},
+	}, nil)
+	var held []*Lease
+	for i := range 20 {
+		l, o := p.Acquire(t.Context(), Ticket{Tokens: 1, Affinity: uint64(i*7919 + 1), Only: []int{1}})
+		if o != Admitted || l.Slot.Index != 1 {
+			t.Fatalf("request %d: %s on %v, want slot 1", i, o, l)
+		}
+		held = append(held, l)
+	}
+	for _, l := range held {
+		l.Release(Succeeded)
+	}
+	if _, o := p.Acquire(t.Context(), Ticket{Tokens: 1, Only: []int{2}}); o != NoBackend {
+		t.Fatalf("only a backend not ready: %s, want %s", o, NoBackend)
+	}
+	if _, o := p.Acquire(t.Context(), Ticket{Tokens: 500, Exact: true, Only: []int{1}}); o != OverBudget {
+		t.Fatalf("over the only backend's budget: %s, want %s", o, OverBudget)
+	}
+	l, o := p.Acquire(t.Context(), Ticket{Tokens: 500, Exact: true})
+	if o != Admitted || l.Slot.Index != 0 {
+		t.Fatalf("without Only: %s on %v", o, l)
+	}
+	l.Release(Succeeded)
+}

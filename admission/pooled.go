@@ -35,7 +35,7 @@ func checkPooled(ep Endpoint, m Model, req *ojson.Value, body []byte) (Decision,
 	if rej := pooledFields(ep, req); rej != nil {
 		return Decision{}, rej
 	}
-	dec := Decision{Model: m.Name, Ref: m.Ref, Body: body, N: 1, Prompts: 1, Request: req}
+	dec := Decision{Model: m.Name, Ref: m.Ref, Only: m.Only, Body: body, N: 1, Prompts: 1, Request: req}
 	switch ep {
 	case Score, Rerank:
 		// A pair is tokenized by the model's own cross-encoder rules

@@ -84,7 +84,7 @@ func responsesModel(m Model, req *ojson.Value, body []byte) (Decision, *Rejectio
 	if rej := checkResponsesInput(req.Get("input")); rej != nil {
 		return Decision{}, rej
 	}
-	dec := Decision{Model: m.Name, Ref: m.Ref, Body: body, MaxTokens: mt, N: 1, Prompts: 1, Request: req}
+	dec := Decision{Model: m.Name, Ref: m.Ref, Only: m.Only, Body: body, MaxTokens: mt, N: 1, Prompts: 1, Request: req}
 	if v := req.Get("stream"); v != nil && v.Kind == ojson.Bool {
 		dec.Stream = v.Bool
 	}

@@ -20,6 +20,16 @@
 //	unhealthy unhealthy_threshold failed probes or real connection failures
 //	          in a row; it warms up again when /health recovers
 //
+// A backend's LoRA adapters are the cards of its /v1/models listing that
+// name a parent (vLLM lists each loaded adapter so, root its path). They
+// are learned at warm-up and listed again after every health probe of a
+// ready backend (every health.interval), so that adapters loaded or
+// unloaded at runtime (/v1/load_lora_adapter) appear and disappear
+// without a restart; Backend.RefreshAdapters asks for a listing at once
+// (the gateway does when a backend answers 404 for an adapter it was
+// thought to have). A failed listing keeps the last known adapters.
+// OnAdapters hears every change.
+//
 // A scraper reads each ready backend's /metrics every scrape_interval
 // (vllm:num_requests_waiting, running, kv_cache_usage_perc,
 // num_preemptions_total, cache_config_info) for the admission pools and
@@ -32,6 +42,10 @@
 // # Concurrency
 //
 // Backend state is written by its prober and read by request goroutines
-// under the backend's mutex; in-flight counts are atomics. Fleet itself is
+// under the backend's mutex; in-flight counts are atomics. A backend's
+// adapter list is part of that state: replaced whole by its prober (the
+// backend's Run goroutine, which also serves RefreshAdapters' requests
+// through a one-slot channel), never modified in place, so a reader may
+// keep the slice it got. Fleet itself is
 // immutable after New. fleet uses net/http only as a client.
 package fleet

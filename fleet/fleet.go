@@ -96,6 +96,49 @@ type Backend struct {
 	warmFails  int
 	nextWarmup time.Time
 	mismatch   *Mismatch
+	// adapters are the LoRA adapters the backend listed last: replaced
+	// whole by its prober, never changed in place, so a reader may keep
+	// the slice it got.
+	adapters []Adapter
+	// refresh asks the prober to list the adapters again now (buffered 1:
+	// asks made before it gets to it are one).
+	refresh chan struct{}
+}
+
+// Adapter is a LoRA adapter a backend has loaded, as its /v1/models lists
+// it: a card whose parent is a base model.
+type Adapter struct {
+	// Name is the card's id, the name requests use.
+	Name string `json:"name"`
+	// Root is where the backend loaded it from (the card's root).
+	Root string `json:"root"`
+}
+
+// Adapters returns the LoRA adapters b listed last (at warm-up, then every
+// health.interval while ready, or sooner when RefreshAdapters asked). The
+// slice is shared and must not be modified.
+func (b *Backend) Adapters() []Adapter {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.adapters
+}
+
+// HasAdapter reports whether b listed the LoRA adapter name last.
+func (b *Backend) HasAdapter(name string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.ContainsFunc(b.adapters, func(a Adapter) bool { return a.Name == name })
+}
+
+// RefreshAdapters asks b's prober to list its adapters again at once
+// rather than at the next health.interval: a request found an adapter
+// missing that b was thought to have. It never blocks; it has effect only
+// while the fleet runs (Run).
+func (b *Backend) RefreshAdapters() {
+	select {
+	case b.refresh <- struct{}{}:
+	default:
+	}
 }
 
 // Checks a Mismatch can come from.
@@ -124,6 +167,8 @@ type BackendStatus struct {
 	Since       time.Time `json:"since"`
 	MaxModelLen int       `json:"max_model_len,omitempty"`
 	InFlight    int64     `json:"in_flight"`
+	// Adapters are the LoRA adapters it listed last.
+	Adapters []Adapter `json:"adapters,omitempty"`
 	// Version is what GET /version reported at warm-up.
 	Version string `json:"version,omitempty"`
 	// WarmupSeconds is the time the warm-up generation took.
@@ -142,7 +187,8 @@ func (b *Backend) Status() BackendStatus {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	st := BackendStatus{URL: b.URL.String(), State: b.state, Reason: b.reason, Since: b.since, MaxModelLen: b.maxModelLen,
-		InFlight: b.inFlight.Load(), Version: b.version, WarmupSeconds: b.warmupTTFT.Seconds(), WarmupFailures: b.warmFails}
+		InFlight: b.inFlight.Load(), Version: b.version, WarmupSeconds: b.warmupTTFT.Seconds(), WarmupFailures: b.warmFails,
+		Adapters: b.adapters}
 	if b.mismatch != nil {
 		mm := *b.mismatch
 		st.Mismatch = &mm
@@ -278,13 +324,14 @@ type PromptCounter interface {
 
 // Fleet is every model and backend, and the prober that keeps their states.
 type Fleet struct {
-	models    []*Model
-	byName    map[string]*Model
-	client    *http.Client
-	log       *zap.Logger
-	health    config.HealthConfig
-	now       func() time.Time
-	observers []func(m *Model, b *Backend, from, to State)
+	models          []*Model
+	byName          map[string]*Model
+	client          *http.Client
+	log             *zap.Logger
+	health          config.HealthConfig
+	now             func() time.Time
+	observers       []func(m *Model, b *Backend, from, to State)
+	adapterWatchers []func(m *Model, b *Backend, adapters []Adapter)
 }
 
 // New builds the fleet described by cfg. client is used for probes. Backend
@@ -310,7 +357,7 @@ func New(cfg config.Config, client *http.Client, log *zap.Logger, counters map[s
 			if err != nil {
 				return nil, fmt.Errorf("models[%d].backends[%d].url: %w", i, j, err)
 			}
-			b := &Backend{URL: u, Served: mc.Name, since: start, reason: ReasonNotProbed}
+			b := &Backend{URL: u, Served: mc.Name, since: start, reason: ReasonNotProbed, refresh: make(chan struct{}, 1)}
 			if bc.ServedModel != "" {
 				b.Served = bc.ServedModel
 			}
@@ -329,6 +376,13 @@ func New(cfg config.Config, client *http.Client, log *zap.Logger, counters map[s
 // metrics). Call before Run.
 func (f *Fleet) OnTransition(fn func(m *Model, b *Backend, from, to State)) {
 	f.observers = append(f.observers, fn)
+}
+
+// OnAdapters registers fn to be called when a backend's list of LoRA
+// adapters changes, with the new list (shared: not to be modified). Call
+// before Run.
+func (f *Fleet) OnAdapters(fn func(m *Model, b *Backend, adapters []Adapter)) {
+	f.adapterWatchers = append(f.adapterWatchers, fn)
 }
 
 // Model returns the model named name.
@@ -359,12 +413,17 @@ func (f *Fleet) Run(ctx context.Context) {
 			wg.Go(func() {
 				t := time.NewTicker(f.health.Interval.D())
 				defer t.Stop()
+				f.probe(ctx, m, b)
 				for {
-					f.probe(ctx, m, b)
 					select {
 					case <-ctx.Done():
 						return
 					case <-t.C:
+						f.probe(ctx, m, b)
+					case <-b.refresh:
+						if b.Ready() {
+							f.refreshAdapters(ctx, m, b)
+						}
 					}
 				}
 			})
@@ -464,6 +523,8 @@ func (f *Fleet) probe(ctx context.Context, m *Model, b *Backend) {
 	case b.state == Ready:
 		b.fails = 0
 		b.mu.Unlock()
+		// Adapters are loaded and unloaded at runtime: follow them.
+		f.refreshAdapters(ctx, m, b)
 		return
 	}
 	b.fails = 0
@@ -543,6 +604,7 @@ func (f *Fleet) warmUp(ctx context.Context, m *Model, b *Backend) (State, string
 	if err != nil {
 		return Warming, "/v1/models: " + err.Error()
 	}
+	f.setAdapters(m, b, adaptersOf(served))
 	card, ok := served[b.Served]
 	if !ok {
 		ids := make([]string, 0, len(served))
@@ -654,6 +716,61 @@ func (f *Fleet) tokenizerProbe(ctx context.Context, m *Model, b *Backend) (strin
 type modelCard struct {
 	Created     int64 `json:"created"`
 	MaxModelLen int   `json:"max_model_len"`
+	// Root and Parent: a LoRA adapter's card names its path and its base
+	// model; a base model's parent is null.
+	Root   string  `json:"root"`
+	Parent *string `json:"parent"`
+}
+
+// adaptersOf picks the LoRA adapters out of a /v1/models listing, sorted
+// by name.
+func adaptersOf(served map[string]modelCard) []Adapter {
+	var out []Adapter
+	for id, c := range served {
+		if c.Parent != nil && *c.Parent != "" {
+			out = append(out, Adapter{Name: id, Root: c.Root})
+		}
+	}
+	slices.SortFunc(out, func(a, b Adapter) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// refreshAdapters lists b's models again and records its adapters. A
+// listing that fails keeps the last known adapters: the health probe, not
+// this, decides whether b is up.
+func (f *Fleet) refreshAdapters(ctx context.Context, m *Model, b *Backend) {
+	pctx, cancel := context.WithTimeout(ctx, f.health.Timeout.D())
+	defer cancel()
+	served, err := f.listModels(pctx, b)
+	if err != nil {
+		if ctx.Err() == nil {
+			f.log.Debug("listing adapters failed", zap.String("model", m.Name), zap.String("backend", b.URL.String()), zap.Error(err))
+		}
+		return
+	}
+	f.setAdapters(m, b, adaptersOf(served))
+}
+
+// setAdapters records b's adapters and tells the watchers when they
+// changed. Only b's prober calls it, so changes are reported in order.
+func (f *Fleet) setAdapters(m *Model, b *Backend, list []Adapter) {
+	b.mu.Lock()
+	same := slices.Equal(b.adapters, list)
+	if !same {
+		b.adapters = list
+	}
+	b.mu.Unlock()
+	if same {
+		return
+	}
+	names := make([]string, len(list))
+	for i, a := range list {
+		names[i] = a.Name
+	}
+	f.log.Info("backend adapters", zap.String("model", m.Name), zap.String("backend", b.URL.String()), zap.Strings("adapters", names))
+	for _, fn := range f.adapterWatchers {
+		fn(m, b, list)
+	}
 }
 
 func (f *Fleet) listModels(ctx context.Context, b *Backend) (map[string]modelCard, error) {

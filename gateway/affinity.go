@@ -5,11 +5,16 @@ import (
 
 	"github.com/maitred-dev/maitred/admission"
 	"github.com/maitred-dev/maitred/internal/ojson"
+	"github.com/maitred-dev/maitred/tokenize"
 )
 
 // prefixHash hashes the first k tokens of the rendered prompt, for prefix
-// affinity; 0 when it cannot be computed. A request converted to a chat
-// conversation (Anthropic Messages) is hashed as that conversation.
+// affinity; 0 when it cannot be computed. A chat request's prompt is the
+// door's own render (Decision.Rendered): the chat template is rendered
+// once per request. A request converted to a chat conversation (Anthropic
+// Messages) is hashed as that conversation, which the door rendered the
+// same way. When the door rendered nothing (no tokenizer, a count that is
+// not exact) a second render would fail alike, so the hash is 0.
 func prefixHash(rt *modelRuntime, ep admission.Endpoint, dec admission.Decision) uint64 {
 	req := dec.Request
 	if dec.Chat != nil {
@@ -20,16 +25,21 @@ func prefixHash(rt *modelRuntime, ep admission.Endpoint, dec admission.Decision)
 		return 0
 	}
 	var text string
-	var err error
 	if ep == admission.Chat {
-		if text, err = tok.RenderChat(req); err != nil {
-			return 0
+		if dec.Uncounted == admission.NoTokenizer || dec.Uncounted == admission.NotExact {
+			return 0 // the door could not render it: nor could a second try
 		}
+		text = dec.Rendered
 	} else if p := req.Get("prompt"); p != nil && p.Kind == ojson.String {
 		text = p.Str
 	} else {
 		return 0
 	}
+	return hashPrefix(tok, text, k)
+}
+
+// hashPrefix hashes the ids of the first k tokens of text.
+func hashPrefix(tok *tokenize.Model, text string, k int) uint64 {
 	// k tokens are rarely more than 8k bytes: encode only that prefix.
 	if len(text) > 8*k {
 		text = text[:8*k]

@@ -140,7 +140,7 @@ func (g *Gateway) countTokens(w http.ResponseWriter, r *http.Request, x *exchang
 		return rejection(rej)
 	}
 	rt := g.models[dec.Ref]
-	x.rt = rt
+	x.setModel(rt, dec.Model, dec.Only)
 	if dec.Uncounted != admission.Counted {
 		x.uncounted = dec.Uncounted.String()
 		return g.forwardOutsideQueue(w, r, x, rt, body)

@@ -105,6 +105,12 @@ func (g *Gateway) dispatch(w http.ResponseWriter, r *http.Request, x *exchange, 
 		rt.metrics.queueWait.WithLabelValues(class).Observe(lease.Waited.Seconds())
 		a := x.newAttempt(rt.backends[lease.Slot.Index])
 		res := g.forwardLease(w, r, a, lease, body)
+		if x.adapter != "" && a.upstreamStatus == http.StatusNotFound {
+			// The backend no longer has the adapter (unloaded since it was
+			// last listed): its 404 passes through, and its adapters are
+			// listed again now rather than at the next health interval.
+			a.backend.RefreshAdapters()
+		}
 		if res.err == nil {
 			g.fleet.ReportSuccess(a.backend)
 			return nil

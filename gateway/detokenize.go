@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 
 	"github.com/maitred-dev/maitred/internal/ojson"
 	"github.com/maitred-dev/maitred/tokenize"
@@ -32,11 +33,10 @@ func (g *Gateway) detokenize(w http.ResponseWriter, r *http.Request, x *exchange
 	if err != nil {
 		return err
 	}
-	rt, err := g.lookupModel(req)
-	if err != nil {
+	if err := g.lookupModel(req, x); err != nil {
 		return err
 	}
-	x.rt = rt
+	rt := x.rt
 	ids, err := tokenIDList(req)
 	if err != nil {
 		return err
@@ -74,28 +74,29 @@ func parseObject(body []byte) (*ojson.Value, error) {
 	return req, nil
 }
 
-// lookupModel finds the request's model as vLLM's tokenizer endpoints do:
-// "model" names it, and a request without one means the only served
-// model.
-func (g *Gateway) lookupModel(req *ojson.Value) (*modelRuntime, error) {
+// lookupModel finds the request's model as vLLM's tokenizer endpoints do
+// ("model" names it, a configured model or a LoRA adapter of one, and a
+// request without one means the only served model) and records it in x.
+func (g *Gateway) lookupModel(req *ojson.Value, x *exchange) error {
 	name := ""
 	mv := req.Get("model")
 	switch {
 	case mv != nil && mv.Kind == ojson.String:
 		name = mv.Str
 	case mv != nil && !mv.IsNull():
-		return nil, badRequest(codeInvalidType, "model", "model must be a string, got %s.", mv.Kind)
+		return badRequest(codeInvalidType, "model", "model must be a string, got %s.", mv.Kind)
 	default:
 		if names := g.fleet.Names(); len(names) == 1 {
 			name = names[0]
 		}
 	}
-	rt, ok := g.byName[name]
+	rt, only, ok := g.catalog.resolve(name)
 	if !ok {
-		return nil, &Error{Status: http.StatusNotFound, Type: typeInvalidRequest, Code: codeModelNotFound, Param: "model", Layer: triage.LayerDoor,
+		return &Error{Status: http.StatusNotFound, Type: typeInvalidRequest, Code: codeModelNotFound, Param: "model", Layer: triage.LayerDoor,
 			Message: fmt.Sprintf("The model %q does not exist. Available models: %v.", name, g.fleet.Names())}
 	}
-	return rt, nil
+	x.setModel(rt, name, only)
+	return nil
 }
 
 // tokenIDList reads "tokens": a required list of integers. Values a
@@ -136,7 +137,13 @@ func describeValue(v *ojson.Value) string {
 // generations. It avoids a backend ejected as an outlier, by the queue's
 // own rule (ejection never takes the last ready backend out of rotation).
 func (g *Gateway) forwardOutsideQueue(w http.ResponseWriter, r *http.Request, x *exchange, rt *modelRuntime, body []byte) error {
-	b := rt.fm.PickExcept(rt.ejected())
+	avoid := rt.ejected()
+	for i, b := range rt.backends {
+		if x.only != nil && !slices.Contains(x.only, i) {
+			avoid = append(avoid, b) // a LoRA adapter it has not loaded
+		}
+	}
+	b := rt.fm.PickExcept(avoid)
 	if b == nil {
 		return g.notReady(rt)
 	}

@@ -82,6 +82,19 @@
 // reproduce exactly goes to a ready backend of the model at once, outside
 // the queue, avoiding ejected backends.
 //
+// A request's model name is resolved once (catalog.resolve, runtime.go),
+// by the door or by a tokenizer endpoint: a configured model, or else a
+// LoRA adapter that some of a configured model's ready backends list
+// (fleet.Backend.Adapters). An adapter resolves to its base model's
+// runtime (tokenizer, max_model_len, limits, queue, metric label) and the
+// slots of those backends (admission.Model.Only, carried by the Decision
+// into the Ticket's Only and the exchange), the only ones the pool grants
+// or a pass-through picks. A configured name wins over an adapter's. A
+// backend's 404 to an adapter request passes through and asks the fleet
+// to list that backend's adapters again at once. /v1/load_lora_adapter
+// and /v1/unload_lora_adapter are not served: an operator loads adapters
+// on each backend; maitred follows.
+//
 // Each request carries a phase clock (read, door, queue, connect, prefill,
 // decode, tail) whose phases add up to its duration; they go to the access
 // log, maitred_phase_seconds, Server-Timing and the triage engine, with the
@@ -101,7 +114,8 @@
 // read by the proxy hooks of that same request; the timers that cancel an
 // upstream request only set the attempt's atomic flags and cancel. A
 // model's runtime (pool, tokenizer, timeouts, metric children) is built
-// once in New; the door's lookup finds it and the request carries it. A
+// once in New; the door's lookup finds it and the request carries it. The
+// adapters a lookup reads are the fleet's, read under each backend's lock. A
 // client that disconnects cancels the request context, which cancels the
 // backend request, so vLLM aborts it and frees its KV cache.
 package gateway

@@ -62,6 +62,10 @@ type Gateway struct {
 	// catalog and for work outside requests (scrapes, transitions, pages).
 	models []*modelRuntime
 	byName map[string]*modelRuntime
+	// catalog resolves a request's model name (a configured model or a
+	// LoRA adapter of one): the door's lookup, and the tokenizer
+	// endpoints'.
+	catalog *catalog
 	// noModel holds the metric children of requests that name no
 	// configured model.
 	noModel modelMetrics
@@ -123,7 +127,8 @@ func New(o Options) (*Gateway, error) {
 	// and what triage knows.
 	o.Fleet.OnTransition(g.onTransition)
 	o.Registry.MustRegister(poolCollector{g})
-	g.door = admission.NewDoor(&catalog{byName: g.byName, names: o.Fleet.Names()})
+	g.catalog = &catalog{models: g.models, byName: g.byName, names: o.Fleet.Names()}
+	g.door = admission.NewDoor(g.catalog)
 	g.checker = newTokenizeChecker(&http.Client{Transport: o.Transport}, g.log)
 	g.proxy = g.newProxy(o.Transport)
 	g.handler = g.routes()

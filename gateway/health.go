@@ -104,10 +104,17 @@ type modelEntry struct {
 	Created     int64  `json:"created"`
 	OwnedBy     string `json:"owned_by"`
 	MaxModelLen int    `json:"max_model_len,omitempty"`
+	// Root and Parent are set for a LoRA adapter, as vLLM lists one: its
+	// path on the backends, and the configured model it adapts.
+	Root   string  `json:"root,omitempty"`
+	Parent *string `json:"parent,omitempty"`
 }
 
 // listModels answers GET /v1/models from the config merged with what the
-// backends report, without a backend round trip.
+// backends report, without a backend round trip: the configured models,
+// then the LoRA adapters loaded on at least one ready backend, each once,
+// under the model a request naming it resolves to (catalog.resolve: a
+// configured name wins, then the first model in config order).
 func (g *Gateway) listModels(w http.ResponseWriter, r *http.Request, _ *exchange) error {
 	list := struct {
 		Object string       `json:"object"`
@@ -115,6 +122,22 @@ func (g *Gateway) listModels(w http.ResponseWriter, r *http.Request, _ *exchange
 	}{Object: "list", Data: []modelEntry{}}
 	for _, m := range g.fleet.Models() {
 		list.Data = append(list.Data, modelEntry{ID: m.Name, Object: "model", Created: m.Created(), OwnedBy: "maitred", MaxModelLen: m.MaxModelLen()})
+	}
+	seen := map[string]bool{}
+	for _, m := range g.fleet.Models() {
+		for _, b := range m.Backends {
+			if !b.Ready() {
+				continue
+			}
+			for _, a := range b.Adapters() {
+				if _, configured := g.byName[a.Name]; configured || seen[a.Name] {
+					continue
+				}
+				seen[a.Name] = true
+				list.Data = append(list.Data, modelEntry{ID: a.Name, Object: "model", Created: m.Created(), OwnedBy: "maitred",
+					MaxModelLen: m.MaxModelLen(), Root: a.Root, Parent: &m.Name})
+			}
+		}
 	}
 	writeJSON(w, http.StatusOK, list)
 	return nil

@@ -107,7 +107,8 @@ func (g *Gateway) admit(a *api) handlerFunc {
 			return g.rejected(x, rejection(rej))
 		}
 		rt := g.models[dec.Ref]
-		x.rt, x.stream, x.promptTokens, x.maxTokens = rt, dec.Stream, dec.PromptTokens, dec.MaxTokens
+		x.setModel(rt, dec.Model, dec.Only)
+		x.stream, x.promptTokens, x.maxTokens = dec.Stream, dec.PromptTokens, dec.MaxTokens
 		if dec.Uncounted != admission.Counted {
 			x.uncounted = dec.Uncounted.String()
 			rt.metrics.uncounted.WithLabelValues(x.uncounted).Inc()
@@ -119,9 +120,11 @@ func (g *Gateway) admit(a *api) handlerFunc {
 		defer rt.metrics.inFlight.Dec()
 		class, className := g.class(r)
 		t := ticket(rt, ep, dec, len(body), class)
+		t.Only = dec.Only // a LoRA adapter: the backends that have it loaded
 		if a.affinity && rt.affinity > 0 {
 			t.Affinity = prefixHash(rt, ep, dec)
 		}
+		dec.Rendered = "" // hashed: the request need not hold a second copy of its prompt
 		if a.pin != nil {
 			if t.Exclude, err = a.pin(g, r, x, dec); err != nil {
 				return err

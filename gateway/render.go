@@ -112,7 +112,8 @@ func (g *Gateway) render(ep admission.Endpoint) handlerFunc {
 			return rejection(rej)
 		}
 		rt := g.models[dec.Ref]
-		x.rt, x.stream, x.promptTokens, x.maxTokens = rt, dec.Stream, dec.PromptTokens, dec.MaxTokens
+		x.setModel(rt, dec.Model, dec.Only)
+		x.stream, x.promptTokens, x.maxTokens = dec.Stream, dec.PromptTokens, dec.MaxTokens
 		switch {
 		case dec.Uncounted != admission.Counted:
 			x.uncounted = dec.Uncounted.String()

@@ -162,18 +162,51 @@ func newRuntimes(cfg config.Config, fl *fleet.Fleet, toks map[string]*tokenize.M
 }
 
 // catalog is the door's view of the configured models: the one lookup of a
-// model by name a request makes.
+// model by name a request makes (resolve), for the door and for the
+// tokenizer endpoints alike.
 type catalog struct {
+	models []*modelRuntime // config order
 	byName map[string]*modelRuntime
 	names  []string
 }
 
+// resolve finds what a request's model name means: a configured model
+// (only nil), or else a LoRA adapter loaded on some of a configured
+// model's ready backends: the model's runtime (its tokenizer, limits and
+// queue are the adapter's) and the slots of those backends. A configured
+// name wins over an adapter of the same name; an adapter loaded under two
+// configured models is the first model's in config order. An adapter no
+// ready backend has loaded is not found, like an unknown model.
+func (c *catalog) resolve(name string) (rt *modelRuntime, only []int, ok bool) {
+	if rt, ok := c.byName[name]; ok {
+		return rt, nil, true
+	}
+	if name == "" {
+		return nil, nil, false
+	}
+	for _, rt := range c.models {
+		for i, b := range rt.backends {
+			if b.Ready() && b.HasAdapter(name) {
+				only = append(only, i)
+			}
+		}
+		if only != nil {
+			return rt, only, true
+		}
+	}
+	return nil, nil, false
+}
+
 func (c *catalog) Lookup(name string) (admission.Model, bool) {
-	rt, ok := c.byName[name]
+	rt, only, ok := c.resolve(name)
 	if !ok {
 		return admission.Model{}, false
 	}
-	return rt.admission(), true
+	am := rt.admission()
+	if only != nil {
+		am.Name, am.Only = name, only
+	}
+	return am, true
 }
 
 func (c *catalog) Names() []string { return c.names }

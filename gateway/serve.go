@@ -32,6 +32,15 @@ const statusClientClosed = 499
 // request, filled in as it moves along and read once by serve to write the
 // log line and metrics. Each try at a backend is an attempt of its own
 // (attempt.go); att is the latest.
+// setModel records the model the request resolved to: rt, and for a LoRA
+// adapter (only non-nil) the adapter's name and the slots of its backends.
+func (x *exchange) setModel(rt *modelRuntime, name string, only []int) {
+	x.rt, x.only = rt, only
+	if only != nil {
+		x.adapter = name
+	}
+}
+
 type exchange struct {
 	id       string
 	start    time.Time
@@ -39,7 +48,12 @@ type exchange struct {
 	// rt is the request's model once the door (or /tokenize) found it;
 	// nil before, and for a name that is not configured (unknown names
 	// are not used as labels).
-	rt      *modelRuntime
+	rt *modelRuntime
+	// adapter is the LoRA adapter the request named (rt is then its base
+	// model's runtime) and only the slots of rt's backends that have it
+	// loaded, the only ones it may go to; "" and nil otherwise.
+	adapter string
+	only    []int
 	stream  bool
 	sse     *streamShape // the API's stream shape; nil: OpenAI's
 	bytesIn int
@@ -212,6 +226,9 @@ func (g *Gateway) finish(x *exchange, rec *recorder, r *http.Request, err error)
 	)
 	if x.rt != nil {
 		fields = append(fields, zap.String("model", x.rt.name))
+	}
+	if x.adapter != "" {
+		fields = append(fields, zap.String("adapter", x.adapter))
 	}
 	if a := x.att; a != nil {
 		fields = append(fields, zap.String("backend", a.backend.URL.Host))

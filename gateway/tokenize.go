@@ -52,12 +52,12 @@ func (g *Gateway) tokenize(w http.ResponseWriter, r *http.Request, x *exchange) 
 	} else if names := g.fleet.Names(); len(names) == 1 && (mv == nil || mv.IsNull()) {
 		name = names[0] // as vLLM: no model means the served one
 	}
-	rt, ok := g.byName[name] // the request's one lookup of its model
+	rt, only, ok := g.catalog.resolve(name) // the request's one lookup of its model
 	if !ok {
 		return &Error{Status: http.StatusNotFound, Type: typeInvalidRequest, Code: codeModelNotFound, Param: "model", Layer: triage.LayerDoor,
 			Message: fmt.Sprintf("The model %q does not exist. Available models: %v.", name, g.fleet.Names())}
 	}
-	x.rt = rt
+	x.setModel(rt, name, only)
 	if tok := rt.tok; tok != nil {
 		var ids []int
 		ep := admission.Completions

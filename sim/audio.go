@@ -311,7 +311,7 @@ func (s *Server) audio(w http.ResponseWriter, r *http.Request, cfg Config, trans
 		reject(e)
 		return
 	}
-	if req.model != nil && *req.model != "" && *req.model != cfg.Model {
+	if req.model != nil && *req.model != "" && *req.model != cfg.Model && !isLoRA(cfg, *req.model) {
 		reject(&apiError{Status: http.StatusNotFound, Type: "NotFoundError",
 			Message: fmt.Sprintf("The model `%s` does not exist.", *req.model), Param: strp("model")})
 		return

@@ -105,6 +105,16 @@ type Config struct {
 	// with vLLM's 400 "does not support matryoshka representation", as for
 	// most models.
 	Matryoshka bool
+	// LoRAModules are the LoRA adapters loaded at start (vLLM's
+	// --lora-modules name=path). Requests naming one are served under its
+	// name; /v1/models lists each with root its path and parent Model.
+	// The live set changes through POST /v1/load_lora_adapter and
+	// /v1/unload_lora_adapter (RuntimeLoRA); Config() reports it.
+	LoRAModules []LoRAModule
+	// RuntimeLoRA mounts /v1/load_lora_adapter and /v1/unload_lora_adapter,
+	// as VLLM_ALLOW_RUNTIME_LORA_UPDATING=True does; without it they are
+	// unknown paths (404).
+	RuntimeLoRA bool
 	// TokenGate, when non-nil, makes every generation step (one token for
 	// every choice of a request) also wait to receive a value from it, so a
 	// test can release tokens one at a time. Not settable over /sim/config.

@@ -8,7 +8,18 @@
 //   - GET /health (200 empty body; 503 when FailHealth or shutting down),
 //     GET|POST /ping, GET /version, GET /metrics.
 //   - GET /v1/models: one vLLM ModelCard (owned_by "vllm", root, parent null,
-//     max_model_len, permission list).
+//     max_model_len, permission list), then one per loaded LoRA adapter
+//     (root its path, parent the served model, max_model_len null).
+//   - LoRA adapters (lora.go): Config.LoRAModules are loaded at start, as
+//     --lora-modules; a request naming one is served under its name (the
+//     answer's model), a name not loaded gets vLLM's 404. With RuntimeLoRA
+//     (VLLM_ALLOW_RUNTIME_LORA_UPDATING), POST /v1/load_lora_adapter
+//     {lora_name, lora_path, load_inplace} and /v1/unload_lora_adapter
+//     {lora_name} answer 200 with vLLM's plain-text "Success: LoRA adapter
+//     '<name>' added|removed successfully." (no Content-Type), 400
+//     InvalidUserInput for an empty field or an adapter already loaded, 404
+//     NotFoundError for unloading one that is not; without it they are
+//     unknown paths.
 //   - POST /v1/chat/completions and /v1/completions, streaming and not.
 //   - POST /tokenize (chat or prompt form) -> {count, max_model_len, tokens,
 //     token_strs: null}; POST /detokenize {tokens} -> {prompt} with
@@ -215,7 +226,9 @@
 //     language validation, and a text response_format answers JSON as the
 //     vLLM router does. A cancelled background stream ends its replay
 //     (vLLM's waits forever).
-//   - Only one served model name; no LoRA, sleep mode, /load
+//   - Only one served model name; LoRA adapters change only the name an
+//     answer carries (no weights: any lora_path loads; no LoRA resolvers,
+//     no max_loras limit); no sleep mode, /load
 //     or X-Request-Id response header (an incoming X-Request-Id does become
 //     the response id suffix, as in vLLM).
 //   - The completions stream serialises chunks like the chat one

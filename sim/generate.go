@@ -93,7 +93,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, body []byte, k
 		reqID = randomID()
 	}
 	g := &generation{
-		s: s, w: w, req: req, cfg: cfg, arrival: arrival, created: arrival.Unix(),
+		s: s, w: w, req: req, cfg: cfg, model: servedName(v, cfg), arrival: arrival, created: arrival.Unix(),
 	}
 	if k == kindChat {
 		g.id = "chatcmpl-" + reqID
@@ -125,6 +125,7 @@ type generation struct {
 	log         *zap.Logger
 	req         *genRequest
 	cfg         Config
+	model       string // the name answers carry (servedName)
 	id          string
 	created     int64
 	arrival     time.Time
@@ -390,7 +391,7 @@ func (g *generation) streamUsage() *streamUsage {
 
 func (g *generation) response() any {
 	if g.req.kind == kindChat {
-		out := chatResponse{ID: g.id, Object: "chat.completion", Created: g.created, Model: g.cfg.Model, Usage: g.usage()}
+		out := chatResponse{ID: g.id, Object: "chat.completion", Created: g.created, Model: g.model, Usage: g.usage()}
 		for _, c := range g.choices {
 			out.Choices = append(out.Choices, chatChoice{
 				Index: c.index, FinishReason: c.finish,
@@ -399,7 +400,7 @@ func (g *generation) response() any {
 		}
 		return out
 	}
-	out := completionResponse{ID: g.id, Object: "text_completion", Created: g.created, Model: g.cfg.Model, Usage: g.usage()}
+	out := completionResponse{ID: g.id, Object: "text_completion", Created: g.created, Model: g.model, Usage: g.usage()}
 	for _, c := range g.choices {
 		out.Choices = append(out.Choices, completionChoice{Index: c.index, Text: c.text.String(), FinishReason: c.finish})
 	}
@@ -441,7 +442,7 @@ func (g *generation) streamStep(step int) error {
 	if step == 0 && g.req.kind == kindChat {
 		for _, c := range g.choices {
 			empty := ""
-			if err := g.event(chatChunk{ID: g.id, Object: "chat.completion.chunk", Created: g.created, Model: g.cfg.Model,
+			if err := g.event(chatChunk{ID: g.id, Object: "chat.completion.chunk", Created: g.created, Model: g.model,
 				Choices: []chatChunkChoice{{Index: c.index, Delta: chatDelta{Role: "assistant", Content: &empty}}},
 				Usage:   g.chunkUsage()}); err != nil {
 				return err
@@ -481,10 +482,10 @@ func (g *generation) chunk(index int, text *string, finish *string) any {
 		if finish != nil {
 			ch.StopReason = jsonNull
 		}
-		return chatChunk{ID: g.id, Object: "chat.completion.chunk", Created: g.created, Model: g.cfg.Model,
+		return chatChunk{ID: g.id, Object: "chat.completion.chunk", Created: g.created, Model: g.model,
 			Choices: []chatChunkChoice{ch}, Usage: g.chunkUsage()}
 	}
-	return completionChunk{ID: g.id, Object: "text_completion", Created: g.created, Model: g.cfg.Model,
+	return completionChunk{ID: g.id, Object: "text_completion", Created: g.created, Model: g.model,
 		Choices: []completionChunkChoice{{Index: index, Text: *text, FinishReason: finish}}, Usage: g.chunkUsage()}
 }
 
@@ -493,10 +494,10 @@ func (g *generation) streamEnd() error {
 	if g.req.includeUsage {
 		var v any
 		if g.req.kind == kindChat {
-			v = chatChunk{ID: g.id, Object: "chat.completion.chunk", Created: g.created, Model: g.cfg.Model,
+			v = chatChunk{ID: g.id, Object: "chat.completion.chunk", Created: g.created, Model: g.model,
 				Choices: []chatChunkChoice{}, Usage: g.streamUsage()}
 		} else {
-			v = completionChunk{ID: g.id, Object: "text_completion", Created: g.created, Model: g.cfg.Model,
+			v = completionChunk{ID: g.id, Object: "text_completion", Created: g.created, Model: g.model,
 				Choices: []completionChunkChoice{}, Usage: g.streamUsage()}
 		}
 		if err := g.event(v); err != nil {

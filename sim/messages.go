@@ -494,7 +494,7 @@ func (s *Server) messagesCreate(w http.ResponseWriter, r *http.Request, body []b
 		}
 		text := j.text.String()
 		writeJSON(w, http.StatusOK, anthropicMessage{
-			ID: id, Type: "message", Role: "assistant", Model: cfg.Model,
+			ID: id, Type: "message", Role: "assistant", Model: servedName(req.v, cfg),
 			Content:    []anthropicBlock{{Type: "text", Text: &text}},
 			StopReason: anthropicStopReason[j.finish],
 			Usage:      anthropicUsage{InputTokens: P, OutputTokens: j.generated},
@@ -511,7 +511,7 @@ func (s *Server) messagesCreate(w http.ResponseWriter, r *http.Request, body []b
 	err = j.run(ctx, func(step int, tok string) error {
 		if step == 0 {
 			if err := send(anthropicEvent{Type: "message_start", Message: &anthropicStartMessage{
-				ID: id, Content: []anthropicBlock{}, Model: cfg.Model, Usage: anthropicUsage{InputTokens: P},
+				ID: id, Content: []anthropicBlock{}, Model: servedName(req.v, cfg), Usage: anthropicUsage{InputTokens: P},
 			}}); err != nil {
 				return err
 			}

@@ -152,7 +152,7 @@ func (s *Server) pool(w http.ResponseWriter, r *http.Request, body []byte, k poo
 		s.aborted(log, cfg.Model, len(prompts), "write")
 		return
 	}
-	writeJSON(w, http.StatusOK, poolResponse(req, prompts, total, id, cfg, arrival.Unix()))
+	writeJSON(w, http.StatusOK, poolResponse(req, prompts, total, id, cfg, servedName(v, cfg), arrival.Unix()))
 	end := time.Now()
 	for _, p := range prompts {
 		s.m.e2e.WithLabelValues(cfg.Model, "0").Observe(end.Sub(arrival).Seconds())
@@ -455,11 +455,11 @@ type rerankResponse struct {
 	Results []rerankResult `json:"results"`
 }
 
-func poolResponse(req *poolRequest, prompts []poolPrompt, total int, id string, cfg Config, created int64) any {
+func poolResponse(req *poolRequest, prompts []poolPrompt, total int, id string, cfg Config, model string, created int64) any {
 	usage := usageInfo{PromptTokens: total, TotalTokens: total}
 	switch req.kind {
 	case poolEmbed:
-		out := embeddingResponse{ID: id, Object: "list", Created: created, Model: cfg.Model, Usage: usage,
+		out := embeddingResponse{ID: id, Object: "list", Created: created, Model: model, Usage: usage,
 			Data: make([]embeddingData, len(prompts))}
 		for i, p := range prompts {
 			v := embedVector(p.seed, cfg.EmbeddingDim, req.dimensions)
@@ -471,14 +471,14 @@ func poolResponse(req *poolRequest, prompts []poolPrompt, total int, id string, 
 		}
 		return out
 	case poolPooling:
-		out := poolingResponse{ID: id, Object: "list", Created: created, Model: cfg.Model, Usage: usage,
+		out := poolingResponse{ID: id, Object: "list", Created: created, Model: model, Usage: usage,
 			Data: make([]poolingData, len(prompts))}
 		for i, p := range prompts {
 			out.Data[i] = poolingData{Index: i, Object: "pooling", Data: poolingOutput(req, p, cfg)}
 		}
 		return out
 	case poolClassify:
-		out := classificationResponse{ID: id, Object: "list", Created: created, Model: cfg.Model, Usage: usage,
+		out := classificationResponse{ID: id, Object: "list", Created: created, Model: model, Usage: usage,
 			Data: make([]classificationData, len(prompts))}
 		for i, p := range prompts {
 			probs := classProbs(p.seed)
@@ -490,14 +490,14 @@ func poolResponse(req *poolRequest, prompts []poolPrompt, total int, id string, 
 		}
 		return out
 	case poolScore:
-		out := scoreResponse{ID: id, Object: "list", Created: created, Model: cfg.Model, Usage: usage,
+		out := scoreResponse{ID: id, Object: "list", Created: created, Model: model, Usage: usage,
 			Data: make([]scoreData, len(prompts))}
 		for i, p := range prompts {
 			out.Data[i] = scoreData{Index: i, Object: "score", Score: pairScore(p.seed)}
 		}
 		return out
 	}
-	out := rerankResponse{ID: id, Model: cfg.Model, Usage: rerankUsage{PromptTokens: total, TotalTokens: total},
+	out := rerankResponse{ID: id, Model: model, Usage: rerankUsage{PromptTokens: total, TotalTokens: total},
 		Results: make([]rerankResult, len(prompts))}
 	for i, p := range prompts {
 		out.Results[i] = rerankResult{Index: i, Document: rerankDocument{Text: req.inputs[i].pair.doc},

@@ -399,10 +399,13 @@ func pyFloat(f float64) string {
 }
 
 // checkModel is vLLM's _check_model: an absent or empty name means the
-// served model.
+// served model; a loaded LoRA adapter's name is served too.
 func checkModel(v *ojson.Value, cfg Config) *apiError {
 	m := v.Get("model")
 	if m.IsNull() || m.Str == "" || m.Str == cfg.Model {
+		return nil
+	}
+	if _, ok := cfg.loraNamed(m.Str); ok {
 		return nil
 	}
 	return &apiError{Status: http.StatusNotFound, Type: "NotFoundError",

@@ -498,7 +498,7 @@ func (s *Server) responsesCreate(w http.ResponseWriter, r *http.Request, body []
 		id = "resp_" + randomID()
 	}
 	j := s.newJob(cfg, log.With(zap.String("request_id", id)), arrival, promptTokens, budget)
-	base := req.object(id, cfg.Model, arrival.Unix(), budget)
+	base := req.object(id, servedName(req.v, cfg), arrival.Unix(), budget)
 	j.log.Debug("sim request accepted", zap.Int("prompt_tokens", promptTokens), zap.Int("max_tokens", budget),
 		zap.Bool("stream", req.stream), zap.Bool("background", req.background))
 

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -104,6 +105,7 @@ func New(cfg Config, log *zap.Logger) *Server {
 		log = zap.NewNop()
 	}
 	cfg = cfg.withDefaults()
+	cfg.LoRAModules = slices.Clone(cfg.LoRAModules) // the server's own: load and unload replace it
 	s := &Server{
 		log:     log,
 		cfg:     cfg,
@@ -424,6 +426,9 @@ func (s *Server) serveV1(w http.ResponseWriter, r *http.Request) {
 	if s.serveAPIs(w, r, body) { // Responses and Messages (responses.go, messages.go)
 		return
 	}
+	if s.serveLoRA(w, r, body, cfg) { // runtime LoRA loading (lora.go)
+		return
+	}
 	switch path {
 	case "/v1/models":
 		if !allow(w, r, http.MethodGet) {
@@ -506,7 +511,7 @@ type modelCard struct {
 	OwnedBy     string            `json:"owned_by"`
 	Root        string            `json:"root"`
 	Parent      *string           `json:"parent"`
-	MaxModelLen int               `json:"max_model_len"`
+	MaxModelLen *int              `json:"max_model_len"` // null for a LoRA adapter
 	Permission  []modelPermission `json:"permission"`
 }
 
@@ -520,14 +525,24 @@ func (s *Server) models(w http.ResponseWriter, cfg Config) {
 	if root == "" {
 		root = cfg.Model
 	}
-	writeJSON(w, http.StatusOK, modelList{Object: "list", Data: []modelCard{{
-		ID: cfg.Model, Object: "model", Created: s.created, OwnedBy: "vllm",
-		Root: root, MaxModelLen: cfg.MaxModelLen,
-		Permission: []modelPermission{{
+	perm := func() []modelPermission {
+		return []modelPermission{{
 			ID: "modelperm-" + randomID(), Object: "model_permission", Created: s.created,
 			AllowSampling: true, AllowLogprobs: true, AllowView: true, Organization: "*",
-		}},
-	}}})
+		}}
+	}
+	mml := cfg.MaxModelLen
+	cards := []modelCard{{
+		ID: cfg.Model, Object: "model", Created: s.created, OwnedBy: "vllm",
+		Root: root, MaxModelLen: &mml, Permission: perm(),
+	}}
+	// vLLM's LoRA cards: root the adapter's path, parent the base model,
+	// max_model_len null.
+	for _, l := range cfg.LoRAModules {
+		cards = append(cards, modelCard{ID: l.Name, Object: "model", Created: s.created, OwnedBy: "vllm",
+			Root: l.Path, Parent: &cfg.Model, Permission: perm()})
+	}
+	writeJSON(w, http.StatusOK, modelList{Object: "list", Data: cards})
 }
 
 func (s *Server) simConfig(w http.ResponseWriter, r *http.Request) {

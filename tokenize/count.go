@@ -29,6 +29,11 @@ type Count struct {
 	// Truncated: counting stopped as soon as one prompt's count exceeded
 	// the limit.
 	Truncated bool
+	// Rendered is the prompt text a chat count rendered through the chat
+	// template ("" for completions, and when not Exact): a caller that
+	// needs the text again (prefix affinity) reads it here rather than
+	// render the template a second time.
+	Rendered string
 }
 
 // InputError is a request vLLM rejects before rendering: Param is the
@@ -78,7 +83,7 @@ func (m *Model) CountChat(body *ojson.Value, limit int) (c Count, err error) {
 		return notExact(err)
 	}
 	n, exact := m.enc.Count(text, addSpecial, limit)
-	return Count{Tokens: n, Exact: true, Truncated: !exact}, nil
+	return Count{Tokens: n, Exact: true, Truncated: !exact, Rendered: text}, nil
 }
 
 // notExact turns a NotExactError into a Count; other errors pass through.
@@ -244,6 +249,7 @@ func tokenIDs(a *ojson.Value, param string) ([]int, error) {
 // renderChat prepares and renders a chat request; it returns the text and
 // whether special tokens are added when tokenizing it.
 func (m *Model) renderChat(body *ojson.Value) (string, bool, error) {
+	m.renders.Add(1)
 	req, err := m.prepareChat(body)
 	if err != nil {
 		return "", false, err

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/ardanlabs/jinja"
@@ -48,7 +49,15 @@ type Model struct {
 	// cleanUp is tokenizer_config.json's clean_up_tokenization_spaces
 	// (nil: not set), which transformers' decode applies.
 	cleanUp *bool
+	// renders counts chat template renders (ChatRenders).
+	renders atomic.Int64
 }
+
+// ChatRenders is the number of chat template renders the model has done
+// (CountChat, RenderChat, TokenizeChat): the costliest step of counting a
+// chat request, which a request should pay once. For tests and
+// diagnostics.
+func (m *Model) ChatRenders() int64 { return m.renders.Load() }
 
 // Encoder returns the model's tokenizer.
 func (m *Model) Encoder() Encoder { return m.enc }

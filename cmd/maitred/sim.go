@@ -34,6 +34,17 @@ func cmdSim(ctx context.Context, args []string, stderr io.Writer) error {
 	apiKeyEnv := fs.String("api-key-env", "", "environment variable holding the API key clients must send")
 	tokDir := fs.String("tokenizer", "", "count prompts with this tokenizer folder (or builtin:demo), as vLLM does; default: an approximate counter")
 	chatTemplate := fs.String("chat-template", "", "chat template file overriding the tokenizer folder's")
+	fs.Func("lora-modules", "LoRA adapters loaded at start, as vLLM's --lora-modules: name=path, repeatable or comma-separated", func(v string) error {
+		for _, kv := range strings.Split(v, ",") {
+			name, path, ok := strings.Cut(strings.TrimSpace(kv), "=")
+			if !ok || name == "" || path == "" {
+				return fmt.Errorf("want name=path, got %q", kv)
+			}
+			c.LoRAModules = append(c.LoRAModules, sim.LoRAModule{Name: name, Path: path})
+		}
+		return nil
+	})
+	fs.BoolVar(&c.RuntimeLoRA, "runtime-lora", false, "serve /v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING=True)")
 	var lf logFlags
 	lf.register(fs)
 	fs.Usage = func() {
