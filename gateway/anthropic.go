@@ -134,13 +134,9 @@ func (g *Gateway) countTokens(w http.ResponseWriter, r *http.Request, x *exchang
 	}
 	dec, rej := g.door.CountMessages(body)
 	if rej != nil {
-		if rej.Model != "" {
-			x.rt = g.models[rej.Ref]
-		}
-		return rejection(rej)
+		return g.refused(x, rej)
 	}
-	rt := g.models[dec.Ref]
-	x.setModel(rt, dec.Model, dec.Only)
+	rt := g.decided(x, dec)
 	if dec.Uncounted != admission.Counted {
 		x.uncounted = dec.Uncounted.String()
 		return g.forwardOutsideQueue(w, r, x, rt, body)

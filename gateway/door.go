@@ -48,3 +48,21 @@ func (p probeCounter) CountBody(chat bool, body []byte) (int, bool) {
 	}
 	return c.Tokens, err == nil && c.Exact
 }
+
+// decided resolves the door's decision to its model's runtime, once, and
+// records it (and the adapter, for a LoRA request) on the exchange.
+func (g *Gateway) decided(x *exchange, dec admission.Decision) *modelRuntime {
+	rt := g.models[dec.Ref]
+	x.setModel(rt, dec.Model, dec.Only)
+	return rt
+}
+
+// refused records the model a refused request named, when it is a
+// configured one (so the refusal is labelled by it), and returns the
+// refusal as the gateway's *Error.
+func (g *Gateway) refused(x *exchange, rej *admission.Rejection) *Error {
+	if rej.Model != "" {
+		x.rt = g.models[rej.Ref]
+	}
+	return rejection(rej)
+}

@@ -98,16 +98,12 @@ func (g *Gateway) admit(a *api) handlerFunc {
 		dec, rej := g.check(ep, body, x)
 		x.doorDone = time.Now()
 		if rej != nil {
-			if rej.Model != "" {
-				x.rt = g.models[rej.Ref]
-			}
 			if ci := rej.Context; ci != nil {
 				x.promptTokens, x.maxTokens, x.maxModelLen = ci.PromptTokens, ci.MaxTokens, ci.MaxModelLen
 			}
-			return g.rejected(x, rejection(rej))
+			return g.rejected(x, g.refused(x, rej))
 		}
-		rt := g.models[dec.Ref]
-		x.setModel(rt, dec.Model, dec.Only)
+		rt := g.decided(x, dec)
 		x.stream, x.promptTokens, x.maxTokens = dec.Stream, dec.PromptTokens, dec.MaxTokens
 		if dec.Uncounted != admission.Counted {
 			x.uncounted = dec.Uncounted.String()
@@ -120,7 +116,6 @@ func (g *Gateway) admit(a *api) handlerFunc {
 		defer rt.metrics.inFlight.Dec()
 		class, className := g.class(r)
 		t := ticket(rt, ep, dec, len(body), class)
-		t.Only = dec.Only // a LoRA adapter: the backends that have it loaded
 		if a.affinity && rt.affinity > 0 {
 			t.Affinity = prefixHash(rt, ep, dec)
 		}

@@ -99,7 +99,8 @@ func ticket(rt *modelRuntime, ep admission.Endpoint, dec admission.Decision, bod
 	if out == 0 && ep.Generates() {
 		out = rt.expectedOutput // a pooling request generates nothing
 	}
-	t := admission.Ticket{Class: class, Exact: dec.Uncounted == admission.Counted}
+	// Only: a LoRA adapter's request may go only to the backends that have it loaded.
+	t := admission.Ticket{Class: class, Exact: dec.Uncounted == admission.Counted, Only: dec.Only}
 	prompt := dec.PromptTokens
 	if !t.Exact {
 		prompt = bodyLen / 4

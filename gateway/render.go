@@ -106,13 +106,9 @@ func (g *Gateway) render(ep admission.Endpoint) handlerFunc {
 		}
 		dec, rej := g.door.Check(ep, body)
 		if rej != nil {
-			if rej.Model != "" {
-				x.rt = g.models[rej.Ref]
-			}
-			return rejection(rej)
+			return g.refused(x, rej)
 		}
-		rt := g.models[dec.Ref]
-		x.setModel(rt, dec.Model, dec.Only)
+		rt := g.decided(x, dec)
 		x.stream, x.promptTokens, x.maxTokens = dec.Stream, dec.PromptTokens, dec.MaxTokens
 		switch {
 		case dec.Uncounted != admission.Counted:
