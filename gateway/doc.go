@@ -25,40 +25,37 @@
 // (max_body_bytes_in_flight), held until serve ends the request.
 //
 // The model APIs (chat, completions, embeddings, /pooling, /classify,
-// score, rerank, Anthropic's /v1/messages) share one pipeline, admit (pipeline.go), and differ only
-// score, rerank, Responses) share one pipeline, admit (pipeline.go), and differ only
-// by their entry in the endpoint table, an api value: how the body is
-// read (readJSON), which admission.Endpoint the door checks it as (how
-// the model is found, the input checked and counted, the output it
-// requests: none for the pooling families), the envelope the gateway's
-// own errors are written in (openAIErrors), and whether prefix affinity
-// and the sampled tokenizer check apply. Each route is one line of the
-// router's table. The audio APIs (transcriptions, translations; audio.go)
-// read a multipart upload instead (readUpload): never held in memory, it
-// is spooled to a temporary file up to the `model` field and the small
-// fields after it (openai-go writes `file` first), checked by the door's
+// score, rerank, Responses, Anthropic's /v1/messages) share one pipeline,
+// admit (pipeline.go), and differ only by their entry in the endpoint
+// table, an api value: how the body is read (readJSON), which
+// admission.Endpoint the door checks it as (how the model is found, the
+// input checked and counted, the output it requests: none for the pooling
+// families), the envelope the gateway's own errors are written in
+// (openAIErrors, anthropicErrors), how its stream ends (streamShape: data
+// [DONE], Anthropic's message_stop, a Responses stream's
+// response.completed), and whether prefix affinity (a Messages request
+// hashed as the chat conversation the door converted it to) and the
+// sampled tokenizer check apply. Each route is one line of the router's
+// table. The audio APIs (transcriptions, translations; audio.go) read a
+// multipart upload instead (readUpload): never held in memory, it is
+// spooled to a temporary file up to the `model` field and the small fields
+// after it (openai-go writes `file` first), checked by the door's
 // CheckForm, and forwarded as the spool followed by the rest of the
 // client's body, unread until then, within max_audio_body_bytes and
 // read_audio_body_timeout; only an upload spooled whole is retried on
-// another backend. A JSON request is read once (within max_body_bytes) and goes
-// own errors are written in (openAIErrors, anthropicErrors), how its
-// stream ends (streamShape: [DONE], or Anthropic's message_stop), and
-// whether prefix affinity (a Messages request hashed as the chat
-// conversation the door converted it to) and the sampled tokenizer check
-// apply. Each route is one line of the
-// router's table. A request is read once (within max_body_bytes) and goes
-// and the sampled tokenizer check apply, and the event that ends its
-// stream when it is not [DONE] (a Responses stream's response.completed).
-// Each route is one line of the router's table. GET /v1/responses/{id}
-// and its cancel (responses.go) name no model: they go to the backend
-// that holds the id, found by asking every ready backend at once, with a
-// bounded id -> backend table as a fast path; no state across replicas. A request is read once (within max_body_bytes) and goes
+// another backend. GET /v1/responses/{id} and its cancel (responses.go)
+// name no model: they go to the backend that holds the id, found by asking
+// every ready backend at once, with a bounded id -> backend table as a
+// fast path; no state across replicas.
+//
+// A JSON request is read once (within max_body_bytes) and goes
 // through the door (admission.Door: strict parse, shape, chat template,
 // exact context check), then waits in its model's admission.Pool for a
 // backend with room, and its original bytes are forwarded unchanged through
 // a single httputil.ReverseProxy. GET /version and the uncountable
-// /tokenize pass through to a ready backend outside the queue. A connection failure before anything
-// reached a backend goes back to the pool for another one. The proxy drops hop-by-hop headers both ways, drops
+// /tokenize pass through to a ready backend outside the queue. A
+// connection failure before anything reached a backend goes back to the
+// pool for another one. The proxy drops hop-by-hop headers both ways, drops
 // the client's Authorization and cookies, and sends the backend's own key.
 // Backend answers, errors included, pass through byte for byte. A streaming
 // answer is wrapped in a streamGuard that passes each complete SSE event on
@@ -78,8 +75,8 @@
 // KV): POST /tokenize (tokenize.go), POST /detokenize (detokenize.go:
 // tokenize.Model.Detokenize), the render endpoints (render.go: the
 // door's checks and ids, vLLM's GenerateRequest) and Anthropic's POST
-// /v1/messages/count_tokens (anthropic.go: the door's Messages count). What the gateway cannot
-// reproduce exactly goes to a ready backend of the model at once, outside
+// /v1/messages/count_tokens (anthropic.go: the door's Messages count).
+// What the gateway cannot reproduce exactly goes to a ready backend of the model at once, outside
 // the queue, avoiding ejected backends.
 //
 // A request's model name is resolved once (catalog.resolve, runtime.go),
