@@ -132,12 +132,13 @@ func (g *Gateway) countTokens(w http.ResponseWriter, r *http.Request, x *exchang
 	if err != nil {
 		return err
 	}
-	dec, rej := g.door.CountMessages(body)
+	door, kc := g.doorFor(x)
+	dec, rej := door.CountMessages(body)
 	if rej != nil {
 		if rej.Model != "" {
 			x.rt = g.models[rej.Ref]
 		}
-		return rejection(rej)
+		return notAllowed(kc, rejection(rej))
 	}
 	rt := g.models[dec.Ref]
 	x.rt = rt

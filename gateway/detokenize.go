@@ -32,7 +32,7 @@ func (g *Gateway) detokenize(w http.ResponseWriter, r *http.Request, x *exchange
 	if err != nil {
 		return err
 	}
-	rt, err := g.lookupModel(req)
+	rt, err := g.lookupModel(x, req)
 	if err != nil {
 		return err
 	}
@@ -77,7 +77,7 @@ func parseObject(body []byte) (*ojson.Value, error) {
 // lookupModel finds the request's model as vLLM's tokenizer endpoints do:
 // "model" names it, and a request without one means the only served
 // model.
-func (g *Gateway) lookupModel(req *ojson.Value) (*modelRuntime, error) {
+func (g *Gateway) lookupModel(x *exchange, req *ojson.Value) (*modelRuntime, error) {
 	name := ""
 	mv := req.Get("model")
 	switch {
@@ -90,12 +90,7 @@ func (g *Gateway) lookupModel(req *ojson.Value) (*modelRuntime, error) {
 			name = names[0]
 		}
 	}
-	rt, ok := g.byName[name]
-	if !ok {
-		return nil, &Error{Status: http.StatusNotFound, Type: typeInvalidRequest, Code: codeModelNotFound, Param: "model", Layer: triage.LayerDoor,
-			Message: fmt.Sprintf("The model %q does not exist. Available models: %v.", name, g.fleet.Names())}
-	}
-	return rt, nil
+	return g.modelNamed(x, name)
 }
 
 // tokenIDList reads "tokens": a required list of integers. Values a

@@ -108,12 +108,15 @@ type modelEntry struct {
 
 // listModels answers GET /v1/models from the config merged with what the
 // backends report, without a backend round trip.
-func (g *Gateway) listModels(w http.ResponseWriter, r *http.Request, _ *exchange) error {
+func (g *Gateway) listModels(w http.ResponseWriter, r *http.Request, x *exchange) error {
 	list := struct {
 		Object string       `json:"object"`
 		Data   []modelEntry `json:"data"`
 	}{Object: "list", Data: []modelEntry{}}
 	for _, m := range g.fleet.Models() {
+		if x.key != nil && !x.key.allows(m.Name) {
+			continue // a key sees its own models only
+		}
 		list.Data = append(list.Data, modelEntry{ID: m.Name, Object: "model", Created: m.Created(), OwnedBy: "maitred", MaxModelLen: m.MaxModelLen()})
 	}
 	writeJSON(w, http.StatusOK, list)

@@ -104,12 +104,13 @@ func (g *Gateway) render(ep admission.Endpoint) handlerFunc {
 		if err != nil {
 			return err
 		}
-		dec, rej := g.door.Check(ep, body)
+		door, kc := g.doorFor(x)
+		dec, rej := door.Check(ep, body)
 		if rej != nil {
 			if rej.Model != "" {
 				x.rt = g.models[rej.Ref]
 			}
-			return rejection(rej)
+			return notAllowed(kc, rejection(rej))
 		}
 		rt := g.models[dec.Ref]
 		x.rt, x.stream, x.promptTokens, x.maxTokens = rt, dec.Stream, dec.PromptTokens, dec.MaxTokens

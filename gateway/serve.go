@@ -71,6 +71,9 @@ type exchange struct {
 	outcome string
 	layer   triage.Layer
 	failed  bool
+	// key is the API key the request presented (keys.go); nil when the
+	// gateway is open or before the check.
+	key *apiKey
 	// The door's numbers, logged with the request.
 	promptTokens, maxTokens, maxModelLen int
 	uncounted                            string
@@ -199,7 +202,7 @@ func (g *Gateway) finish(x *exchange, rec *recorder, r *http.Request, err error)
 	if ce == nil {
 		return
 	}
-	fields := make([]zap.Field, 0, 14)
+	fields := make([]zap.Field, 0, 16)
 	fields = append(fields,
 		zap.String("request_id", x.id),
 		zap.String("method", r.Method),
@@ -212,6 +215,9 @@ func (g *Gateway) finish(x *exchange, rec *recorder, r *http.Request, err error)
 	)
 	if x.rt != nil {
 		fields = append(fields, zap.String("model", x.rt.name))
+	}
+	if x.key != nil {
+		fields = append(fields, zap.String("key", x.key.name))
 	}
 	if a := x.att; a != nil {
 		fields = append(fields, zap.String("backend", a.backend.URL.Host))

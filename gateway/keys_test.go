@@ -1,0 +1,320 @@
+package gateway
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	anthropic "github.com/anthropics/anthropic-sdk-go/v2"
+	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/maitred-dev/maitred/config"
+	"github.com/maitred-dev/maitred/sim"
+)
+
+// digestOf is the sha256 a config names a key by.
+func digestOf(key string) string {
+	d := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(d[:])
+}
+
+// withKeys configures auth with keys (each given as name, the key itself,
+// its models) and, optionally, a second model "other" on the same
+// backend, which the keys may or may not allow.
+func withKeys(keys ...config.KeyConfig) func(*config.Config) {
+	return func(c *config.Config) {
+		c.Auth = &config.AuthConfig{Keys: keys}
+	}
+}
+
+// withOther adds model "other" on the backends of "m".
+func withOther(c *config.Config) {
+	o := c.Models[0]
+	o.Name = "other"
+	c.Models = append(c.Models, o)
+}
+
+func both(fs ...func(*config.Config)) func(*config.Config) {
+	return func(c *config.Config) {
+		for _, f := range fs {
+			f(c)
+		}
+	}
+}
+
+// keyed is an openai-go client of tg with key (none when "").
+func keyedSDK(tg *testGateway, key string, opts ...option.RequestOption) openai.Client {
+	o := []option.RequestOption{option.WithBaseURL(tg.URL + "/v1/"), option.WithHTTPClient(tg.client), option.WithMaxRetries(0)}
+	if key != "" {
+		o = append(o, option.WithAPIKey(key))
+	} else {
+		o = append(o, option.WithAPIKey(""))
+	}
+	return openai.NewClient(append(o, opts...)...)
+}
+
+// TestKeysUnauthorizedIsTyped: without a key, or with a wrong one, every
+// model API endpoint answers 401 invalid_api_key (openai-go reads it as a
+// typed error; Anthropic's SDK as authentication_error on Messages, where
+// x-api-key is accepted too); the probes and /metrics stay open; the
+// client's key never reaches the backend and the log names the key.
+func TestKeysUnauthorizedIsTyped(t *testing.T) {
+	core, logs := observer.New(zap.InfoLevel)
+	s := sim.New(sim.Config{Model: "m", OutputTokens: 3}, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(func() { s.Close(); srv.Close() })
+	tg := startGatewayFull(t, nil, extras{log: zap.New(core)}, withKeys(
+		config.KeyConfig{Name: "team-a", SHA256: digestOf("sk-a"), Models: []string{"*"}},
+	), srv.URL)
+
+	for _, key := range []string{"", "sk-wrong"} {
+		sdk := keyedSDK(tg, key)
+		_, err := sdk.Chat.Completions.New(t.Context(), chatParams(2))
+		var apiErr *openai.Error
+		if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusUnauthorized || apiErr.Code != "invalid_api_key" || apiErr.Type != "invalid_request_error" {
+			t.Fatalf("key %q: err = %v, want a typed 401 invalid_api_key", key, err)
+		}
+	}
+	sdkA := keyedSDK(tg, "sk-a")
+	res, err := sdkA.Chat.Completions.New(t.Context(), chatParams(2))
+	if err != nil || res.Choices[0].Message.Content == "" {
+		t.Fatalf("the right key: %v", err)
+	}
+
+	// Every model API route needs the key; the probes do not.
+	for _, p := range []struct{ method, path, body string }{
+		{"POST", "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`},
+		{"POST", "/v1/completions", `{"model":"m","prompt":"hi"}`},
+		{"POST", "/v1/embeddings", `{"model":"m","input":"hi"}`},
+		{"POST", "/pooling", `{"model":"m","input":"hi"}`},
+		{"POST", "/classify", `{"model":"m","input":"hi"}`},
+		{"POST", "/score", `{"model":"m","text_1":"a","text_2":"b"}`},
+		{"POST", "/v1/score", `{"model":"m","text_1":"a","text_2":"b"}`},
+		{"POST", "/rerank", `{"model":"m","query":"a","documents":["b"]}`},
+		{"POST", "/v1/rerank", `{"model":"m","query":"a","documents":["b"]}`},
+		{"POST", "/v2/rerank", `{"model":"m","query":"a","documents":["b"]}`},
+		{"POST", "/v1/audio/transcriptions", ``},
+		{"POST", "/v1/audio/translations", ``},
+		{"POST", "/v1/messages", `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`},
+		{"POST", "/v1/messages/count_tokens", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`},
+		{"POST", "/v1/responses", `{"model":"m","input":"hi"}`},
+		{"GET", "/v1/responses/resp_1", ``},
+		{"POST", "/v1/responses/resp_1/cancel", ``},
+		{"GET", "/version", ``},
+		{"POST", "/tokenize", `{"model":"m","prompt":"hi"}`},
+		{"POST", "/detokenize", `{"model":"m","tokens":[1]}`},
+		{"POST", "/v1/chat/completions/render", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`},
+		{"POST", "/v1/completions/render", `{"model":"m","prompt":"hi"}`},
+		{"GET", "/v1/models", ``},
+	} {
+		for _, hdr := range [][]string{nil, {"Authorization", "Bearer sk-wrong"}, {"X-Api-Key", "sk-wrong"}, {"Authorization", "Basic sk-a"}} {
+			req, _ := http.NewRequest(p.method, tg.URL+p.path, strings.NewReader(p.body))
+			req.Header.Set("Content-Type", "application/json")
+			if hdr != nil {
+				req.Header.Set(hdr[0], hdr[1])
+			}
+			res, err := tg.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body := readBodyT(t, res)
+			if res.StatusCode != http.StatusUnauthorized {
+				t.Errorf("%s %s with %v: %d %s, want 401", p.method, p.path, hdr, res.StatusCode, body)
+				continue
+			}
+			wantType := `"code":"invalid_api_key"`
+			if strings.HasPrefix(p.path, "/v1/messages") {
+				wantType = `"type":"authentication_error"`
+			}
+			if !strings.Contains(body, wantType) {
+				t.Errorf("%s %s: body %s lacks %s", p.method, p.path, body, wantType)
+			}
+		}
+	}
+	for _, p := range []string{"/livez", "/readyz", "/health", "/metrics", "/debug/triage", "/debug/backends", "/"} {
+		res, err := tg.client.Get(tg.URL + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if readBodyT(t, res); res.StatusCode != http.StatusOK {
+			t.Errorf("GET %s without a key: %d, want the probes and pages open", p, res.StatusCode)
+		}
+	}
+
+	// Anthropic's SDK: x-api-key.
+	wrong := anthropicSDK(tg.URL, tg.client)
+	_, err = wrong.Messages.New(t.Context(), hiParams())
+	var aErr *anthropic.Error
+	if !errors.As(err, &aErr) || aErr.StatusCode != http.StatusUnauthorized || !strings.Contains(aErr.RawJSON(), `"authentication_error"`) {
+		t.Fatalf("Anthropic SDK with a wrong key: %v", err)
+	}
+	ac := anthropic.NewClient(aoption.WithBaseURL(tg.URL+"/"), aoption.WithHTTPClient(tg.client), aoption.WithMaxRetries(0), aoption.WithAPIKey("sk-a"))
+	if msg, err := ac.Messages.New(t.Context(), hiParams()); err != nil || len(msg.Content) == 0 {
+		t.Fatalf("Anthropic SDK with the right x-api-key: %v", err)
+	}
+
+	tg.quiesce()
+	for _, r := range clientRequests(s, func(string) bool { return true }) {
+		for k, vs := range r.Header {
+			for _, v := range vs {
+				if strings.Contains(v, "sk-a") || strings.Contains(v, "sk-wrong") {
+					t.Errorf("a client key reached the backend in %s", k)
+				}
+			}
+		}
+	}
+	var named int
+	for _, e := range logs.All() {
+		for _, f := range e.Context {
+			if strings.Contains(f.String, "sk-a") || strings.Contains(f.String, "sk-wrong") {
+				t.Errorf("a key was logged: %s=%s", f.Key, f.String)
+			}
+			if f.Key == "key" && f.String == "team-a" {
+				named++
+			}
+		}
+	}
+	if named < 2 {
+		t.Errorf("the access log named the key %d times, want every keyed request", named)
+	}
+	text := tg.gathered(t)
+	for _, want := range []string{
+		`maitred_key_rejections_total{key="",reason="invalid_api_key"}`,
+		`maitred_rejections_total{model="",reason="invalid_api_key"}`,
+		`maitred_key_requests_total{key="team-a"} 2`,
+		`maitred_key_in_flight_requests{key="team-a"} 0`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
+
+// TestKeysDisallowedModelIsUnknown: a configured model outside the key's
+// allow-list gets the very 404 an unknown model gets (same status,
+// headers and body but for the name the client sent), on the pipeline and
+// on the local endpoints; GET /v1/models lists the key's models only.
+func TestKeysDisallowedModelIsUnknown(t *testing.T) {
+	e := startE2E(t, sim.Config{}, both(withOther, withKeys(
+		config.KeyConfig{Name: "only-m", SHA256: digestOf("sk-m"), Models: []string{"m"}},
+		config.KeyConfig{Name: "all", SHA256: digestOf("sk-all"), Models: []string{"*"}},
+	)))
+	tg := e.gw
+	sdk := keyedSDK(tg, "sk-m")
+
+	// openai-go: the same typed error.
+	var errs [2]*openai.Error
+	for i, name := range []string{"other", "nope"} {
+		p := chatParams(2)
+		p.Model = name
+		_, err := sdk.Chat.Completions.New(t.Context(), p)
+		if !errors.As(err, &errs[i]) {
+			t.Fatalf("%s: err = %v", name, err)
+		}
+	}
+	if a, b := errs[0], errs[1]; a.StatusCode != 404 || a.StatusCode != b.StatusCode || a.Code != b.Code || a.Param != b.Param || a.Type != b.Type ||
+		strings.ReplaceAll(a.Message, `"other"`, `"nope"`) != b.Message {
+		t.Errorf("disallowed: %d %s %q\nunknown: %d %s %q", a.StatusCode, a.Code, a.Message, b.StatusCode, b.Code, b.Message)
+	}
+	if strings.Contains(errs[1].Message, "other") {
+		t.Errorf("the 404 lists a model the key may not use: %s", errs[1].Message)
+	}
+
+	// Raw bytes on every endpoint that names a model.
+	for _, p := range []struct{ path, body string }{
+		{"/v1/chat/completions", `{"model":"NAME","messages":[{"role":"user","content":"hi"}]}`},
+		{"/v1/embeddings", `{"model":"NAME","input":"hi"}`},
+		{"/v1/messages", `{"model":"NAME","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`},
+		{"/v1/messages/count_tokens", `{"model":"NAME","messages":[{"role":"user","content":"hi"}]}`},
+		{"/v1/responses", `{"model":"NAME","input":"hi"}`},
+		{"/tokenize", `{"model":"NAME","prompt":"hi"}`},
+		{"/detokenize", `{"model":"NAME","tokens":[1]}`},
+		{"/v1/chat/completions/render", `{"model":"NAME","messages":[{"role":"user","content":"hi"}]}`},
+	} {
+		var got [2]string
+		var hdrs [2]http.Header
+		var codes [2]int
+		for i, name := range []string{"other", "nope"} {
+			res := tg.post(t, p.path, strings.ReplaceAll(p.body, "NAME", name), "Authorization", "Bearer sk-m")
+			got[i], hdrs[i], codes[i] = readBodyT(t, res), res.Header, res.StatusCode
+			hdrs[i].Del("X-Request-Id")
+			hdrs[i].Del("Date")
+		}
+		if codes[0] != 404 || codes[0] != codes[1] || strings.ReplaceAll(got[0], `\"other\"`, `\"nope\"`) != got[1] {
+			t.Errorf("%s: disallowed %d %s\nunknown %d %s", p.path, codes[0], got[0], codes[1], got[1])
+		}
+		if a, b := hdrs[0], hdrs[1]; len(a) != len(b) || a.Get("Content-Type") != b.Get("Content-Type") {
+			t.Errorf("%s: headers differ: %v vs %v", p.path, a, b)
+		}
+	}
+
+	// /v1/models per key.
+	list := func(key string) []string {
+		sdk := keyedSDK(tg, key)
+		page, err := sdk.Models.List(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, m := range page.Data {
+			ids = append(ids, m.ID)
+		}
+		return ids
+	}
+	if got := list("sk-m"); len(got) != 1 || got[0] != "m" {
+		t.Errorf("/v1/models for only-m = %v, want [m]", got)
+	}
+	if got := list("sk-all"); len(got) != 2 {
+		t.Errorf("/v1/models for all = %v, want [m other]", got)
+	}
+	tg.quiesce()
+	text := tg.gathered(t)
+	for _, want := range []string{`maitred_key_rejections_total{key="only-m",reason="model_not_allowed"}`, `maitred_key_rejections_total{key="only-m",reason="model_not_found"}`} {
+		if !strings.Contains(text, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
+
+// TestKeysPriorityIsTheKeys: a keyed request runs in its key's class; the
+// priority header may lower it, never raise it.
+func TestKeysPriorityIsTheKeys(t *testing.T) {
+	e := startE2E(t, sim.Config{}, both(func(c *config.Config) {
+		c.PriorityClasses, c.DefaultPriority = []string{"interactive", "standard", "batch"}, "standard"
+	}, withKeys(
+		config.KeyConfig{Name: "batchy", SHA256: digestOf("sk-b"), Models: []string{"*"}, Priority: "batch"},
+		config.KeyConfig{Name: "vip", SHA256: digestOf("sk-v"), Models: []string{"*"}, Priority: "interactive"},
+		config.KeyConfig{Name: "plain", SHA256: digestOf("sk-p"), Models: []string{"*"}},
+	)))
+	tg := e.gw
+	for _, c := range []struct{ key, header string }{
+		{"sk-b", "interactive"}, // may not raise: batch
+		{"sk-b", ""},            // the key's: batch
+		{"sk-v", "batch"},       // may lower: batch
+		{"sk-v", ""},            // interactive
+		{"sk-p", "interactive"}, // default_priority is the key's class: standard
+	} {
+		res := tg.post(t, "/v1/chat/completions", `{"model":"m","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}`,
+			"Authorization", "Bearer "+c.key, PriorityHeader, c.header)
+		if b := readBodyT(t, res); res.StatusCode != 200 {
+			t.Fatalf("%d %s", res.StatusCode, b)
+		}
+	}
+	tg.quiesce()
+	text := tg.gathered(t)
+	for class, n := range map[string]int{"batch": 3, "interactive": 1, "standard": 1} {
+		want := `maitred_queue_wait_seconds_count{class="` + class + `",model="m"} ` + string(rune('0'+n))
+		if !strings.Contains(text, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
