@@ -1,13 +1,20 @@
 package gateway
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	anthropic "github.com/anthropics/anthropic-sdk-go/v2"
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
@@ -315,6 +322,137 @@ func TestKeysPriorityIsTheKeys(t *testing.T) {
 		want := `maitred_queue_wait_seconds_count{class="` + class + `",model="m"} ` + string(rune('0'+n))
 		if !strings.Contains(text, want) {
 			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
+
+// writeKeysFile writes a keys_file the way a Kubernetes ConfigMap volume
+// updates one: the file is a symlink through ..data, a symlink to a
+// timestamped folder, and an update swaps ..data to a new folder at once.
+func writeKeysFile(t *testing.T, dir, content string) string {
+	t.Helper()
+	gen := fmt.Sprintf("..%d", time.Now().UnixNano())
+	if err := os.Mkdir(filepath.Join(dir, gen), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, gen, "keys.yaml"), []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tmp := filepath.Join(dir, "..data_tmp")
+	if err := os.Symlink(gen, tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "keys.yaml")
+	if _, err := os.Lstat(path); err != nil {
+		if err := os.Symlink(filepath.Join("..data", "keys.yaml"), path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return path
+}
+
+func keyEntry(name, key string) string {
+	return "  - name: " + name + "\n    sha256: " + digestOf(key) + "\n    models: ['*']\n"
+}
+
+// TestKeysFileRotation: a key added to or removed from the keys_file (a
+// ConfigMap-style symlink swap) takes effect while 100 streams are open,
+// none of which is cut, not even those of the removed key; a file that
+// fails validation is refused with a log naming the key path, and the keys
+// in force keep serving.
+func TestKeysFileRotation(t *testing.T) {
+	dir := t.TempDir()
+	path := writeKeysFile(t, dir, "keys:\n"+keyEntry("b", "sk-b"))
+	gate := make(chan struct{})
+	core, logs := observer.New(zap.InfoLevel)
+	s := sim.New(sim.Config{Model: "m", OutputTokens: 3}, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(func() { s.Close(); srv.Close() })
+	tg := startGatewayFull(t, nil, extras{log: zap.New(core)}, func(c *config.Config) {
+		c.Auth = &config.AuthConfig{KeysFile: path, Keys: []config.KeyConfig{{Name: "a", SHA256: digestOf("sk-a"), Models: []string{"*"}}}}
+	}, srv.URL)
+	s.Update(func(c *sim.Config) { c.TokenGate = gate })
+	ctx, cancel := context.WithCancel(context.Background())
+	watched := make(chan struct{})
+	go func() { tg.WatchKeys(ctx); close(watched) }()
+	t.Cleanup(func() { cancel(); <-watched })
+
+	status := func(key string) int {
+		req, _ := http.NewRequest(http.MethodGet, tg.URL+"/v1/models", nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		res, err := tg.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readBodyT(t, res)
+		return res.StatusCode
+	}
+	if status("sk-b") != 200 || status("sk-c") != 401 {
+		t.Fatal("the first keys_file is not in force")
+	}
+
+	// 100 streams, half on the key about to be removed.
+	type result struct {
+		body string
+		err  error
+	}
+	results := make(chan result, 100)
+	var started sync.WaitGroup
+	for i := range 100 {
+		key := "sk-a"
+		if i%2 == 1 {
+			key = "sk-b"
+		}
+		started.Add(1)
+		go func() {
+			req, _ := http.NewRequest(http.MethodPost, tg.URL+"/v1/chat/completions",
+				strings.NewReader(`{"model":"m","stream":true,"max_tokens":3,"messages":[{"role":"user","content":"hi"}]}`))
+			req.Header.Set("Authorization", "Bearer "+key)
+			req.Header.Set("Content-Type", "application/json")
+			res, err := tg.client.Do(req)
+			started.Done()
+			if err != nil {
+				results <- result{err: err}
+				return
+			}
+			b, err := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != 200 {
+				err = fmt.Errorf("status %d", res.StatusCode)
+			}
+			results <- result{string(b), err}
+		}()
+	}
+	started.Wait() // every stream has its headers from the simulator, which holds their tokens
+
+	// Rotate: b out, c in.
+	begin := time.Now()
+	writeKeysFile(t, dir, "keys:\n"+keyEntry("c", "sk-c"))
+	eventually(t, "the rotated keys in force", func() bool { return status("sk-c") == 200 && status("sk-b") == 401 })
+	t.Logf("keys_file rotation took effect after %s (poll interval %s)", time.Since(begin).Round(time.Millisecond), keysPollInterval)
+	if status("sk-a") != 200 {
+		t.Error("the config's own key stopped working")
+	}
+
+	// A bad file is refused, naming the key path; c keeps working.
+	writeKeysFile(t, dir, "keys:\n"+keyEntry("a", "sk-d"))
+	eventually(t, "the refusal logged", func() bool { return logs.FilterMessage("keys_file refused; the keys in force keep serving").Len() > 0 })
+	if e := logs.FilterMessage("keys_file refused; the keys in force keep serving").All()[0]; !strings.Contains(e.ContextMap()["error"].(string), `keys[0].name: "a" is already auth.keys[0].name`) {
+		t.Errorf("the refusal does not name the key path: %v", e.ContextMap())
+	}
+	if status("sk-c") != 200 || status("sk-d") != 401 {
+		t.Error("a refused keys_file changed the keys in force")
+	}
+
+	// Every stream runs to its end.
+	close(gate)
+	for range 100 {
+		r := <-results
+		if r.err != nil || !strings.HasSuffix(r.body, "data: [DONE]\n\n") || strings.Contains(r.body, `"error"`) {
+			t.Fatalf("a stream was cut: %v\n%s", r.err, r.body)
 		}
 	}
 }
