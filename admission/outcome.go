@@ -77,6 +77,7 @@ const (
 	// work, and share the vocabulary).
 	InvalidAPIKey   // no key, or a key that is not configured (401)
 	ModelNotAllowed // a configured model outside the key's allow-list (answered as UnknownModel's 404)
+	RateLimited     // over one of the key's limits (429)
 	numReasons
 )
 
@@ -94,6 +95,7 @@ var reasonNames = [...]string{
 	InvalidInput:     "invalid_input",
 	InvalidAPIKey:    "invalid_api_key",
 	ModelNotAllowed:  "model_not_allowed",
+	RateLimited:      "rate_limited",
 }
 
 func (r Reason) String() string {

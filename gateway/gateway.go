@@ -18,6 +18,7 @@ import (
 	"github.com/maitred-dev/maitred/admission"
 	"github.com/maitred-dev/maitred/config"
 	"github.com/maitred-dev/maitred/fleet"
+	"github.com/maitred-dev/maitred/quota"
 	"github.com/maitred-dev/maitred/tokenize"
 	"github.com/maitred-dev/maitred/triage"
 )
@@ -36,6 +37,12 @@ type Options struct {
 	Tokenizers map[string]*tokenize.Model
 	// Triage classifies symptoms; nil builds one with the config's window.
 	Triage *triage.Engine
+	// Quota keeps the API keys' limits; nil: an in-process store
+	// (quota.Local) on QuotaClock.
+	Quota quota.Store
+	// QuotaClock is the limits' clock; nil: time.Now. Tests run the
+	// windows faster with it.
+	QuotaClock func() time.Time
 }
 
 // Gateway is the HTTP edge. It is safe for concurrent use; its mutable
@@ -77,6 +84,8 @@ type Gateway struct {
 	keys     atomic.Pointer[keyTable]
 	keysFile fileState
 	noKey    keyMetrics
+	// quota keeps the keys' limits (limits.go).
+	quota quota.Store
 }
 
 // Phase is the gateway's lifecycle: starting until the first probe round is
@@ -132,6 +141,14 @@ func New(o Options) (*Gateway, error) {
 	// and what triage knows.
 	o.Fleet.OnTransition(g.onTransition)
 	o.Registry.MustRegister(poolCollector{g})
+	g.quota = o.Quota
+	if g.quota == nil {
+		clock := o.QuotaClock
+		if clock == nil {
+			clock = time.Now
+		}
+		g.quota = quota.NewLocal(clock)
+	}
 	g.catalog = &catalog{byName: g.byName, names: o.Fleet.Names()}
 	g.door = admission.NewDoor(g.catalog)
 	if err := g.initKeys(); err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/maitred-dev/maitred/admission"
 	"github.com/maitred-dev/maitred/config"
+	"github.com/maitred-dev/maitred/quota"
 	"github.com/maitred-dev/maitred/triage"
 )
 
@@ -37,6 +38,7 @@ import (
 var (
 	outcomeInvalidAPIKey   = admission.InvalidAPIKey.String()
 	outcomeModelNotAllowed = admission.ModelNotAllowed.String()
+	outcomeRateLimited     = admission.RateLimited.String()
 )
 
 // apiKey is one configured key as the request path uses it.
@@ -50,7 +52,10 @@ type apiKey struct {
 	// 0 highest), the highest its requests may use.
 	class     int
 	className string
-	limits    config.KeyLimits
+	limits    quota.Limits
+	// perMinute: the key has a per-minute limit, reported in OpenAI's
+	// x-ratelimit-* headers on every answer.
+	perMinute bool
 	metrics   keyMetrics
 }
 
@@ -71,7 +76,12 @@ func (g *Gateway) buildKeys(keys []config.KeyConfig) (*keyTable, error) {
 		if err != nil {
 			return nil, fmt.Errorf("key %q: %w", kc.Name, err)
 		}
-		k := &apiKey{name: kc.Name, limits: kc.Limits, metrics: g.metrics.forKey(kc.Name)}
+		l := kc.Limits
+		k := &apiKey{name: kc.Name, metrics: g.metrics.forKey(kc.Name), limits: quota.Limits{
+			RequestsPerMinute: l.RequestsPerMinute, TokensPerMinute: l.TokensPerMinute,
+			TokensPerDay: l.TokensPerDay, MaxConcurrent: l.MaxConcurrent,
+		}}
+		k.perMinute = l.RequestsPerMinute > 0 || l.TokensPerMinute > 0
 		for _, m := range kc.Models {
 			if m == config.AllModels {
 				k.all = true
@@ -224,6 +234,11 @@ func (g *Gateway) keyed(h handlerFunc, xAPIKey bool) handlerFunc {
 			return g.rejected(x, invalidKey(r, xAPIKey))
 		}
 		x.key = k
+		if k.perMinute {
+			// Every answer to a keyed request carries the key's status;
+			// a reservation (limits.go) updates it.
+			rateHeaders(w.Header(), g.quota.Status(k.name, k.limits))
+		}
 		k.metrics.requests.Inc()
 		k.metrics.inFlight.Inc()
 		defer k.metrics.inFlight.Dec()
@@ -353,18 +368,20 @@ func (g *Gateway) modelNamed(x *exchange, name string) (*modelRuntime, error) {
 // keyMetrics are the metric children of one key (by name; "" for requests
 // that presented no valid key).
 type keyMetrics struct {
-	requests   prometheus.Counter
-	inFlight   prometheus.Gauge
-	tokens     *prometheus.CounterVec // kind: prompt, completion
-	rejections *prometheus.CounterVec // reason
+	requests    prometheus.Counter
+	inFlight    prometheus.Gauge
+	tokens      *prometheus.CounterVec // kind: prompt, completion
+	rejections  *prometheus.CounterVec // reason
+	rateLimited *prometheus.CounterVec // limit
 }
 
 func (m *metrics) forKey(name string) keyMetrics {
 	l := prometheus.Labels{"key": name}
 	return keyMetrics{
-		requests:   m.keyRequests.With(l),
-		inFlight:   m.keyInFlight.With(l),
-		tokens:     m.keyTokens.MustCurryWith(l),
-		rejections: m.keyRejections.MustCurryWith(l),
+		requests:    m.keyRequests.With(l),
+		inFlight:    m.keyInFlight.With(l),
+		tokens:      m.keyTokens.MustCurryWith(l),
+		rejections:  m.keyRejections.MustCurryWith(l),
+		rateLimited: m.keyRateLimited.MustCurryWith(l),
 	}
 }

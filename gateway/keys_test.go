@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -25,7 +26,9 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/maitred-dev/maitred/config"
+	"github.com/maitred-dev/maitred/internal/fixtures"
 	"github.com/maitred-dev/maitred/sim"
+	"github.com/maitred-dev/maitred/tokenize"
 )
 
 // digestOf is the sha256 a config names a key by.
@@ -453,6 +456,174 @@ func TestKeysFileRotation(t *testing.T) {
 		r := <-results
 		if r.err != nil || !strings.HasSuffix(r.body, "data: [DONE]\n\n") || strings.Contains(r.body, `"error"`) {
 			t.Fatalf("a stream was cut: %v\n%s", r.err, r.body)
+		}
+	}
+}
+
+// testClock is a quota clock the test can move forward; it runs with
+// real time in between.
+type testClock struct {
+	mu  sync.Mutex
+	off time.Duration
+}
+
+func (c *testClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.off)
+}
+
+func (c *testClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.off += d
+	c.mu.Unlock()
+}
+
+// startKeyedCounted serves model m (counted with the qwen3 tokenizer and a
+// plain chat template, as the simulator counts it) behind a gateway with
+// the given keys on quota clock clock.
+func startKeyedCounted(t *testing.T, sc sim.Config, clock func() time.Time, keys ...config.KeyConfig) (*testGateway, *sim.Server) {
+	t.Helper()
+	tok, err := tokenize.LoadDir(fixtures.ModelDir(t, "qwen3"), tokenize.LoadOptions{ChatTemplate: `{%- for m in messages %}
+{{- '<|im_start|>' + m.role + '\n' + m.content + '<|im_end|>\n' }}
+{%- endfor %}<|im_start|>assistant
+`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc.Model, sc.Tokenizer = "m", sim.ModelTokenizer(tok)
+	s := sim.New(sc, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(func() { s.Close(); srv.Close() })
+	tg := startGatewayFull(t, tok, extras{quotaClock: clock}, withKeys(keys...), srv.URL)
+	return tg, s
+}
+
+// TestKeysRateLimitTyped: x-ratelimit-* headers on every answer, the
+// remaining tokens going down as they are used; over the limit a typed 429
+// (openai-go; Anthropic's SDK: rate_limit_error) naming the limit, whose
+// Retry-After the SDK's own retry honours and then succeeds; a request
+// that can never fit gets a 429 that says so, with x-should-retry: false
+// and no Retry-After, and the SDK does not retry it.
+func TestKeysRateLimitTyped(t *testing.T) {
+	clock := &testClock{}
+	tg, _ := startKeyedCounted(t, sim.Config{OutputTokens: 10, MaxModelLen: 512}, clock.now,
+		config.KeyConfig{Name: "lim", SHA256: digestOf("sk-lim"), Models: []string{"*"},
+			Limits: config.KeyLimits{TokensPerMinute: 60, RequestsPerMinute: 50}})
+	var statuses []int
+	var mu sync.Mutex
+	count := option.WithMiddleware(func(r *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+		res, err := next(r)
+		if err == nil {
+			mu.Lock()
+			statuses = append(statuses, res.StatusCode)
+			mu.Unlock()
+		}
+		return res, err
+	})
+	sdk := keyedSDK(tg, "sk-lim", count)
+	p := openai.ChatCompletionNewParams{
+		Model:     "m",
+		Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Hello!")},
+		MaxTokens: openai.Int(10),
+	}
+	// Each request asks its prompt (exact, 9 tokens) + 10: three fit in 60.
+	remaining := int64(60)
+	var ask int64
+	for i := range 3 {
+		var raw *http.Response
+		if _, err := sdk.Chat.Completions.New(t.Context(), p, option.WithResponseInto(&raw)); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		h := raw.Header
+		left, _ := strconv.ParseInt(h.Get("X-Ratelimit-Remaining-Tokens"), 10, 64)
+		if h.Get("X-Ratelimit-Limit-Tokens") != "60" || h.Get("X-Ratelimit-Limit-Requests") != "50" ||
+			h.Get("X-Ratelimit-Remaining-Requests") != strconv.Itoa(49-i) || h.Get("X-Ratelimit-Reset-Tokens") == "" || h.Get("X-Ratelimit-Reset-Requests") == "" {
+			t.Fatalf("request %d: headers %v", i, h)
+		}
+		if left >= remaining {
+			t.Fatalf("request %d: remaining tokens %d, not below %d", i, left, remaining)
+		}
+		if i == 0 {
+			ask = 60 - left
+		}
+		remaining = left
+	}
+	// A fourth does not fit: a typed 429 naming the limit.
+	noRetry := keyedSDK(tg, "sk-lim")
+	var raw *http.Response
+	_, err := noRetry.Chat.Completions.New(t.Context(), p, option.WithResponseInto(&raw))
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 429 || apiErr.Code != "rate_limit_exceeded" || apiErr.Type != "tokens" {
+		t.Fatalf("over the limit: %v", err)
+	}
+	want := fmt.Sprintf("tokens per minute: limit 60, %d in use, %d requested", 60-remaining, ask)
+	if !strings.Contains(apiErr.Message, want) {
+		t.Errorf("429 message %q lacks %q", apiErr.Message, want)
+	}
+	if ra, err := strconv.Atoi(raw.Header.Get("Retry-After")); err != nil || ra < 1 || ra > 61 ||
+		raw.Header.Get("X-Ratelimit-Remaining-Tokens") != strconv.FormatInt(remaining, 10) {
+		t.Errorf("429 headers: %v", raw.Header)
+	}
+	// Anthropic's SDK reads the same refusal as rate_limit_error.
+	ac := anthropic.NewClient(aoption.WithBaseURL(tg.URL+"/"), aoption.WithHTTPClient(tg.client), aoption.WithMaxRetries(0), aoption.WithAPIKey("sk-lim"))
+	_, err = ac.Messages.New(t.Context(), anthropic.MessageNewParams{Model: "m", MaxTokens: 10,
+		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("Hello!"))}})
+	var aErr *anthropic.Error
+	if !errors.As(err, &aErr) || aErr.StatusCode != 429 || !strings.Contains(aErr.RawJSON(), `"rate_limit_error"`) {
+		t.Fatalf("Anthropic SDK over the limit: %v", err)
+	}
+
+	// The window is nearly over: the first usage expires within a second
+	// or two. The SDK's own retry waits Retry-After and succeeds.
+	clock.advance(59 * time.Second)
+	mu.Lock()
+	statuses = nil
+	mu.Unlock()
+	retrying := keyedSDK(tg, "sk-lim", count, option.WithMaxRetries(1))
+	if _, err := retrying.Chat.Completions.New(t.Context(), p); err != nil {
+		t.Fatalf("the SDK's retry after Retry-After failed: %v", err)
+	}
+	mu.Lock()
+	if len(statuses) != 2 || statuses[0] != 429 || statuses[1] != 200 {
+		t.Errorf("attempts = %v, want [429 200]", statuses)
+	}
+	statuses = nil
+	mu.Unlock()
+
+	// Never fits: max_tokens alone is over the limit.
+	big := p
+	big.MaxTokens = openai.Int(200)
+	raw = nil
+	sdk3 := keyedSDK(tg, "sk-lim", count, option.WithMaxRetries(3))
+	_, err = sdk3.Chat.Completions.New(t.Context(), big, option.WithResponseInto(&raw))
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 429 || !strings.Contains(apiErr.Message, "retrying cannot help") {
+		t.Fatalf("never fits: %v", err)
+	}
+	if raw.Header.Get("X-Should-Retry") != "false" || raw.Header.Get("Retry-After") != "" {
+		t.Errorf("never-fits headers: %v", raw.Header)
+	}
+	mu.Lock()
+	if len(statuses) != 1 {
+		t.Errorf("the SDK tried a never-fitting request %d times, want once", len(statuses))
+	}
+	mu.Unlock()
+	tg.quiesce()
+	text := tg.gathered(t)
+	for _, w := range []string{`maitred_key_rate_limited_total{key="lim",limit="tokens"} 4`, `maitred_key_rejections_total{key="lim",reason="rate_limited"} 4`} {
+		if !strings.Contains(text, w) {
+			t.Errorf("metrics lack %s", w)
+		}
+	}
+}
+
+func TestResetString(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		0: "0s", 20 * time.Millisecond: "20ms", 19100 * time.Microsecond: "20ms", time.Second: "1s",
+		1200 * time.Millisecond: "2s", 6 * time.Minute: "6m0s", 5*time.Minute + 59500*time.Millisecond: "6m0s",
+	} {
+		if got := resetString(d); got != want {
+			t.Errorf("resetString(%s) = %s, want %s", d, got, want)
 		}
 	}
 }

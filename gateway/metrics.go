@@ -30,11 +30,12 @@ type metrics struct {
 	failures *prometheus.CounterVec
 
 	// By API key name (keys.go; "" for requests without a valid key).
-	keyRequests   *prometheus.CounterVec
-	keyInFlight   *prometheus.GaugeVec
-	keyTokens     *prometheus.CounterVec
-	keyRejections *prometheus.CounterVec
-	keyReloads    *prometheus.CounterVec
+	keyRequests    *prometheus.CounterVec
+	keyInFlight    *prometheus.GaugeVec
+	keyTokens      *prometheus.CounterVec
+	keyRejections  *prometheus.CounterVec
+	keyReloads     *prometheus.CounterVec
+	keyRateLimited *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -121,6 +122,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "maitred_key_rejections_total",
 			Help: "Requests refused before any backend work, by API key name (\"\" when no valid key was presented) and reason (invalid_api_key, model_not_allowed, rate_limited, or a door rejection's reason).",
 		}, []string{"key", "reason"}),
+		keyRateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "maitred_key_rate_limited_total",
+			Help: "Requests refused by one of their API key's limits, by key name and limit (requests, tokens, tokens_per_day, concurrent).",
+		}, []string{"key", "limit"}),
 		keyReloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "maitred_keys_file_reloads_total",
 			Help: "Changes of auth.keys_file seen, by result: loaded, or refused (the keys in force kept serving).",
@@ -128,7 +133,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	reg.MustRegister(m.requests, m.duration, m.inFlight, m.streamErrors, m.rejections, m.uncounted, m.tokChecks, m.backendErrors,
 		m.admissions, m.queueWait, m.connections, m.phase, m.ttft, m.tpot, m.failures,
-		m.keyRequests, m.keyInFlight, m.keyTokens, m.keyRejections, m.keyReloads,
+		m.keyRequests, m.keyInFlight, m.keyTokens, m.keyRejections, m.keyReloads, m.keyRateLimited,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

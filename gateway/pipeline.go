@@ -111,6 +111,14 @@ func (g *Gateway) admit(a *api) handlerFunc {
 		}
 		rt := g.models[dec.Ref]
 		x.rt, x.stream, x.promptTokens, x.maxTokens = rt, dec.Stream, dec.PromptTokens, dec.MaxTokens
+		if x.key != nil {
+			// The key's limits, after the door's count and before the
+			// queue; the hold is settled when the request ends.
+			if err := g.reserve(w, x, ep, dec, len(body)); err != nil {
+				return g.rejected(x, err)
+			}
+			defer g.settle(x)
+		}
 		if dec.Uncounted != admission.Counted {
 			x.uncounted = dec.Uncounted.String()
 			rt.metrics.uncounted.WithLabelValues(x.uncounted).Inc()

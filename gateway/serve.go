@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/maitred-dev/maitred/quota"
 	"github.com/maitred-dev/maitred/triage"
 )
 
@@ -74,6 +75,12 @@ type exchange struct {
 	// key is the API key the request presented (keys.go); nil when the
 	// gateway is open or before the check.
 	key *apiKey
+	// res is the request's hold on its key's limits (limits.go), settled
+	// when the request ends; reserved is what it took. usage, once the
+	// answer is known, reports its real prompt + completion tokens.
+	res      quota.Reservation
+	reserved int64
+	usage    func() (int64, bool)
 	// The door's numbers, logged with the request.
 	promptTokens, maxTokens, maxModelLen int
 	uncounted                            string

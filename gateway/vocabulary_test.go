@@ -40,7 +40,8 @@ func TestOneOutcomeVocabulary(t *testing.T) {
 	tg := startGatewayFull(t, tok, extras{log: zap.New(core), triage: tri}, func(c *config.Config) {
 		c.MaxBodyBytes = 4096
 		withOther(c)
-		c.Auth = &config.AuthConfig{Keys: []config.KeyConfig{{Name: "k", SHA256: digestOf("sk-k"), Models: []string{"m"}}}}
+		c.Auth = &config.AuthConfig{Keys: []config.KeyConfig{{Name: "k", SHA256: digestOf("sk-k"), Models: []string{"m"}},
+			{Name: "tiny", SHA256: digestOf("sk-tiny"), Models: []string{"m"}, Limits: config.KeyLimits{TokensPerMinute: 3}}}}
 	}, srv)
 
 	chat := func(msgs string) string { return `{"model":"m","messages":[` + msgs + `]}` }
@@ -92,6 +93,8 @@ func TestOneOutcomeVocabulary(t *testing.T) {
 		{admission.InvalidAPIKey, "/v1/messages", "", `{"model":"m","max_tokens":5,"messages":[` + user + `]}`, false, "messages-key"},
 		{admission.ModelNotAllowed, "/v1/chat/completions", "", `{"model":"other","messages":[` + user + `]}`, false, ""},
 		{admission.ModelNotAllowed, "/v1/embeddings", "", `{"model":"other","input":"x"}`, false, "embeddings-not-allowed"},
+		{admission.RateLimited, "/v1/chat/completions", "", chat(user), true, ""}, // key tiny: 3 tokens a minute
+		{admission.RateLimited, "/v1/messages", "", `{"model":"m","max_tokens":5,"messages":[` + user + `]}`, true, "messages-rate"},
 	}
 	for i := range cases {
 		if cases[i].id == "" {
@@ -110,8 +113,11 @@ func TestOneOutcomeVocabulary(t *testing.T) {
 			body += "--B--\r\n"
 		}
 		key := "Bearer sk-k"
-		if tc.reason == admission.InvalidAPIKey {
+		switch tc.reason {
+		case admission.InvalidAPIKey:
 			key = "Bearer sk-wrong"
+		case admission.RateLimited:
+			key = "Bearer sk-tiny"
 		}
 		res := tg.post(t, tc.path, body, "Content-Type", ctype, "X-Request-Id", "vocab-"+tc.id, "Authorization", key)
 		if body := readBodyT(t, res); res.StatusCode/100 != 4 {
