@@ -11,9 +11,11 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -625,5 +627,131 @@ func TestResetString(t *testing.T) {
 		if got := resetString(d); got != want {
 			t.Errorf("resetString(%s) = %s, want %s", d, got, want)
 		}
+	}
+}
+
+// scaledClock runs speed times faster than real time from now on.
+func scaledClock(speed time.Duration) func() time.Time {
+	base := time.Now()
+	return func() time.Time { return base.Add(time.Since(base) * speed) }
+}
+
+// tokenLog is the simulator's own accounting: when it processed how many
+// tokens.
+type tokenLog struct {
+	mu  sync.Mutex
+	at  []time.Time
+	tok []int
+}
+
+func (l *tokenLog) add(at time.Time, n int) {
+	l.mu.Lock()
+	l.at, l.tok = append(l.at, at), append(l.tok, n)
+	l.mu.Unlock()
+}
+
+// maxWindow is the most tokens processed in any window of length d, and
+// the total.
+func (l *tokenLog) maxWindow(d time.Duration) (most, total int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	idx := make([]int, len(l.at))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int { return l.at[a].Compare(l.at[b]) })
+	sum, lo := 0, 0
+	for _, i := range idx {
+		total += l.tok[i]
+		sum += l.tok[i]
+		for !l.at[idx[lo]].After(l.at[i].Add(-d)) { // entries at or before at-d leave [at-d+ε, at]
+			sum -= l.tok[idx[lo]]
+			lo++
+		}
+		most = max(most, sum)
+	}
+	return most, total
+}
+
+// hammer runs clients closed-loop clients on one key until the quota
+// clock reaches until: each sends a request, and on a 429 waits its
+// Retry-After (scaled to real time by speed) before the next. It returns
+// the number of requests answered 200.
+func hammer(t *testing.T, tg *testGateway, key, body string, clients int, clock func() time.Time, until time.Time, speed time.Duration) int {
+	t.Helper()
+	var ok atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	for c := range clients {
+		wg.Go(func() {
+			stream := c%2 == 1
+			b := body
+			if stream {
+				b = strings.Replace(body, `{`, `{"stream":true,`, 1)
+			}
+			for clock().Before(until) {
+				req, _ := http.NewRequest(http.MethodPost, tg.URL+"/v1/chat/completions", strings.NewReader(b))
+				req.Header.Set("Authorization", "Bearer "+key)
+				req.Header.Set("Content-Type", "application/json")
+				res, err := tg.client.Do(req)
+				if err != nil {
+					errs <- err
+					return
+				}
+				out, _ := io.ReadAll(res.Body)
+				res.Body.Close()
+				switch res.StatusCode {
+				case http.StatusOK:
+					if stream && !strings.HasSuffix(string(out), "data: [DONE]\n\n") {
+						errs <- fmt.Errorf("a stream ended early: %s", out)
+						return
+					}
+					ok.Add(1)
+				case http.StatusTooManyRequests:
+					ra, err := strconv.Atoi(res.Header.Get("Retry-After"))
+					if err != nil {
+						errs <- fmt.Errorf("429 without Retry-After: %s", out)
+						return
+					}
+					// The client waits as told, in the test's time.
+					timer := time.NewTimer(time.Duration(ra) * time.Second / speed)
+					<-timer.C
+				default:
+					errs <- fmt.Errorf("status %d: %s", res.StatusCode, out)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	return int(ok.Load())
+}
+
+// TestKeysTokensPerMinuteHoldUnderConcurrency: 50 concurrent clients on
+// one key with tokens_per_minute T for 2 minutes (a quota clock running 30
+// times real time, shared with the simulator's accounting): the tokens the
+// simulator processed in any 60 s stay within T (the gateway counts
+// prompts exactly and the simulator stops at max_tokens: no settlement
+// error).
+func TestKeysTokensPerMinuteHoldUnderConcurrency(t *testing.T) {
+	const speed = 30
+	const T = 3000
+	clock := scaledClock(speed)
+	var processed tokenLog
+	tg, _ := startKeyedCounted(t, sim.Config{OutputTokens: 40, ITL: time.Millisecond, OnProcessed: processed.add, Clock: clock}, clock,
+		config.KeyConfig{Name: "busy", SHA256: digestOf("sk-busy"), Models: []string{"*"}, Limits: config.KeyLimits{TokensPerMinute: T}})
+	start := clock()
+	n := hammer(t, tg, "sk-busy", `{"model":"m","max_tokens":40,"messages":[{"role":"user","content":"Hello!"}]}`, 50, clock, start.Add(2*time.Minute), speed)
+	most, total := processed.maxWindow(time.Minute)
+	t.Logf("%d requests served; the simulator processed %d tokens, at most %d in any 60 s (tokens_per_minute %d)", n, total, most, T)
+	if most > T {
+		t.Errorf("the simulator processed %d tokens in one 60 s window, over tokens_per_minute %d", most, T)
+	}
+	if n == 0 || total < T {
+		t.Errorf("only %d tokens processed in 2 minutes: the key was starved", total)
 	}
 }
