@@ -211,7 +211,7 @@ func (g *Gateway) routes() http.Handler {
 		return func(path string) http.Handler { return g.serve(path, h) }
 	}
 	keyed := func(h handlerFunc) func(string) http.Handler {
-		return func(path string) http.Handler { return g.serve(path, g.keyed(h, false)) }
+		return func(path string) http.Handler { return g.serve(path, g.keyed(h, false, false)) }
 	}
 	table := []route{
 		// The model APIs: one line each, the family's api value saying
@@ -229,7 +229,7 @@ func (g *Gateway) routes() http.Handler {
 		{"/v1/audio/transcriptions", post, model(transcriptionsAPI)},
 		{"/v1/audio/translations", post, model(translationsAPI)},
 		{"/v1/messages", post, model(messagesAPI)},
-		{"/v1/messages/count_tokens", post, func(path string) http.Handler { return g.serveIn(anthropicErrors, path, g.keyed(g.countTokens, true)) }},
+		{"/v1/messages/count_tokens", post, func(path string) http.Handler { return g.serveIn(anthropicErrors, path, g.keyed(g.countTokens, true, false)) }},
 		{"/v1/responses", post, model(responsesAPI)},
 		{"/v1/responses/{id}", get, keyed(g.responseByID)},
 		{"/v1/responses/{id}/cancel", post, keyed(g.responseByID)},

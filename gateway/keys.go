@@ -220,8 +220,11 @@ func (g *Gateway) reloadKeys() {
 // keyed runs h for a request that must carry an API key when auth is
 // configured: Authorization: Bearer KEY, or (xAPIKey: Anthropic's
 // Messages and count_tokens) x-api-key: KEY. A missing or unknown key is
-// answered 401 invalid_api_key before anything else is read.
-func (g *Gateway) keyed(h handlerFunc, xAPIKey bool) handlerFunc {
+// answered 401 invalid_api_key before anything else is read. Every answer
+// to a keyed request carries the key's x-ratelimit-* headers: set here
+// from its status, unless h reserves (reserves: the model pipeline, which
+// sets them from its reservation, limits.go).
+func (g *Gateway) keyed(h handlerFunc, xAPIKey, reserves bool) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request, x *exchange) error {
 		t := g.keys.Load()
 		if t == nil {
@@ -234,9 +237,7 @@ func (g *Gateway) keyed(h handlerFunc, xAPIKey bool) handlerFunc {
 			return g.rejected(x, invalidKey(r, xAPIKey))
 		}
 		x.key = k
-		if k.perMinute {
-			// Every answer to a keyed request carries the key's status;
-			// a reservation (limits.go) updates it.
+		if k.perMinute && !reserves {
 			rateHeaders(w.Header(), g.quota.Status(k.name, k.limits))
 		}
 		k.metrics.requests.Inc()

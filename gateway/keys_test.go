@@ -551,6 +551,25 @@ func TestKeysRateLimitTyped(t *testing.T) {
 		}
 		remaining = left
 	}
+	// The answers that reserve nothing carry the key's status too: a door
+	// rejection, a local endpoint.
+	for _, c := range []struct{ method, path, body string }{
+		{"POST", "/v1/chat/completions", `{"model":"m","max_tokens":-1,"messages":[{"role":"user","content":"hi"}]}`},
+		{"GET", "/v1/models", ""},
+		{"POST", "/tokenize", `{"model":"m","prompt":"hi"}`},
+	} {
+		req, _ := http.NewRequest(c.method, tg.URL+c.path, strings.NewReader(c.body))
+		req.Header.Set("Authorization", "Bearer sk-lim")
+		req.Header.Set("Content-Type", "application/json")
+		res, err := tg.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readBodyT(t, res)
+		if res.Header.Get("X-Ratelimit-Remaining-Tokens") != strconv.FormatInt(remaining, 10) || res.Header.Get("X-Ratelimit-Limit-Requests") != "50" {
+			t.Errorf("%s %s (%d): x-ratelimit headers %v", c.method, c.path, res.StatusCode, res.Header)
+		}
+	}
 	// A fourth does not fit: a typed 429 naming the limit.
 	noRetry := keyedSDK(tg, "sk-lim")
 	var raw *http.Response

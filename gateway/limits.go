@@ -44,11 +44,13 @@ func (g *Gateway) reserve(w http.ResponseWriter, x *exchange, ep admission.Endpo
 				RetryAfter: time.Second, Message: "The API key's limits cannot be checked right now; retry shortly.", Cause: err}
 		}
 		rateHeaders(w.Header(), d.Status)
+		x.rateSet = true
 		k.metrics.rateLimited.WithLabelValues(string(d.Kind)).Inc()
 		return rateLimited(w, d)
 	}
 	x.res = res
 	rateHeaders(w.Header(), res.Status())
+	x.rateSet = true
 	return nil
 }
 
@@ -112,16 +114,40 @@ func rateLimited(w http.ResponseWriter, d *quota.Denied) *Error {
 
 // rateHeaders sets OpenAI's x-ratelimit-* headers from a key's status,
 // for the per-minute limits the key has.
+// The six values are written into one string and one slice (two
+// allocations), as this runs for every keyed request.
 func rateHeaders(h http.Header, st quota.Status) {
+	var buf [128]byte
+	b := buf[:0]
+	var ends [6]int
+	b = strconv.AppendInt(b, st.LimitRequests, 10)
+	ends[0] = len(b)
+	b = strconv.AppendInt(b, st.RemainingRequests, 10)
+	ends[1] = len(b)
+	b = append(b, resetString(st.ResetRequests)...)
+	ends[2] = len(b)
+	b = strconv.AppendInt(b, st.LimitTokens, 10)
+	ends[3] = len(b)
+	b = strconv.AppendInt(b, st.RemainingTokens, 10)
+	ends[4] = len(b)
+	b = append(b, resetString(st.ResetTokens)...)
+	ends[5] = len(b)
+	s := string(b)
+	var vals [6]string
+	start := 0
+	for i, e := range ends {
+		vals[i], start = s[start:e], e
+	}
+	v := vals[:]
 	if st.LimitRequests > 0 {
-		h["X-Ratelimit-Limit-Requests"] = []string{strconv.FormatInt(st.LimitRequests, 10)}
-		h["X-Ratelimit-Remaining-Requests"] = []string{strconv.FormatInt(st.RemainingRequests, 10)}
-		h["X-Ratelimit-Reset-Requests"] = []string{resetString(st.ResetRequests)}
+		h["X-Ratelimit-Limit-Requests"] = v[0:1:1]
+		h["X-Ratelimit-Remaining-Requests"] = v[1:2:2]
+		h["X-Ratelimit-Reset-Requests"] = v[2:3:3]
 	}
 	if st.LimitTokens > 0 {
-		h["X-Ratelimit-Limit-Tokens"] = []string{strconv.FormatInt(st.LimitTokens, 10)}
-		h["X-Ratelimit-Remaining-Tokens"] = []string{strconv.FormatInt(st.RemainingTokens, 10)}
-		h["X-Ratelimit-Reset-Tokens"] = []string{resetString(st.ResetTokens)}
+		h["X-Ratelimit-Limit-Tokens"] = v[3:4:4]
+		h["X-Ratelimit-Remaining-Tokens"] = v[4:5:5]
+		h["X-Ratelimit-Reset-Tokens"] = v[5:6:6]
 	}
 }
 
@@ -134,7 +160,9 @@ func resetString(d time.Duration) string {
 	case d <= 0:
 		return "0s"
 	case d < time.Second:
-		return ((d + time.Millisecond - 1) / time.Millisecond * time.Millisecond).String()
+		return strconv.FormatInt(int64((d+time.Millisecond-1)/time.Millisecond), 10) + "ms"
+	case d < time.Minute:
+		return strconv.FormatInt(int64((d+time.Second-1)/time.Second), 10) + "s"
 	}
 	return ((d + time.Second - 1) / time.Second * time.Second).String()
 }

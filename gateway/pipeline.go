@@ -81,7 +81,7 @@ func readJSON(g *Gateway, w http.ResponseWriter, r *http.Request, x *exchange) (
 // serveAPI serves a model API family at path: the edge adapter, in the
 // family's error envelope, around the pipeline.
 func (g *Gateway) serveAPI(path string, a *api) http.HandlerFunc {
-	return g.serveIn(a.errors, path, g.keyed(g.admit(a), a.xAPIKey))
+	return g.serveIn(a.errors, path, g.keyed(g.admit(a), a.xAPIKey, true))
 }
 
 // admit is the pipeline of every model API: read the body once, put it
@@ -93,6 +93,16 @@ func (g *Gateway) admit(a *api) handlerFunc {
 	ep := a.door
 	return func(w http.ResponseWriter, r *http.Request, x *exchange) error {
 		x.sse = a.stream
+		if k := x.key; k != nil && k.perMinute {
+			// An answer given before the request reserved (a door
+			// rejection, a body refused) carries the key's status too;
+			// serve renders it after this returns.
+			defer func() {
+				if !x.rateSet {
+					rateHeaders(w.Header(), g.quota.Status(k.name, k.limits))
+				}
+			}()
+		}
 		body, err := a.read(g, w, r, x)
 		if err != nil {
 			return err

@@ -80,6 +80,7 @@ type exchange struct {
 	// answer is known, reports its real prompt + completion tokens.
 	res      quota.Reservation
 	reserved int64
+	rateSet  bool // the x-ratelimit-* headers are set
 	usage    func() (int64, bool)
 	// The door's numbers, logged with the request.
 	promptTokens, maxTokens, maxModelLen int
