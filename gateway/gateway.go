@@ -229,7 +229,9 @@ func (g *Gateway) routes() http.Handler {
 		{"/v1/audio/transcriptions", post, model(transcriptionsAPI)},
 		{"/v1/audio/translations", post, model(translationsAPI)},
 		{"/v1/messages", post, model(messagesAPI)},
-		{"/v1/messages/count_tokens", post, func(path string) http.Handler { return g.serveIn(anthropicErrors, path, g.keyed(g.countTokens, true, false)) }},
+		{"/v1/messages/count_tokens", post, func(path string) http.Handler {
+			return g.serveIn(anthropicErrors, path, g.keyed(g.countTokens, true, false))
+		}},
 		{"/v1/responses", post, model(responsesAPI)},
 		{"/v1/responses/{id}", get, keyed(g.responseByID)},
 		{"/v1/responses/{id}/cancel", post, keyed(g.responseByID)},
