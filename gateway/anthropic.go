@@ -81,7 +81,7 @@ func anthropicErrors(w http.ResponseWriter, e *Error) { e.writeAs(w, e.anthropic
 // anthropicStream is the Messages stream: it ends with message_stop, or
 // with vLLM's own error event; a broken one gets one error event in
 // Anthropic's shape, and nothing after it.
-var anthropicStream = &streamShape{end: anthropicStreamEnd, breakEvents: anthropicErrorEvent}
+var anthropicStream = &streamShape{end: anthropicStreamEnd, breakEvents: anthropicErrorEvent, meter: meterAnthropicEvent}
 
 func anthropicErrorEvent(e *Error) []byte {
 	body, _ := json.Marshal(e.anthropicEnvelope())

@@ -74,6 +74,16 @@
 // gets stream_idle_timeout too: a client that stops reading ends its own
 // request (499 client_stalled), never counted against the backend.
 //
+// Each attempt's answer also passes through its usageMeter (usage.go) on
+// the way to the client: it keeps nothing of the answer but the usage
+// it reports (a non-streamed answer's top-level "usage", found by a
+// scanner; a stream's usage events, read by the family's
+// streamShape.meter) and the streamed text not yet counted, in bounded
+// pieces. exchange.used is the request's prompt + completion tokens at
+// its end: the reported usage, else the door's prompt count and the
+// streamed text counted with the model's tokenizer (what was streamed,
+// for a stream cut short); the access log's used_tokens.
+//
 // Tokenizer endpoints are answered locally, never queued (they hold no
 // KV): POST /tokenize (tokenize.go), POST /detokenize (detokenize.go:
 // tokenize.Model.Detokenize), the render endpoints (render.go: the

@@ -251,6 +251,14 @@ func (g *Gateway) finish(x *exchange, rec *recorder, r *http.Request, err error)
 	if x.uncounted != "" {
 		fields = append(fields, zap.String("uncounted", x.uncounted))
 	}
+	if x.att != nil {
+		if n, ok := x.used(); ok {
+			fields = append(fields, zap.Int64("used_tokens", n))
+			if from := x.att.usage.from(); from != "" {
+				fields = append(fields, zap.String("used_from", from))
+			}
+		}
+	}
 	if x.streamBroke != "" {
 		fields = append(fields, zap.String("stream_error", x.streamBroke))
 	}
