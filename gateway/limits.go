@@ -54,39 +54,31 @@ func (g *Gateway) reserve(w http.ResponseWriter, x *exchange, ep admission.Endpo
 	return nil
 }
 
-// settle ends a keyed request: its reservation, with 0 when it never
-// reached a backend, else with its real usage when the answer told it,
-// else (usage unknown) keeping what was reserved; and its tokens in its
-// key's metrics.
+// settle ends a keyed request: its reservation, with the tokens it
+// really used (exchange.used: none when it never reached a backend, else
+// what its answer reported or the usage meter counted), or, when that
+// cannot be known (no answer came, a 5xx), keeping what was reserved; and
+// its tokens in its key's metrics.
 func (g *Gateway) settle(x *exchange) {
-	used := int64(-1)
-	switch {
-	case x.sentAt.IsZero():
-		used = 0
-	case x.usage != nil:
-		if u, ok := x.usage(); ok {
-			used = u
-		}
+	used, known := x.used()
+	if !known {
+		used = -1
 	}
 	if x.res != nil {
 		x.res.Settle(used)
 	}
-	countKeyTokens(x, used-int64(x.promptTokens))
-}
-
-// countKeyTokens adds a keyed request's tokens to its key's metrics: the
-// door's prompt count once the request reached a backend, and the
-// completion its answer reported.
-func countKeyTokens(x *exchange, completion int64) {
-	if x.key == nil || x.sentAt.IsZero() {
+	if !known || used <= 0 {
 		return
 	}
-	if x.promptTokens > 0 {
-		x.key.metrics.tokens.WithLabelValues("prompt").Add(float64(x.promptTokens))
+	// The door's exact prompt count splits the usage; without one the
+	// split is not known.
+	tokens := x.key.metrics.tokens
+	if p := int64(x.promptTokens); x.uncounted == "" && p > 0 && p <= used {
+		tokens.WithLabelValues("prompt").Add(float64(p))
+		tokens.WithLabelValues("completion").Add(float64(used - p))
+		return
 	}
-	if completion > 0 {
-		x.key.metrics.tokens.WithLabelValues("completion").Add(float64(completion))
-	}
+	tokens.WithLabelValues("prompt_and_completion").Add(float64(used))
 }
 
 // rateLimited is the 429 of a denied reservation, in OpenAI's words

@@ -116,7 +116,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"key"}),
 		keyTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "maitred_key_tokens_total",
-			Help: "Tokens of the requests served, by API key name and kind (prompt, completion).",
+			Help: "Tokens the requests used (their answers' usage, or the gateway's count), by API key name and kind: prompt, completion, or prompt_and_completion when the door could not count the prompt exactly.",
 		}, []string{"key", "kind"}),
 		keyRejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "maitred_key_rejections_total",

@@ -76,12 +76,10 @@ type exchange struct {
 	// gateway is open or before the check.
 	key *apiKey
 	// res is the request's hold on its key's limits (limits.go), settled
-	// when the request ends; reserved is what it took. usage, once the
-	// answer is known, reports its real prompt + completion tokens.
+	// when the request ends; reserved is what it took.
 	res      quota.Reservation
 	reserved int64
 	rateSet  bool // the x-ratelimit-* headers are set
-	usage    func() (int64, bool)
 	// The door's numbers, logged with the request.
 	promptTokens, maxTokens, maxModelLen int
 	uncounted                            string
