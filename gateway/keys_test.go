@@ -725,6 +725,10 @@ func hammer(t *testing.T, tg *testGateway, key, body string, clients int, clock 
 						errs <- fmt.Errorf("a stream ended early: %s", out)
 						return
 					}
+					if res.Header.Get("X-Ratelimit-Remaining-Tokens") == "" {
+						errs <- fmt.Errorf("an answer (stream %v) without x-ratelimit headers: %v", stream, res.Header)
+						return
+					}
 					ok.Add(1)
 				case http.StatusTooManyRequests:
 					ra, err := strconv.Atoi(res.Header.Get("Retry-After"))
