@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"time"
@@ -110,6 +111,9 @@ type Config struct {
 	MaxEjectionPercent int `yaml:"max_ejection_percent"`
 	// Models are the models served, each with its backends.
 	Models []ModelConfig `yaml:"models"`
+	// Auth, when present, requires an API key on every model API request
+	// (keys.go). Absent: the gateway is open, as before, and warns at start.
+	Auth *AuthConfig `yaml:"auth"`
 }
 
 // HealthConfig configures how backends are probed.
@@ -352,6 +356,15 @@ func Load(path string) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("%s: %w", path, err)
 	}
+	if a := cfg.Auth; a != nil && a.KeysFile != "" {
+		// A relative keys_file is read from the config file's folder.
+		if !filepath.IsAbs(a.KeysFile) {
+			a.KeysFile = filepath.Join(filepath.Dir(path), a.KeysFile)
+		}
+		if _, err := LoadKeys(a.KeysFile, &cfg); err != nil {
+			return Config{}, fmt.Errorf("%s: auth.keys_file: %w", path, err)
+		}
+	}
 	return cfg, nil
 }
 
@@ -415,6 +428,16 @@ func decodeStrict(n *yaml.Node, v reflect.Value, path string) error {
 		return nil
 	}
 	switch v.Kind() {
+	case reflect.Pointer:
+		if n.Tag == "!!null" {
+			return &FieldError{path, n.Line, "value is empty"}
+		}
+		p := reflect.New(v.Type().Elem())
+		if err := decodeStrict(n, p.Elem(), path); err != nil {
+			return err
+		}
+		v.Set(p)
+		return nil
 	case reflect.Struct:
 		if n.Kind != yaml.MappingNode {
 			return &FieldError{path, n.Line, "want a mapping of keys"}
@@ -649,6 +672,9 @@ func (c *Config) Validate() error {
 				}
 			}
 		}
+	}
+	if c.Auth != nil {
+		errs = append(errs, c.Auth.validate(c)...)
 	}
 	return errors.Join(errs...)
 }

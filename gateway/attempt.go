@@ -37,6 +37,9 @@ type attempt struct {
 	upstreamStatus int
 	// proxyErr is the transport error the reverse proxy reported, if any.
 	proxyErr error
+	// usage follows the answer to the client and tells what it used
+	// (usage.go); it is the response body the proxy reads.
+	usage usageMeter
 	// Set by timers on other goroutines, read after the proxy returns:
 	// no headers within the first-byte timeout, an answer silent for the
 	// idle timeout, the drain deadline.
@@ -201,7 +204,6 @@ func (g *Gateway) classify(r *http.Request, a *attempt) attemptResult {
 		return attemptResult{err: errClientGone}
 	}
 	host := a.backend.URL.Host
-	var oe *net.OpError
 	switch {
 	case a.shutdown.Load():
 		return attemptResult{err: &Error{Status: http.StatusServiceUnavailable, Type: typeServer, Code: codeShuttingDown, Layer: triage.LayerNone,
@@ -216,7 +218,7 @@ func (g *Gateway) classify(r *http.Request, a *attempt) attemptResult {
 		}
 		return attemptResult{err: &Error{Status: http.StatusGatewayTimeout, Type: typeServer, Code: codeBackendTimeout, Layer: layer,
 			Message: fmt.Sprintf("Backend %s of model %q sent no response headers within %s.", host, x.rt.name, x.rt.firstByte), Cause: err}}
-	case errors.As(err, &oe) && (oe.Op == "dial" || oe.Op == "write" || oe.Op == "readfrom"):
+	case neverSent(err):
 		// Refused, or written into a connection the backend had already
 		// closed (a pooled connection to a process that died): the request
 		// never reached a live server, so another backend may take it.

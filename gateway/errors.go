@@ -100,6 +100,8 @@ const (
 	codeExceedsKV        = "exceeds_kv_capacity"
 	codeBodyRead         = "body_read_error"
 	codeInternal         = "internal_error"
+	codeInvalidAPIKey    = "invalid_api_key"
+	codeRateLimited      = "rate_limit_exceeded"
 )
 
 // Outcomes that are no error code: how a request ended that the gateway

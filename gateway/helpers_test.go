@@ -134,6 +134,8 @@ func startGatewayToks(t *testing.T, tok *tokenize.Model, mutate func(*config.Con
 type extras struct {
 	triage *triage.Engine // nil: the default engine
 	log    *zap.Logger    // nil: the test's log at warn level
+	// quotaClock is the API keys' limits clock (nil: time.Now).
+	quotaClock func() time.Time
 }
 
 // startGatewayFull also takes the triage engine and the logger.
@@ -166,7 +168,7 @@ func startGatewayFull(t *testing.T, tok *tokenize.Model, ex extras, mutate func(
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	opts := Options{Config: cfg, Fleet: fl, Logger: log, Registry: reg, Transport: tr, Triage: ex.triage}
+	opts := Options{Config: cfg, Fleet: fl, Logger: log, Registry: reg, Transport: tr, Triage: ex.triage, QuotaClock: ex.quotaClock}
 	if tok != nil {
 		opts.Tokenizers = map[string]*tokenize.Model{"m": tok}
 	}

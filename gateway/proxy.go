@@ -93,9 +93,10 @@ func (g *Gateway) newProxy(rt http.RoundTripper) *httputil.ReverseProxy {
 				if idle > 0 {
 					guard.watchIdle(idle, onIdle)
 				}
-				res.Body = guard
+				res.Body = a.usage.follow(x, res.StatusCode, guard, true)
 			} else {
-				res.Body = newBodyGuard(res.Body, idle, onIdle, func(cause error) { g.bodyBroken(a, cause) })
+				res.Body = a.usage.follow(x, res.StatusCode,
+					newBodyGuard(res.Body, idle, onIdle, func(cause error) { g.bodyBroken(a, cause) }), false)
 			}
 			return nil
 		},

@@ -191,15 +191,17 @@ func (g *streamGuard) scan(start int) {
 // streamShape is how an API family's SSE stream ends: end reports
 // whether complete events hold the stream's last event, and breakEvents
 // renders the gateway's own error as the events that end a stream the
-// backend broke.
+// backend broke; meter reads one event's data for the usage meter
+// (usage.go): its text deltas and the usage it reports.
 type streamShape struct {
 	end         func(events []byte) bool
 	breakEvents func(e *Error) []byte
+	meter       func(m *usageMeter, data []byte)
 }
 
 // openAIStream is the OpenAI APIs' stream: it ends with data: [DONE], and
 // a broken one gets an error event and [DONE].
-var openAIStream = &streamShape{end: openAIStreamEnd, breakEvents: (*Error).sseEvent}
+var openAIStream = &streamShape{end: openAIStreamEnd, breakEvents: (*Error).sseEvent, meter: meterOpenAIEvent}
 
 func openAIStreamEnd(events []byte) bool {
 	return bytes.Contains(events, doneData) && hasDoneEvent(events)

@@ -64,6 +64,9 @@
 //   - POST /v1/audio/transcriptions and /v1/audio/translations
 //     (multipart/form-data; json, text, verbose_json; streaming chunks)
 //     (audio.go).
+//   - Accounting: Config.OnProcessed hears every batch of tokens the
+//     engine processes (a prompt at its prefill, each decode step's
+//     tokens, a pooling request's inputs), timestamped by Config.Clock.
 //   - Simulator-only: GET|POST /sim/config (JSON knobs, see Knobs) and
 //     GET /sim/stats (Stats as JSON). They need no API key.
 //

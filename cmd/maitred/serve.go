@@ -110,6 +110,7 @@ func runGateway(ctx context.Context, cfg config.Config, log *zap.Logger, started
 	fctx, stopFleet := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { fl.RunScraper(fctx, cfg.ScrapeInterval.D(), gw.ObserveScrape) })
+	wg.Go(func() { gw.WatchKeys(fctx) }) // returns at once without auth.keys_file
 	wg.Go(func() {
 		fl.ProbeAll(fctx)
 		gw.SetPhase(gateway.Serving)
