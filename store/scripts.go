@@ -1,0 +1,117 @@
+package store
+
+import "github.com/redis/go-redis/v9"
+
+// The scripts run atomically in the store, on the store's clock (TIME), so
+// that replicas' clocks never have to agree. A holding is a field
+// "replica/seq" of its backend's hash, valued with its tokens; it counts
+// while its replica is live: a member of the replicas set whose lease end
+// has not passed. A replica renews its lease with every heartbeat, so one
+// that dies frees all it held when its lease ends, without anyone
+// releasing anything.
+
+// livenessLua defines alive(replica), memoised per script run.
+const livenessLua = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local seen = {}
+local function alive(r)
+  if r == nil then return false end
+  local ok = seen[r]
+  if ok == nil then
+    local sc = redis.call('ZSCORE', KEYS_REPLICAS, r)
+    ok = (sc and tonumber(sc) >= now) or false
+    seen[r] = ok
+  end
+  return ok
+end
+`
+
+// takeScript holds one request on a backend if it fits, in one round trip.
+// KEYS: the backend's hash, the replicas set. ARGV: field, tokens,
+// max_in_flight, budget (0: none), replica, lease (ms). It renews the
+// caller's own lease (a replica that takes is alive), drops holdings of
+// dead replicas, and counts the others against the limits. An idle backend
+// takes a request over its budget, as the pool does. Returns {1 or 0, n,
+// tokens} after the decision.
+var takeScript = redis.NewScript(`local KEYS_REPLICAS = KEYS[2]` + livenessLua + `
+redis.call('ZADD', KEYS[2], now + tonumber(ARGV[6]), ARGV[5])
+local field, tokens, maxIn, budget = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local all = redis.call('HGETALL', KEYS[1])
+local n, sum = 0, 0
+for i = 1, #all, 2 do
+  local f = all[i]
+  if f ~= field then
+    if alive(string.match(f, '^(.+)/%d+$')) then
+      n = n + 1
+      sum = sum + (tonumber(all[i + 1]) or 0)
+    else
+      redis.call('HDEL', KEYS[1], f)
+    end
+  end
+end
+if (maxIn > 0 and n >= maxIn) or (budget > 0 and n > 0 and sum + tokens > budget) then
+  redis.call('HDEL', KEYS[1], field)
+  return {0, n, sum}
+end
+redis.call('HSET', KEYS[1], field, tokens)
+return {1, n + 1, sum + tokens}
+`)
+
+// releaseScript drops a holding and, when it was there, announces the
+// freed room. KEYS: the backend's hash. ARGV: field, channel, backend.
+var releaseScript = redis.NewScript(`
+if redis.call('HDEL', KEYS[1], ARGV[1]) == 1 then
+  redis.call('PUBLISH', ARGV[2], ARGV[3])
+end
+return 0
+`)
+
+// beatScript renews a replica's lease and writes its holdings as the
+// replica knows them, on every backend it has held on: holdings it lists
+// are set (after a store restart, or while the store was down, this is how
+// they come back: each counted once, by its own field), its fields it does
+// not list are deleted when their seq is at most the snapshot's (a later
+// one is a take the snapshot did not see yet), and holdings of dead
+// replicas are dropped. A backend that lost holdings is announced as
+// freed. KEYS: the replicas set, then the backends' hashes. ARGV: replica,
+// lease (ms), the snapshot's highest seq, the channel, then per backend
+// its name, the count of holdings and that many (seq, tokens) pairs.
+// Returns the number of live replicas.
+var beatScript = redis.NewScript(`local KEYS_REPLICAS = KEYS[1]` + livenessLua + `
+local replica, maxSeq, channel = ARGV[1], tonumber(ARGV[3]), ARGV[4]
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), replica)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. now)
+local a = 5
+for k = 2, #KEYS do
+  local name, c = ARGV[a], tonumber(ARGV[a + 1])
+  a = a + 2
+  local mine = {}
+  for j = 1, c do
+    mine[ARGV[a]] = ARGV[a + 1]
+    a = a + 2
+  end
+  local freed = false
+  local all = redis.call('HGETALL', KEYS[k])
+  for i = 1, #all, 2 do
+    local f = all[i]
+    local r, seq = string.match(f, '^(.+)/(%d+)$')
+    if r == replica then
+      if mine[seq] == nil and tonumber(seq) <= maxSeq then
+        redis.call('HDEL', KEYS[k], f)
+        freed = true
+      end
+    elseif not alive(r) then
+      redis.call('HDEL', KEYS[k], f)
+      freed = true
+    end
+  end
+  for seq, tok in pairs(mine) do
+    redis.call('HSET', KEYS[k], replica .. '/' .. seq, tok)
+  end
+  if freed then
+    redis.call('PUBLISH', channel, name)
+  end
+end
+return redis.call('ZCOUNT', KEYS[1], now, '+inf')
+`)
