@@ -27,9 +27,8 @@ type replica struct {
 
 func startReplica(t *testing.T, srv *redistest.Server, name string, lease, beat time.Duration) *replica {
 	t.Helper()
-	cfg := config.Default().Store
-	cfg.URL = srv.URL()
-	cfg.Lease, cfg.Heartbeat, cfg.Timeout = config.Duration(lease), config.Duration(beat), config.Duration(2*time.Second)
+	cfg := defaultTestConfig(srv)
+	cfg.Lease, cfg.Heartbeat = config.Duration(lease), config.Duration(beat)
 	s, err := New(Options{Config: cfg, Replica: name})
 	if err != nil {
 		t.Fatal(err)
@@ -225,4 +224,11 @@ func TestStoreDownAnswersLocally(t *testing.T) {
 	if st := a.State(); st.Err == "" || st.Since.IsZero() {
 		t.Errorf("state while down = %+v: want the error and since when", st)
 	}
+}
+
+func defaultTestConfig(srv *redistest.Server) config.StoreConfig {
+	cfg := config.Default().Store
+	cfg.URL = srv.URL()
+	cfg.Timeout = config.Duration(2 * time.Second)
+	return cfg
 }
