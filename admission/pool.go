@@ -283,6 +283,7 @@ const (
 type waiter struct {
 	t       Ticket
 	ch      chan *Lease // buffered 1
+	order   uint64      // arrival order, kept over tries
 	since   time.Time
 	granted *Lease
 	gone    bool
@@ -300,6 +301,8 @@ type Pool struct {
 	slots []*Slot
 	queue [][]*waiter
 	depth int
+	// arrivals numbers the requests, for their order in the queue.
+	arrivals uint64
 	// drain rate: releases per second, exponentially weighted.
 	rate      float64
 	lastRel   time.Time
@@ -426,6 +429,7 @@ func (p *Pool) Acquire(ctx context.Context, t Ticket) (*Lease, Outcome) {
 // queued is a request's time in the queue, over its tries.
 type queued struct {
 	since time.Time
+	order uint64
 	timer *time.Timer
 }
 
@@ -441,6 +445,10 @@ func (q *queued) stop() {
 // size again.
 func (p *Pool) acquireLocal(ctx context.Context, t Ticket, q *queued, again bool) (*Lease, Outcome) {
 	p.mu.Lock()
+	if q.order == 0 {
+		p.arrivals++
+		q.order = p.arrivals
+	}
 	if p.draining {
 		p.unlock()
 		return nil, Draining
@@ -475,9 +483,16 @@ func (p *Pool) acquireLocal(ctx context.Context, t Ticket, q *queued, again bool
 	if q.since.IsZero() {
 		q.since = p.now()
 	}
-	w := &waiter{t: t, ch: make(chan *Lease, 1), since: q.since}
+	w := &waiter{t: t, ch: make(chan *Lease, 1), since: q.since, order: q.order}
 	if again {
-		p.queue[t.Class] = slices.Insert(p.queue[t.Class], 0, w)
+		// Back to its place: ahead of every later arrival (several
+		// refused at once go back in their order).
+		cq := p.queue[t.Class]
+		i := slices.IndexFunc(cq, func(x *waiter) bool { return x.order > w.order })
+		if i < 0 {
+			i = len(cq)
+		}
+		p.queue[t.Class] = slices.Insert(cq, i, w)
 	} else {
 		p.queue[t.Class] = append(p.queue[t.Class], w)
 	}
