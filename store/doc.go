@@ -2,7 +2,9 @@
 // Redis 7 or Valkey server (config keys store, on_store_error,
 // store_lease, store_heartbeat, store_timeout): each backend's admitted
 // work, so that three replicas do not each send a backend its whole
-// max_in_flight and token budget.
+// max_in_flight and token budget, and the keys' quotas (Quotas, a
+// quota.Store with package quota's semantics: quota_scripts.go), so that
+// a key's tokens_per_minute is the fleet's, not each replica's.
 //
 // # Model
 //
@@ -45,6 +47,23 @@
 // backend's limit for as long as they run, which holds new takes back
 // until they end (never past them). A store that restarted empty is
 // refilled the same way by each replica's next heartbeat.
+//
+// # Keys' quotas
+//
+// Quotas keeps package quota's windows in the store, on its clock: per
+// key, a hash per window (requests and tokens per minute, tokens per day)
+// whose fields are expiry instants rounded up to the window's granularity
+// and whose values are what expires then, and a hash of the reservations
+// in flight, each a holding under its replica's lease. Reserve is one
+// script (the same checks, denials, RetryAfter and Status as quota.Local);
+// Settle another. A reservation of a replica whose lease ended is counted
+// as used (as reserved) by the key's next reserve. While the store is
+// down, reservations are made in a quota.Local on this replica's share of
+// each limit (on_store_error local; their usage is not written to the
+// store afterwards), or refused with admission.ErrStoreDown (reject); a
+// settlement the store could not take keeps its reservation in flight
+// (written back by the heartbeats) and is retried after each heartbeat
+// that reaches it.
 //
 // # Concurrency
 //

@@ -68,24 +68,27 @@ return 0
 `)
 
 // beatScript renews a replica's lease and writes its holdings as the
-// replica knows them, on every backend it has held on: holdings it lists
-// are set (after a store restart, or while the store was down, this is how
+// replica knows them, in every hash it has held in: holdings it lists are
+// set (after a store restart, or while the store was down, this is how
 // they come back: each counted once, by its own field), its fields it does
 // not list are deleted when their seq is at most the snapshot's (a later
-// one is a take the snapshot did not see yet), and holdings of dead
-// replicas are dropped. A backend that lost holdings is announced as
-// freed. KEYS: the replicas set, then the backends' hashes. ARGV: replica,
-// lease (ms), the snapshot's highest seq, the channel, then per backend
-// its name, the count of holdings and that many (seq, tokens) pairs.
-// Returns the number of live replicas.
+// one is a take the snapshot did not see yet). In a backend's hash ("b")
+// holdings of dead replicas are dropped, and a backend that lost holdings
+// is announced as freed; a key's reservations ("q") of dead replicas are
+// left to its next reserve, which counts them as used, and the hash is
+// given the quota TTL. KEYS: the replicas set, then the hashes. ARGV:
+// replica, lease (ms), the snapshot's highest seq, the channel, the quota
+// TTL (ms), then per hash its backend's name, its kind, the count of
+// holdings and that many (seq, value) pairs. Returns the number of live
+// replicas.
 var beatScript = redis.NewScript(`local KEYS_REPLICAS = KEYS[1]` + livenessLua + `
-local replica, maxSeq, channel = ARGV[1], tonumber(ARGV[3]), ARGV[4]
+local replica, maxSeq, channel, qttl = ARGV[1], tonumber(ARGV[3]), ARGV[4], ARGV[5]
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), replica)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. now)
-local a = 5
+local a = 6
 for k = 2, #KEYS do
-  local name, c = ARGV[a], tonumber(ARGV[a + 1])
-  a = a + 2
+  local name, kind, c = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
+  a = a + 3
   local mine = {}
   for j = 1, c do
     mine[ARGV[a]] = ARGV[a + 1]
@@ -101,15 +104,17 @@ for k = 2, #KEYS do
         redis.call('HDEL', KEYS[k], f)
         freed = true
       end
-    elseif not alive(r) then
+    elseif kind == 'b' and not alive(r) then
       redis.call('HDEL', KEYS[k], f)
       freed = true
     end
   end
-  for seq, tok in pairs(mine) do
-    redis.call('HSET', KEYS[k], replica .. '/' .. seq, tok)
+  for seq, v in pairs(mine) do
+    redis.call('HSET', KEYS[k], replica .. '/' .. seq, v)
   end
-  if freed then
+  if kind == 'q' then
+    redis.call('PEXPIRE', KEYS[k], qttl)
+  elseif freed then
     redis.call('PUBLISH', channel, name)
   end
 end

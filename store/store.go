@@ -42,6 +42,11 @@ type Options struct {
 	// process never inherits its predecessor's holdings.
 	Replica string
 	Logger  *zap.Logger
+	// QuotaMinute scales the keys' quota windows: the "minute" of
+	// requests_per_minute and tokens_per_minute (and the day, 1440 of
+	// them). Zero: a minute. Tests shorten it; the store's clock runs as
+	// it does.
+	QuotaMinute time.Duration
 }
 
 // Store is the shared store of a fleet's replicas on Redis 7 or Valkey. It
@@ -56,11 +61,23 @@ type Store struct {
 
 	state atomic.Pointer[admission.SharedState]
 
-	mu       sync.Mutex
-	holds    map[uint64]*hold
-	backends map[string]bool // every backend this replica has held on
-	seq      uint64
-	watchers []func(backend string)
+	mu     sync.Mutex
+	holds  map[uint64]*hold
+	hashes map[string]hashInfo // every hash this replica has held in
+	seq    uint64
+	// unsettled are quota settlements the store could not take yet.
+	unsettled []unsettled
+	watchers  []func(backend string)
+
+	// minute is the length of the keys' per-minute windows (a minute;
+	// shorter in tests, see Options.QuotaMinute).
+	minute time.Duration
+}
+
+// hashInfo is what the heartbeat needs to know of a hash of holdings.
+type hashInfo struct {
+	kind     string // "b": a backend's; "q": a key's quota reservations
+	announce string // the backend's name, published when room is freed there
 }
 
 var _ admission.Shared = (*Store)(nil)
@@ -114,7 +131,11 @@ func New(o Options) (*Store, error) {
 	}
 	s := &Store{
 		cfg: o.Config, rdb: redis.NewClient(opt), log: o.Logger.Named("store"), replica: o.Replica,
-		leaseMs: o.Config.Lease.D().Milliseconds(), holds: map[uint64]*hold{}, backends: map[string]bool{},
+		leaseMs: o.Config.Lease.D().Milliseconds(), holds: map[uint64]*hold{}, hashes: map[string]hashInfo{},
+		minute: o.QuotaMinute,
+	}
+	if s.minute <= 0 {
+		s.minute = time.Minute
 	}
 	s.state.Store(&admission.SharedState{Up: true, Replicas: 1, Replica: o.Replica, Since: time.Now()})
 	return s, nil
@@ -275,18 +296,18 @@ func (s *Store) listen(ctx context.Context) {
 func (s *Store) beat(ctx context.Context) {
 	s.mu.Lock()
 	maxSeq := s.seq
-	byBackend := map[string][]*hold{}
+	byHash := map[string][]*hold{}
 	for _, h := range s.holds {
-		byBackend[h.backend] = append(byBackend[h.backend], h)
+		byHash[h.hkey] = append(byHash[h.hkey], h)
 	}
 	keys := []string{replicasKey}
-	args := []any{s.replica, s.leaseMs, maxSeq, freedChan}
-	for b := range s.backends {
-		hs := byBackend[b]
-		keys = append(keys, backendKey(b))
-		args = append(args, b, len(hs))
+	args := []any{s.replica, s.leaseMs, maxSeq, freedChan, s.quotaTTL()}
+	for k, info := range s.hashes {
+		hs := byHash[k]
+		keys = append(keys, k)
+		args = append(args, info.announce, info.kind, len(hs))
 		for _, h := range hs {
-			args = append(args, h.seq, h.tokens)
+			args = append(args, h.seq, h.value)
 		}
 	}
 	s.mu.Unlock()
@@ -301,14 +322,18 @@ func (s *Store) beat(ctx context.Context) {
 		return
 	}
 	s.reached(n)
+	s.retrySettles()
 }
 
-// hold is one request's holding on a backend.
+// hold is one request's holding: a field of a hash of holdings (a
+// backend's, or a key's quota reservations in flight).
 type hold struct {
-	s       *Store
+	s     *Store
+	hkey  string // the hash
+	seq   uint64
+	value string // the field's value: tokens ("tokens:day" for a quota)
+	// backend is the backend's name ("" for a quota reservation).
 	backend string
-	seq     uint64
-	tokens  int
 	done    atomic.Bool
 }
 
@@ -316,13 +341,13 @@ func (h *hold) field() string { return h.s.replica + "/" + strconv.FormatUint(h.
 
 // newHold registers a holding before it is asked for, so that a heartbeat
 // running meanwhile writes it rather than deletes it.
-func (s *Store) newHold(backend string, tokens int) *hold {
+func (s *Store) newHold(hkey string, info hashInfo, value string) *hold {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.seq++
-	h := &hold{s: s, backend: backend, seq: s.seq, tokens: tokens}
+	h := &hold{s: s, hkey: hkey, seq: s.seq, value: value, backend: info.announce}
 	s.holds[h.seq] = h
-	s.backends[backend] = true
+	s.hashes[hkey] = info
 	return h
 }
 
@@ -334,7 +359,7 @@ func (s *Store) forget(h *hold) {
 
 // Take implements admission.Shared: one round trip (takeScript).
 func (s *Store) Take(ctx context.Context, backend string, maxInFlight, budget, tokens int) (admission.Hold, error) {
-	h := s.newHold(backend, tokens)
+	h := s.newHold(backendKey(backend), hashInfo{kind: "b", announce: backend}, strconv.Itoa(tokens))
 	if !s.State().Up {
 		return h, admission.ErrStoreDown
 	}
