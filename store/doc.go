@@ -23,9 +23,10 @@
 //
 // Holdings carry no expiry of their own: they count while their replica is
 // live, a member of the replicas set whose lease end (the store's clock)
-// has not passed. Each replica renews its lease every store_heartbeat, and
-// that heartbeat also writes the replica's holdings as it knows them and
-// counts the live replicas (maitred_store_replicas). A replica that dies
+// has not passed. Each replica renews its lease every store_heartbeat;
+// that heartbeat also deletes the replica's holdings it no longer has (a
+// release that did not reach the store) and counts the live replicas
+// (maitred_store_replicas). A replica that dies
 // (kill -9, a lost node) frees everything it held when its lease ends,
 // store_lease after its last heartbeat; the next Take or heartbeat of any
 // replica drops those holdings and announces the room. Each heartbeat is
@@ -46,7 +47,8 @@
 // is counted twice; holdings of requests still running can exceed a
 // backend's limit for as long as they run, which holds new takes back
 // until they end (never past them). A store that restarted empty is
-// refilled the same way by each replica's next heartbeat.
+// refilled the same way: the store keeps a random epoch, and a heartbeat
+// that finds another than the replica last saw writes everything back.
 //
 // # Keys' quotas
 //
@@ -70,7 +72,8 @@
 // A Store is safe for concurrent use. Its local record of holdings is
 // guarded by one mutex held only in memory, never across a round trip; the
 // heartbeat takes a snapshot with the highest sequence number handed out,
-// so that a holding asked for after the snapshot is never deleted by it,
-// and a holding released just before may be written back for one
-// heartbeat (counted too long, never too short).
+// so that a holding asked for after the snapshot is never deleted by it.
+// Only a write-back (a new epoch, or after the store was down) can revive
+// a holding released while it ran, for one heartbeat (counted too long,
+// never too short).
 package store

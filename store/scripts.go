@@ -67,26 +67,36 @@ end
 return 0
 `)
 
-// beatScript renews a replica's lease and writes its holdings as the
-// replica knows them, in every hash it has held in: holdings it lists are
-// set (after a store restart, or while the store was down, this is how
-// they come back: each counted once, by its own field), its fields it does
+// beatScript renews a replica's lease and keeps its holdings as the
+// replica knows them, in every hash it has held in. Its fields that it does
 // not list are deleted when their seq is at most the snapshot's (a later
-// one is a take the snapshot did not see yet). In a backend's hash ("b")
-// holdings of dead replicas are dropped, and a backend that lost holdings
-// is announced as freed; a key's reservations ("q") of dead replicas are
-// left to its next reserve, which counts them as used, and the hash is
-// given the quota TTL. KEYS: the replicas set, then the hashes. ARGV:
-// replica, lease (ms), the snapshot's highest seq, the channel, the quota
-// TTL (ms), then per hash its backend's name, its kind, the count of
-// holdings and that many (seq, value) pairs. Returns the number of live
-// replicas.
+// one is a take the snapshot did not see yet). The holdings it lists are
+// written back only when the store's epoch is not the one the replica last
+// saw (the store restarted empty, or the replica was cut off from it and
+// took holdings meanwhile): each then counts once, by its own field. An
+// ordinary heartbeat writes nothing back, so it cannot revive a holding
+// released while it ran. In a backend's hash ("b") holdings of dead
+// replicas are dropped, and a backend that lost holdings is announced as
+// freed; a key's reservations ("q") of dead replicas are left to its next
+// reserve, which counts them as used, and the hash is given the quota TTL.
+// KEYS: the replicas set, the epoch, then the hashes. ARGV: replica, lease
+// (ms), the snapshot's highest seq, the channel, the quota TTL (ms), the
+// epoch the replica last saw ("" for none), a fresh epoch (used when the
+// store has none), then per hash its backend's name, its kind, the count
+// of holdings and that many (seq, value) pairs. Returns {live replicas,
+// epoch}.
 var beatScript = redis.NewScript(`local KEYS_REPLICAS = KEYS[1]` + livenessLua + `
 local replica, maxSeq, channel, qttl = ARGV[1], tonumber(ARGV[3]), ARGV[4], ARGV[5]
+local epoch = redis.call('GET', KEYS[2])
+if not epoch then
+  epoch = ARGV[7]
+  redis.call('SET', KEYS[2], epoch)
+end
+local writeBack = epoch ~= ARGV[6]
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), replica)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. now)
-local a = 6
-for k = 2, #KEYS do
+local a = 8
+for k = 3, #KEYS do
   local name, kind, c = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
   a = a + 3
   local mine = {}
@@ -109,14 +119,16 @@ for k = 2, #KEYS do
       freed = true
     end
   end
-  for seq, v in pairs(mine) do
-    redis.call('HSET', KEYS[k], replica .. '/' .. seq, v)
+  if writeBack then
+    for seq, v in pairs(mine) do
+      redis.call('HSET', KEYS[k], replica .. '/' .. seq, v)
+    end
   end
   if kind == 'q' then
-    redis.call('PEXPIRE', KEYS[k], qttl)
+    if redis.call('EXISTS', KEYS[k]) == 1 then redis.call('PEXPIRE', KEYS[k], qttl) end
   elseif freed then
     redis.call('PUBLISH', channel, name)
   end
 end
-return redis.call('ZCOUNT', KEYS[1], now, '+inf')
+return {redis.call('ZCOUNT', KEYS[1], now, '+inf'), epoch}
 `)

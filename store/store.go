@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -28,6 +29,7 @@ const prefix = "{maitred}:"
 
 const (
 	replicasKey = prefix + "replicas" // sorted set: replica -> lease end (ms, the store's clock)
+	epochKey    = prefix + "epoch"    // a random value set once: a new one means the store lost its data
 	freedChan   = prefix + "freed"    // pub/sub: a backend's name when room was freed on it
 )
 
@@ -65,6 +67,10 @@ type Store struct {
 	holds  map[uint64]*hold
 	hashes map[string]hashInfo // every hash this replica has held in
 	seq    uint64
+	// epoch is the store's epoch as the last heartbeat saw it; "" after
+	// a failure, so that the next heartbeat writes every holding back.
+	epoch string
+	downs uint64 // failures recorded, so a heartbeat that overlapped one keeps epoch ""
 	// unsettled are quota settlements the store could not take yet.
 	unsettled []unsettled
 	watchers  []func(backend string)
@@ -141,6 +147,12 @@ func New(o Options) (*Store, error) {
 	return s, nil
 }
 
+func newEpoch() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
 func defaultReplica() string {
 	host, _ := os.Hostname()
 	if host == "" {
@@ -198,6 +210,12 @@ func (s *Store) fail(err error) {
 		if !s.state.CompareAndSwap(old, &st) {
 			continue
 		}
+		// Holdings taken from now on are not in the store: the first
+		// heartbeat that reaches it again writes them all back.
+		s.mu.Lock()
+		s.epoch = ""
+		s.downs++
+		s.mu.Unlock()
 		if s.cfg.OnError == config.StoreErrorReject {
 			s.log.Error("shared store unavailable: requests get 503 (on_store_error: reject) until it is back",
 				zap.Error(err), zap.String("replica", s.replica))
@@ -295,13 +313,13 @@ func (s *Store) listen(ctx context.Context) {
 // (see beatScript), and counts the live replicas.
 func (s *Store) beat(ctx context.Context) {
 	s.mu.Lock()
-	maxSeq := s.seq
+	maxSeq, downs := s.seq, s.downs
 	byHash := map[string][]*hold{}
 	for _, h := range s.holds {
 		byHash[h.hkey] = append(byHash[h.hkey], h)
 	}
-	keys := []string{replicasKey}
-	args := []any{s.replica, s.leaseMs, maxSeq, freedChan, s.quotaTTL()}
+	keys := []string{replicasKey, epochKey}
+	args := []any{s.replica, s.leaseMs, maxSeq, freedChan, s.quotaTTL(), s.epoch, newEpoch()}
 	for k, info := range s.hashes {
 		hs := byHash[k]
 		keys = append(keys, k)
@@ -312,16 +330,26 @@ func (s *Store) beat(ctx context.Context) {
 	}
 	s.mu.Unlock()
 	c, cancel := context.WithTimeout(ctx, s.cfg.Timeout.D())
-	n, err := beatScript.Run(c, s.rdb, keys, args...).Int()
+	res, err := beatScript.Run(c, s.rdb, keys, args...).Slice()
 	cancel()
 	if ctx.Err() != nil {
 		return
+	}
+	if err == nil && len(res) != 2 {
+		err = fmt.Errorf("heartbeat: unexpected answer %v", res)
 	}
 	if err != nil {
 		s.fail(err)
 		return
 	}
-	s.reached(n)
+	n, _ := res[0].(int64)
+	epoch, _ := res[1].(string)
+	s.mu.Lock()
+	if s.downs == downs {
+		s.epoch = epoch
+	}
+	s.mu.Unlock()
+	s.reached(int(n))
 	s.retrySettles()
 }
 
