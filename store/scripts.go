@@ -81,8 +81,9 @@ return 0
 // reserve, which counts them as used, and the hash is given the quota TTL.
 // KEYS: the replicas set, the epoch, then the hashes. ARGV: replica, lease
 // (ms), the snapshot's highest seq, the channel, the quota TTL (ms), the
-// epoch the replica last saw ("" for none), a fresh epoch (used when the
-// store has none), then per hash its backend's name, its kind, the count
+// epoch the replica last saw ("" for none yet), a fresh epoch (used when
+// the store has none), "1" to write back whatever the epoch (the replica
+// was cut off from the store), then per hash its backend's name, its kind, the count
 // of holdings and that many (seq, value) pairs. Returns {live replicas,
 // epoch}.
 var beatScript = redis.NewScript(`local KEYS_REPLICAS = KEYS[1]` + livenessLua + `
@@ -92,10 +93,10 @@ if not epoch then
   epoch = ARGV[7]
   redis.call('SET', KEYS[2], epoch)
 end
-local writeBack = epoch ~= ARGV[6]
+local writeBack = ARGV[8] == '1' or (ARGV[6] ~= '' and epoch ~= ARGV[6])
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), replica)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. now)
-local a = 8
+local a = 9
 for k = 3, #KEYS do
   local name, kind, c = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
   a = a + 3

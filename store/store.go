@@ -67,10 +67,13 @@ type Store struct {
 	holds  map[uint64]*hold
 	hashes map[string]hashInfo // every hash this replica has held in
 	seq    uint64
-	// epoch is the store's epoch as the last heartbeat saw it; "" after
-	// a failure, so that the next heartbeat writes every holding back.
-	epoch string
-	downs uint64 // failures recorded, so a heartbeat that overlapped one keeps epoch ""
+	// epoch is the store's epoch as the last heartbeat saw it.
+	// writeBack: the store failed since; the next heartbeat that reaches
+	// it writes every holding back. downs counts the failures, so that a
+	// heartbeat that overlapped one does not clear writeBack.
+	epoch     string
+	writeBack bool
+	downs     uint64
 	// unsettled are quota settlements the store could not take yet.
 	unsettled []unsettled
 	watchers  []func(backend string)
@@ -213,7 +216,7 @@ func (s *Store) fail(err error) {
 		// Holdings taken from now on are not in the store: the first
 		// heartbeat that reaches it again writes them all back.
 		s.mu.Lock()
-		s.epoch = ""
+		s.writeBack = true
 		s.downs++
 		s.mu.Unlock()
 		if s.cfg.OnError == config.StoreErrorReject {
@@ -319,7 +322,11 @@ func (s *Store) beat(ctx context.Context) {
 		byHash[h.hkey] = append(byHash[h.hkey], h)
 	}
 	keys := []string{replicasKey, epochKey}
-	args := []any{s.replica, s.leaseMs, maxSeq, freedChan, s.quotaTTL(), s.epoch, newEpoch()}
+	force := "0"
+	if s.writeBack {
+		force = "1"
+	}
+	args := []any{s.replica, s.leaseMs, maxSeq, freedChan, s.quotaTTL(), s.epoch, newEpoch(), force}
 	for k, info := range s.hashes {
 		hs := byHash[k]
 		keys = append(keys, k)
@@ -345,8 +352,9 @@ func (s *Store) beat(ctx context.Context) {
 	n, _ := res[0].(int64)
 	epoch, _ := res[1].(string)
 	s.mu.Lock()
+	s.epoch = epoch
 	if s.downs == downs {
-		s.epoch = epoch
+		s.writeBack = false
 	}
 	s.mu.Unlock()
 	s.reached(int(n))
