@@ -150,6 +150,15 @@ func New(o Options) (*Store, error) {
 	return s, nil
 }
 
+// quietRedis drops the client library's own log lines (plain text on
+// stderr, such as each failed dial while the store is down): the store
+// logs its transitions itself, once each, in the process's log.
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}
+
+func init() { redis.SetLogger(quietRedis{}) }
+
 func newEpoch() string {
 	b := make([]byte, 8)
 	rand.Read(b)
