@@ -100,6 +100,10 @@ type Config struct {
 	// Triage overrides the triage rules' thresholds; unset keys keep the
 	// defaults documented in configs/maitred.yaml and package triage.
 	Triage TriageConfig `yaml:"triage"`
+	// Store is the shared store of a fleet's replicas (store.go): the
+	// top-level keys store, store_password_env, on_store_error,
+	// store_lease, store_heartbeat and store_timeout.
+	Store StoreConfig `yaml:",inline"`
 	// Outlier ejection: a backend answering 5xx or refusing connections
 	// EjectAfter times in a row gets no requests for EjectFor.
 	EjectAfter int      `yaml:"eject_after"`
@@ -335,6 +339,7 @@ func Default() Config {
 		TriageWindow:         Duration(5 * time.Minute),
 		EjectFor:             Duration(10 * time.Second),
 		MaxEjectionPercent:   10,
+		Store:                defaultStore(),
 		Health: HealthConfig{
 			Interval:           Duration(time.Second),
 			Timeout:            Duration(2 * time.Second),
@@ -442,13 +447,8 @@ func decodeStrict(n *yaml.Node, v reflect.Value, path string) error {
 		if n.Kind != yaml.MappingNode {
 			return &FieldError{path, n.Line, "want a mapping of keys"}
 		}
-		fields := map[string]int{}
-		t := v.Type()
-		for i := range t.NumField() {
-			if tag, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ","); tag != "" && tag != "-" {
-				fields[tag] = i
-			}
-		}
+		fields := map[string][]int{}
+		structFields(v.Type(), nil, fields)
 		seen := map[string]bool{}
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, val := n.Content[i], n.Content[i+1]
@@ -461,7 +461,7 @@ func decodeStrict(n *yaml.Node, v reflect.Value, path string) error {
 				return &FieldError{p, k.Line, "key given twice"}
 			}
 			seen[k.Value] = true
-			if err := decodeStrict(val, v.Field(idx), p); err != nil {
+			if err := decodeStrict(val, v.FieldByIndex(idx), p); err != nil {
 				return err
 			}
 		}
@@ -495,6 +495,23 @@ func decodeStrict(n *yaml.Node, v reflect.Value, path string) error {
 	}
 }
 
+// structFields maps each yaml key of t to its field's index path; the keys
+// of a field tagged ",inline" (a struct) are t's own.
+func structFields(t reflect.Type, at []int, fields map[string][]int) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		idx := append(append([]int(nil), at...), i)
+		tag, opt, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if opt == "inline" && f.Type.Kind() == reflect.Struct {
+			structFields(f.Type, idx, fields)
+			continue
+		}
+		if tag != "" && tag != "-" {
+			fields[tag] = idx
+		}
+	}
+}
+
 func joinPath(path, key string) string {
 	if path == "" {
 		return key
@@ -516,7 +533,7 @@ func kindName(k reflect.Kind) string {
 
 // suggest names a known key that differs from key only in case or by a
 // small typo, the usual cause of an unknown key.
-func suggest(key string, fields map[string]int) string {
+func suggest(key string, fields map[string][]int) string {
 	for f := range fields {
 		if strings.EqualFold(f, key) || strings.ReplaceAll(f, "_", "") == strings.ReplaceAll(strings.ToLower(key), "-", "") {
 			return fmt.Sprintf(" (did you mean %q?)", f)
@@ -609,6 +626,7 @@ func (c *Config) Validate() error {
 	if c.MaxEjectionPercent < 0 || c.MaxEjectionPercent > 100 {
 		add("max_ejection_percent", "want a percentage from 0 to 100, got %d", c.MaxEjectionPercent)
 	}
+	errs = append(errs, c.Store.validate()...)
 	if c.Health.WarmupPrompt == "" {
 		add("health.warmup_prompt", "must not be empty")
 	}

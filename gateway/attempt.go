@@ -136,6 +136,11 @@ func (g *Gateway) forwardLease(w http.ResponseWriter, r *http.Request, a *attemp
 	defer a.backend.Acquire()()
 	defer func() {
 		p := recover()
+		if p == nil && res.err == nil && g.shared != nil {
+			// The answer is relayed: its last bytes go out before the
+			// shared store's release round trip, not after it.
+			http.NewResponseController(w).Flush()
+		}
 		lease.Release(a.poolResult(res, p != nil))
 		if p != nil {
 			panic(p)

@@ -43,6 +43,19 @@ type Options struct {
 	// QuotaClock is the limits' clock; nil: time.Now. Tests run the
 	// windows faster with it.
 	QuotaClock func() time.Time
+	// Shared is the store the fleet's replicas share (package store); nil:
+	// this process accounts alone.
+	Shared SharedStore
+}
+
+// SharedStore is the store replicas share, as the gateway uses it: the
+// pools confirm their picks there, and it tells of freed room.
+type SharedStore interface {
+	admission.Shared
+	// Watch registers f to hear a backend's name (its URL's host:port)
+	// when room was freed on it elsewhere, "" when every backend should
+	// be looked at again.
+	Watch(f func(backend string))
 }
 
 // Gateway is the HTTP edge. It is safe for concurrent use; its mutable
@@ -87,6 +100,8 @@ type Gateway struct {
 	noKey    keyMetrics
 	// quota keeps the keys' limits (limits.go).
 	quota quota.Store
+	// shared is the replicas' shared store; nil when alone.
+	shared SharedStore
 }
 
 // Phase is the gateway's lifecycle: starting until the first probe round is
@@ -128,7 +143,11 @@ func New(o Options) (*Gateway, error) {
 	g.bodies.limit = o.Config.MaxBodyBytesInFlight
 	g.stopCtx, g.hardStop = context.WithCancel(context.Background())
 	o.Registry.MustRegister(fleetCollector{o.Fleet})
-	g.models = newRuntimes(o.Config, o.Fleet, o.Tokenizers, g.metrics, g.poolEvent)
+	var shared admission.Shared
+	if o.Shared != nil {
+		g.shared, shared = o.Shared, o.Shared
+	}
+	g.models = newRuntimes(o.Config, o.Fleet, o.Tokenizers, g.metrics, g.poolEvent, shared)
 	g.byName = make(map[string]*modelRuntime, len(g.models))
 	for _, rt := range g.models {
 		g.byName[rt.name] = rt
@@ -142,6 +161,9 @@ func New(o Options) (*Gateway, error) {
 	// and what triage knows.
 	o.Fleet.OnTransition(g.onTransition)
 	o.Registry.MustRegister(poolCollector{g})
+	if g.shared != nil {
+		g.watchShared(o.Registry)
+	}
 	g.quota = o.Quota
 	if g.quota == nil {
 		clock := o.QuotaClock
@@ -248,6 +270,7 @@ func (g *Gateway) routes() http.Handler {
 		{"/health", probe, local(g.health)},
 		{"/debug/triage", get, local(g.debugTriage)},
 		{"/debug/backends", get, local(g.debugBackends)},
+		{"/debug/store", get, local(g.debugStore)},
 		{"/", get, local(g.statusPage)},
 		{"/metrics", get, func(string) http.Handler { return promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{Registry: g.reg}) }},
 	}

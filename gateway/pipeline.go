@@ -122,7 +122,10 @@ func (g *Gateway) admit(a *api) handlerFunc {
 			// The key's limits, after the door's count and before the
 			// queue; the hold is settled when the request ends.
 			if err := g.reserve(w, x, ep, dec, len(body)); err != nil {
-				return g.rejected(x, err)
+				if e, ok := err.(*Error); ok {
+					return g.rejected(x, e)
+				}
+				return err // the client left while the store answered
 			}
 			defer g.settle(x)
 		}

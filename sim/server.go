@@ -87,6 +87,9 @@ type Stats struct {
 	// Running and Waiting are the current scheduler gauges.
 	Running int `json:"running"`
 	Waiting int `json:"waiting"`
+	// PeakRunning is the most requests (sequences) running at once since
+	// the server started: what a gateway's max_in_flight let through.
+	PeakRunning int `json:"peak_running"`
 }
 
 // Received is one request seen on /v1/*, POST /tokenize or one of the

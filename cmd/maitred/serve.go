@@ -18,6 +18,7 @@ import (
 	"github.com/maitred-dev/maitred/config"
 	"github.com/maitred-dev/maitred/fleet"
 	"github.com/maitred-dev/maitred/gateway"
+	"github.com/maitred-dev/maitred/store"
 	"github.com/maitred-dev/maitred/tokenize"
 )
 
@@ -97,7 +98,19 @@ func runGateway(ctx context.Context, cfg config.Config, log *zap.Logger, started
 	if err != nil {
 		return err
 	}
-	gw, err := gateway.New(gateway.Options{Config: cfg, Fleet: fl, Logger: log, Registry: reg, Tokenizers: toks})
+	opts := gateway.Options{Config: cfg, Fleet: fl, Logger: log, Registry: reg, Tokenizers: toks}
+	var st *store.Store
+	if cfg.Store.Shared() {
+		if st, err = store.New(store.Options{Config: cfg.Store, Logger: log}); err != nil {
+			return err
+		}
+		defer st.Close()
+		opts.Shared = st
+		opts.Quota = st.Quotas() // the keys' limits hold across replicas
+		log.Info("shared store", zap.String("store", cfg.Store.URL), zap.String("replica", st.Replica()),
+			zap.String("on_store_error", cfg.Store.OnError), zap.Duration("lease", cfg.Store.Lease.D()))
+	}
+	gw, err := gateway.New(opts)
 	if err != nil {
 		return err
 	}
@@ -111,6 +124,11 @@ func runGateway(ctx context.Context, cfg config.Config, log *zap.Logger, started
 	var wg sync.WaitGroup
 	wg.Go(func() { fl.RunScraper(fctx, cfg.ScrapeInterval.D(), gw.ObserveScrape) })
 	wg.Go(func() { gw.WatchKeys(fctx) }) // returns at once without auth.keys_file
+	if st != nil {
+		// Heartbeats run until the drain is over: requests still in
+		// flight keep their holdings' lease.
+		wg.Go(func() { st.Run(fctx) })
+	}
 	wg.Go(func() {
 		fl.ProbeAll(fctx)
 		gw.SetPhase(gateway.Serving)
