@@ -13,6 +13,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/maitred-dev/maitred/admission"
@@ -36,6 +37,9 @@ type Options struct {
 	Tokenizers map[string]*tokenize.Model
 	// Triage classifies symptoms; nil builds one with the config's window.
 	Triage *triage.Engine
+	// TracerProvider, when set, traces every request (tracing.go); nil:
+	// tracing is off. The gateway uses no OpenTelemetry global.
+	TracerProvider trace.TracerProvider
 }
 
 // Gateway is the HTTP edge. It is safe for concurrent use; its mutable
@@ -68,6 +72,8 @@ type Gateway struct {
 	triage  *triage.Engine
 	// responses remembers which backend holds a Responses API id.
 	responses responseOwners
+	// tr traces requests; nil when tracing is off.
+	tr *tracer
 }
 
 // Phase is the gateway's lifecycle: starting until the first probe round is
@@ -107,6 +113,7 @@ func New(o Options) (*Gateway, error) {
 		metrics: newMetrics(o.Registry),
 	}
 	g.bodies.limit = o.Config.MaxBodyBytesInFlight
+	g.tr = newTracer(o.TracerProvider)
 	g.stopCtx, g.hardStop = context.WithCancel(context.Background())
 	o.Registry.MustRegister(fleetCollector{o.Fleet})
 	g.models = newRuntimes(o.Config, o.Fleet, o.Tokenizers, g.metrics, g.poolEvent)
