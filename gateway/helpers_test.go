@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
@@ -132,8 +133,9 @@ func startGatewayToks(t *testing.T, tok *tokenize.Model, mutate func(*config.Con
 
 // extras are the parts startGatewayFull otherwise defaults.
 type extras struct {
-	triage *triage.Engine // nil: the default engine
-	log    *zap.Logger    // nil: the test's log at warn level
+	triage *triage.Engine       // nil: the default engine
+	log    *zap.Logger          // nil: the test's log at warn level
+	tracer trace.TracerProvider // nil: tracing off
 }
 
 // startGatewayFull also takes the triage engine and the logger.
@@ -166,7 +168,7 @@ func startGatewayFull(t *testing.T, tok *tokenize.Model, ex extras, mutate func(
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	opts := Options{Config: cfg, Fleet: fl, Logger: log, Registry: reg, Transport: tr, Triage: ex.triage}
+	opts := Options{Config: cfg, Fleet: fl, Logger: log, Registry: reg, Transport: tr, Triage: ex.triage, TracerProvider: ex.tracer}
 	if tok != nil {
 		opts.Tokenizers = map[string]*tokenize.Model{"m": tok}
 	}

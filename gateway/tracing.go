@@ -59,9 +59,9 @@ type spans struct {
 // usage is what a backend's answer says of itself, read by usageTap
 // (a whole body) or from a stream's events.
 type usage struct {
-	in, out      int
+	in, out       int
 	hasIn, hasOut bool
-	model        string
+	model         string
 }
 
 // Attribute keys: OpenTelemetry's GenAI and HTTP semantic conventions,
