@@ -15,7 +15,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/maitred-dev/maitred/admission"
-	"github.com/maitred-dev/maitred/internal/ojson"
 	"github.com/maitred-dev/maitred/triage"
 )
 
@@ -49,6 +48,7 @@ func newTracer(tp trace.TracerProvider) *tracer {
 type spans struct {
 	server trace.Span // nil: the request is not traced
 	ctx    context.Context
+	method string
 	// queueWait adds up the request's waits in its model's queue.
 	queueWait time.Duration
 	// rejection is the door's Reason when the door rejected the request.
@@ -117,17 +117,8 @@ func keyName(x *exchange) string { return "" }
 // traceparent when it sent a valid one.
 func (t *tracer) start(r *http.Request, x *exchange) {
 	ctx := t.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-	attrs := []attribute.KeyValue{
-		attribute.String("http.request.method", r.Method),
-		attribute.String("http.route", x.endpoint),
-		attribute.String("url.path", r.URL.Path),
-		attribute.String("maitred.request_id", x.id),
-	}
-	if op := genAIOperation(x.endpoint); op != "" {
-		attrs = append(attrs, attribute.String(attrOperation, op))
-	}
-	x.tr.ctx, x.tr.server = t.t.Start(ctx, r.Method+" "+x.endpoint,
-		trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(x.start), trace.WithAttributes(attrs...))
+	x.tr.ctx, x.tr.server = t.t.Start(ctx, r.Method+" "+x.endpoint, trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(x.start))
+	x.tr.method = r.Method
 }
 
 // end closes the request's spans once its answer is over: the door's
@@ -155,8 +146,16 @@ func (t *tracer) end(x *exchange, status int, layer triage.Layer, end time.Time)
 		}
 		door.End(trace.WithTimestamp(x.doorDone))
 	}
-	attrs := make([]attribute.KeyValue, 0, 16)
-	attrs = append(attrs, attribute.Int("http.response.status_code", status))
+	// The attributes are set once, at the end: one copy into the span.
+	attrs := make([]attribute.KeyValue, 0, 20)
+	attrs = append(attrs,
+		attribute.String("http.request.method", x.tr.method),
+		attribute.String("http.route", x.endpoint),
+		attribute.String("maitred.request_id", x.id),
+		attribute.Int("http.response.status_code", status))
+	if op := genAIOperation(x.endpoint); op != "" {
+		attrs = append(attrs, attribute.String(attrOperation, op))
+	}
 	if x.rt != nil {
 		attrs = append(attrs, attribute.String(attrReqModel, x.rt.name))
 	}
@@ -242,23 +241,33 @@ func (t *tracer) queued(x *exchange, since time.Time, o admission.Outcome, lease
 // to the backend in traceparent, and returns the function that ends it
 // once the attempt is over (its answer copied, or failed).
 func (t *tracer) attempt(x *exchange, a *attempt, r *http.Request) func() {
+	name := r.Method + " " + r.URL.Path
+	if op := genAIOperation(x.endpoint); op != "" && x.rt != nil {
+		name = op + " " + x.rt.name
+	}
+	_, a.span = t.t.Start(x.tr.ctx, name, trace.WithSpanKind(trace.SpanKindClient))
+	return func() { t.endAttempt(x, a, r) }
+}
+
+func (t *tracer) endAttempt(x *exchange, a *attempt, r *http.Request) {
+	sp := a.span
+	if !sp.IsRecording() {
+		sp.End()
+		return
+	}
 	u := a.backend.URL
-	attrs := []attribute.KeyValue{
+	attrs := make([]attribute.KeyValue, 0, 14)
+	attrs = append(attrs,
 		attribute.String("http.request.method", r.Method),
 		attribute.String("server.address", u.Hostname()),
-		attribute.String("url.full", u.Scheme+"://"+u.Host+r.URL.Path),
-	}
+		attribute.String("url.full", u.Scheme+"://"+u.Host+r.URL.Path))
 	if p, err := strconv.Atoi(u.Port()); err == nil {
 		attrs = append(attrs, attribute.Int("server.port", p))
 	} else if port, err := net.LookupPort("tcp", u.Scheme); err == nil {
 		attrs = append(attrs, attribute.Int("server.port", port))
 	}
-	name := r.Method + " " + r.URL.Path
 	if op := genAIOperation(x.endpoint); op != "" {
 		attrs = append(attrs, attribute.String(attrOperation, op))
-		if x.rt != nil {
-			name = op + " " + x.rt.name
-		}
 	}
 	if x.rt != nil {
 		attrs = append(attrs, attribute.String(attrReqModel, x.rt.name))
@@ -266,17 +275,6 @@ func (t *tracer) attempt(x *exchange, a *attempt, r *http.Request) func() {
 	if x.retries > 0 {
 		attrs = append(attrs, attribute.Int("maitred.attempt", x.retries))
 	}
-	_, a.span = t.t.Start(x.tr.ctx, name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
-	return func() { t.endAttempt(x, a) }
-}
-
-func (t *tracer) endAttempt(x *exchange, a *attempt) {
-	sp := a.span
-	if !sp.IsRecording() {
-		sp.End()
-		return
-	}
-	attrs := make([]attribute.KeyValue, 0, 6)
 	if a.upstreamStatus > 0 {
 		attrs = append(attrs, attribute.Int("http.response.status_code", a.upstreamStatus))
 	}
@@ -322,46 +320,62 @@ func (t *tracer) inject(a *attempt, h http.Header) {
 // completion_tokens, or Anthropic's and the Responses API's input_tokens
 // and output_tokens; a later one overrides) and the first "model" string.
 // Only keys are matched: a quote inside a JSON string is escaped, so the
-// text `"usage"` followed by a colon is a key, never content, and content
-// is never read.
+// text `"usage"` followed by a colon is a key, never content, and no
+// content is read.
 func (u *usage) scan(b []byte) {
 	for rest := b; ; {
-		v, next := valueAfterKey(rest, `"usage"`)
+		obj, next := valueAfterKey(rest, `"usage"`)
 		if next < 0 {
 			break
 		}
 		rest = rest[next:]
-		if v == nil || v.Kind != ojson.Object {
+		if len(obj) == 0 || obj[0] != '{' {
 			continue
 		}
-		if n, ok := firstInt(v, "prompt_tokens", "input_tokens"); ok {
+		if n, ok := intMember(obj, `"prompt_tokens"`, `"input_tokens"`); ok {
 			u.in, u.hasIn = n, true
 		}
-		if n, ok := firstInt(v, "completion_tokens", "output_tokens"); ok {
+		if n, ok := intMember(obj, `"completion_tokens"`, `"output_tokens"`); ok {
 			u.out, u.hasOut = n, true
 		}
 	}
 	if u.model == "" {
-		if v, _ := valueAfterKey(b, `"model"`); v != nil && v.Kind == ojson.String && len(v.Str) <= 256 {
-			u.model = v.Str
+		if v, _ := valueAfterKey(b, `"model"`); len(v) > 2 && len(v) <= 258 && v[0] == '"' && bytes.IndexByte(v, '\\') < 0 {
+			u.model = string(v[1 : len(v)-1])
 		}
 	}
 }
 
-func firstInt(v *ojson.Value, keys ...string) (int, bool) {
+// intMember is the first of keys in obj (a usage object) that holds a
+// non-negative integer.
+func intMember(obj []byte, keys ...string) (int, bool) {
 	for _, k := range keys {
-		if n, ok := v.Get(k).Int(); ok && n >= 0 {
-			return int(n), true
+		i := bytes.Index(obj, []byte(k))
+		if i < 0 {
+			continue
+		}
+		j := skipSpace(obj, i+len(k))
+		if j >= len(obj) || obj[j] != ':' {
+			continue
+		}
+		j = skipSpace(obj, j+1)
+		n, digits := 0, 0
+		for ; j < len(obj) && obj[j] >= '0' && obj[j] <= '9' && digits < 12; j++ {
+			n = n*10 + int(obj[j]-'0')
+			digits++
+		}
+		if digits > 0 && j < len(obj) && (obj[j] == ',' || obj[j] == '}' || obj[j] == ' ' || obj[j] == '\n') {
+			return n, true
 		}
 	}
 	return 0, false
 }
 
 // valueAfterKey finds the first key (with its quotes) followed by a colon
-// in b and parses the object or string after it; next is the offset just
-// past the key (-1: no such key). A value it cannot take whole (another
-// kind, or cut off at the end of b) is nil.
-func valueAfterKey(b []byte, key string) (v *ojson.Value, next int) {
+// in b and returns the object or string after it, whole; next is the
+// offset just past the key (-1: no such key). A value of another kind, or
+// one cut off at the end of b, is nil.
+func valueAfterKey(b []byte, key string) (v []byte, next int) {
 	for off := 0; ; {
 		i := bytes.Index(b[off:], []byte(key))
 		if i < 0 {
@@ -374,15 +388,10 @@ func valueAfterKey(b []byte, key string) (v *ojson.Value, next int) {
 			continue
 		}
 		j = skipSpace(b, j+1)
-		end := valueEnd(b, j)
-		if end < 0 {
-			return nil, i
+		if end := valueEnd(b, j); end > 0 {
+			return b[j:end], i
 		}
-		v, err := ojson.Parse(b[j:end], 8)
-		if err != nil {
-			return nil, i
-		}
-		return v, i
+		return nil, i
 	}
 }
 
@@ -423,9 +432,9 @@ func valueEnd(b []byte, i int) int {
 	return -1
 }
 
-// usageTap reads a non-streaming answer through, keeping its first bytes
-// (where "model" is) and its last (where "usage" is), and scans them at
-// the end. Only traced requests pay for it.
+// usageTap reads a non-streaming answer through, keeping its last bytes
+// (where "usage" is) and, of a longer body, its first (where "model" is),
+// and scans them at the end. Only traced requests pay for it.
 type usageTap struct {
 	body       io.ReadCloser
 	u          *usage
@@ -441,17 +450,17 @@ const (
 func (t *usageTap) Read(p []byte) (int, error) {
 	n, err := t.body.Read(p)
 	if n > 0 {
-		if len(t.head) < tapHead {
-			t.head = append(t.head, p[:min(n, tapHead-len(t.head))]...)
-		}
 		t.tail = append(t.tail, p[:n]...)
 		if len(t.tail) > 2*tapTail {
+			if t.head == nil { // the first bytes go: keep where "model" is
+				t.head = append([]byte(nil), t.tail[:tapHead]...)
+			}
 			t.tail = t.tail[:copy(t.tail, t.tail[len(t.tail)-tapTail:])]
 		}
 	}
 	if err == io.EOF && !t.done {
 		t.done = true
-		t.u.scan(t.head)
+		t.u.scan(t.head) // nil when the whole body is in tail
 		t.u.scan(t.tail)
 	}
 	return n, err

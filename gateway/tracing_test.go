@@ -432,3 +432,27 @@ func TestUntracedPassesTraceparentThrough(t *testing.T) {
 	}
 	t.Fatal("the simulator received no chat request")
 }
+
+func TestUsageScan(t *testing.T) {
+	tests := []struct {
+		name, in      string
+		inTok, outTok int
+		hasIn, hasOut bool
+		model         string
+	}{
+		{"openai", `{"id":"x","model":"m","choices":[{"message":{"content":"the \"usage\": {\"prompt_tokens\": 99}"}}],"usage":{"prompt_tokens":20,"total_tokens":27,"completion_tokens":7,"prompt_tokens_details":null}}`, 20, 7, true, true, "m"},
+		{"stream chunk without usage", "data: {\"model\":\"m\",\"choices\":[],\"usage\":null}\n\n", 0, 0, false, false, "m"},
+		{"anthropic events", "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"claude\",\"usage\":{\"input_tokens\":12,\"output_tokens\":1}}}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":9}}\n\n", 12, 9, true, true, "claude"},
+		{"cut off", `{"usage":{"prompt_tokens":20,"compl`, 0, 0, false, false, ""},
+		{"embeddings", `{"object":"list","data":[],"model":"e5","usage":{"prompt_tokens":3,"total_tokens":3}}`, 3, 0, true, false, "e5"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var u usage
+			u.scan([]byte(tt.in))
+			if u.in != tt.inTok || u.out != tt.outTok || u.hasIn != tt.hasIn || u.hasOut != tt.hasOut || u.model != tt.model {
+				t.Errorf("scan = %+v", u)
+			}
+		})
+	}
+}
