@@ -100,11 +100,11 @@ func (g *Gateway) dispatch(w http.ResponseWriter, r *http.Request, x *exchange, 
 	var lastErr error
 	for {
 		var queuedAt time.Time
-		if x.tr.server != nil {
+		if x.tr != nil {
 			queuedAt = time.Now()
 		}
 		lease, o := rt.pool.Acquire(r.Context(), t)
-		if x.tr.server != nil {
+		if x.tr != nil {
 			g.tr.queued(x, queuedAt, o, lease)
 		}
 		rt.metrics.admissions.WithLabelValues(o.String()).Inc()
@@ -157,7 +157,7 @@ func (g *Gateway) forwardLease(w http.ResponseWriter, r *http.Request, a *attemp
 // attempt.
 func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, a *attempt, body []byte) attemptResult {
 	x := a.x
-	if x.tr.server != nil {
+	if x.tr != nil {
 		defer g.tr.attempt(x, a, r)()
 	}
 	ctx, cancel := context.WithCancel(r.Context())

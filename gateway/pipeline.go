@@ -149,6 +149,8 @@ func (g *Gateway) check(ep admission.Endpoint, body []byte, x *exchange) (admiss
 // metric, the access log and triage name it alike.
 func (g *Gateway) rejected(x *exchange, e *Error) error {
 	g.metricsOf(x).rejections.WithLabelValues(e.outcome()).Inc()
-	x.tr.rejection = e.outcome()
+	if x.tr != nil {
+		x.tr.rejection = e.outcome()
+	}
 	return e
 }

@@ -74,9 +74,9 @@ type exchange struct {
 	// The door's numbers, logged with the request.
 	promptTokens, maxTokens, maxModelLen int
 	uncounted                            string
-	// tr is the request's tracing (tracing.go); its zero value when the
-	// gateway does not trace.
-	tr spans
+	// tr is the request's tracing (tracing.go); nil when the gateway
+	// does not trace.
+	tr *spans
 }
 
 // serve is the edge adapter: it assigns the request id, runs h, renders a
@@ -192,7 +192,7 @@ func (g *Gateway) finish(x *exchange, rec *recorder, r *http.Request, err error)
 	code := strconv.Itoa(status)
 	ph := x.phases(end)
 	g.observe(x, layer, ph, d)
-	if x.tr.server != nil {
+	if x.tr != nil {
 		g.tr.end(x, status, layer, end)
 	}
 	mm := g.metricsOf(x)

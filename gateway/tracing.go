@@ -43,10 +43,9 @@ func newTracer(tp trace.TracerProvider) *tracer {
 }
 
 // spans is what a traced request carries: its server span and the usage
-// read from the backend's answer. The zero value (tracing off) does
-// nothing.
+// read from the backend's answer. An untraced request has none.
 type spans struct {
-	server trace.Span // nil: the request is not traced
+	server trace.Span
 	ctx    context.Context
 	method string
 	// queueWait adds up the request's waits in its model's queue.
@@ -117,6 +116,7 @@ func keyName(x *exchange) string { return "" }
 // traceparent when it sent a valid one.
 func (t *tracer) start(r *http.Request, x *exchange) {
 	ctx := t.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+	x.tr = &spans{}
 	x.tr.ctx, x.tr.server = t.t.Start(ctx, r.Method+" "+x.endpoint, trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(x.start))
 	x.tr.method = r.Method
 }
