@@ -113,12 +113,42 @@ type Config struct {
 	// once (rounded down, but at least one), and never the last ready one
 	// left in rotation: a single-backend model is never ejected.
 	MaxEjectionPercent int `yaml:"max_ejection_percent"`
+	// Tracing configures OpenTelemetry traces (off unless an endpoint is
+	// named here or in OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT).
+	Tracing TracingConfig `yaml:"tracing"`
 	// Models are the models served, each with its backends.
 	Models []ModelConfig `yaml:"models"`
 	// Auth, when present, requires an API key on every model API request
 	// (keys.go). Absent: the gateway is open, as before, and warns at start.
 	Auth *AuthConfig `yaml:"auth"`
 }
+
+// TracingConfig configures the OTLP trace exporter. What it names wins
+// over the OTEL_* environment variables; what it leaves unset is read
+// from them (package internal/telemetry resolves both).
+type TracingConfig struct {
+	// Endpoint is the collector's URL: for http/protobuf the traces URL
+	// (a URL without a path gets /v1/traces), for grpc the server's
+	// (http:// sends without TLS). Empty: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
+	// or OTEL_EXPORTER_OTLP_ENDPOINT, else tracing is off.
+	Endpoint string `yaml:"endpoint"`
+	// Protocol is grpc or http/protobuf; empty:
+	// OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf.
+	Protocol string `yaml:"protocol"`
+	// SamplingRatio is the share of traces started here that are kept
+	// (0 to 1); a caller's sampled traceparent is always followed. Unset:
+	// OTEL_TRACES_SAMPLER (+ _ARG), else every trace.
+	SamplingRatio *float64 `yaml:"sampling_ratio"`
+	// ServiceName is the service.name of the spans; empty:
+	// OTEL_SERVICE_NAME, else maitred.
+	ServiceName string `yaml:"service_name"`
+}
+
+// The OTLP protocols tracing.protocol accepts.
+const (
+	TracingHTTP = "http/protobuf"
+	TracingGRPC = "grpc"
+)
 
 // HealthConfig configures how backends are probed.
 type HealthConfig struct {
@@ -629,6 +659,19 @@ func (c *Config) Validate() error {
 	errs = append(errs, c.Store.validate()...)
 	if c.Health.WarmupPrompt == "" {
 		add("health.warmup_prompt", "must not be empty")
+	}
+	if tc := c.Tracing; tc.Endpoint != "" {
+		if u, err := url.Parse(tc.Endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			add("tracing.endpoint", "want an http:// or https:// URL, got %q", tc.Endpoint)
+		}
+	}
+	switch c.Tracing.Protocol {
+	case "", TracingHTTP, TracingGRPC:
+	default:
+		add("tracing.protocol", "want %s or %s, got %q", TracingGRPC, TracingHTTP, c.Tracing.Protocol)
+	}
+	if r := c.Tracing.SamplingRatio; r != nil && !(*r >= 0 && *r <= 1) {
+		add("tracing.sampling_ratio", "want a fraction from 0 to 1, got %v", *r)
 	}
 	if len(c.Models) == 0 {
 		add("models", "at least one model is required")

@@ -234,3 +234,17 @@ func TestStoreURL(t *testing.T) {
 		}
 	}
 }
+
+func TestTracingSection(t *testing.T) {
+	cfg, err := Parse([]byte("tracing:\n  endpoint: http://otel:4317\n  protocol: grpc\n  sampling_ratio: 0\n  service_name: edge\nmodels: [{name: a, backends: [{url: 'http://h:1'}]}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := cfg.Tracing
+	if tc.Endpoint != "http://otel:4317" || tc.Protocol != TracingGRPC || tc.SamplingRatio == nil || *tc.SamplingRatio != 0 || tc.ServiceName != "edge" {
+		t.Errorf("tracing = %+v", tc)
+	}
+	if d := Default().Tracing; d.Endpoint != "" || d.SamplingRatio != nil {
+		t.Errorf("tracing is on by default: %+v", d)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/maitred-dev/maitred/admission"
@@ -46,6 +47,9 @@ type Options struct {
 	// Shared is the store the fleet's replicas share (package store); nil:
 	// this process accounts alone.
 	Shared SharedStore
+	// TracerProvider, when set, traces every request (tracing.go); nil:
+	// tracing is off. The gateway uses no OpenTelemetry global.
+	TracerProvider trace.TracerProvider
 }
 
 // SharedStore is the store replicas share, as the gateway uses it: the
@@ -102,6 +106,8 @@ type Gateway struct {
 	quota quota.Store
 	// shared is the replicas' shared store; nil when alone.
 	shared SharedStore
+	// tr traces requests; nil when tracing is off.
+	tr *tracer
 }
 
 // Phase is the gateway's lifecycle: starting until the first probe round is
@@ -141,6 +147,7 @@ func New(o Options) (*Gateway, error) {
 		metrics: newMetrics(o.Registry),
 	}
 	g.bodies.limit = o.Config.MaxBodyBytesInFlight
+	g.tr = newTracer(o.TracerProvider)
 	g.stopCtx, g.hardStop = context.WithCancel(context.Background())
 	o.Registry.MustRegister(fleetCollector{o.Fleet})
 	var shared admission.Shared

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
@@ -139,6 +140,7 @@ type extras struct {
 	quotaClock func() time.Time
 	// quota is the keys' quota store (nil: an in-process one).
 	quota quota.Store
+	tracer trace.TracerProvider // nil: tracing off
 }
 
 // startGatewayFull also takes the triage engine and the logger.
@@ -171,7 +173,7 @@ func startGatewayFull(t *testing.T, tok *tokenize.Model, ex extras, mutate func(
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	opts := Options{Config: cfg, Fleet: fl, Logger: log, Registry: reg, Transport: tr, Triage: ex.triage, QuotaClock: ex.quotaClock, Quota: ex.quota}
+	opts := Options{Config: cfg, Fleet: fl, Logger: log, Registry: reg, Transport: tr, Triage: ex.triage, QuotaClock: ex.quotaClock, Quota: ex.quota, TracerProvider: ex.tracer}
 	if tok != nil {
 		opts.Tokenizers = map[string]*tokenize.Model{"m": tok}
 	}

@@ -178,5 +178,8 @@ func (g *Gateway) rejected(x *exchange, e *Error) error {
 	if x.key != nil {
 		x.key.metrics.rejections.WithLabelValues(e.outcome()).Inc()
 	}
+	if x.tr != nil {
+		x.tr.rejection = e.outcome()
+	}
 	return e
 }

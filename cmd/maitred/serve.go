@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -19,6 +21,7 @@ import (
 	"github.com/maitred-dev/maitred/fleet"
 	"github.com/maitred-dev/maitred/gateway"
 	"github.com/maitred-dev/maitred/store"
+	"github.com/maitred-dev/maitred/internal/telemetry"
 	"github.com/maitred-dev/maitred/tokenize"
 )
 
@@ -98,7 +101,15 @@ func runGateway(ctx context.Context, cfg config.Config, log *zap.Logger, started
 	if err != nil {
 		return err
 	}
+	tp, err := startTracing(cfg, log)
+	if err != nil {
+		return err
+	}
 	opts := gateway.Options{Config: cfg, Fleet: fl, Logger: log, Registry: reg, Tokenizers: toks}
+	if tp != nil {
+		opts.TracerProvider = tp
+		defer flushTracing(tp, log) // after the drain: the last requests' spans go too
+	}
 	var st *store.Store
 	if cfg.Store.Shared() {
 		if st, err = store.New(store.Options{Config: cfg.Store, Logger: log}); err != nil {
@@ -145,4 +156,40 @@ func runGateway(ctx context.Context, cfg config.Config, log *zap.Logger, started
 	}
 	log.Info("stopped")
 	return err
+}
+
+// startTracing starts the OTLP trace pipeline when the config or the
+// OTEL_* environment names an endpoint; nil when tracing is off.
+func startTracing(cfg config.Config, log *zap.Logger) (*telemetry.Provider, error) {
+	s, err := telemetry.Resolve(cfg.Tracing, os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	if !s.Enabled {
+		log.Debug("tracing off: no OTLP endpoint configured")
+		return nil, nil
+	}
+	tp, err := telemetry.New(context.Background(), s, telemetry.Options{Version: versionString()})
+	if err != nil {
+		return nil, err
+	}
+	endpoint := s.Endpoint
+	if u, err := url.Parse(endpoint); err == nil {
+		endpoint = u.Redacted()
+	}
+	log.Info("tracing", zap.String("endpoint", endpoint), zap.String("protocol", s.Protocol),
+		zap.String("sampler", s.SamplerName), zap.String("service_name", s.ServiceName))
+	return tp, nil
+}
+
+// tracingFlushTimeout bounds the export of the spans still buffered at
+// shutdown: a collector that is down must not hold the process.
+const tracingFlushTimeout = 5 * time.Second
+
+func flushTracing(tp *telemetry.Provider, log *zap.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), tracingFlushTimeout)
+	defer cancel()
+	if err := tp.Shutdown(ctx); err != nil {
+		log.Warn("tracing: the spans still buffered at shutdown were not all exported", zap.Error(err))
+	}
 }

@@ -35,6 +35,9 @@ func TestLayering(t *testing.T) {
 		{"config/...", []string{"net/http", "github.com/go-chi/chi/v5", mod + "gateway", mod + "fleet", mod + "admission", mod + "sim", mod + "tokenize", mod + "triage"}},
 		{"quota/...", []string{"net/http", redis, mod + "store", mod + "gateway", mod + "fleet", mod + "admission", mod + "config", mod + "sim", mod + "tokenize", mod + "triage"}},
 		{"triage/...", []string{"net/http", "github.com/prometheus/client_golang/prometheus", mod + "gateway", mod + "fleet"}},
+		// The trace pipeline is built from the config alone; the gateway
+		// gets a TracerProvider, never the other way round.
+		{"internal/telemetry", []string{mod + "gateway", mod + "fleet", mod + "sim", mod + "admission"}},
 	}
 	for _, r := range rules {
 		if _, err := os.Stat("../../" + strings.TrimSuffix(r.pkg, "/...")); err != nil {
