@@ -262,7 +262,7 @@ func dialReason(err error) string {
 		return "connection refused"
 	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
 		return "host unreachable"
-	case errors.Is(err, syscall.EPIPE), errors.Is(err, syscall.ECONNRESET):
+	case errors.Is(err, syscall.EPIPE), errors.Is(err, syscall.ECONNRESET), err.Error() == errServerClosedIdle:
 		return "connection closed by the backend"
 	}
 	var ne net.Error
