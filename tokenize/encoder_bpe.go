@@ -2,9 +2,9 @@ package tokenize
 
 import (
 	"fmt"
+	"hash/maphash"
 	"maps"
 	"math"
-	"unsafe"
 )
 
 const noRank = math.MaxInt32
@@ -21,59 +21,103 @@ type bpeScratch struct {
 	shortOf *rankBPE // recent whole-piece lookups up to 7 bytes
 }
 
-// pieceCache remembers the ids of merged short pieces. It lives in a
-// pooled scratch, so it is per goroutine and needs no lock. Keys and ids
-// are copied into fixed-size arenas (the caller's text is never retained).
-// Once an arena is full the cache stops taking new pieces, as Hugging
-// Face's BPE word cache does: the pieces it already holds are the ones
-// that came first, which in running text are mostly the frequent ones, and
-// hits do not depend on the working set fitting (dropping the cache when
-// full, or evicting the oldest pieces, misses on nearly every piece once a
-// text cycles through more pieces than fit). The cache is renewed with its
-// scratch, which the sync.Pool drops across garbage collections.
+// pieceCache remembers the ids of pieces of 2 to cacheMaxPiece bytes that
+// the short-token lookup did not answer: multi-token pieces and whole tokens
+// over 7 bytes. It lives in a pooled scratch, so it is per goroutine and
+// needs no lock. It is a fixed-size open-addressing table over maphash
+// hashes of the piece bytes; keys and ids are copied into fixed-size arenas
+// (the caller's text is never retained), and a single id is kept in the
+// slot itself. It never evicts: once the table or an arena is full it
+// takes only new pieces that still fit, as Hugging Face's BPE word cache
+// (10,000 words) stops taking words when full: the
+// pieces it already holds are the ones that came first, which in running
+// text are mostly the frequent ones, and hits do not depend on the working
+// set fitting (dropping the cache when full, or evicting the oldest
+// pieces, misses on nearly every piece once a text cycles through more
+// pieces than fit). The cache is renewed with its scratch, which the
+// sync.Pool drops across garbage collections. About 580 KB, allocated on
+// first use.
 type pieceCache struct {
-	m    map[string]uint32 // piece -> offset<<8 | count in ids
-	keys []byte
-	ids  []int32
+	slots []cacheSlot // nil until first use
+	keys  []byte      // fixed capacity: never reallocated
+	ids   []int32     // fixed capacity
+	n     int         // pieces held
+	seed  maphash.Seed
 }
+
+// cacheSlot is one piece: tag is the high half of its hash, never 0 (0 is
+// an empty slot); key is offset<<8 | length in keys; val is id<<8 | 1 for a
+// one-token piece, else offset<<8 | count in ids.
+type cacheSlot struct{ tag, key, val uint32 }
 
 const (
 	cacheMaxPiece = 48
-	cacheKeyBytes = 64 << 10
-	cacheIDs      = 16 << 10
+	cacheSlots    = 1 << 14
+	cacheMaxN     = cacheSlots * 3 / 4 // 12,288 pieces
+	cacheKeyBytes = 192 << 10
+	cacheIDs      = 48 << 10
 )
 
-func (c *pieceCache) get(dst []int, piece string) ([]int, bool) {
-	v, ok := c.m[piece]
-	if !ok {
-		return dst, false
-	}
-	for _, id := range c.ids[v>>8 : v>>8+v&0xff] {
-		dst = append(dst, int(id))
-	}
-	return dst, true
-}
-
-func (c *pieceCache) put(piece string, ids []int) {
-	if len(ids) > 0xff {
-		return
-	}
-	if c.m == nil {
-		c.m = make(map[string]uint32, 1024)
+// get appends the cached ids of piece to dst. It also returns the piece's
+// hash, for put.
+func (c *pieceCache) get(dst []int, piece string) ([]int, uint64, bool) {
+	if c.slots == nil {
+		c.slots = make([]cacheSlot, cacheSlots)
 		c.keys = make([]byte, 0, cacheKeyBytes)
 		c.ids = make([]int32, 0, cacheIDs)
+		c.seed = maphash.MakeSeed()
 	}
-	if len(c.keys)+len(piece) > cacheKeyBytes || len(c.ids)+len(ids) > cacheIDs {
+	h := maphash.String(c.seed, piece)
+	tag := uint32(h>>32) | 1
+	for i := uint32(h) & (cacheSlots - 1); ; i = (i + 1) & (cacheSlots - 1) {
+		e := &c.slots[i]
+		if e.tag == 0 {
+			return dst, h, false
+		}
+		if e.tag != tag || int(e.key&0xff) != len(piece) {
+			continue
+		}
+		off := int(e.key >> 8)
+		if string(c.keys[off:off+len(piece)]) != piece {
+			continue
+		}
+		if n := e.val & 0xff; n == 1 {
+			dst = append(dst, int(e.val>>8))
+		} else {
+			for _, id := range c.ids[e.val>>8 : e.val>>8+n] {
+				dst = append(dst, int(id))
+			}
+		}
+		return dst, h, true
+	}
+}
+
+// put stores the ids of piece (hash h from get, which missed).
+func (c *pieceCache) put(piece string, h uint64, ids []int) {
+	if c.n >= cacheMaxN || len(ids) > 0xff || len(ids) == 0 ||
+		len(c.keys)+len(piece) > cacheKeyBytes {
 		return // full
 	}
-	start := len(c.keys)
-	c.keys = append(c.keys, piece...) // never reallocates: capacity is fixed
-	key := unsafe.String(&c.keys[start], len(piece))
-	off := len(c.ids)
-	for _, id := range ids {
-		c.ids = append(c.ids, int32(id))
+	var val uint32
+	if len(ids) == 1 {
+		val = uint32(ids[0])<<8 | 1
+	} else {
+		if len(c.ids)+len(ids) > cacheIDs {
+			return
+		}
+		val = uint32(len(c.ids))<<8 | uint32(len(ids))
+		for _, id := range ids {
+			c.ids = append(c.ids, int32(id))
+		}
 	}
-	c.m[key] = uint32(off)<<8 | uint32(len(ids))
+	key := uint32(len(c.keys))<<8 | uint32(len(piece))
+	c.keys = append(c.keys, piece...)
+	i := uint32(h) & (cacheSlots - 1)
+	for c.slots[i].tag != 0 {
+		i = (i + 1) & (cacheSlots - 1)
+	}
+	c.slots[i] = cacheSlot{uint32(h>>32) | 1, key, val}
+	c.n++
 }
 
 // shortCacheSize is the number of entries of a scratch's direct-mapped
@@ -168,17 +212,27 @@ func (b *rankBPE) encode(dst []int, piece string, sc *bpeScratch) []int {
 		if r := sc.shortRank(b, piece); r != noRank {
 			return append(dst, int(r))
 		}
-	} else if r := b.rank(piece); r != noRank {
-		return append(dst, int(r))
 	}
 	if len(piece) <= cacheMaxPiece {
-		if out, ok := sc.pc.get(dst, piece); ok {
+		out, h, ok := sc.pc.get(dst, piece)
+		if ok {
 			return out
 		}
 		n := len(dst)
-		dst = b.scan(dst, piece, sc)
-		sc.pc.put(piece, dst[n:])
+		r := int32(noRank)
+		if len(piece) > 7 {
+			r = b.rank(piece)
+		}
+		if r != noRank {
+			dst = append(dst, int(r))
+		} else {
+			dst = b.scan(dst, piece, sc)
+		}
+		sc.pc.put(piece, h, dst[n:])
 		return dst
+	}
+	if r := b.rank(piece); r != noRank {
+		return append(dst, int(r))
 	}
 	if len(piece) <= scanLimit {
 		return b.scan(dst, piece, sc)
