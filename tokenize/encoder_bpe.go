@@ -168,7 +168,11 @@ type rankBPE struct {
 	short  *shortTable // the ranks of tokens up to 7 bytes
 	pairs  *idPairTable
 	byteID [256]int32
-	maxLen int // longest token in bytes
+	// bytePair[a<<8|b] is the rank of the two-byte token a b, or noRank:
+	// the first pair lookups of a merge, from a 256 KB table that stays
+	// in cache rather than the 4 MB pair table.
+	bytePair *[1 << 16]int32
+	maxLen   int // longest token in bytes
 	reach  *reachTable
 }
 
@@ -192,6 +196,10 @@ func (b *rankBPE) rank(s string) int32 {
 // finish builds the lookup tables derived from ranks and byteID.
 func (b *rankBPE) finish() error {
 	b.short = newShortTable(b.ranks)
+	b.bytePair = new([1 << 16]int32)
+	for k := range b.bytePair {
+		b.bytePair[k] = b.short.get(string([]byte{byte(k >> 8), byte(k)}))
+	}
 	p, err := newIDPairTable(b.ranks)
 	if err != nil {
 		return err
@@ -251,14 +259,14 @@ func (b *rankBPE) scan(dst []int, piece string, sc *bpeScratch) []int {
 	id := grow32(sc.pos, n)
 	rk := grow32(sc.rk, n)
 	sc.pos, sc.rk = id, rk
-	for i := 0; i < n; i++ {
-		id[i] = b.byteID[piece[i]]
-	}
-	pt := b.pairs
+	bp := b.bytePair
 	for i := 0; i+1 < n; i++ {
-		rk[i] = pt.get(id[i], id[i+1])
+		id[i] = b.byteID[piece[i]]
+		rk[i] = bp[uint16(piece[i])<<8|uint16(piece[i+1])]
 	}
+	id[n-1] = b.byteID[piece[n-1]]
 	rk[n-1] = noRank
+	pt := b.pairs
 	m := n // live parts
 	for m > 1 {
 		minR, minI := rk[0], 0
@@ -316,8 +324,12 @@ func (b *rankBPE) heapMerge(dst []int, piece string, sc *bpeScratch) []int {
 		prev[i] = i - 1
 		id[i] = b.byteID[piece[i]]
 	}
+	bp := b.bytePair
 	for i := int32(0); i < n; i++ {
-		rk[i] = pairRank(i)
+		rk[i] = noRank
+		if i+1 < n {
+			rk[i] = bp[uint16(piece[i])<<8|uint16(piece[i+1])]
+		}
 		if rk[i] != noRank {
 			h = append(h, uint64(rk[i])<<32|uint64(i))
 		}
