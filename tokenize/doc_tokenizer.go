@@ -19,7 +19,7 @@ package tokenize
 //     the lowest-ranked adjacent pair merges first, tiktoken's algorithm):
 //     a whole-piece lookup (through a small per-goroutine cache for pieces
 //     up to 7 bytes), a per-goroutine cache of the ids of every other piece
-//     up to 48 bytes, whole token or merged (a fixed-size open-addressing
+//     up to 255 bytes, whole token or merged (a fixed-size open-addressing
 //     table over maphash hashes, up to 12,288 pieces, filled until full,
 //     then kept, as HF's word cache is), a scan for
 //     pieces up to 96 bytes and a heap over a linked list above that

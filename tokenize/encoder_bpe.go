@@ -42,6 +42,7 @@ type pieceCache struct {
 	keys  []byte      // fixed capacity: never reallocated
 	ids   []int32     // fixed capacity
 	n     int         // pieces held
+	long  int         // bytes of keys over cacheLongPiece
 	seed  maphash.Seed
 }
 
@@ -51,11 +52,18 @@ type pieceCache struct {
 type cacheSlot struct{ tag, key, val uint32 }
 
 const (
-	cacheMaxPiece = 48
-	cacheSlots    = 1 << 14
-	cacheMaxN     = cacheSlots * 3 / 4 // 12,288 pieces
-	cacheKeyBytes = 192 << 10
-	cacheIDs      = 48 << 10
+	// cacheMaxPiece is the longest piece cached, as HF caches words
+	// shorter than 256 bytes: the few long pieces of running text
+	// (indentation, rules, encoded blobs) cost the most to merge. Pieces
+	// over cacheLongPiece bytes share cacheLongBytes of the key arena, so
+	// that text made of them cannot fill it.
+	cacheMaxPiece  = 255
+	cacheLongPiece = 48
+	cacheLongBytes = 32 << 10
+	cacheSlots     = 1 << 14
+	cacheMaxN      = cacheSlots * 3 / 4 // 12,288 pieces
+	cacheKeyBytes  = 192 << 10
+	cacheIDs       = 48 << 10
 )
 
 // get appends the cached ids of piece to dst. It also returns the piece's
@@ -92,19 +100,23 @@ func (c *pieceCache) get(dst []int, piece string) ([]int, uint64, bool) {
 	}
 }
 
-// put stores the ids of piece (hash h from get, which missed).
+// put stores the ids of piece (hash h from get, which missed), if it fits.
 func (c *pieceCache) put(piece string, h uint64, ids []int) {
-	if c.n >= cacheMaxN || len(ids) > 0xff || len(ids) == 0 ||
-		len(c.keys)+len(piece) > cacheKeyBytes {
+	long := 0
+	if len(piece) > cacheLongPiece {
+		long = len(piece)
+	}
+	multi := 0
+	if len(ids) > 1 {
+		multi = len(ids)
+	}
+	if c.n >= cacheMaxN || len(ids) == 0 || len(ids) > 0xff ||
+		len(c.keys)+len(piece) > cacheKeyBytes || c.long+long > cacheLongBytes ||
+		len(c.ids)+multi > cacheIDs {
 		return // full
 	}
-	var val uint32
-	if len(ids) == 1 {
-		val = uint32(ids[0])<<8 | 1
-	} else {
-		if len(c.ids)+len(ids) > cacheIDs {
-			return
-		}
+	val := uint32(ids[0])<<8 | 1
+	if multi > 0 {
 		val = uint32(len(c.ids))<<8 | uint32(len(ids))
 		for _, id := range ids {
 			c.ids = append(c.ids, int32(id))
@@ -112,6 +124,7 @@ func (c *pieceCache) put(piece string, h uint64, ids []int) {
 	}
 	key := uint32(len(c.keys))<<8 | uint32(len(piece))
 	c.keys = append(c.keys, piece...)
+	c.long += long
 	i := uint32(h) & (cacheSlots - 1)
 	for c.slots[i].tag != 0 {
 		i = (i + 1) & (cacheSlots - 1)
@@ -173,7 +186,7 @@ type rankBPE struct {
 	// in cache rather than the 4 MB pair table.
 	bytePair *[1 << 16]int32
 	maxLen   int // longest token in bytes
-	reach  *reachTable
+	reach    *reachTable
 }
 
 // scanLimit is the piece length up to which the quadratic scan (fast for
@@ -227,20 +240,20 @@ func (b *rankBPE) encode(dst []int, piece string, sc *bpeScratch) []int {
 			return out
 		}
 		n := len(dst)
-		r := int32(noRank)
-		if len(piece) > 7 {
-			r = b.rank(piece)
-		}
-		if r != noRank {
-			dst = append(dst, int(r))
-		} else {
-			dst = b.scan(dst, piece, sc)
-		}
+		dst = b.merge(dst, piece, sc)
 		sc.pc.put(piece, h, dst[n:])
 		return dst
 	}
-	if r := b.rank(piece); r != noRank {
-		return append(dst, int(r))
+	return b.merge(dst, piece, sc)
+}
+
+// merge encodes a piece of at least 2 bytes that is not a token of up to 7
+// bytes: a whole-token lookup, then the scan or the heap.
+func (b *rankBPE) merge(dst []int, piece string, sc *bpeScratch) []int {
+	if len(piece) > 7 {
+		if r := b.rank(piece); r != noRank {
+			return append(dst, int(r))
+		}
 	}
 	if len(piece) <= scanLimit {
 		return b.scan(dst, piece, sc)

@@ -401,7 +401,7 @@ func TestPieceCacheFillsThenKeeps(t *testing.T) {
 		}
 		return ids
 	}
-	pieceOf := func(i int) string { return fmt.Sprintf("p%0*d", 2+i%40, i) }
+	pieceOf := func(i int) string { return fmt.Sprintf("p%0*d", 2+i%90, i) } // up to 91 bytes
 	const offered = 2 * cacheMaxN
 	stored := make([]bool, offered)
 	nStored := 0
