@@ -1,6 +1,7 @@
 package tokenize
 
 import (
+	"encoding/binary"
 	"fmt"
 	"hash/maphash"
 	"maps"
@@ -445,12 +446,22 @@ type shortSlot struct {
 }
 
 func packShort(s string) uint64 {
-	k := uint64(len(s)) << 56
-	for i := 0; i < len(s); i++ {
-		k |= uint64(s[i]) << (8 * i)
+	// Two overlapping loads instead of a loop: the overlap holds the same
+	// bytes in both, so OR puts each byte at 8*i.
+	var k uint64
+	switch n := len(s); {
+	case n >= 4:
+		k = uint64(le32(s)) | uint64(le32(s[n-4:]))<<(8*(n-4))
+	case n >= 2:
+		k = uint64(le16(s)) | uint64(le16(s[n-2:]))<<(8*(n-2))
+	case n == 1:
+		k = uint64(s[0])
 	}
-	return k
+	return k | uint64(len(s))<<56
 }
+
+func le32(s string) uint32 { return binary.LittleEndian.Uint32([]byte(s[:4])) }
+func le16(s string) uint16 { return binary.LittleEndian.Uint16([]byte(s[:2])) }
 
 func hashShort(k uint64) uint64 {
 	k ^= k >> 33
