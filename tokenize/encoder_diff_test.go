@@ -431,3 +431,22 @@ func TestPieceCacheFillsThenKeeps(t *testing.T) {
 		}
 	}
 }
+
+// TestLetterRunMatchesClassRun checks the eight-bytes-at-a-time letter run
+// against the rune loop for every byte value at every position of a word,
+// after runs of every length.
+func TestLetterRunMatchesClassRun(t *testing.T) {
+	for run := 0; run <= 17; run++ {
+		for c := 0; c < 256; c++ {
+			b := []byte(strings.Repeat("aZ", 12))
+			b[run] = byte(c)
+			for _, s := range []string{string(b), string(b[:run+1]), string(b) + "é"} {
+				for i := 0; i <= run && i < len(s); i++ {
+					if got, want := letterRun(s, i), classRun(s, i, cL); got != want {
+						t.Fatalf("%q from %d: letterRun %d, classRun %d", s, i, got, want)
+					}
+				}
+			}
+		}
+	}
+}

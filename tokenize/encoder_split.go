@@ -1,6 +1,8 @@
 package tokenize
 
 import (
+	"encoding/binary"
+	"math/bits"
 	"sort"
 	"strings"
 	"unicode"
@@ -160,6 +162,31 @@ func classRun(s string, i int, mask uint16) int {
 	return i
 }
 
+// letterRun is classRun(s, i, cL), eight ASCII letters at a time: in ASCII
+// \p{L} is exactly A-Z and a-z.
+func letterRun(s string, i int) int {
+	const (
+		ones = 0x0101010101010101
+		hi   = 0x80 * ones
+	)
+	for i+8 <= len(s) {
+		w := binary.LittleEndian.Uint64([]byte(s[i : i+8]))
+		// Per byte, with x the low 7 bits of the byte folded to lower
+		// case: no subtraction borrows across bytes, and each result's
+		// high bit says x >= 'a' and x <= 'z' respectively.
+		x := (w | 0x20*ones) &^ hi
+		ge := (x | hi) - 'a'*ones
+		le := ('z'*ones | hi) - x
+		letters := ge & le &^ w & hi // &^ w: not for non-ASCII bytes
+		n := bits.TrailingZeros64(^letters&hi) >> 3
+		i += n
+		if n < 8 {
+			break
+		}
+	}
+	return classRun(s, i, cL)
+}
+
 // classRunNot returns the end of the longest run of runes from i whose class
 // has no bit of mask.
 func classRunNot(s string, i int, mask uint16) int {
@@ -277,7 +304,7 @@ func (c clSplitter) next(s string, i int) int {
 	// The same alternatives as nextRune, for an ASCII first rune.
 	cl := asciiClass[b]
 	if cl&cL != 0 {
-		return classRun(s, i+1, cL)
+		return letterRun(s, i+1)
 	}
 	if b == '\'' {
 		if n := contraction(s, i); n > 0 {
@@ -287,10 +314,10 @@ func (c clSplitter) next(s string, i int) int {
 	if cl&(cNL|cN) == 0 && i+1 < len(s) {
 		if b2 := s[i+1]; b2 < utf8.RuneSelf {
 			if asciiClass[b2]&cL != 0 {
-				return classRun(s, i+2, cL)
+				return letterRun(s, i+2)
 			}
 		} else if r2, w2 := decodeMulti(s[i+1:]); runeClass(r2)&cL != 0 {
-			return classRun(s, i+1+w2, cL)
+			return letterRun(s, i+1+w2)
 		}
 	}
 	if cl&cN != 0 {
@@ -312,11 +339,11 @@ func (c clSplitter) nextRune(s string, i int) int {
 	}
 	cl := runeClass(r)
 	if cl&cL != 0 {
-		return classRun(s, i+w, cL)
+		return letterRun(s, i+w)
 	}
 	if cl&(cNL|cN) == 0 && i+w < len(s) {
 		if r2, w2 := decodeAt(s, i+w); runeClass(r2)&cL != 0 {
-			return classRun(s, i+w+w2, cL)
+			return letterRun(s, i+w+w2)
 		}
 	}
 	if cl&cN != 0 {
