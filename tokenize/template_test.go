@@ -18,7 +18,6 @@ import (
 var knownFeatureGaps = map[string]string{
 	"prec_unary_filter": "the engine has no ** operator: a template using it fails to load, with the engine's parse error",
 	"prec_in_is":        "the engine parses a test's argument only in parentheses (is divisibleby(6)): a template with `is divisibleby 6` fails to load",
-	"arith_values":      "the engine's int * str is 0 ('s' * 3 repeats, 3 * 's' does not): such a template renders \"0\" where Python repeats the string",
 }
 
 // TestTemplateFeatures renders the single-feature templates of
