@@ -331,6 +331,10 @@ func walkExpr(e expr, f func(expr)) {
 		for _, a := range n.parts {
 			walkExpr(a, f)
 		}
+	case *addExpr:
+		for _, a := range n.parts {
+			walkExpr(a, f)
+		}
 	case *condExpr:
 		walkExpr(n.cond, f)
 		walkExpr(n.a, f)
@@ -647,10 +651,8 @@ func (r *renderer) write(e expr) error {
 			return nil
 		}
 		return r.write(n.b)
-	case *binExpr:
-		if n.op == "+" {
-			return r.writeAdd(n)
-		}
+	case *addExpr:
+		return r.writeAdd(n)
 	case *filterExpr:
 		if n.name == "tojson" {
 			v, err := r.eval(n.arg)
@@ -670,34 +672,21 @@ func (r *renderer) write(e expr) error {
 // writeAdd writes a + chain: as long as its operands are strings, each
 // is written as it comes (Python's str + str); otherwise it is evaluated
 // as Python would.
-func (r *renderer) writeAdd(n *binExpr) error {
-	var spine [16]expr
-	parts := spine[:0]
-	var x expr = n
-	for {
-		b, ok := x.(*binExpr)
-		if !ok || b.op != "+" || len(parts) == len(spine)-1 {
-			break
-		}
-		parts = append(parts, b.r)
-		x = b.l
-	}
-	parts = append(parts, x)
-	// parts holds the operands last to first.
-	first, err := r.eval(parts[len(parts)-1])
+func (r *renderer) writeAdd(n *addExpr) error {
+	first, err := r.eval(n.parts[0])
 	if err != nil {
 		return err
 	}
 	if first.k != kStr {
-		v, err := r.eval(n)
+		v, err := r.addFrom(first, n.parts[1:])
 		if err != nil {
 			return err
 		}
 		return writeStr(r.out, v)
 	}
 	r.out.WriteString(first.s)
-	for i := len(parts) - 2; i >= 0; i-- {
-		v, err := r.eval(parts[i])
+	for _, p := range n.parts[1:] {
+		v, err := r.eval(p)
 		if err != nil {
 			return err
 		}
@@ -710,6 +699,56 @@ func (r *renderer) writeAdd(n *binExpr) error {
 	return nil
 }
 
+// addFrom folds + over the remaining operands, from acc.
+func (r *renderer) addFrom(acc value, rest []expr) (value, error) {
+	for _, p := range rest {
+		v, err := r.eval(p)
+		if err != nil {
+			return undef, err
+		}
+		if acc, err = add(acc, v); err != nil {
+			return undef, err
+		}
+	}
+	return acc, nil
+}
+
+// evalAdd evaluates a + chain; a chain of strings is joined with one
+// allocation.
+func (r *renderer) evalAdd(n *addExpr) (value, error) {
+	first, err := r.eval(n.parts[0])
+	if err != nil || first.k != kStr {
+		if err != nil {
+			return undef, err
+		}
+		return r.addFrom(first, n.parts[1:])
+	}
+	var buf [8]string
+	strs := append(buf[:0], first.s)
+	total := len(first.s)
+	for i, p := range n.parts[1:] {
+		v, err := r.eval(p)
+		if err != nil {
+			return undef, err
+		}
+		if v.k != kStr {
+			acc := strV(strings.Join(strs, ""))
+			if acc, err = add(acc, v); err != nil {
+				return undef, err
+			}
+			return r.addFrom(acc, n.parts[i+2:])
+		}
+		strs = append(strs, v.s)
+		total += len(v.s)
+	}
+	var b strings.Builder
+	b.Grow(total)
+	for _, s := range strs {
+		b.WriteString(s)
+	}
+	return strV(b.String()), nil
+}
+
 func (r *renderer) eval(e expr) (value, error) {
 	switch n := e.(type) {
 	case *litExpr:
@@ -717,159 +756,239 @@ func (r *renderer) eval(e expr) (value, error) {
 	case *nameExpr:
 		return r.frames[n.ref.level][n.ref.slot], nil
 	case *attrExpr:
-		o, err := r.eval(n.obj)
-		if err != nil {
-			return undef, err
-		}
-		return getAttr(o, n.name)
+		return r.evalAttr(n)
 	case *itemExpr:
-		o, err := r.eval(n.obj)
-		if err != nil {
-			return undef, err
-		}
-		k, err := r.eval(n.key)
-		if err != nil {
-			return undef, err
-		}
-		return getItem(o, k)
+		return r.evalItem(n)
 	case *sliceExpr:
 		return r.evalSlice(n)
 	case *callExpr:
 		return r.evalCall(n)
 	case *methodExpr:
-		o, err := r.eval(n.obj)
-		if err != nil {
-			return undef, err
-		}
-		args, kw, err := r.evalArgs(n.call)
-		if err != nil {
-			return undef, err
-		}
-		return r.callMethod(o, n.name, args, n.call.kwNames, kw)
+		return r.evalMethod(n)
 	case *filterExpr:
 		return r.evalFilter(n)
 	case *testExpr:
-		v, err := r.eval(n.arg)
-		if err != nil {
-			return undef, err
-		}
-		var args [1]value
-		for i, a := range n.args {
-			if args[i], err = r.eval(a); err != nil {
-				return undef, err
-			}
-		}
-		ok, err := applyTest(n.name, v, args[:len(n.args)])
-		return boolV(ok), err
+		return r.evalTest(n)
 	case *notExpr:
-		v, err := r.eval(n.x)
-		return boolV(!v.truth()), err
+		return r.evalNot(n)
 	case *negExpr:
-		v, err := r.eval(n.x)
-		if err != nil {
-			return undef, err
-		}
-		switch v.k {
-		case kBool, kInt:
-			if !n.neg {
-				return intV(v.n), nil
-			}
-			if v.n == math.MinInt64 {
-				return undef, errUnsupported("integer overflow")
-			}
-			return intV(-v.n), nil
-		case kFloat:
-			if n.neg {
-				return floatV(-v.f()), nil
-			}
-			return v, nil
-		}
-		return undef, errPyRaises("TypeError: bad operand type for unary -")
+		return r.evalNeg(n)
 	case *andExpr:
-		l, err := r.eval(n.l)
-		if err != nil || !l.truth() {
-			return l, err
-		}
-		return r.eval(n.r)
+		return r.evalAnd(n)
 	case *orExpr:
-		l, err := r.eval(n.l)
-		if err != nil || l.truth() {
-			return l, err
-		}
-		return r.eval(n.r)
+		return r.evalOr(n)
 	case *binExpr:
-		l, err := r.eval(n.l)
-		if err != nil {
-			return undef, err
-		}
-		rv, err := r.eval(n.r)
-		if err != nil {
-			return undef, err
-		}
-		return arith(n.op, l, rv)
+		return r.evalBin(n)
 	case *cmpExpr:
-		l, err := r.eval(n.first)
-		if err != nil {
-			return undef, err
-		}
-		for i, op := range n.ops {
-			rv, err := r.eval(n.rest[i])
-			if err != nil {
-				return undef, err
-			}
-			ok, err := compare(op, l, rv)
-			if err != nil || !ok {
-				return falseV, err
-			}
-			l = rv
-		}
-		return trueV, nil
+		return r.evalCmp(n)
 	case *concatExpr:
-		var b strings.Builder
-		for _, p := range n.parts {
-			v, err := r.eval(p)
-			if err != nil {
-				return undef, err
-			}
-			if err := writeStr(&b, v); err != nil {
-				return undef, err
-			}
-		}
-		return strV(b.String()), nil
+		return r.evalConcat(n)
+	case *addExpr:
+		return r.evalAdd(n)
 	case *condExpr:
-		c, err := r.eval(n.cond)
-		if err != nil {
-			return undef, err
-		}
-		if c.truth() {
-			return r.eval(n.a)
-		}
-		if n.b == nil {
-			return undef, nil
-		}
-		return r.eval(n.b)
+		return r.evalCond(n)
 	case *listExpr:
-		items := make([]value, len(n.items))
-		for i, it := range n.items {
-			v, err := r.eval(it)
-			if err != nil {
-				return undef, err
-			}
-			items[i] = v
-		}
-		return value{k: kSeq, p: &seqVal{items: items, tuple: n.tuple}}, nil
+		return r.evalList(n)
 	case *dictExpr:
-		m := &mapVal{keys: n.keys, vals: make([]value, len(n.vals))}
-		for i, x := range n.vals {
-			v, err := r.eval(x)
-			if err != nil {
-				return undef, err
-			}
-			m.vals[i] = v
-		}
-		return value{k: kMap, p: m}, nil
+		return r.evalDict(n)
 	}
 	return undef, fmt.Errorf("owned evaluator: unknown expression %T", e)
+}
+
+func (r *renderer) evalAttr(n *attrExpr) (value, error) {
+	o, err := r.eval(n.obj)
+	if err != nil {
+		return undef, err
+	}
+	if o.k == kDict && n.fl&flDictMethod == 0 {
+		return dictField(o, n.name), nil
+	}
+	return getAttr(o, n.name)
+}
+
+// dictField is d[key] of a request dict, Undefined when missing.
+func dictField(o value, key string) value {
+	j, ok := o.p.(*jinja.Dict).Data[key]
+	if !ok {
+		return undef
+	}
+	return fromJ(j)
+}
+
+func (r *renderer) evalItem(n *itemExpr) (value, error) {
+	o, err := r.eval(n.obj)
+	if err != nil {
+		return undef, err
+	}
+	if n.hasSKey {
+		if o.k == kDict {
+			if v := dictField(o, n.skey); v.k != kUndef || n.fl&flDictMethod == 0 {
+				return v, nil
+			}
+		}
+		return getItem(o, strV(n.skey))
+	}
+	k, err := r.eval(n.key)
+	if err != nil {
+		return undef, err
+	}
+	return getItem(o, k)
+}
+
+func (r *renderer) evalMethod(n *methodExpr) (value, error) {
+	o, err := r.eval(n.obj)
+	if err != nil {
+		return undef, err
+	}
+	mark := len(r.args)
+	defer func() { r.args = r.args[:mark] }()
+	args, kw, err := r.evalArgs(n.call)
+	if err != nil {
+		return undef, err
+	}
+	return r.callMethod(o, n.name, args, n.call.kwNames, kw)
+}
+
+func (r *renderer) evalTest(n *testExpr) (value, error) {
+	v, err := r.eval(n.arg)
+	if err != nil {
+		return undef, err
+	}
+	var args [1]value
+	for i, a := range n.args {
+		if args[i], err = r.eval(a); err != nil {
+			return undef, err
+		}
+	}
+	ok, err := applyTest(n.name, v, args[:len(n.args)])
+	return boolV(ok), err
+}
+
+func (r *renderer) evalNot(n *notExpr) (value, error) {
+	v, err := r.eval(n.x)
+	return boolV(!v.truth()), err
+}
+
+func (r *renderer) evalNeg(n *negExpr) (value, error) {
+	v, err := r.eval(n.x)
+	if err != nil {
+		return undef, err
+	}
+	switch v.k {
+	case kBool, kInt:
+		if !n.neg {
+			return intV(v.n), nil
+		}
+		if v.n == math.MinInt64 {
+			return undef, errUnsupported("integer overflow")
+		}
+		return intV(-v.n), nil
+	case kFloat:
+		if n.neg {
+			return floatV(-v.f()), nil
+		}
+		return v, nil
+	}
+	return undef, errPyRaises("TypeError: bad operand type for unary -")
+}
+
+func (r *renderer) evalAnd(n *andExpr) (value, error) {
+	l, err := r.eval(n.l)
+	if err != nil || !l.truth() {
+		return l, err
+	}
+	return r.eval(n.r)
+}
+
+func (r *renderer) evalOr(n *orExpr) (value, error) {
+	l, err := r.eval(n.l)
+	if err != nil || l.truth() {
+		return l, err
+	}
+	return r.eval(n.r)
+}
+
+func (r *renderer) evalBin(n *binExpr) (value, error) {
+	l, err := r.eval(n.l)
+	if err != nil {
+		return undef, err
+	}
+	rv, err := r.eval(n.r)
+	if err != nil {
+		return undef, err
+	}
+	return arith(n.op, l, rv)
+}
+
+func (r *renderer) evalCmp(n *cmpExpr) (value, error) {
+	l, err := r.eval(n.first)
+	if err != nil {
+		return undef, err
+	}
+	for i, op := range n.ops {
+		rv, err := r.eval(n.rest[i])
+		if err != nil {
+			return undef, err
+		}
+		ok, err := compare(op, l, rv)
+		if err != nil || !ok {
+			return falseV, err
+		}
+		l = rv
+	}
+	return trueV, nil
+}
+
+func (r *renderer) evalConcat(n *concatExpr) (value, error) {
+	var b strings.Builder
+	for _, p := range n.parts {
+		v, err := r.eval(p)
+		if err != nil {
+			return undef, err
+		}
+		if err := writeStr(&b, v); err != nil {
+			return undef, err
+		}
+	}
+	return strV(b.String()), nil
+}
+
+func (r *renderer) evalCond(n *condExpr) (value, error) {
+	c, err := r.eval(n.cond)
+	if err != nil {
+		return undef, err
+	}
+	if c.truth() {
+		return r.eval(n.a)
+	}
+	if n.b == nil {
+		return undef, nil
+	}
+	return r.eval(n.b)
+}
+
+func (r *renderer) evalList(n *listExpr) (value, error) {
+	items := make([]value, len(n.items))
+	for i, it := range n.items {
+		v, err := r.eval(it)
+		if err != nil {
+			return undef, err
+		}
+		items[i] = v
+	}
+	return value{k: kSeq, p: &seqVal{items: items, tuple: n.tuple}}, nil
+}
+
+func (r *renderer) evalDict(n *dictExpr) (value, error) {
+	m := &mapVal{keys: n.keys, vals: make([]value, len(n.vals))}
+	for i, x := range n.vals {
+		v, err := r.eval(x)
+		if err != nil {
+			return undef, err
+		}
+		m.vals[i] = v
+	}
+	return value{k: kMap, p: m}, nil
 }
 
 func compare(op string, l, r value) (bool, error) {
@@ -1102,6 +1221,33 @@ func setOf(s string) map[string]bool {
 
 func method(recv value, name string) value {
 	return value{k: kFunc, p: &funcVal{name: name, recv: recv}}
+}
+
+// attrFlags records which types have a method or attribute of a name.
+type attrFlags uint8
+
+const (
+	flDictMethod attrFlags = 1 << iota
+	flStrMethod
+	flListMethod
+	flNumAttr
+)
+
+func flagsOf(name string) attrFlags {
+	var f attrFlags
+	if dictMethods[name] {
+		f |= flDictMethod
+	}
+	if strMethods[name] {
+		f |= flStrMethod
+	}
+	if listMethods[name] {
+		f |= flListMethod
+	}
+	if numAttrs[name] {
+		f |= flNumAttr
+	}
+	return f
 }
 
 func getAttr(o value, name string) (value, error) {
@@ -1355,22 +1501,29 @@ func isASCIIStr(s string) bool {
 
 // Calls.
 
+// evalArgs evaluates a call's arguments onto the renderer's argument
+// stack; the caller pops them with r.args = r.args[:mark].
 func (r *renderer) evalArgs(c *callExpr) (args, kw []value, err error) {
-	if len(c.args)+len(c.kwArgs) == 0 {
+	na := len(c.args) + len(c.kwArgs)
+	if na == 0 {
 		return nil, nil, nil
 	}
-	all := make([]value, len(c.args)+len(c.kwArgs))
-	for i, a := range c.args {
-		if all[i], err = r.eval(a); err != nil {
+	for _, a := range c.args {
+		v, err := r.eval(a)
+		if err != nil {
 			return nil, nil, err
 		}
+		r.args = append(r.args, v)
 	}
-	for i, a := range c.kwArgs {
-		if all[len(c.args)+i], err = r.eval(a); err != nil {
+	for _, a := range c.kwArgs {
+		v, err := r.eval(a)
+		if err != nil {
 			return nil, nil, err
 		}
+		r.args = append(r.args, v)
 	}
-	return all[:len(c.args)], all[len(c.args):], nil
+	all := r.args[len(r.args)-na:]
+	return all[:len(c.args):len(c.args)], all[len(c.args):], nil
 }
 
 func (r *renderer) evalCall(c *callExpr) (value, error) {
@@ -1378,6 +1531,8 @@ func (r *renderer) evalCall(c *callExpr) (value, error) {
 	if err != nil {
 		return undef, err
 	}
+	mark := len(r.args)
+	defer func() { r.args = r.args[:mark] }()
 	args, kw, err := r.evalArgs(c)
 	if err != nil {
 		return undef, err
@@ -1875,6 +2030,8 @@ func (r *renderer) evalFilter(n *filterExpr) (value, error) {
 	if err != nil {
 		return undef, err
 	}
+	mark := len(r.args)
+	defer func() { r.args = r.args[:mark] }()
 	args, kw, err := r.evalArgs(n.call)
 	if err != nil {
 		return undef, err
@@ -2103,6 +2260,8 @@ func attrPath(it, attr value) (value, error) {
 }
 
 func (r *renderer) tojson(b *strings.Builder, v value, c *callExpr) error {
+	mark := len(r.args)
+	defer func() { r.args = r.args[:mark] }()
 	args, kw, err := r.evalArgs(c)
 	if err != nil {
 		return err

@@ -30,8 +30,15 @@ type (
 	attrExpr struct {
 		obj  expr
 		name string
+		fl   attrFlags
 	}
-	itemExpr  struct{ obj, key expr }
+	itemExpr struct {
+		obj, key expr
+		// skey: the key is this string literal (fl its flags).
+		skey    string
+		hasSKey bool
+		fl      attrFlags
+	}
 	sliceExpr struct {
 		obj, lo, hi, step expr // nil: omitted
 	}
@@ -75,8 +82,10 @@ type (
 		rest  []expr
 	}
 	concatExpr struct{ parts []expr }
-	condExpr   struct{ cond, a, b expr } // b nil: Undefined
-	listExpr   struct {
+	// addExpr is a left-associative + chain, ((a + b) + c) ...
+	addExpr  struct{ parts []expr }
+	condExpr struct{ cond, a, b expr } // b nil: Undefined
+	listExpr struct {
 		items []expr
 		tuple bool
 	}
@@ -102,6 +111,7 @@ func (*orExpr) isExpr()     {}
 func (*binExpr) isExpr()    {}
 func (*cmpExpr) isExpr()    {}
 func (*concatExpr) isExpr() {}
+func (*addExpr) isExpr()    {}
 func (*condExpr) isExpr()   {}
 func (*listExpr) isExpr()   {}
 func (*dictExpr) isExpr()   {}
@@ -670,7 +680,13 @@ func (p *parser) parseMath1() (expr, error) {
 		if err != nil {
 			return nil, err
 		}
-		l = &binExpr{op, l, r}
+		if op == "-" {
+			l = &binExpr{op, l, r}
+		} else if a, ok := l.(*addExpr); ok {
+			a.parts = append(a.parts, r)
+		} else {
+			l = &addExpr{parts: []expr{l, r}}
+		}
 	}
 	return l, nil
 }
@@ -892,7 +908,7 @@ func (p *parser) parsePostfix(e expr) (expr, error) {
 					e = &methodExpr{obj: e, name: t.s, call: c}
 					continue
 				}
-				e = &attrExpr{obj: e, name: t.s}
+				e = &attrExpr{obj: e, name: t.s, fl: flagsOf(t.s)}
 			case tInt:
 				p.tp++
 				e = &itemExpr{obj: e, key: &litExpr{intV(t.i)}}
@@ -934,7 +950,11 @@ func (p *parser) parseSubscript(obj expr) (expr, error) {
 			if p.isOp(",") {
 				return nil, notOwned("a tuple subscript")
 			}
-			return &itemExpr{obj: obj, key: x}, nil
+			it := &itemExpr{obj: obj, key: x}
+			if lit, ok := x.(*litExpr); ok && lit.v.k == kStr {
+				it.skey, it.hasSKey, it.fl = lit.v.s, true, flagsOf(lit.v.s)
+			}
+			return it, nil
 		}
 		parts[0] = x
 	}
