@@ -443,7 +443,7 @@ func (r *renderer) exec(body []stmt) error {
 		case *ifStmt:
 			done := false
 			for i, c := range n.conds {
-				v, err := r.eval(c)
+				v, err := r.ev(c)
 				if err != nil {
 					return err
 				}
@@ -749,6 +749,14 @@ func (r *renderer) evalAdd(n *addExpr) (value, error) {
 	return strV(b.String()), nil
 }
 
+// ev is eval with the commonest leaf, a variable, read in place.
+func (r *renderer) ev(e expr) (value, error) {
+	if n, ok := e.(*nameExpr); ok {
+		return r.frames[n.ref.level][n.ref.slot], nil
+	}
+	return r.eval(e)
+}
+
 func (r *renderer) eval(e expr) (value, error) {
 	switch n := e.(type) {
 	case *litExpr:
@@ -796,7 +804,7 @@ func (r *renderer) eval(e expr) (value, error) {
 }
 
 func (r *renderer) evalAttr(n *attrExpr) (value, error) {
-	o, err := r.eval(n.obj)
+	o, err := r.ev(n.obj)
 	if err != nil {
 		return undef, err
 	}
@@ -816,7 +824,7 @@ func dictField(o value, key string) value {
 }
 
 func (r *renderer) evalItem(n *itemExpr) (value, error) {
-	o, err := r.eval(n.obj)
+	o, err := r.ev(n.obj)
 	if err != nil {
 		return undef, err
 	}
@@ -828,7 +836,7 @@ func (r *renderer) evalItem(n *itemExpr) (value, error) {
 		}
 		return getItem(o, strV(n.skey))
 	}
-	k, err := r.eval(n.key)
+	k, err := r.ev(n.key)
 	if err != nil {
 		return undef, err
 	}
@@ -836,7 +844,7 @@ func (r *renderer) evalItem(n *itemExpr) (value, error) {
 }
 
 func (r *renderer) evalMethod(n *methodExpr) (value, error) {
-	o, err := r.eval(n.obj)
+	o, err := r.ev(n.obj)
 	if err != nil {
 		return undef, err
 	}
@@ -850,13 +858,13 @@ func (r *renderer) evalMethod(n *methodExpr) (value, error) {
 }
 
 func (r *renderer) evalTest(n *testExpr) (value, error) {
-	v, err := r.eval(n.arg)
+	v, err := r.ev(n.arg)
 	if err != nil {
 		return undef, err
 	}
 	var args [1]value
 	for i, a := range n.args {
-		if args[i], err = r.eval(a); err != nil {
+		if args[i], err = r.ev(a); err != nil {
 			return undef, err
 		}
 	}
@@ -865,7 +873,7 @@ func (r *renderer) evalTest(n *testExpr) (value, error) {
 }
 
 func (r *renderer) evalNot(n *notExpr) (value, error) {
-	v, err := r.eval(n.x)
+	v, err := r.ev(n.x)
 	return boolV(!v.truth()), err
 }
 
@@ -893,19 +901,19 @@ func (r *renderer) evalNeg(n *negExpr) (value, error) {
 }
 
 func (r *renderer) evalAnd(n *andExpr) (value, error) {
-	l, err := r.eval(n.l)
+	l, err := r.ev(n.l)
 	if err != nil || !l.truth() {
 		return l, err
 	}
-	return r.eval(n.r)
+	return r.ev(n.r)
 }
 
 func (r *renderer) evalOr(n *orExpr) (value, error) {
-	l, err := r.eval(n.l)
+	l, err := r.ev(n.l)
 	if err != nil || l.truth() {
 		return l, err
 	}
-	return r.eval(n.r)
+	return r.ev(n.r)
 }
 
 func (r *renderer) evalBin(n *binExpr) (value, error) {
@@ -921,12 +929,12 @@ func (r *renderer) evalBin(n *binExpr) (value, error) {
 }
 
 func (r *renderer) evalCmp(n *cmpExpr) (value, error) {
-	l, err := r.eval(n.first)
+	l, err := r.ev(n.first)
 	if err != nil {
 		return undef, err
 	}
 	for i, op := range n.ops {
-		rv, err := r.eval(n.rest[i])
+		rv, err := r.ev(n.rest[i])
 		if err != nil {
 			return undef, err
 		}
@@ -2026,7 +2034,7 @@ func pyIterValues(v value) ([]value, error) {
 }
 
 func (r *renderer) evalFilter(n *filterExpr) (value, error) {
-	v, err := r.eval(n.arg)
+	v, err := r.ev(n.arg)
 	if err != nil {
 		return undef, err
 	}
