@@ -433,26 +433,60 @@ func TestUntracedPassesTraceparentThrough(t *testing.T) {
 	t.Fatal("the simulator received no chat request")
 }
 
-func TestUsageScan(t *testing.T) {
+// TestUsageMeterParts: the meter that reads an answer's usage for the
+// quota also tells it in parts, with the answer's model, for the span's
+// GenAI attributes: a non-streamed body's top-level members (not a
+// "usage" quoted in its content), a stream's events, whatever the size
+// of the reads.
+func TestUsageMeterParts(t *testing.T) {
 	tests := []struct {
 		name, in      string
-		inTok, outTok int
+		events        func(*usageMeter, []byte)
+		inTok, outTok int64
 		hasIn, hasOut bool
 		model         string
 	}{
-		{"openai", `{"id":"x","model":"m","choices":[{"message":{"content":"the \"usage\": {\"prompt_tokens\": 99}"}}],"usage":{"prompt_tokens":20,"total_tokens":27,"completion_tokens":7,"prompt_tokens_details":null}}`, 20, 7, true, true, "m"},
-		{"stream chunk without usage", "data: {\"model\":\"m\",\"choices\":[],\"usage\":null}\n\n", 0, 0, false, false, "m"},
-		{"anthropic events", "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"claude\",\"usage\":{\"input_tokens\":12,\"output_tokens\":1}}}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":9}}\n\n", 12, 9, true, true, "claude"},
-		{"cut off", `{"usage":{"prompt_tokens":20,"compl`, 0, 0, false, false, ""},
-		{"embeddings", `{"object":"list","data":[],"model":"e5","usage":{"prompt_tokens":3,"total_tokens":3}}`, 3, 0, true, false, "e5"},
+		{"openai", `{"id":"x","model":"m","choices":[{"message":{"content":"the \"usage\": {\"prompt_tokens\": 99}, \"model\": \"n\""}}],"usage":{"prompt_tokens":20,"total_tokens":27,"completion_tokens":7,"prompt_tokens_details":null}}`, nil, 20, 7, true, true, "m"},
+		{"stream chunk without usage", "data: {\"model\":\"m\",\"choices\":[],\"usage\":null}\n\n", meterOpenAIEvent, 0, 0, false, false, "m"},
+		{"openai stream", "data: {\"model\":\"m\",\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: {\"model\":\"other\",\"choices\":[],\"usage\":{\"prompt_tokens\":4,\"completion_tokens\":1}}\n\ndata: [DONE]\n\n", meterOpenAIEvent, 4, 1, true, true, "m"},
+		{"anthropic events", "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"claude\",\"usage\":{\"input_tokens\":12,\"output_tokens\":1}}}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":9}}\n\n", meterAnthropicEvent, 12, 9, true, true, "claude"},
+		{"responses events", "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"model\":\"r\",\"usage\":null}}\n\nevent: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"model\":\"r\",\"usage\":{\"input_tokens\":6,\"output_tokens\":2}}}\n\n", meterResponsesEvent, 6, 2, true, true, "r"},
+		{"cut off", `{"usage":{"prompt_tokens":20,"compl`, nil, 0, 0, false, false, ""},
+		{"embeddings", `{"object":"list","data":[],"model":"e5","usage":{"prompt_tokens":3,"total_tokens":3}}`, nil, 3, 0, true, false, "e5"},
+		{"model after usage", `{"usage":{"input_tokens":2,"output_tokens":3},"model":"late"}`, nil, 2, 3, true, true, "late"},
+		{"oversized model", `{"model":"` + strings.Repeat("a", maxModelValue) + `","usage":{"prompt_tokens":1}}`, nil, 1, 0, true, false, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var u usage
-			u.scan([]byte(tt.in))
-			if u.in != tt.inTok || u.out != tt.outTok || u.hasIn != tt.hasIn || u.hasOut != tt.hasOut || u.model != tt.model {
-				t.Errorf("scan = %+v", u)
+			for _, step := range []int{1, 5, len(tt.in)} {
+				m := &usageMeter{body: io.NopCloser(&stepReader{b: []byte(tt.in), step: step}), status: 200, events: tt.events}
+				if _, err := io.Copy(io.Discard, struct{ io.Reader }{m}); err != nil {
+					t.Fatal(err)
+				}
+				p := m.parts()
+				hasIn, hasOut := p.promptFrom == usageReported, p.completionFrom == usageReported
+				if p.prompt != tt.inTok || p.completion != tt.outTok || hasIn != tt.hasIn || hasOut != tt.hasOut || p.model != tt.model {
+					t.Errorf("read %d bytes at a time: parts = %+v", step, p)
+				}
+				if len(m.scan.val) > maxUsageValue || len(m.scan.model) > maxModelValue {
+					t.Errorf("held %d + %d bytes", len(m.scan.val), len(m.scan.model))
+				}
 			}
 		})
 	}
+}
+
+// stepReader hands out b at most step bytes a read.
+type stepReader struct {
+	b    []byte
+	step int
+}
+
+func (r *stepReader) Read(p []byte) (int, error) {
+	if len(r.b) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p[:min(len(p), r.step)], r.b)
+	r.b = r.b[n:]
+	return n, nil
 }
