@@ -168,7 +168,7 @@ type traced struct {
 	tp   *telemetry.Provider
 }
 
-func startTraced(t *testing.T, grpcExport bool) *traced {
+func startTraced(t *testing.T, grpcExport bool, mutate func(*config.Config)) *traced {
 	t.Helper()
 	tok, err := tokenize.LoadDir(fixtures.ModelDir(t, "qwen3"), tokenize.LoadOptions{})
 	if err != nil {
@@ -196,7 +196,7 @@ func startTraced(t *testing.T, grpcExport bool) *traced {
 		tc.Endpoint = srv.URL // no path: /v1/traces is appended
 	}
 	tp := newTracing(t, tc)
-	gw := startGatewayFull(t, tok, extras{tracer: tp}, nil, simURL)
+	gw := startGatewayFull(t, tok, extras{tracer: tp}, mutate, simURL)
 	u, _ := url.Parse(simURL)
 	return &traced{sim: s, simU: u, gw: gw, coll: coll, tp: tp}
 }
@@ -235,7 +235,7 @@ const secret = "zebraquartzsecret"
 // backend span, the GenAI token attributes, an incoming traceparent
 // honoured, a rejected request's span, and no prompt text anywhere.
 func TestTracesRequestsIntoTheBackend(t *testing.T) {
-	tr := startTraced(t, false)
+	tr := startTraced(t, false, nil)
 	const callerTrace, callerSpan = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 
 	// A: non-streaming chat, with the caller's own trace context.
@@ -391,7 +391,7 @@ func TestTracesRequestsIntoTheBackend(t *testing.T) {
 // TestTracesOverGRPC exports through the OTLP gRPC exporter to an
 // in-process TraceService: the same server and backend spans arrive.
 func TestTracesOverGRPC(t *testing.T) {
-	tr := startTraced(t, true)
+	tr := startTraced(t, true, nil)
 	res := tr.gw.post(t, "/v1/completions", `{"model":"m","max_tokens":4,"prompt":"`+secret+`"}`, "X-Request-Id", "grpc-a")
 	if body := readBodyT(t, res); res.StatusCode != 200 {
 		t.Fatalf("%d %s", res.StatusCode, body)
@@ -408,6 +408,89 @@ func TestTracesOverGRPC(t *testing.T) {
 	}
 	if _, raw := tr.coll.snapshot(); bytes.Contains(raw, []byte(secret)) {
 		t.Error("prompt text found in the exported spans")
+	}
+}
+
+// TestTracesEveryEndpointWithKeyName: with API keys configured, every
+// endpoint is traced, not only chat (completions, Messages, Responses,
+// embeddings, the local tokenizer endpoints, a refused key), each model
+// API's spans carry the usage the one usage reader saw, and the server
+// span names the key by its configured name, never the key itself.
+func TestTracesEveryEndpointWithKeyName(t *testing.T) {
+	const key = "sk-traced-zz9-keymaterial"
+	tr := startTraced(t, false, withKeys(config.KeyConfig{Name: "team-trace", SHA256: digestOf(key), Models: []string{"*"}}))
+	auth := []string{"Authorization", "Bearer " + key}
+	reqs := []struct {
+		id, path, body string
+		status         int
+		op             string // gen_ai.operation.name; "": none
+		backend        bool   // a backend CLIENT span and usage
+		stream         bool
+	}{
+		{"ep-compl", "/v1/completions", `{"model":"m","max_tokens":16,"stream":true,"stream_options":{"include_usage":true},"prompt":"` + secret + `"}`, 200, "text_completion", true, true},
+		{"ep-msg", "/v1/messages", `{"model":"m","max_tokens":16,"messages":[{"role":"user","content":"` + secret + `"}]}`, 200, "chat", true, false},
+		{"ep-msg-stream", "/v1/messages", `{"model":"m","max_tokens":16,"stream":true,"messages":[{"role":"user","content":"` + secret + `"}]}`, 200, "chat", true, true},
+		{"ep-resp", "/v1/responses", `{"model":"m","max_output_tokens":16,"input":"` + secret + `"}`, 200, "chat", true, false},
+		{"ep-resp-stream", "/v1/responses", `{"model":"m","max_output_tokens":16,"stream":true,"input":"` + secret + `"}`, 200, "chat", true, true},
+		{"ep-embed", "/v1/embeddings", `{"model":"m","input":"` + secret + `"}`, 200, "embeddings", true, false},
+		{"ep-tokenize", "/tokenize", `{"model":"m","prompt":"` + secret + `"}`, 200, "", false, false},
+		{"ep-count", "/v1/messages/count_tokens", `{"model":"m","messages":[{"role":"user","content":"` + secret + `"}]}`, 200, "", false, false},
+	}
+	for _, rq := range reqs {
+		res := tr.gw.post(t, rq.path, rq.body, append([]string{"X-Request-Id", rq.id}, auth...)...)
+		if body := readBodyT(t, res); res.StatusCode != rq.status {
+			t.Fatalf("%s: %d %s", rq.id, res.StatusCode, body)
+		}
+	}
+	// A wrong key: refused, traced, and named by no key.
+	res := tr.gw.post(t, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"`+secret+`"}]}`,
+		"X-Request-Id", "ep-badkey", "Authorization", "Bearer sk-wrong-zz9")
+	if body := readBodyT(t, res); res.StatusCode != 401 {
+		t.Fatalf("bad key: %d %s", res.StatusCode, body)
+	}
+
+	st := tr.flush(t)
+	for _, rq := range reqs {
+		sp := st.server(t, rq.id)
+		kids := st.children(sp)
+		if attrStr(sp, "maitred.key") != "team-trace" || attrInt(sp, "http.response.status_code") != int64(rq.status) ||
+			attrStr(sp, "gen_ai.operation.name") != rq.op || attrStr(sp, "http.route") != rq.path {
+			t.Errorf("%s: server span %q %v", rq.id, sp.Name, sp.Attributes)
+		}
+		if !rq.backend {
+			if len(kids["backend"]) != 0 || attr(sp, "gen_ai.usage.input_tokens") != nil {
+				t.Errorf("%s: a local endpoint has no backend span and no usage: %v %v", rq.id, kids, sp.Attributes)
+			}
+			continue
+		}
+		if len(kids["backend"]) != 1 {
+			t.Errorf("%s: children %v, want one backend span", rq.id, kids)
+			continue
+		}
+		for _, s := range []*tracepb.Span{sp, kids["backend"][0]} {
+			if attrInt(s, "gen_ai.usage.input_tokens") <= 0 || attrStr(s, "gen_ai.response.model") != "m" {
+				t.Errorf("%s: %s span usage %v", rq.id, s.Name, s.Attributes)
+			}
+			if rq.op != "embeddings" && attrInt(s, "gen_ai.usage.output_tokens") != 5 {
+				t.Errorf("%s: %s span output tokens %v, the simulator answers 5", rq.id, s.Name, s.Attributes)
+			}
+			if attrStr(s, "maitred.usage.from") != "usage" {
+				t.Errorf("%s: %s span usage from %q; the simulator reports its usage", rq.id, s.Name, attrStr(s, "maitred.usage.from"))
+			}
+		}
+		if rq.stream && (len(sp.Events) != 1 || sp.Events[0].Name != "first_token") {
+			t.Errorf("%s: events %v, want first_token", rq.id, sp.Events)
+		}
+	}
+	bad := st.server(t, "ep-badkey")
+	if attr(bad, "maitred.key") != nil || attrInt(bad, "http.response.status_code") != 401 || len(st.children(bad)) != 0 {
+		t.Errorf("bad key: server span %v children %v", bad.Attributes, st.children(bad))
+	}
+	_, raw := tr.coll.snapshot()
+	for _, s := range []string{key, "sk-wrong-zz9", "keymaterial", secret} {
+		if bytes.Contains(raw, []byte(s)) {
+			t.Errorf("%q found in the exported spans", s)
+		}
 	}
 }
 
