@@ -555,6 +555,15 @@ func TestUsageMeterParts(t *testing.T) {
 					t.Errorf("held %d + %d bytes", len(m.scan.val), len(m.scan.model))
 				}
 			}
+			// Untraced (follow sets noModel): the same usage, no model kept.
+			m := &usageMeter{body: io.NopCloser(strings.NewReader(tt.in)), status: 200, events: tt.events, noModel: true}
+			m.scan.modelDone = true
+			if _, err := io.Copy(io.Discard, struct{ io.Reader }{m}); err != nil {
+				t.Fatal(err)
+			}
+			if p := m.parts(); p.model != "" || m.model != "" || len(m.scan.model) != 0 || p.prompt != tt.inTok || p.completion != tt.outTok {
+				t.Errorf("untraced: parts = %+v, model kept %q %q", p, m.model, m.scan.model)
+			}
 		})
 	}
 }

@@ -40,13 +40,13 @@ const (
 //     charged for what was streamed before the cut.
 //
 // The family's streamShape.meter reads its events. In the same pass the
-// meter keeps the answer's model (its first "model": a non-streamed
-// answer's top-level member, a stream's first chunk or message), at most
-// maxModelValue bytes. parts tells the same usage split into prompt and
-// completion, each reported or counted, for the trace's GenAI attributes:
-// one reader of the answer's usage serves the quota, the access log and
-// the trace. The meter is a value in its attempt, owned by the request's
-// goroutine, like the rest of it.
+// meter of a traced request keeps the answer's model (its first "model":
+// a non-streamed answer's top-level member, a stream's first chunk or
+// message), at most maxModelValue bytes. parts tells the same usage split
+// into prompt and completion, each reported or counted, for the trace's
+// GenAI attributes: one reader of the answer's usage serves the quota,
+// the access log and the trace. The meter is a value in its attempt,
+// owned by the request's goroutine, like the rest of it.
 type usageMeter struct {
 	body   io.ReadCloser
 	status int
@@ -69,8 +69,11 @@ type usageMeter struct {
 	counted              int64
 	reported             usageReport
 	reportedP, reportedC bool
-	// model is the answer's model, once an event named it.
-	model string
+	// model is the answer's model, once an event named it. noModel: it
+	// is not kept (only a traced request's spans name it), so an untraced
+	// request pays nothing for it.
+	model   string
+	noModel bool
 }
 
 type usageReport struct{ prompt, completion int64 }
@@ -79,6 +82,8 @@ type usageReport struct{ prompt, completion int64 }
 // whether it is the family's SSE stream. It becomes the response body.
 func (m *usageMeter) follow(x *exchange, status int, body io.ReadCloser, stream bool) io.ReadCloser {
 	m.body, m.status = body, status
+	m.noModel = x.tr == nil
+	m.scan.modelDone = m.noModel // as if read: the scanner skips it
 	if stream {
 		m.events = x.streamShape().meter
 	}
@@ -428,7 +433,7 @@ func meterAnthropicEvent(m *usageMeter, data []byte) {
 type eventModel struct{ m *usageMeter }
 
 func (e eventModel) UnmarshalJSON(b []byte) error {
-	if e.m != nil && e.m.model == "" {
+	if e.m != nil && !e.m.noModel && e.m.model == "" {
 		e.m.model = modelValue(b)
 	}
 	return nil
