@@ -74,9 +74,11 @@
 // Each attempt's answer also passes through its usageMeter (usage.go) on
 // the way to the client: it keeps nothing of the answer but the usage
 // it reports (a non-streamed answer's top-level "usage", found by a
-// scanner; a stream's usage events, read by the family's
-// streamShape.meter) and the streamed text not yet counted, in bounded
-// pieces. exchange.used is the request's prompt + completion tokens at
+// scanner, which also keeps its top-level "model"; a stream's usage
+// events, read by the family's streamShape.meter) and the streamed text
+// not yet counted, in bounded pieces. It is the one reader of an
+// answer's usage: the quota, the access log and the trace read it.
+// exchange.used is the request's prompt + completion tokens at
 // its end: the reported usage, else the door's prompt count and the
 // streamed text counted with the model's tokenizer (what was streamed,
 // for a stream cut short); the access log's used_tokens.
@@ -118,14 +120,15 @@
 //
 // Tracing (tracing.go) is off unless Options.TracerProvider is set; the
 // gateway touches no OpenTelemetry global. On, serve starts a SERVER span
-// per request (the child of a valid incoming traceparent), the pipeline
-// adds the door's span (from the phase clock, when the request ends),
-// each queue wait and each attempt's CLIENT span; the proxy sends the
-// attempt's context to the backend in traceparent and tracestate, so
-// vLLM's span is the attempt's child, and reads the answer's usage (the
-// last bytes of a body, a stream's events) for the GenAI token
-// attributes. Off, a client's traceparent passes through untouched.
-// Spans carry no prompt or completion text and no key.
+// per request on every route but /metrics (the child of a valid incoming
+// traceparent), the pipeline adds the door's span (from the phase clock,
+// when the request ends), each queue wait and each attempt's CLIENT span;
+// the proxy sends the attempt's context to the backend in traceparent and
+// tracestate, so vLLM's span is the attempt's child. The GenAI token
+// attributes are the attempt's usageMeter's (usageMeter.parts: reported,
+// else counted, said by maitred.usage.from). Off, a client's traceparent
+// passes through untouched. Spans carry no prompt or completion text and
+// no key: maitred.key is the key's configured name.
 //
 // Each request carries a phase clock (read, door, queue, connect, prefill,
 // decode, tail) whose phases add up to its duration; they go to the access

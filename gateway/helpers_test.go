@@ -139,7 +139,7 @@ type extras struct {
 	// quotaClock is the API keys' limits clock (nil: time.Now).
 	quotaClock func() time.Time
 	// quota is the keys' quota store (nil: an in-process one).
-	quota quota.Store
+	quota  quota.Store
 	tracer trace.TracerProvider // nil: tracing off
 }
 
