@@ -66,7 +66,7 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			ch <- prometheus.MustNewConstMetric(scrapeErrDesc, prometheus.CounterValue, float64(s.ScrapeErrors), name, s.Name)
 		}
-		for _, b := range rt.backends {
+		for _, b := range rt.fm.Backends() {
 			if mm := b.Status().Mismatch; mm != nil {
 				ch <- prometheus.MustNewConstMetric(mismatchDesc, prometheus.GaugeValue, 1, name, b.URL.Host, mm.Check, strconv.FormatBool(mm.Accepted))
 			}

@@ -164,7 +164,7 @@ func TestEjectionIsLoggedAndShown(t *testing.T) {
 	if ejected < 0 {
 		t.Fatalf("no backend ejected: %+v", st.Slots)
 	}
-	host := tg.Fleet.Models()[0].Backends[ejected].URL.Host
+	host := tg.Fleet.Models()[0].Backends()[ejected].URL.Host
 	if e := logs.FilterMessageSnippet("backend ejected").All(); len(e) != 1 || e[0].ContextMap()["backend"] != host {
 		t.Errorf("ejection log lines: %v", e)
 	}
@@ -350,8 +350,8 @@ func TestBrokenMetricsDoNotStopRouting(t *testing.T) {
 			}
 			// Readable again: fresh, and logged.
 			mb.mode.Store("ok")
-			g, err := tg.Fleet.Scrape(t.Context(), tg.Fleet.Models()[0].Backends[0])
-			tg.ObserveScrape(tg.Fleet.Models()[0], tg.Fleet.Models()[0].Backends[0], g, err)
+			g, err := tg.Fleet.Scrape(t.Context(), tg.Fleet.Models()[0].Backends()[0])
+			tg.ObserveScrape(tg.Fleet.Models()[0], tg.Fleet.Models()[0].Backends()[0], g, err)
 			if st := pool.Stats().Slots[0]; st.GaugesState != admission.GaugesFresh {
 				t.Errorf("after a good scrape: %s", st.GaugesState)
 			}

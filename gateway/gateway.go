@@ -139,8 +139,11 @@ func New(o Options) (*Gateway, error) {
 	}
 	g.triage = o.Triage
 	// A backend turning ready (or not) changes what the queue can place
-	// and what triage knows.
+	// and what triage knows; one joining or leaving changes the pool's
+	// slots, and one draining is forgotten only once its leases are back.
 	o.Fleet.OnTransition(g.onTransition)
+	o.Fleet.OnMembers(g.onMembers)
+	o.Fleet.HoldDrain(g.leased)
 	o.Registry.MustRegister(poolCollector{g})
 	g.quota = o.Quota
 	if g.quota == nil {

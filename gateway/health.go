@@ -73,21 +73,21 @@ func (g *Gateway) readiness() (readyBody, bool) {
 	ok := g.Phase() == Serving
 	for _, rt := range g.models {
 		m := rt.fm
-		rm := readyModel{Name: m.Name, MinReady: m.MinReady}
-		slots := rt.pool.Stats().Slots
-		for i, b := range m.Backends {
+		rm := readyModel{Name: m.Name, MinReady: m.MinReady()}
+		slots := rt.slotStats()
+		for _, b := range m.Backends() {
 			rb := readyBackend{BackendStatus: b.Status()}
-			if rb.State == fleet.Ready {
+			if b.Ready() {
 				rm.NReady++
 			}
-			if sl := slots[i]; sl.Ejected {
+			if sl := slots[b.URL.Host]; sl.Ejected {
 				until := sl.EjectedUntil.UTC()
 				rb.Ejected, rb.EjectedUntil = true, &until
 				rm.NEjected++
 			}
 			rm.Backends = append(rm.Backends, rb)
 		}
-		rm.Ready = rm.NReady >= m.MinReady
+		rm.Ready = rm.NReady >= m.MinReady()
 		ok = ok && rm.Ready
 		body.Models = append(body.Models, rm)
 	}
@@ -129,7 +129,7 @@ func (g *Gateway) listModels(w http.ResponseWriter, r *http.Request, x *exchange
 	}
 	seen := map[string]bool{}
 	for _, m := range g.fleet.Models() {
-		for _, b := range m.Backends {
+		for _, b := range m.Backends() {
 			if !b.Ready() {
 				continue
 			}

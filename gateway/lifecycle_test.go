@@ -271,7 +271,7 @@ func TestKilledBackendTrafficMovesAndReturns(t *testing.T) {
 	}
 	// Requests that found the dead backend were retried on the live one,
 	// and its connection failures made it unhealthy.
-	st := s.fleet.Models()[0].Backends[0].Status()
+	st := s.fleet.Models()[0].Backends()[0].Status()
 	if st.State != fleet.Unhealthy {
 		t.Fatalf("dead backend: %+v", st)
 	}
@@ -483,7 +483,7 @@ func TestClientClosedIsNotABackendError(t *testing.T) {
 	if m := scrape(t, e.gw); strings.Contains(m, "maitred_backend_errors_total{") {
 		t.Errorf("a client leaving was counted against the backend")
 	}
-	if st := e.gw.Fleet.Models()[0].Backends[0].Status(); st.State != fleet.Ready {
+	if st := e.gw.Fleet.Models()[0].Backends()[0].Status(); st.State != fleet.Ready {
 		t.Errorf("backend state after a client left: %+v", st)
 	}
 }

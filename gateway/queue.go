@@ -20,8 +20,7 @@ const PriorityHeader = "X-Maitred-Priority"
 // poolEvent logs a pool's ejection events and tells triage at once, so
 // that an ejection is never silent.
 func (g *Gateway) poolEvent(rt *modelRuntime, e admission.Event) {
-	b := rt.backends[e.Index]
-	fields := []zap.Field{zap.String("model", rt.name), zap.String("backend", b.URL.Host),
+	fields := []zap.Field{zap.String("model", rt.name), zap.String("backend", e.Slot),
 		zap.Int("ejected_backends", e.Ejected), zap.Int("ready_backends", e.Ready)}
 	switch e.Kind {
 	case admission.Ejected:
@@ -41,7 +40,24 @@ func (g *Gateway) poolEvent(rt *modelRuntime, e admission.Event) {
 			ce.Write(append(fields, zap.String("reason", e.Reason))...)
 		}
 	}
-	g.sampleBackend(rt, b, nil)
+	if b := rt.backend(e.Slot); b != nil {
+		g.sampleBackend(rt, b, nil)
+	}
+}
+
+// onMembers gives a model's pool the fleet's backends now: one joined,
+// was forgotten, or its limits changed. The fleet calls it under its lock.
+func (g *Gateway) onMembers(m *fleet.Model) {
+	if rt, ok := g.byName[m.Name]; ok {
+		rt.syncSlots()
+	}
+}
+
+// leased reports whether the pool has leases out on draining backend b:
+// requests granted to it before it drained, still running.
+func (g *Gateway) leased(m *fleet.Model, b *fleet.Backend) bool {
+	rt, ok := g.byName[m.Name]
+	return ok && !rt.pool.Idle(b.URL.Host)
 }
 
 // ObserveScrape feeds a backend's scraped gauges, or the scrape's failure,
@@ -55,10 +71,7 @@ func (g *Gateway) ObserveScrape(m *fleet.Model, b *fleet.Backend, gs fleet.Gauge
 		g.sampleBackend(rt, b, nil)
 		return
 	}
-	i, ok := rt.slotOf(b)
-	if !ok {
-		return
-	}
+	i := b.URL.Host
 	if err != nil {
 		// The last gauges age and turn stale; failures that persist
 		// turn them unavailable (see admission.Pool.ScrapeFailed).
@@ -158,7 +171,7 @@ func (g *Gateway) queueError(rt *modelRuntime, o admission.Outcome, t admission.
 
 func (g *Gateway) notReady(rt *modelRuntime) *Error {
 	var states []string
-	for _, b := range rt.backends {
+	for _, b := range rt.fm.Backends() {
 		s := b.Status()
 		st := b.URL.Host + " " + s.State.String()
 		if s.Reason != "" {

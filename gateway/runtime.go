@@ -20,10 +20,9 @@ type modelRuntime struct {
 	name string
 	ref  int // its index in Gateway.models, the door's admission.Model.Ref
 	fm   *fleet.Model
+	// pool's slots are the fleet model's backends, each named by its
+	// host:port (syncSlots).
 	pool *admission.Pool
-	// backends are the model's backends in slot order: the pool's slot i
-	// is backends[i] (the pool was built from this slice).
-	backends []*fleet.Backend
 	// tok is the model's tokenizer and chat template; nil: none (requests
 	// are forwarded uncounted).
 	tok *tokenize.Model
@@ -51,21 +50,45 @@ func (rt *modelRuntime) admission() admission.Model {
 	return am
 }
 
-// slotOf is b's slot index in the model's pool.
-func (rt *modelRuntime) slotOf(b *fleet.Backend) (int, bool) {
-	for i, bb := range rt.backends {
-		if bb == b {
-			return i, true
+// backend is the model's backend whose slot is named name (its
+// host:port), or nil when the fleet forgot it.
+func (rt *modelRuntime) backend(name string) *fleet.Backend {
+	for _, b := range rt.fm.Backends() {
+		if b.URL.Host == name {
+			return b
 		}
 	}
-	return 0, false
+	return nil
+}
+
+// syncSlots makes the pool's slots the fleet model's backends now, with
+// their entries' limits (the fleet calls it whenever they change: OnMembers).
+func (rt *modelRuntime) syncSlots() {
+	var slots []admission.SlotConfig
+	for _, b := range rt.fm.Backends() {
+		maxInFlight, kv := b.Limits()
+		slots = append(slots, admission.SlotConfig{Name: b.URL.Host, Ready: b.Ready, MaxInFlight: maxInFlight, KVTokens: kv})
+	}
+	rt.pool.SetSlots(slots)
+}
+
+// slotStats are the pool's slots by name.
+func (rt *modelRuntime) slotStats() map[string]admission.SlotStats {
+	st := rt.pool.Stats()
+	out := make(map[string]admission.SlotStats, len(st.Slots))
+	for _, s := range st.Slots {
+		out[s.Name] = s
+	}
+	return out
 }
 
 // ejected lists the backends the model's pool has ejected as outliers.
 func (rt *modelRuntime) ejected() []*fleet.Backend {
 	var out []*fleet.Backend
-	for _, i := range rt.pool.Ejected() {
-		out = append(out, rt.backends[i])
+	for _, name := range rt.pool.Ejected() {
+		if b := rt.backend(name); b != nil {
+			out = append(out, b)
+		}
 	}
 	return out
 }
@@ -121,7 +144,7 @@ func newRuntimes(cfg config.Config, fl *fleet.Fleet, toks map[string]*tokenize.M
 		mc := &cfg.Models[i]
 		fm, _ := fl.Model(mc.Name)
 		rt := &modelRuntime{
-			name: mc.Name, ref: i, fm: fm, backends: fm.Backends, tok: toks[mc.Name],
+			name: mc.Name, ref: i, fm: fm, tok: toks[mc.Name],
 			clamp:          mc.OnOverflow == "clamp",
 			firstByte:      cfg.FirstByte(mc),
 			streamIdle:     cfg.StreamIdle(mc),
@@ -134,11 +157,6 @@ func newRuntimes(cfg config.Config, fl *fleet.Fleet, toks map[string]*tokenize.M
 		var events func(admission.Event)
 		if onEvent != nil {
 			events = func(e admission.Event) { onEvent(rt, e) }
-		}
-		var slots []admission.SlotConfig
-		for j, b := range rt.backends {
-			bc := mc.Backends[j]
-			slots = append(slots, admission.SlotConfig{Name: b.URL.Host, Ready: b.Ready, MaxInFlight: bc.MaxInFlight, KVTokens: bc.KVTokens})
 		}
 		rt.pool = admission.NewPool(mc.Name, admission.PoolConfig{
 			QueueSize:        mc.QueueSizeOrDefault(),
@@ -155,7 +173,8 @@ func newRuntimes(cfg config.Config, fl *fleet.Fleet, toks map[string]*tokenize.M
 			MaxEjectionPercent:     cfg.MaxEjectionPercent,
 			AffinityLoad:           1.5,
 			OnEvent:                events,
-		}, slots, nil)
+		}, nil, nil)
+		rt.syncSlots()
 		out = append(out, rt)
 	}
 	return out
@@ -177,7 +196,7 @@ type catalog struct {
 // name wins over an adapter of the same name; an adapter loaded under two
 // configured models is the first model's in config order. An adapter no
 // ready backend has loaded is not found, like an unknown model.
-func (c *catalog) resolve(name string) (rt *modelRuntime, only []int, ok bool) {
+func (c *catalog) resolve(name string) (rt *modelRuntime, only []string, ok bool) {
 	if rt, ok := c.byName[name]; ok {
 		return rt, nil, true
 	}
@@ -185,9 +204,9 @@ func (c *catalog) resolve(name string) (rt *modelRuntime, only []int, ok bool) {
 		return nil, nil, false
 	}
 	for _, rt := range c.models {
-		for i, b := range rt.backends {
+		for _, b := range rt.fm.Backends() {
 			if b.Ready() && b.HasAdapter(name) {
-				only = append(only, i)
+				only = append(only, b.URL.Host)
 			}
 		}
 		if only != nil {

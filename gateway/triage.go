@@ -154,8 +154,7 @@ func (g *Gateway) sampleBackend(rt *modelRuntime, b *fleet.Backend, gs *fleet.Ga
 			smp.Time = gs.At
 		}
 	}
-	if i, ok := rt.slotOf(b); ok {
-		slot := rt.pool.Stats().Slots[i]
+	if slot, ok := rt.slotStats()[b.URL.Host]; ok {
 		smp.GaugesState = slot.GaugesState.String()
 		if slot.Ejected {
 			smp.Ejected = true
@@ -215,15 +214,16 @@ func (g *Gateway) debugBackends(w http.ResponseWriter, r *http.Request, _ *excha
 	}
 	var out []backendRecord
 	for _, rt := range g.models {
-		st := rt.pool.Stats()
-		for i, b := range rt.backends {
+		slots := rt.slotStats()
+		for _, b := range rt.fm.Backends() {
+			sl := slots[b.URL.Host]
 			rec := backendRecord{Model: rt.name, BackendStatus: b.Status(), CacheConfig: b.LastGauges().Info,
-				TokenBudget: st.Slots[i].Budget, InFlightTokens: st.Slots[i].Tokens, Ejected: st.Slots[i].Ejected,
-				Ejections: st.Slots[i].Ejections, Failures: st.Slots[i].Failures,
-				GaugesState: st.Slots[i].GaugesState.String(), ScrapeErrors: st.Slots[i].ScrapeErrors, LastScrapeError: st.Slots[i].LastScrapeError,
+				TokenBudget: sl.Budget, InFlightTokens: sl.Tokens, Ejected: sl.Ejected,
+				Ejections: sl.Ejections, Failures: sl.Failures,
+				GaugesState: sl.GaugesState.String(), ScrapeErrors: sl.ScrapeErrors, LastScrapeError: sl.LastScrapeError,
 				SlowPathFallback: slow[rt.name+"/"+b.URL.Host]}
-			if st.Slots[i].Ejected {
-				until := st.Slots[i].EjectedUntil.UTC()
+			if sl.Ejected {
+				until := sl.EjectedUntil.UTC()
 				rec.EjectedUntil = &until
 			}
 			out = append(out, rec)
