@@ -24,10 +24,11 @@ const (
 	OverBudget                  // larger than every backend's whole token budget: 400
 	NoBackend                   // no backend of the model is ready: 503 model_not_ready
 	Draining                    // the gateway is shutting down: 503
+	ModelRemoved                // a config reload removed the model: 404, as for a model never configured
 	numOutcomes
 )
 
-var outcomeNames = [...]string{"admitted", "queue_full", "queue_timeout", "client_gone", "over_budget", "no_backend", "draining"}
+var outcomeNames = [...]string{"admitted", "queue_full", "queue_timeout", "client_gone", "over_budget", "no_backend", "draining", "model_removed"}
 
 func (o Outcome) String() string {
 	if o >= 0 && o < numOutcomes {
@@ -296,6 +297,7 @@ type Pool struct {
 	rate      float64
 	lastRel   time.Time
 	draining  bool
+	closed    bool // Close: the model left the config
 	rnd       *rand.Rand
 	ring      []ringPoint
 	decisions map[string]int
@@ -461,6 +463,10 @@ func (p *Pool) mayEjectLocked() bool {
 func (p *Pool) Acquire(ctx context.Context, t Ticket) (*Lease, Outcome) {
 	t.Class = min(max(t.Class, 0), p.cfg.Classes-1)
 	p.mu.Lock()
+	if p.closed {
+		p.unlock()
+		return nil, ModelRemoved
+	}
 	if p.draining {
 		p.unlock()
 		return nil, Draining
@@ -495,6 +501,12 @@ func (p *Pool) Acquire(ctx context.Context, t Ticket) (*Lease, Outcome) {
 	select {
 	case l := <-w.ch:
 		if l == nil {
+			p.mu.Lock()
+			closed := p.closed
+			p.mu.Unlock()
+			if closed {
+				return nil, ModelRemoved
+			}
 			return nil, Draining
 		}
 		l.Waited = p.now().Sub(w.since)
@@ -850,6 +862,16 @@ func (p *Pool) Drain() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.draining = true
+	p.flushLocked()
+}
+
+// Close refuses every waiting request and all later ones with
+// ModelRemoved: a config reload removed the model. Leases out still
+// release.
+func (p *Pool) Close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
 	p.flushLocked()
 }
 

@@ -37,7 +37,7 @@ func TestPrefixAffinityRendersOncePerRequest(t *testing.T) {
 	if got := tok.ChatRenders() - before; got != n {
 		t.Fatalf("%d chat template renders for %d requests, want one each", got, n)
 	}
-	if d := tg.byName["m"].pool.Stats().Decisions; d["affinity"] == 0 {
+	if d := tg.live().byName["m"].pool.Stats().Decisions; d["affinity"] == 0 {
 		t.Fatalf("no request was placed by affinity: %v", d)
 	}
 }

@@ -36,10 +36,10 @@ func (c poolCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, rt := range c.g.models {
+	for _, rt := range c.g.live().models {
 		name, st := rt.name, rt.pool.Stats()
 		for i, d := range st.Depth {
-			ch <- prometheus.MustNewConstMetric(queueDepthDesc, prometheus.GaugeValue, float64(d), name, c.g.cfg.PriorityClasses[i])
+			ch <- prometheus.MustNewConstMetric(queueDepthDesc, prometheus.GaugeValue, float64(d), name, c.g.conf().PriorityClasses[i])
 		}
 		for _, s := range st.Slots {
 			gv := func(d *prometheus.Desc, v float64) {

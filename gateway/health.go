@@ -71,7 +71,7 @@ func (g *Gateway) health(w http.ResponseWriter, r *http.Request, _ *exchange) er
 func (g *Gateway) readiness() (readyBody, bool) {
 	body := readyBody{Phase: g.Phase().String()}
 	ok := g.Phase() == Serving
-	for _, rt := range g.models {
+	for _, rt := range g.live().models {
 		m := rt.fm
 		rm := readyModel{Name: m.Name, MinReady: m.MinReady()}
 		slots := rt.slotStats()
@@ -134,7 +134,7 @@ func (g *Gateway) listModels(w http.ResponseWriter, r *http.Request, x *exchange
 				continue
 			}
 			for _, a := range b.Adapters() {
-				if _, configured := g.byName[a.Name]; configured || seen[a.Name] || (x.key != nil && !x.key.allows(a.Name)) {
+				if _, configured := g.live().byName[a.Name]; configured || seen[a.Name] || (x.key != nil && !x.key.allows(a.Name)) {
 					continue
 				}
 				seen[a.Name] = true

@@ -521,7 +521,7 @@ func TestDrainAnswersQueuedRequestsAtOnce(t *testing.T) {
 	holding := send()
 	eventually(t, "the first request to run", func() bool { return backend.Stats().Running == 1 })
 	queued := []chan answer{send(), send()}
-	eventually(t, "two queued", func() bool { return s.gw.byName["m"].pool.Advice().Depth == 2 })
+	eventually(t, "two queued", func() bool { return s.gw.live().byName["m"].pool.Advice().Depth == 2 })
 	s.stop()
 	for _, q := range queued {
 		a := <-q

@@ -35,6 +35,7 @@ type metrics struct {
 	keyTokens      *prometheus.CounterVec
 	keyRejections  *prometheus.CounterVec
 	keyReloads     *prometheus.CounterVec
+	configReloads  *prometheus.CounterVec
 	keyRateLimited *prometheus.CounterVec
 }
 
@@ -130,8 +131,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "maitred_keys_file_reloads_total",
 			Help: "Changes of auth.keys_file seen, by result: loaded, or refused (the keys in force kept serving).",
 		}, []string{"result"}),
+		configReloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "maitred_config_reloads_total",
+			Help: "Config reloads (SIGHUP, or the config file changed), by result: success, or failure (the running config kept serving).",
+		}, []string{"result"}),
 	}
-	reg.MustRegister(m.requests, m.duration, m.inFlight, m.streamErrors, m.rejections, m.uncounted, m.tokChecks, m.backendErrors,
+	for _, r := range []string{"success", "failure"} {
+		m.configReloads.WithLabelValues(r)
+	}
+	reg.MustRegister(m.configReloads, m.requests, m.duration, m.inFlight, m.streamErrors, m.rejections, m.uncounted, m.tokChecks, m.backendErrors,
 		m.admissions, m.queueWait, m.connections, m.phase, m.ttft, m.tpot, m.failures,
 		m.keyRequests, m.keyInFlight, m.keyTokens, m.keyRejections, m.keyReloads, m.keyRateLimited,
 		collectors.NewGoCollector(),

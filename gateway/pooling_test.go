@@ -345,7 +345,7 @@ func TestEmbeddingsWaitInQueue(t *testing.T) {
 	e := startPooling(t, sim.Config{TokenGate: gate}, func(c *config.Config) {
 		c.Models[0].Backends[0].MaxInFlight = 1
 	})
-	pool := e.gw.byName["m"].pool
+	pool := e.gw.live().byName["m"].pool
 	send := func(path, body string) chan int {
 		ch := make(chan int, 1)
 		go func() {

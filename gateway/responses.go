@@ -148,7 +148,7 @@ func (g *Gateway) locateResponse(ctx context.Context, path, id string) (_ respon
 	}
 	var cands []responseOwner
 	seen := map[string]bool{}
-	for _, rt := range g.models {
+	for _, rt := range g.live().models {
 		for _, b := range rt.fm.Backends() {
 			if b.Ready() && !seen[b.URL.String()] {
 				seen[b.URL.String()] = true
@@ -157,8 +157,8 @@ func (g *Gateway) locateResponse(ctx context.Context, path, id string) (_ respon
 		}
 	}
 	if len(cands) == 0 {
-		if len(g.models) > 0 {
-			return responseOwner{}, false, g.notReady(g.models[0])
+		if len(g.live().models) > 0 {
+			return responseOwner{}, false, g.notReady(g.live().models[0])
 		}
 		return responseOwner{}, false, &Error{Status: http.StatusServiceUnavailable, Type: typeServer, Code: codeModelNotReady, Layer: triage.LayerUnready,
 			Message: "No model is configured."}

@@ -12,13 +12,15 @@ import (
 )
 
 // modelRuntime is one configured model as the request path uses it, built
-// once in New: its fleet model, admission pool, tokenizer, timeouts,
-// defaults and metric children. A request finds it once, at the door (the
+// in New and again at each Reload: its fleet model, admission pool,
+// tokenizer, timeouts, defaults and metric children (the pool, the fleet
+// model and the metrics are the model's for its whole life; the settings
+// are the config's that built this runtime). A request finds it once, at the door (the
 // catalog's lookup by name is the only one; the door's verdict carries the
 // runtime's Ref back), and carries it from then on.
 type modelRuntime struct {
 	name string
-	ref  int // its index in Gateway.models, the door's admission.Model.Ref
+	ref  int // its index in Gateway.refs, the door's admission.Model.Ref
 	fm   *fleet.Model
 	// pool's slots are the fleet model's backends, each named by its
 	// host:port (syncSlots).
@@ -135,16 +137,18 @@ func (m *metrics) forModel(name string) modelMetrics {
 	return mm
 }
 
-// newRuntimes builds each configured model's runtime, in config order, and
-// its admission pool over its fleet backends. onEvent, when set, hears
-// each model's pool events.
-func newRuntimes(cfg config.Config, fl *fleet.Fleet, toks map[string]*tokenize.Model, m *metrics, onEvent func(rt *modelRuntime, e admission.Event)) []*modelRuntime {
+// newRuntimes builds the runtimes of cfg's models, in config order, each
+// with a new Ref. A model of prev (the runtimes in force, by name) keeps
+// its pool (its queue, leases and slots' state), fleet model and metric
+// children, and takes cfg's settings; a new model gets its own pool over
+// its fleet backends. toks are the models' tokenizers, by name.
+func (g *Gateway) newRuntimes(cfg *config.Config, toks map[string]*tokenize.Model, prev map[string]*modelRuntime) []*modelRuntime {
 	out := make([]*modelRuntime, 0, len(cfg.Models))
 	for i := range cfg.Models {
 		mc := &cfg.Models[i]
-		fm, _ := fl.Model(mc.Name)
+		fm, _ := g.fleet.Model(mc.Name)
 		rt := &modelRuntime{
-			name: mc.Name, ref: i, fm: fm, tok: toks[mc.Name],
+			name: mc.Name, fm: fm, tok: toks[mc.Name],
 			clamp:          mc.OnOverflow == "clamp",
 			firstByte:      cfg.FirstByte(mc),
 			streamIdle:     cfg.StreamIdle(mc),
@@ -152,32 +156,44 @@ func newRuntimes(cfg config.Config, fl *fleet.Fleet, toks map[string]*tokenize.M
 			queueTimeout:   mc.QueueTimeoutOrDefault(),
 			affinity:       mc.PrefixAffinityTokens,
 			checkRate:      mc.TokenizeCheckRate,
-			metrics:        m.forModel(mc.Name),
 		}
-		var events func(admission.Event)
-		if onEvent != nil {
-			events = func(e admission.Event) { onEvent(rt, e) }
+		pc := poolConfig(cfg, mc)
+		if old := prev[mc.Name]; old != nil {
+			rt.pool, rt.metrics = old.pool, old.metrics
+			rt.pool.SetConfig(pc)
+		} else {
+			rt.metrics = g.metrics.forModel(mc.Name)
+			first := rt // events name the model; its pool and fleet model stay
+			pc.OnEvent = func(e admission.Event) { g.poolEvent(first, e) }
+			rt.pool = admission.NewPool(mc.Name, pc, nil, nil)
+			rt.syncSlots()
 		}
-		rt.pool = admission.NewPool(mc.Name, admission.PoolConfig{
-			QueueSize:        mc.QueueSizeOrDefault(),
-			QueueTimeout:     rt.queueTimeout,
-			Classes:          len(cfg.PriorityClasses),
-			SaturatedWaiting: cfg.SaturatedWaiting,
-			SaturatedKV:      cfg.SaturatedKVUsage,
-			StaleAfter:       4 * cfg.ScrapeInterval.D(),
-			// A scrape times out after max(interval, 1s); 40 intervals (10 s
-			// at the default) of failures is persistent, not a missed scrape.
-			GaugesUnavailableAfter: max(40*cfg.ScrapeInterval.D(), 5*time.Second),
-			EjectAfter:             cfg.EjectAfter,
-			EjectFor:               cfg.EjectFor.D(),
-			MaxEjectionPercent:     cfg.MaxEjectionPercent,
-			AffinityLoad:           1.5,
-			OnEvent:                events,
-		}, nil, nil)
-		rt.syncSlots()
+		g.refsMu.Lock()
+		rt.ref = len(g.refs)
+		g.refs = append(g.refs, rt)
+		g.refsMu.Unlock()
 		out = append(out, rt)
 	}
 	return out
+}
+
+// poolConfig is a model's admission.PoolConfig (OnEvent aside).
+func poolConfig(cfg *config.Config, mc *config.ModelConfig) admission.PoolConfig {
+	return admission.PoolConfig{
+		QueueSize:        mc.QueueSizeOrDefault(),
+		QueueTimeout:     mc.QueueTimeoutOrDefault(),
+		Classes:          len(cfg.PriorityClasses),
+		SaturatedWaiting: cfg.SaturatedWaiting,
+		SaturatedKV:      cfg.SaturatedKVUsage,
+		StaleAfter:       4 * cfg.ScrapeInterval.D(),
+		// A scrape times out after max(interval, 1s); 40 intervals (10 s
+		// at the default) of failures is persistent, not a missed scrape.
+		GaugesUnavailableAfter: max(40*cfg.ScrapeInterval.D(), 5*time.Second),
+		EjectAfter:             cfg.EjectAfter,
+		EjectFor:               cfg.EjectFor.D(),
+		MaxEjectionPercent:     cfg.MaxEjectionPercent,
+		AffinityLoad:           1.5,
+	}
 }
 
 // catalog is the door's view of the configured models: the one lookup of a

@@ -75,7 +75,7 @@ func (g *Gateway) statusPage(w http.ResponseWriter, r *http.Request, _ *exchange
 		d.Evidence = append(d.Evidence, kv{k, string(b)})
 	}
 	sort.Slice(d.Evidence, func(i, j int) bool { return d.Evidence[i].K < d.Evidence[j].K })
-	for _, rt := range g.models {
+	for _, rt := range g.live().models {
 		m := rt.fm
 		sm := statusModel{Name: m.Name, Verdict: verdictOf(rep, m.Name), MaxModelLen: m.MaxModelLen()}
 		pst := rt.pool.Stats()

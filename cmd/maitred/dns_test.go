@@ -124,7 +124,7 @@ func startGateway(t *testing.T, cfg config.Config, log *zap.Logger) (string, fun
 	ctx, cancel := context.WithCancel(context.Background())
 	addr := make(chan net.Addr, 1)
 	done := make(chan error, 1)
-	go func() { done <- runGateway(ctx, cfg, log, func(a net.Addr) { addr <- a }) }()
+	go func() { done <- runGateway(ctx, cfg, log, runOptions{started: func(a net.Addr) { addr <- a }}) }()
 	select {
 	case a := <-addr:
 		return "http://" + a.String(), func() {

@@ -122,6 +122,8 @@ type debugBackend struct {
 	Source   string      `json:"source"`
 	Draining bool        `json:"draining"`
 	State    fleet.State `json:"state"`
+	// MaxInFlight is the backend's config entry's max_in_flight.
+	MaxInFlight int `json:"max_in_flight"`
 }
 
 func debugBackends(c *http.Client, base string) ([]debugBackend, error) {
