@@ -31,6 +31,7 @@ func TestKubernetesManifest(t *testing.T) {
 	var grace, period, failures, containerPort int
 	var configArg string
 	var mounts []string
+	headless := map[string]int{} // headless Services: name -> port
 	probes := map[string]string{}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	for {
@@ -48,6 +49,11 @@ func TestKubernetesManifest(t *testing.T) {
 				t.Fatalf("ConfigMap maitred.yaml: %v", err)
 			}
 			cfg = &c
+		case "Service":
+			spec := doc["spec"].(map[string]any)
+			if spec["clusterIP"] == "None" {
+				headless[doc["metadata"].(map[string]any)["name"].(string)] = spec["ports"].([]any)[0].(map[string]any)["port"].(int)
+			}
 		case "Deployment":
 			spec := doc["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
 			grace = spec["terminationGracePeriodSeconds"].(int)
@@ -80,6 +86,16 @@ func TestKubernetesManifest(t *testing.T) {
 	}
 	if mountDir := path.Dir(configArg); !slices.Contains(mounts, mountDir) {
 		t.Errorf("--config %s is not under a mounted volume %v", configArg, mounts)
+	}
+	// vLLM is reached through a headless Service, by DNS: every backend
+	// entry names one of the manifest's headless Services at its port.
+	for i, m := range cfg.Models {
+		for j, b := range m.Backends {
+			host, port, err := net.SplitHostPort(b.DNS)
+			if b.DNS == "" || err != nil || strconv.Itoa(headless[host]) != port {
+				t.Errorf("models[%d].backends[%d] is not dns: SERVICE:PORT of a headless Service in the manifest (%+v, services %v)", i, j, b, headless)
+			}
+		}
 	}
 	if probes["readinessProbe"] != "/readyz" || probes["livenessProbe"] != "/livez" {
 		t.Errorf("probes = %v", probes)
