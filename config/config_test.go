@@ -13,7 +13,8 @@ import (
 func TestLoadGoodConfigs(t *testing.T) {
 	t.Setenv("MAITRED_BATCH_KEY", "sk-batch")
 	t.Setenv("VLLM_KEY", "secret")
-	for _, name := range []string{"maitred.yaml", "minimal.yaml", "auth.yaml"} {
+	t.Setenv("MAITRED_STORE_PASSWORD", "secret")
+	for _, name := range []string{"maitred.yaml", "minimal.yaml", "auth.yaml", "replicas.yaml"} {
 		t.Run(name, func(t *testing.T) {
 			cfg, err := Load(filepath.Join("..", "configs", name))
 			if err != nil {
@@ -215,5 +216,44 @@ func TestParseKeysRefuses(t *testing.T) {
 	}
 	if keys, err := ParseKeys([]byte("keys: []\n"), &cfg); err != nil || len(keys) != 0 {
 		t.Errorf("an empty list (every file key removed) = %v, %v; want accepted", keys, err)
+	}
+}
+
+func TestStoreURL(t *testing.T) {
+	tests := []struct {
+		url  string
+		want StoreAddr
+	}{
+		{"redis://valkey:6379/0", StoreAddr{Addr: "valkey:6379"}},
+		{"redis://valkey", StoreAddr{Addr: "valkey:6379"}},
+		{"rediss://cache.example:6380/2", StoreAddr{Addr: "cache.example:6380", DB: 2, TLS: true}},
+		{"redis://maitred@10.0.0.9:6379/1", StoreAddr{Addr: "10.0.0.9:6379", DB: 1, User: "maitred"}},
+	}
+	for _, tt := range tests {
+		cfg, err := Parse([]byte("store: " + tt.url + "\nmodels: [{name: a, backends: [{url: 'http://h:1'}]}]\n"))
+		if err != nil {
+			t.Fatalf("%s: %v", tt.url, err)
+		}
+		got, err := cfg.Store.Addr()
+		if err != nil || got != tt.want {
+			t.Errorf("%s: Addr() = %+v, %v; want %+v", tt.url, got, err, tt.want)
+		}
+		if !cfg.Store.Shared() || cfg.Store.OnError != StoreErrorLocal {
+			t.Errorf("%s: store = %+v", tt.url, cfg.Store)
+		}
+	}
+}
+
+func TestTracingSection(t *testing.T) {
+	cfg, err := Parse([]byte("tracing:\n  endpoint: http://otel:4317\n  protocol: grpc\n  sampling_ratio: 0\n  service_name: edge\nmodels: [{name: a, backends: [{url: 'http://h:1'}]}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := cfg.Tracing
+	if tc.Endpoint != "http://otel:4317" || tc.Protocol != TracingGRPC || tc.SamplingRatio == nil || *tc.SamplingRatio != 0 || tc.ServiceName != "edge" {
+		t.Errorf("tracing = %+v", tc)
+	}
+	if d := Default().Tracing; d.Endpoint != "" || d.SamplingRatio != nil {
+		t.Errorf("tracing is on by default: %+v", d)
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/maitred-dev/maitred/admission"
 	"github.com/maitred-dev/maitred/fleet"
 	"github.com/maitred-dev/maitred/triage"
@@ -40,6 +42,9 @@ type attempt struct {
 	// usage follows the answer to the client and tells what it used
 	// (usage.go); it is the response body the proxy reads.
 	usage usageMeter
+	// span is the attempt's CLIENT span when the request is traced; its
+	// context goes to the backend in traceparent.
+	span trace.Span
 	// Set by timers on other goroutines, read after the proxy returns:
 	// no headers within the first-byte timeout, an answer silent for the
 	// idle timeout, the drain deadline.
@@ -97,7 +102,14 @@ func (g *Gateway) dispatch(w http.ResponseWriter, r *http.Request, x *exchange, 
 	rt := x.rt
 	var lastErr error
 	for {
+		var queuedAt time.Time
+		if x.tr != nil {
+			queuedAt = time.Now()
+		}
 		lease, o := rt.pool.Acquire(r.Context(), t)
+		if x.tr != nil {
+			g.tr.queued(x, queuedAt, o, lease)
+		}
 		rt.metrics.admissions.WithLabelValues(o.String()).Inc()
 		if o != admission.Admitted {
 			if lastErr != nil && o == admission.NoBackend {
@@ -144,6 +156,11 @@ func (g *Gateway) forwardLease(w http.ResponseWriter, r *http.Request, a *attemp
 	defer a.backend.Acquire()()
 	defer func() {
 		p := recover()
+		if p == nil && res.err == nil && g.shared != nil {
+			// The answer is relayed: its last bytes go out before the
+			// shared store's release round trip, not after it.
+			http.NewResponseController(w).Flush()
+		}
 		lease.Release(a.poolResult(res, p != nil))
 		if p != nil {
 			panic(p)
@@ -162,6 +179,9 @@ func (g *Gateway) forwardLease(w http.ResponseWriter, r *http.Request, a *attemp
 // attempt.
 func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, a *attempt, body []byte) attemptResult {
 	x := a.x
+	if x.tr != nil {
+		defer g.tr.attempt(x, a, r)()
+	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	a.cancel = cancel
@@ -250,7 +270,7 @@ func dialReason(err error) string {
 		return "connection refused"
 	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
 		return "host unreachable"
-	case errors.Is(err, syscall.EPIPE), errors.Is(err, syscall.ECONNRESET):
+	case errors.Is(err, syscall.EPIPE), errors.Is(err, syscall.ECONNRESET), err.Error() == errServerClosedIdle:
 		return "connection closed by the backend"
 	}
 	var ne net.Error

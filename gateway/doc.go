@@ -116,6 +116,17 @@
 // and /v1/unload_lora_adapter are not served: an operator loads adapters
 // on each backend; maitred follows.
 //
+// Tracing (tracing.go) is off unless Options.TracerProvider is set; the
+// gateway touches no OpenTelemetry global. On, serve starts a SERVER span
+// per request (the child of a valid incoming traceparent), the pipeline
+// adds the door's span (from the phase clock, when the request ends),
+// each queue wait and each attempt's CLIENT span; the proxy sends the
+// attempt's context to the backend in traceparent and tracestate, so
+// vLLM's span is the attempt's child, and reads the answer's usage (the
+// last bytes of a body, a stream's events) for the GenAI token
+// attributes. Off, a client's traceparent passes through untouched.
+// Spans carry no prompt or completion text and no key.
+//
 // Each request carries a phase clock (read, door, queue, connect, prefill,
 // decode, tail) whose phases add up to its duration; they go to the access
 // log, maitred_phase_seconds, Server-Timing and the triage engine, with the
@@ -143,7 +154,7 @@
 // of that connection, one at a time, and hands its verdict to the handler
 // through atomics;
 // each request's state lives in its exchange (the request's scope) and each
-// try at a backend in an attempt, both owned by the request's goroutine and
+// try at a backend in an attempt (and its span), both owned by the request's goroutine and
 // read by the proxy hooks of that same request; the timers that cancel an
 // upstream request only set the attempt's atomic flags and cancel. A
 // model's runtime (pool, tokenizer, timeouts, metric children) is built in

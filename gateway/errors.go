@@ -98,6 +98,7 @@ const (
 	codeQueueFull        = "queue_full"
 	codeQueueTimeout     = "queue_timeout"
 	codeExceedsKV        = "exceeds_kv_capacity"
+	codeStoreDown        = "store_unavailable"
 	codeBodyRead         = "body_read_error"
 	codeInternal         = "internal_error"
 	codeInvalidAPIKey    = "invalid_api_key"

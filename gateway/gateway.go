@@ -14,6 +14,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/maitred-dev/maitred/admission"
@@ -44,6 +45,22 @@ type Options struct {
 	// QuotaClock is the limits' clock; nil: time.Now. Tests run the
 	// windows faster with it.
 	QuotaClock func() time.Time
+	// Shared is the store the fleet's replicas share (package store); nil:
+	// this process accounts alone.
+	Shared SharedStore
+	// TracerProvider, when set, traces every request (tracing.go); nil:
+	// tracing is off. The gateway uses no OpenTelemetry global.
+	TracerProvider trace.TracerProvider
+}
+
+// SharedStore is the store replicas share, as the gateway uses it: the
+// pools confirm their picks there, and it tells of freed room.
+type SharedStore interface {
+	admission.Shared
+	// Watch registers f to hear a backend's name (its URL's host:port)
+	// when room was freed on it elsewhere, "" when every backend should
+	// be looked at again.
+	Watch(f func(backend string))
 }
 
 // Gateway is the HTTP edge. It is safe for concurrent use; its mutable
@@ -92,6 +109,10 @@ type Gateway struct {
 	noKey    keyMetrics
 	// quota keeps the keys' limits (limits.go).
 	quota quota.Store
+	// shared is the replicas' shared store; nil when alone.
+	shared SharedStore
+	// tr traces requests; nil when tracing is off.
+	tr *tracer
 }
 
 // Phase is the gateway's lifecycle: starting until the first probe round is
@@ -131,8 +152,12 @@ func New(o Options) (*Gateway, error) {
 		metrics: newMetrics(o.Registry),
 	}
 	g.bodies.limit = o.Config.MaxBodyBytesInFlight
+	g.tr = newTracer(o.TracerProvider)
 	g.stopCtx, g.hardStop = context.WithCancel(context.Background())
 	o.Registry.MustRegister(fleetCollector{o.Fleet})
+	if o.Shared != nil {
+		g.shared = o.Shared
+	}
 	cfg := o.Config
 	g.setState(&cfg, g.newRuntimes(&cfg, o.Tokenizers, nil))
 	g.noModel = g.metrics.forModel("")
@@ -147,6 +172,9 @@ func New(o Options) (*Gateway, error) {
 	o.Fleet.OnMembers(g.onMembers)
 	o.Fleet.HoldDrain(g.leased)
 	o.Registry.MustRegister(poolCollector{g})
+	if g.shared != nil {
+		g.watchShared(o.Registry)
+	}
 	g.quota = o.Quota
 	if g.quota == nil {
 		clock := o.QuotaClock
@@ -251,6 +279,7 @@ func (g *Gateway) routes() http.Handler {
 		{"/health", probe, local(g.health)},
 		{"/debug/triage", get, local(g.debugTriage)},
 		{"/debug/backends", get, local(g.debugBackends)},
+		{"/debug/store", get, local(g.debugStore)},
 		{"/", get, local(g.statusPage)},
 		{"/metrics", get, func(string) http.Handler { return promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{Registry: g.reg}) }},
 	}

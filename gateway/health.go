@@ -38,6 +38,9 @@ type readyBody struct {
 	Status string       `json:"status"` // "ready" or "not_ready"
 	Phase  string       `json:"phase"`
 	Models []readyModel `json:"models"`
+	// Store is the shared store, when configured; its being down does
+	// not make the gateway unready (on_store_error says what it does).
+	Store *storeStatus `json:"store,omitempty"`
 }
 
 // readyz answers 200 when every model has at least min_ready ready backends
@@ -69,7 +72,7 @@ func (g *Gateway) health(w http.ResponseWriter, r *http.Request, _ *exchange) er
 
 // readiness is /readyz's verdict and its detail.
 func (g *Gateway) readiness() (readyBody, bool) {
-	body := readyBody{Phase: g.Phase().String()}
+	body := readyBody{Phase: g.Phase().String(), Store: g.storeStatus()}
 	ok := g.Phase() == Serving
 	for _, rt := range g.live().models {
 		m := rt.fm

@@ -481,10 +481,9 @@ func (c *testClock) advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
-// startKeyedCounted serves model m (counted with the qwen3 tokenizer and a
-// plain chat template, as the simulator counts it) behind a gateway with
-// the given keys on quota clock clock.
-func startKeyedCounted(t *testing.T, sc sim.Config, clock func() time.Time, keys ...config.KeyConfig) (*testGateway, *sim.Server) {
+// qwen3Plain is the qwen3 tokenizer with a plain chat template, as the
+// simulator counts it.
+func qwen3Plain(t *testing.T) *tokenize.Model {
 	t.Helper()
 	tok, err := tokenize.LoadDir(fixtures.ModelDir(t, "qwen3"), tokenize.LoadOptions{ChatTemplate: `{%- for m in messages %}
 {{- '<|im_start|>' + m.role + '\n' + m.content + '<|im_end|>\n' }}
@@ -493,6 +492,15 @@ func startKeyedCounted(t *testing.T, sc sim.Config, clock func() time.Time, keys
 	if err != nil {
 		t.Fatal(err)
 	}
+	return tok
+}
+
+// startKeyedCounted serves model m (counted with the qwen3 tokenizer and a
+// plain chat template, as the simulator counts it) behind a gateway with
+// the given keys on quota clock clock.
+func startKeyedCounted(t *testing.T, sc sim.Config, clock func() time.Time, keys ...config.KeyConfig) (*testGateway, *sim.Server) {
+	t.Helper()
+	tok := qwen3Plain(t)
 	sc.Model, sc.Tokenizer = "m", sim.ModelTokenizer(tok)
 	s := sim.New(sc, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
 	srv := httptest.NewServer(s.Handler())

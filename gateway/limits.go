@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -29,7 +30,7 @@ func hasLimits(l quota.Limits) bool {
 // On success the x-ratelimit-* headers of the answer are set from the
 // reservation and x.res holds it; the caller settles it (settle) when the
 // request ends.
-func (g *Gateway) reserve(w http.ResponseWriter, x *exchange, ep admission.Endpoint, dec admission.Decision, bodyLen int) *Error {
+func (g *Gateway) reserve(w http.ResponseWriter, x *exchange, ep admission.Endpoint, dec admission.Decision, bodyLen int) error {
 	k := x.key
 	if !hasLimits(k.limits) {
 		return nil
@@ -39,7 +40,17 @@ func (g *Gateway) reserve(w http.ResponseWriter, x *exchange, ep admission.Endpo
 	res, err := g.quota.Reserve(x.clientCtx, k.name, k.limits, ask)
 	if err != nil {
 		d, ok := err.(*quota.Denied)
-		if !ok { // a shared store that failed: the key's limits cannot be checked
+		switch {
+		case ok:
+		case x.clientCtx.Err() != nil:
+			return errClientGone
+		case errors.Is(err, admission.ErrStoreDown):
+			// The replicas' shared store is down and on_store_error is
+			// reject: the key's limits cannot be checked.
+			return &Error{Status: http.StatusServiceUnavailable, Type: typeServer, Code: codeStoreDown, Outcome: admission.StoreDown.String(),
+				Layer: triage.LayerDoor, RetryAfter: g.cfg.Store.Heartbeat.D(), Cause: err,
+				Message: "The shared store of this gateway's replicas cannot be reached, and on_store_error is reject: the API key's limits cannot be checked. Retry later."}
+		default:
 			return &Error{Status: http.StatusServiceUnavailable, Type: typeServer, Code: codeServerBusy, Layer: triage.LayerDoor,
 				RetryAfter: time.Second, Message: "The API key's limits cannot be checked right now; retry shortly.", Cause: err}
 		}

@@ -122,7 +122,10 @@ func (g *Gateway) admit(a *api) handlerFunc {
 			// The key's limits, after the door's count and before the
 			// queue; the hold is settled when the request ends.
 			if err := g.reserve(w, x, ep, dec, len(body)); err != nil {
-				return g.rejected(x, err)
+				if e, ok := err.(*Error); ok {
+					return g.rejected(x, e)
+				}
+				return err // the client left while the store answered
 			}
 			defer g.settle(x)
 		}
@@ -174,6 +177,9 @@ func (g *Gateway) rejected(x *exchange, e *Error) error {
 	g.metricsOf(x).rejections.WithLabelValues(e.outcome()).Inc()
 	if x.key != nil {
 		x.key.metrics.rejections.WithLabelValues(e.outcome()).Inc()
+	}
+	if x.tr != nil {
+		x.tr.rejection = e.outcome()
 	}
 	return e
 }

@@ -171,6 +171,9 @@ func (g *Gateway) queueError(rt *modelRuntime, o admission.Outcome, t admission.
 			Message: "The gateway is shutting down; retry on another instance."}
 	case admission.ClientGone:
 		return errClientGone
+	case admission.StoreDown:
+		return &Error{Status: http.StatusServiceUnavailable, Type: typeServer, Code: codeStoreDown, Layer: triage.LayerQueue, RetryAfter: g.cfg.Store.Heartbeat.D(),
+			Message: "The shared store of this gateway's replicas cannot be reached, and on_store_error is reject: no backend can be confirmed for the request. Retry later."}
 	}
 	return fmt.Errorf("unexpected queue outcome %s", o)
 }

@@ -62,9 +62,9 @@ func (g *Gateway) setState(cfg *config.Config, models []*modelRuntime) {
 // listener and server (listen, max_connections, max_header_bytes,
 // read_header_timeout, idle_timeout), what was sized or started once
 // (max_body_bytes_in_flight, backend_dial_timeout, scrape_interval,
-// health, resolver, the triage window and baseline), the shape of the
-// queues (priority_classes, default_priority) and whether keys are
-// required at all (auth present or not).
+// health, resolver, store, tracing, the triage window and baseline), the
+// shape of the queues (priority_classes, default_priority) and whether
+// keys are required at all (auth present or not).
 var restartOnly = []struct {
 	key string
 	get func(c *config.Config) any
@@ -80,6 +80,8 @@ var restartOnly = []struct {
 	{"scrape_interval", func(c *config.Config) any { return c.ScrapeInterval }, func(d, s *config.Config) { d.ScrapeInterval = s.ScrapeInterval }},
 	{"health", func(c *config.Config) any { return c.Health }, func(d, s *config.Config) { d.Health = s.Health }},
 	{"resolver", func(c *config.Config) any { return c.Resolver }, func(d, s *config.Config) { d.Resolver = s.Resolver }},
+	{"store", func(c *config.Config) any { return c.Store }, func(d, s *config.Config) { d.Store = s.Store }},
+	{"tracing", func(c *config.Config) any { return c.Tracing }, func(d, s *config.Config) { d.Tracing = s.Tracing }},
 	{"triage_window", func(c *config.Config) any { return c.TriageWindow }, func(d, s *config.Config) { d.TriageWindow = s.TriageWindow }},
 	{"triage.baseline", func(c *config.Config) any { return c.Triage.Baseline }, func(d, s *config.Config) { d.Triage.Baseline = s.Triage.Baseline }},
 	{"priority_classes", func(c *config.Config) any { return c.PriorityClasses }, func(d, s *config.Config) { d.PriorityClasses = s.PriorityClasses }},

@@ -141,7 +141,9 @@ func (m *metrics) forModel(name string) modelMetrics {
 // with a new Ref. A model of prev (the runtimes in force, by name) keeps
 // its pool (its queue, leases and slots' state), fleet model and metric
 // children, and takes cfg's settings; a new model gets its own pool over
-// its fleet backends. toks are the models' tokenizers, by name.
+// its fleet backends. toks are the models' tokenizers, by name. With a
+// shared store, each pool confirms its picks in the replicas' shared
+// account.
 func (g *Gateway) newRuntimes(cfg *config.Config, toks map[string]*tokenize.Model, prev map[string]*modelRuntime) []*modelRuntime {
 	out := make([]*modelRuntime, 0, len(cfg.Models))
 	for i := range cfg.Models {
@@ -157,7 +159,7 @@ func (g *Gateway) newRuntimes(cfg *config.Config, toks map[string]*tokenize.Mode
 			affinity:       mc.PrefixAffinityTokens,
 			checkRate:      mc.TokenizeCheckRate,
 		}
-		pc := poolConfig(cfg, mc)
+		pc := g.poolConfig(cfg, mc)
 		if old := prev[mc.Name]; old != nil {
 			rt.pool, rt.metrics = old.pool, old.metrics
 			rt.pool.SetConfig(pc)
@@ -178,8 +180,8 @@ func (g *Gateway) newRuntimes(cfg *config.Config, toks map[string]*tokenize.Mode
 }
 
 // poolConfig is a model's admission.PoolConfig (OnEvent aside).
-func poolConfig(cfg *config.Config, mc *config.ModelConfig) admission.PoolConfig {
-	return admission.PoolConfig{
+func (g *Gateway) poolConfig(cfg *config.Config, mc *config.ModelConfig) admission.PoolConfig {
+	pc := admission.PoolConfig{
 		QueueSize:        mc.QueueSizeOrDefault(),
 		QueueTimeout:     mc.QueueTimeoutOrDefault(),
 		Classes:          len(cfg.PriorityClasses),
@@ -193,7 +195,12 @@ func poolConfig(cfg *config.Config, mc *config.ModelConfig) admission.PoolConfig
 		EjectFor:               cfg.EjectFor.D(),
 		MaxEjectionPercent:     cfg.MaxEjectionPercent,
 		AffinityLoad:           1.5,
+		RejectWhenStoreDown:    cfg.Store.OnError == config.StoreErrorReject,
 	}
+	if g.shared != nil {
+		pc.Shared = g.shared
+	}
+	return pc
 }
 
 // catalog is the door's view of the configured models: the one lookup of a

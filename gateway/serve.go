@@ -97,6 +97,9 @@ type exchange struct {
 	// The door's numbers, logged with the request.
 	promptTokens, maxTokens, maxModelLen int
 	uncounted                            string
+	// tr is the request's tracing (tracing.go); nil when the gateway
+	// does not trace.
+	tr *spans
 }
 
 // serve is the edge adapter: it assigns the request id, runs h, renders a
@@ -112,6 +115,9 @@ func (g *Gateway) serveIn(env errorWriter, endpoint string, h handlerFunc) http.
 		x := &exchange{id: requestID(r), start: time.Now(), endpoint: endpoint, clientCtx: r.Context()}
 		rec := &recorder{ResponseWriter: w, stall: &x.clientStall, werr: &x.clientWriteErr}
 		w.Header().Set("X-Request-Id", x.id)
+		if g.tr != nil {
+			g.tr.start(r, x)
+		}
 		var err error
 		defer func() {
 			p := recover()
@@ -209,6 +215,9 @@ func (g *Gateway) finish(x *exchange, rec *recorder, r *http.Request, err error)
 	code := strconv.Itoa(status)
 	ph := x.phases(end)
 	g.observe(x, layer, ph, d)
+	if x.tr != nil {
+		g.tr.end(x, status, layer, end)
+	}
 	mm := g.metricsOf(x)
 	mm.requests.WithLabelValues(x.endpoint, code).Inc()
 	mm.duration.WithLabelValues(x.endpoint).Observe(d.Seconds())

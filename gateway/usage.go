@@ -483,9 +483,19 @@ func (x *exchange) used() (tokens int64, known bool) {
 }
 
 // neverSent reports whether a transport error means the request never
-// reached a live backend: refused, or written into a connection the
-// backend had already closed.
+// reached a live backend: refused, written into a connection the backend
+// had already closed, or sent on a pooled connection the backend closed
+// while it was idle (net/http's "server closed idle connection": the
+// backend closed it before this request was on it, as a server shutting
+// down does; net/http itself retries that only for idempotent requests).
 func neverSent(err error) bool {
 	var oe *net.OpError
-	return errors.As(err, &oe) && (oe.Op == "dial" || oe.Op == "write" || oe.Op == "readfrom")
+	if errors.As(err, &oe) && (oe.Op == "dial" || oe.Op == "write" || oe.Op == "readfrom") {
+		return true
+	}
+	return err != nil && err.Error() == errServerClosedIdle
 }
+
+// errServerClosedIdle is net/http's text for a pooled connection the
+// server closed while idle (the error value is not exported).
+const errServerClosedIdle = "http: server closed idle connection"
