@@ -176,3 +176,90 @@ func scrapeCounter(t *testing.T, c *http.Client, base, family string) float64 {
 	}
 	return sum
 }
+
+// TestDrainingBackendShown: a backend whose address left the DNS answer
+// while a stream is open on it is listed as draining, with its source, in
+// /debug/backends and on the status page until the stream ends ([DONE],
+// not cut); then it is forgotten. The stream is held open by the
+// simulator's token gate, not by time.
+func TestDrainingBackendShown(t *testing.T) {
+	gate := make(chan struct{})
+	port, sims := simsOnOnePort(t, 2, sim.Config{Model: "m", OutputTokens: 8, TokenGate: gate})
+	ip := func(i int) string { h, _, _ := net.SplitHostPort(sims[i].addr); return h }
+	// feed lets generations run until the returned stop is called.
+	feed := func() (stop func()) {
+		done := make(chan struct{})
+		fed := make(chan struct{})
+		go func() {
+			defer close(fed)
+			for {
+				select {
+				case gate <- struct{}{}:
+				case <-done:
+					return
+				}
+			}
+		}()
+		return func() { close(done); <-fed }
+	}
+	stopFeed := feed()
+	ns := dnstest.Start(t)
+	const name = "vllm-drain.maitred.test."
+	ns.SetA(name, ip(0))
+	cfg := config.Default()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.DrainDelay = 0
+	cfg.DrainTimeout = config.Duration(30 * time.Second)
+	cfg.Resolver = ns.Addr
+	cfg.Health.Interval = config.Duration(20 * time.Millisecond)
+	cfg.ScrapeInterval = config.Duration(50 * time.Millisecond)
+	cfg.Models = []config.ModelConfig{{Name: "m", Backends: []config.BackendConfig{
+		{DNS: name + ":" + port, DNSInterval: config.Duration(20 * time.Millisecond)},
+	}}}
+	base, stop := startGateway(t, cfg, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+	defer stop()
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	awaitDebug(t, c, base, "backend 0 ready", func(bs []debugBackend) bool { return readyOnly(bs, sims[0].addr) })
+
+	// One stream on backend 0, held mid-generation by the gate.
+	stopFeed()
+	streamDone := make(chan error, 1)
+	go func() { streamDone <- oneStream(c, base, `{"model":"m","prompt":"hi","stream":true,"max_tokens":8}`) }()
+	awaitCond(t, "the stream running on backend 0", func() bool { return sims[0].sim.Stats().Running == 1 })
+
+	// Backend 1 joins (its warm-up waits on the gate too), backend 0 leaves.
+	source := "dns:" + name + ":" + port
+	ns.SetA(name, ip(1))
+	awaitDebug(t, c, base, "backend 0 draining, backend 1 added", func(bs []debugBackend) bool {
+		for _, b := range bs {
+			if b.URL == "http://"+sims[0].addr && b.Draining && b.Source == source {
+				return len(bs) == 2
+			}
+		}
+		return false
+	})
+	res, err := c.Get(base + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	row := string(page)
+	if i := strings.Index(row, sims[0].addr); i < 0 || !strings.Contains(row[i:], source) || !strings.Contains(row[i:], "draining") {
+		t.Errorf("status page lacks backend 0 with its source and draining:\n%s", page)
+	}
+
+	// The stream finishes on the draining backend, backend 1 warms up, and
+	// backend 0 is forgotten.
+	stopFeed = feed()
+	defer stopFeed()
+	if err := <-streamDone; err != nil {
+		t.Fatalf("the stream on the draining backend: %v", err)
+	}
+	awaitDebug(t, c, base, "backend 0 forgotten", func(bs []debugBackend) bool { return readyOnly(bs, sims[1].addr) })
+	if st := sims[0].sim.Stats(); st.Aborted != 0 || st.Failed != 0 {
+		t.Errorf("backend 0: %d aborted, %d failed", st.Aborted, st.Failed)
+	}
+}

@@ -66,7 +66,7 @@ func writeFile(t *testing.T, path, content string) {
 // TestReloadOnSIGHUPUnderLoad: with 200 streams open, the config file gains
 // a backend, a key, and a changed limit, and the process gets a real
 // SIGHUP: no stream is cut and no request fails, the change shows in
-// /debug/backends at once (the time is logged), the new backend takes
+// /debug/backends (the time is logged), the new backend takes
 // traffic only once warmed up, and the new key is accepted. Then a file
 // that does not validate is refused, naming the key path, and the running
 // config keeps serving.
@@ -118,10 +118,8 @@ func TestReloadOnSIGHUPUnderLoad(t *testing.T) {
 		return len(bs) == 3 && bs[0].MaxInFlight == 1000 && bs[2].URL == "http://"+c.addr && bs[2].Source == "static"
 	})
 	visible := time.Since(sent)
+	// Logged, not asserted (no timing assertions): the target is 1 s.
 	t.Logf("the reload was visible in /debug/backends %s after SIGHUP", visible.Round(time.Millisecond))
-	if visible > 5*time.Second { // the target is 1 s; generous for a loaded CI machine
-		t.Errorf("the reload took %s to show", visible)
-	}
 	if err := oneStream(cl, base, body, "Authorization", "Bearer key-b"); err != nil {
 		t.Fatalf("the key added by the reload: %v", err)
 	}
