@@ -137,9 +137,21 @@
 // readiness fails at once, new requests are served for drain_delay, then
 // in-flight work gets drain_timeout before it is ended on purpose.
 //
+// The config in force is one state (reload.go): the config and the
+// models' runtimes, catalog and door built from it, swapped whole by
+// Reload (SIGHUP or the config file changing; cmd/maitred). A request
+// reads it where it needs it and keeps the runtime its door found; a
+// model that stays keeps its pool and fleet model across reloads; a
+// removed model's queue is closed (its waiting requests get 404). A
+// model's pool follows its fleet backends as they join and leave
+// (OnMembers), and a draining backend is forgotten only when the pool has
+// no lease out on it (HoldDrain). Settings that need a restart keep their
+// running values and are logged.
+//
 // # Concurrency
 //
-// A Gateway is immutable after New except for its lifecycle phase (atomic),
+// A Gateway is immutable after New except for its config state (atomic,
+// reload.go), its lifecycle phase (atomic),
 // its pools and triage engine (each with its own lock), its body budget
 // (atomic) and its metrics; a framedConn's scanner runs in net/http's reads
 // of that connection, one at a time, and hands its verdict to the handler
@@ -148,8 +160,9 @@
 // try at a backend in an attempt (and its span), both owned by the request's goroutine and
 // read by the proxy hooks of that same request; the timers that cancel an
 // upstream request only set the attempt's atomic flags and cancel. A
-// model's runtime (pool, tokenizer, timeouts, metric children) is built
-// once in New; the door's lookup finds it and the request carries it. The
+// model's runtime (pool, tokenizer, timeouts, metric children) is built in
+// New and again at each Reload; the door's lookup finds it (by Ref, in an
+// append-only list) and the request carries it. The
 // adapters a lookup reads are the fleet's, read under each backend's lock. A
 // client that disconnects cancels the request context, which cancels the
 // backend request, so vLLM aborts it and frees its KV cache.
