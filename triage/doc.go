@@ -153,6 +153,12 @@
 // Said: its evidence in sentences (for latency: the p50, over what, against
 // which baseline and why that one), for the status page and for people.
 //
+// Engine.Series returns the window bucket by bucket (per backend: request
+// and failure counts by layer, TTFT and TPOT p50/p99, the last vLLM
+// waiting, running and KV usage; per model: the highest gateway queue
+// depth), what the status page draws. It only reads; a figure not observed
+// in a bucket is absent, not zero.
+//
 // # Evidence
 //
 // Durations are milliseconds (float, 3 decimals); shares and ratios are
