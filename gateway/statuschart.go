@@ -30,7 +30,7 @@ var palette = []string{"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#
 
 const (
 	chartW, chartH                 = 640, 190
-	padL, padR, padT, padB         = 56, 10, 10, 22
+	padL, padR, padT, padB         = 56, 10, 18, 22
 	legendH                        = 16
 	plotW, plotH                   = chartW - padL - padR, chartH - padT - padB
 	chartFmtY                      = "%.3g"
@@ -107,7 +107,7 @@ func drawChart(id, unit string, lines []chartLine, n int, span string, yMax floa
 		fmt.Fprintf(&sb, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#ddd"/><text x="%d" y="%.1f" text-anchor="end">`+chartFmtY+`</text>`,
 			padL, padL+plotW, yy, yy, padL-4, yy+4, f*yMax)
 	}
-	fmt.Fprintf(&sb, `<text x="4" y="%d">%s</text>`, padT+8, template.HTMLEscapeString(unit))
+	fmt.Fprintf(&sb, `<text x="%d" y="%d" text-anchor="end">%s</text>`, padL-4, padT-6, template.HTMLEscapeString(unit))
 	fmt.Fprintf(&sb, `<text x="%d" y="%d">%s ago</text><text x="%d" y="%d" text-anchor="end">now</text>`,
 		padL, padT+plotH+15, template.HTMLEscapeString(span), padL+plotW, padT+plotH+15)
 	if total == 0 {
