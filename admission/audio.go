@@ -47,8 +47,7 @@ func (d *Door) CheckForm(ep Endpoint, f Form) (Decision, *Rejection) {
 	}
 	m, ok := d.models.Lookup(f.Model)
 	if !ok {
-		return Decision{}, &Rejection{Reason: UnknownModel, Status: 404, Code: codeModelNotFound, Param: "model",
-			Message: fmt.Sprintf("The model %q does not exist. Available models: %s.", f.Model, strings.Join(d.models.Names(), ", "))}
+		return Decision{}, UnknownModelRejection(f.Model, d.models.Names())
 	}
 	dec := Decision{Model: m.Name, Ref: m.Ref, Only: m.Only, N: 1, Prompts: 1, Uncounted: NotCounted, PromptEstimate: audioPromptEstimate}
 	reject := func(param, msg string) (Decision, *Rejection) {

@@ -88,6 +88,17 @@
 // checked, and the backend is admitted on its in-flight and token-budget
 // limits alone, rather than held back for ever.
 //
+// Replicas of the gateway share each backend's limits through a Shared
+// account (shared.go; package store keeps it in Redis or Valkey). The
+// pool still picks locally, under its lock; the pick is then confirmed in
+// the account outside the lock. A backend the account refuses (its room
+// held by other replicas) is not picked again until SharedFreed (another
+// replica released on it) or SharedRecheck (the store's heartbeat, or a
+// change in its standing), and the request goes back to the head of its
+// class. While the account cannot be reached, the pool admits on its share
+// of each limit (the limit divided by the live replicas last counted, at
+// least 1) or, with RejectWhenStoreDown, refuses with StoreDown.
+//
 // Reasons, Uncounted and Outcomes are small closed enums that double as
 // metric labels. CountRejection is the one mapping from a tokenizer's
 // error to a rejection, shared by the door and the gateway's /tokenize. The package imports no HTTP: statuses are plain numbers.

@@ -198,10 +198,18 @@ func (d *Door) model(req *ojson.Value) (Model, *Rejection) {
 	}
 	m, ok := d.models.Lookup(mv.Str)
 	if !ok {
-		return Model{}, &Rejection{Reason: UnknownModel, Status: 404, Code: codeModelNotFound, Param: "model",
-			Message: fmt.Sprintf("The model %q does not exist. Available models: %s.", mv.Str, strings.Join(d.models.Names(), ", "))}
+		return Model{}, UnknownModelRejection(mv.Str, d.models.Names())
 	}
 	return m, nil
+}
+
+// UnknownModelRejection is the 404 of a model name the catalog does not
+// know, listing the names it does (names). Every lookup of a model by
+// name answers a miss with it, so that a model hidden from a client (an
+// API key's allow-list) and one that does not exist read the same.
+func UnknownModelRejection(name string, names []string) *Rejection {
+	return &Rejection{Reason: UnknownModel, Status: 404, Code: codeModelNotFound, Param: "model",
+		Message: fmt.Sprintf("The model %q does not exist. Available models: %s.", name, strings.Join(names, ", "))}
 }
 
 type fields struct {

@@ -72,6 +72,12 @@ const (
 	TemplateError                  // the chat template raised, as Python's jinja2 would
 	ContextLength                  // prompt + max_tokens beyond max_model_len
 	InvalidInput                   // a pooling request's input (embeddings, score, rerank, ...) malformed
+	// The API key checks (the gateway's auth; the door never returns
+	// them, but they name refusals at the same place, before any backend
+	// work, and share the vocabulary).
+	InvalidAPIKey   // no key, or a key that is not configured (401)
+	ModelNotAllowed // a configured model outside the key's allow-list (answered as UnknownModel's 404)
+	RateLimited     // over one of the key's limits (429)
 	numReasons
 )
 
@@ -87,6 +93,9 @@ var reasonNames = [...]string{
 	TemplateError:    "invalid_chat_template_input",
 	ContextLength:    "context_length_exceeded",
 	InvalidInput:     "invalid_input",
+	InvalidAPIKey:    "invalid_api_key",
+	ModelNotAllowed:  "model_not_allowed",
+	RateLimited:      "rate_limited",
 }
 
 func (r Reason) String() string {

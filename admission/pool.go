@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
@@ -24,10 +25,11 @@ const (
 	OverBudget                  // larger than every backend's whole token budget: 400
 	NoBackend                   // no backend of the model is ready: 503 model_not_ready
 	Draining                    // the gateway is shutting down: 503
+	StoreDown                   // the shared store cannot be reached and on_store_error is reject: 503
 	numOutcomes
 )
 
-var outcomeNames = [...]string{"admitted", "queue_full", "queue_timeout", "client_gone", "over_budget", "no_backend", "draining"}
+var outcomeNames = [...]string{"admitted", "queue_full", "queue_timeout", "client_gone", "over_budget", "no_backend", "draining", "store_down"}
 
 func (o Outcome) String() string {
 	if o >= 0 && o < numOutcomes {
@@ -84,6 +86,16 @@ type PoolConfig struct {
 	// AffinityLoad bounds prefix affinity: a backend is skipped when its
 	// outstanding tokens exceed AffinityLoad times the average (e.g. 1.25).
 	AffinityLoad float64
+	// Shared, when set, is the account of every replica's holdings on the
+	// backends: a slot picked here is granted only once Shared confirms
+	// it (see shared.go). A slot Shared refused is held elsewhere: it is
+	// not picked again until SharedFreed or SharedRecheck.
+	Shared Shared
+	// RejectWhenStoreDown: while Shared cannot be reached, requests get
+	// StoreDown; otherwise (on_store_error local) they are admitted on this
+	// replica's share of each limit, the limit divided by the live
+	// replicas Shared last counted (at least 1).
+	RejectWhenStoreDown bool
 }
 
 // SlotConfig describes one backend to the pool.
@@ -203,6 +215,12 @@ type Slot struct {
 	ejectedUntil time.Time // zero when not ejected
 	ejections    int
 	held         bool // an EjectionHeld was reported for this run of failures
+
+	// elsewhere: the shared account refused this slot (other replicas
+	// hold its room) and nothing was freed since; wakes counts the frees
+	// heard (a refusal older than the last free does not set elsewhere).
+	elsewhere bool
+	wakes     uint64
 }
 
 // SlotStats is a snapshot of a slot.
@@ -255,6 +273,11 @@ type Lease struct {
 	pool   *Pool
 	tokens int
 	done   bool
+	// The slot's limits and wake count when it was picked, and the shared
+	// account's hold once confirmed.
+	maxIn, budget int
+	wakes         uint64
+	hold          Hold
 }
 
 // Result is how a dispatched request went, for outlier ejection.
@@ -270,6 +293,7 @@ const (
 type waiter struct {
 	t       Ticket
 	ch      chan *Lease // buffered 1
+	order   uint64      // arrival order, kept over tries
 	since   time.Time
 	granted *Lease
 	gone    bool
@@ -287,6 +311,8 @@ type Pool struct {
 	slots []*Slot
 	queue [][]*waiter
 	depth int
+	// arrivals numbers the requests, for their order in the queue.
+	arrivals uint64
 	// drain rate: releases per second, exponentially weighted.
 	rate      float64
 	lastRel   time.Time
@@ -388,10 +414,51 @@ func (p *Pool) mayEjectLocked() bool {
 
 // Acquire waits for a backend slot for t, or returns why not. The context
 // is the client's: when it ends, the request leaves the queue at once and
-// is never dispatched.
+// is never dispatched. With a Shared account, the slot picked here is
+// confirmed there (outside the lock); a slot held elsewhere sends the
+// request back to the head of its class, to wait for a free.
 func (p *Pool) Acquire(ctx context.Context, t Ticket) (*Lease, Outcome) {
 	t.Class = min(max(t.Class, 0), p.cfg.Classes-1)
+	var q queued
+	defer q.stop()
+	for again := false; ; again = true {
+		l, o := p.acquireLocal(ctx, t, &q, again)
+		if o != Admitted || p.cfg.Shared == nil {
+			return l, o
+		}
+		o, retry := p.confirm(ctx, l)
+		if !retry {
+			if o != Admitted {
+				return nil, o
+			}
+			return l, o
+		}
+	}
+}
+
+// queued is a request's time in the queue, over its tries.
+type queued struct {
+	since time.Time
+	order uint64
+	timer *time.Timer
+}
+
+func (q *queued) stop() {
+	if q.timer != nil {
+		q.timer.Stop()
+	}
+}
+
+// acquireLocal is one try of Acquire on this pool's own account. again: a
+// try after the shared account refused the last grant; the request keeps
+// its place (the head of its class) and is not counted against the queue
+// size again.
+func (p *Pool) acquireLocal(ctx context.Context, t Ticket, q *queued, again bool) (*Lease, Outcome) {
 	p.mu.Lock()
+	if q.order == 0 {
+		p.arrivals++
+		q.order = p.arrivals
+	}
 	if p.draining {
 		p.unlock()
 		return nil, Draining
@@ -404,24 +471,47 @@ func (p *Pool) Acquire(ctx context.Context, t Ticket) (*Lease, Outcome) {
 		p.unlock()
 		return nil, OverBudget
 	}
-	// Only when nobody of the same or a higher class waits, so FIFO holds.
-	if !p.waitingAtOrAbove(t.Class) {
+	// Only when nobody of the same or a higher class waits, so FIFO holds
+	// (a request tried again was ahead of its class already).
+	ahead := p.waitingAtOrAbove(t.Class)
+	if again {
+		ahead = t.Class > 0 && p.waitingAtOrAbove(t.Class-1)
+	}
+	if !ahead {
 		if l := p.grantLocked(t); l != nil {
 			p.unlock()
+			if !q.since.IsZero() {
+				l.Waited = p.now().Sub(q.since)
+			}
 			return l, Admitted
 		}
 	}
-	if p.depth >= p.cfg.QueueSize {
+	if !again && p.depth >= p.cfg.QueueSize {
 		p.unlock()
 		return nil, QueueFull
 	}
-	w := &waiter{t: t, ch: make(chan *Lease, 1), since: p.now()}
-	p.queue[t.Class] = append(p.queue[t.Class], w)
+	if q.since.IsZero() {
+		q.since = p.now()
+	}
+	w := &waiter{t: t, ch: make(chan *Lease, 1), since: q.since, order: q.order}
+	if again {
+		// Back to its place: ahead of every later arrival (several
+		// refused at once go back in their order).
+		cq := p.queue[t.Class]
+		i := slices.IndexFunc(cq, func(x *waiter) bool { return x.order > w.order })
+		if i < 0 {
+			i = len(cq)
+		}
+		p.queue[t.Class] = slices.Insert(cq, i, w)
+	} else {
+		p.queue[t.Class] = append(p.queue[t.Class], w)
+	}
 	p.depth++
 	p.unlock()
 
-	timer := time.NewTimer(p.cfg.QueueTimeout)
-	defer timer.Stop()
+	if q.timer == nil {
+		q.timer = time.NewTimer(p.cfg.QueueTimeout)
+	}
 	var why Outcome
 	select {
 	case l := <-w.ch:
@@ -432,7 +522,7 @@ func (p *Pool) Acquire(ctx context.Context, t Ticket) (*Lease, Outcome) {
 		return l, Admitted
 	case <-ctx.Done():
 		why = ClientGone
-	case <-timer.C:
+	case <-q.timer.C:
 		why = QueueTimeout
 	}
 	p.mu.Lock()
@@ -447,6 +537,81 @@ func (p *Pool) Acquire(ctx context.Context, t Ticket) (*Lease, Outcome) {
 	p.removeLocked(w)
 	p.unlock()
 	return nil, why
+}
+
+// confirm asks the shared account for l's slot. retry: the slot is held
+// elsewhere (or over this replica's share while the store is down), the
+// local grant went back, and the request should try again.
+func (p *Pool) confirm(ctx context.Context, l *Lease) (o Outcome, retry bool) {
+	s := l.Slot
+	h, err := p.cfg.Shared.Take(ctx, s.Name, l.maxIn, l.budget, l.tokens)
+	giveBack := func() {
+		if h != nil {
+			h.Release()
+		}
+		l.release(Abandoned, false)
+	}
+	switch {
+	case err == nil:
+		p.mu.Lock()
+		l.hold = h
+		p.unlock()
+		return Admitted, false
+	case ctx.Err() != nil:
+		giveBack()
+		return ClientGone, false
+	case errors.Is(err, ErrHeldElsewhere):
+		p.mu.Lock()
+		if s.wakes == l.wakes {
+			s.elsewhere = true
+		}
+		p.unlock()
+		giveBack()
+		return Admitted, true
+	case p.cfg.RejectWhenStoreDown:
+		giveBack()
+		return StoreDown, false
+	}
+	// The store is down: keep the grant if it is within this replica's
+	// share of the slot's limits (grants from now on are picked on it).
+	p.mu.Lock()
+	n := p.cfg.Shared.State().Replicas
+	maxIn, budget := share(l.maxIn, n), share(l.budget, n)
+	ok := (maxIn == 0 || s.inFlight <= maxIn) && (budget == 0 || s.tokens <= budget || s.inFlight == 1)
+	if ok {
+		l.hold = h
+	}
+	p.unlock()
+	if !ok {
+		giveBack()
+		return Admitted, true
+	}
+	return Admitted, false
+}
+
+// SharedFreed is told that the shared account freed room on slot (another
+// replica released a holding): the slot is picked again.
+func (p *Pool) SharedFreed(slot int) {
+	p.mu.Lock()
+	s := p.slots[slot]
+	s.elsewhere = false
+	s.wakes++
+	p.dispatchLocked()
+	p.unlock()
+}
+
+// SharedRecheck forgets every slot held elsewhere and re-runs dispatch: the
+// slow safety net under SharedFreed (a replica that died frees its
+// holdings when its lease ends, which nobody announces), and what follows
+// a change in the store's standing (up or down, the live replica count).
+func (p *Pool) SharedRecheck() {
+	p.mu.Lock()
+	for _, s := range p.slots {
+		s.elsewhere = false
+		s.wakes++
+	}
+	p.dispatchLocked()
+	p.unlock()
 }
 
 func (p *Pool) waitingAtOrAbove(class int) bool {
@@ -553,10 +718,19 @@ func (p *Pool) staleLocked(s *Slot, now time.Time) bool {
 }
 
 func (p *Pool) fits(s *Slot, tokens int) bool {
-	if s.cfg.MaxInFlight > 0 && s.inFlight >= s.cfg.MaxInFlight {
+	maxIn, b := s.cfg.MaxInFlight, s.budget()
+	if p.cfg.Shared != nil {
+		if s.elsewhere {
+			return false
+		}
+		if st := p.cfg.Shared.State(); !st.Up {
+			maxIn, b = share(maxIn, st.Replicas), share(b, st.Replicas)
+		}
+	}
+	if maxIn > 0 && s.inFlight >= maxIn {
 		return false
 	}
-	if b := s.budget(); b > 0 && s.tokens+tokens > b && s.inFlight > 0 {
+	if b > 0 && s.tokens+tokens > b && s.inFlight > 0 {
 		// An idle backend takes even a request over its budget estimate:
 		// an exact request over the whole budget was refused already.
 		return false
@@ -611,7 +785,7 @@ func (p *Pool) grantLocked(t Ticket) *Lease {
 	pick.inFlight++
 	pick.tokens += t.Tokens
 	p.decisions[policy]++
-	return &Lease{Slot: pick, Policy: policy, pool: p, tokens: t.Tokens}
+	return &Lease{Slot: pick, Policy: policy, pool: p, tokens: t.Tokens, maxIn: pick.cfg.MaxInFlight, budget: pick.budget(), wakes: pick.wakes}
 }
 
 // affinityLocked walks the hash ring from h to the first candidate that
@@ -666,14 +840,28 @@ func (l *Lease) Release(r Result) { l.release(r, true) }
 func (l *Lease) release(r Result, count bool) {
 	p := l.pool
 	p.mu.Lock()
-	defer p.unlock()
 	if l.done {
+		p.unlock()
 		return
 	}
 	l.done = true
+	h := l.hold
+	l.hold = nil
+	p.unlock()
+	if h != nil {
+		// The shared holding goes first, outside the lock, so that the
+		// waiters dispatched below find its room free in the store.
+		h.Release()
+	}
+	p.mu.Lock()
+	defer p.unlock()
 	s := l.Slot
 	s.inFlight--
 	s.tokens -= l.tokens
+	if h != nil {
+		s.elsewhere = false
+		s.wakes++
+	}
 	now := p.now()
 	switch r {
 	case Succeeded:
@@ -830,6 +1018,7 @@ type Blockage struct {
 	Saturated int // its scraped waiting queue or KV usage at the configured level
 	Stale     int // its gauges were not scraped recently (counted as saturated)
 	Busy      int // at max_in_flight or its token budget
+	Elsewhere int // its room is held by other replicas (the shared store)
 	Free      int // has room (the queue's head may still not fit)
 }
 
@@ -849,6 +1038,7 @@ func (b Blockage) String() string {
 		{b.Saturated, "saturated (vLLM's waiting queue or KV cache usage at the configured level)"},
 		{b.Stale, "with stale gauges (no recent /metrics scrape; counted as saturated)"},
 		{b.Busy, "busy (at max_in_flight or its token budget)"},
+		{b.Elsewhere, "busy with other replicas' requests (at max_in_flight or its token budget in the shared store)"},
 		{b.Free, "with room for a smaller request"},
 	} {
 		if c.n > 0 {
@@ -884,6 +1074,8 @@ func (p *Pool) Blocked(t Ticket) Blockage {
 			b.Stale++
 		case !p.eligible(s, now):
 			b.Saturated++
+		case s.elsewhere:
+			b.Elsewhere++
 		case !p.fits(s, t.Tokens):
 			b.Busy++
 		default:

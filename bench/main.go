@@ -18,6 +18,8 @@
 //
 //	go run ./bench -scenario overload [-capacity 40] [-overload-3x 30s]
 //	go run ./bench -scenario soak [-streams 1000] [-hold 20s]
+//	go run ./bench -scenario quota [-quota-clients 50] [-quota-tpm 20000] [-quota-duration 2m]
+//	go run ./bench -scenario store [-rate 300] [-duration 20s]
 package main
 
 import (
@@ -58,7 +60,10 @@ var (
 	maxDur       = flag.Duration("max-duration", 5*time.Second, "length of each path's throughput run")
 	conc         = flag.Int("conc", 32, "closed-loop workers in the throughput phase")
 	jsonOut      = flag.Bool("json", false, "print results as JSON")
-	scenario     = flag.String("scenario", "proxy", "proxy: direct vs bare vs maitred; overload: the admission queue at 1x and 3x capacity; soak: memory and goroutines per open stream; slowbody: memory and timeouts under declared-but-unsent bodies")
+	scenario     = flag.String("scenario", "proxy", "proxy: direct vs bare vs maitred; overload: the admission queue at 1x and 3x capacity; soak: memory and goroutines per open stream; slowbody: memory and timeouts under declared-but-unsent bodies; quota: an API key's tokens_per_minute under concurrent clients; store: the shared store (a redis-server it starts) against in-process accounting")
+	quotaClients = flag.Int("quota-clients", 50, "quota scenario: concurrent clients on one key")
+	quotaTPM     = flag.Int64("quota-tpm", 20000, "quota scenario: the key's tokens_per_minute")
+	quotaDur     = flag.Duration("quota-duration", 2*time.Minute, "quota scenario: how long the clients run")
 	capacity     = flag.Int("capacity", 40, "overload: the backend's capacity in requests/s")
 	over1        = flag.Duration("overload-1x", 10*time.Second, "overload: length of the 1x phase")
 	over3        = flag.Duration("overload-3x", 30*time.Second, "overload: length of the 3x phase")
@@ -85,6 +90,10 @@ func main() {
 		run = func() error { return soak(*soakN, *soakHold) }
 	case "slowbody":
 		run = func() error { return slowBodies(*slowN, *slowDeclared) }
+	case "quota":
+		run = func() error { return quotaRun(*quotaClients, *quotaTPM, *quotaDur) }
+	case "store":
+		run = func() error { return storeScenario(*rate, *duration) }
 	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -176,12 +185,17 @@ func serve(h http.Handler) (string, func(), error) {
 // once and marks it serving. It returns its URL, the transport it reaches
 // backends with, and how to stop it.
 func serveGateway(cfg config.Config, log *zap.Logger) (string, *http.Transport, func(), error) {
+	return serveGatewayShared(cfg, log, nil)
+}
+
+// serveGatewayShared is serveGateway with a shared store (nil: none).
+func serveGatewayShared(cfg config.Config, log *zap.Logger, shared gateway.SharedStore) (string, *http.Transport, func(), error) {
 	fl, err := fleet.New(cfg, &http.Client{Transport: poolTransport()}, log, nil)
 	if err != nil {
 		return "", nil, nil, err
 	}
 	tr := gateway.NewTransport(cfg)
-	gw, err := gateway.New(gateway.Options{Config: cfg, Fleet: fl, Logger: log, Registry: prometheus.NewRegistry(), Transport: tr})
+	gw, err := gateway.New(gateway.Options{Config: cfg, Fleet: fl, Logger: log, Registry: prometheus.NewRegistry(), Transport: tr, Shared: shared})
 	if err != nil {
 		return "", nil, nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"time"
@@ -99,6 +100,10 @@ type Config struct {
 	// Triage overrides the triage rules' thresholds; unset keys keep the
 	// defaults documented in configs/maitred.yaml and package triage.
 	Triage TriageConfig `yaml:"triage"`
+	// Store is the shared store of a fleet's replicas (store.go): the
+	// top-level keys store, store_password_env, on_store_error,
+	// store_lease, store_heartbeat and store_timeout.
+	Store StoreConfig `yaml:",inline"`
 	// Outlier ejection: a backend answering 5xx or refusing connections
 	// EjectAfter times in a row gets no requests for EjectFor.
 	EjectAfter int      `yaml:"eject_after"`
@@ -108,9 +113,42 @@ type Config struct {
 	// once (rounded down, but at least one), and never the last ready one
 	// left in rotation: a single-backend model is never ejected.
 	MaxEjectionPercent int `yaml:"max_ejection_percent"`
+	// Tracing configures OpenTelemetry traces (off unless an endpoint is
+	// named here or in OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT).
+	Tracing TracingConfig `yaml:"tracing"`
 	// Models are the models served, each with its backends.
 	Models []ModelConfig `yaml:"models"`
+	// Auth, when present, requires an API key on every model API request
+	// (keys.go). Absent: the gateway is open, as before, and warns at start.
+	Auth *AuthConfig `yaml:"auth"`
 }
+
+// TracingConfig configures the OTLP trace exporter. What it names wins
+// over the OTEL_* environment variables; what it leaves unset is read
+// from them (package internal/telemetry resolves both).
+type TracingConfig struct {
+	// Endpoint is the collector's URL: for http/protobuf the traces URL
+	// (a URL without a path gets /v1/traces), for grpc the server's
+	// (http:// sends without TLS). Empty: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
+	// or OTEL_EXPORTER_OTLP_ENDPOINT, else tracing is off.
+	Endpoint string `yaml:"endpoint"`
+	// Protocol is grpc or http/protobuf; empty:
+	// OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf.
+	Protocol string `yaml:"protocol"`
+	// SamplingRatio is the share of traces started here that are kept
+	// (0 to 1); a caller's sampled traceparent is always followed. Unset:
+	// OTEL_TRACES_SAMPLER (+ _ARG), else every trace.
+	SamplingRatio *float64 `yaml:"sampling_ratio"`
+	// ServiceName is the service.name of the spans; empty:
+	// OTEL_SERVICE_NAME, else maitred.
+	ServiceName string `yaml:"service_name"`
+}
+
+// The OTLP protocols tracing.protocol accepts.
+const (
+	TracingHTTP = "http/protobuf"
+	TracingGRPC = "grpc"
+)
 
 // HealthConfig configures how backends are probed.
 type HealthConfig struct {
@@ -332,6 +370,7 @@ func Default() Config {
 		TriageWindow:         Duration(5 * time.Minute),
 		EjectFor:             Duration(10 * time.Second),
 		MaxEjectionPercent:   10,
+		Store:                defaultStore(),
 		Health: HealthConfig{
 			Interval:           Duration(time.Second),
 			Timeout:            Duration(2 * time.Second),
@@ -352,6 +391,15 @@ func Load(path string) (Config, error) {
 	cfg, err := Parse(data)
 	if err != nil {
 		return Config{}, fmt.Errorf("%s: %w", path, err)
+	}
+	if a := cfg.Auth; a != nil && a.KeysFile != "" {
+		// A relative keys_file is read from the config file's folder.
+		if !filepath.IsAbs(a.KeysFile) {
+			a.KeysFile = filepath.Join(filepath.Dir(path), a.KeysFile)
+		}
+		if _, err := LoadKeys(a.KeysFile, &cfg); err != nil {
+			return Config{}, fmt.Errorf("%s: auth.keys_file: %w", path, err)
+		}
 	}
 	return cfg, nil
 }
@@ -416,17 +464,22 @@ func decodeStrict(n *yaml.Node, v reflect.Value, path string) error {
 		return nil
 	}
 	switch v.Kind() {
+	case reflect.Pointer:
+		if n.Tag == "!!null" {
+			return &FieldError{path, n.Line, "value is empty"}
+		}
+		p := reflect.New(v.Type().Elem())
+		if err := decodeStrict(n, p.Elem(), path); err != nil {
+			return err
+		}
+		v.Set(p)
+		return nil
 	case reflect.Struct:
 		if n.Kind != yaml.MappingNode {
 			return &FieldError{path, n.Line, "want a mapping of keys"}
 		}
-		fields := map[string]int{}
-		t := v.Type()
-		for i := range t.NumField() {
-			if tag, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ","); tag != "" && tag != "-" {
-				fields[tag] = i
-			}
-		}
+		fields := map[string][]int{}
+		structFields(v.Type(), nil, fields)
 		seen := map[string]bool{}
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, val := n.Content[i], n.Content[i+1]
@@ -439,7 +492,7 @@ func decodeStrict(n *yaml.Node, v reflect.Value, path string) error {
 				return &FieldError{p, k.Line, "key given twice"}
 			}
 			seen[k.Value] = true
-			if err := decodeStrict(val, v.Field(idx), p); err != nil {
+			if err := decodeStrict(val, v.FieldByIndex(idx), p); err != nil {
 				return err
 			}
 		}
@@ -473,6 +526,23 @@ func decodeStrict(n *yaml.Node, v reflect.Value, path string) error {
 	}
 }
 
+// structFields maps each yaml key of t to its field's index path; the keys
+// of a field tagged ",inline" (a struct) are t's own.
+func structFields(t reflect.Type, at []int, fields map[string][]int) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		idx := append(append([]int(nil), at...), i)
+		tag, opt, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if opt == "inline" && f.Type.Kind() == reflect.Struct {
+			structFields(f.Type, idx, fields)
+			continue
+		}
+		if tag != "" && tag != "-" {
+			fields[tag] = idx
+		}
+	}
+}
+
 func joinPath(path, key string) string {
 	if path == "" {
 		return key
@@ -494,7 +564,7 @@ func kindName(k reflect.Kind) string {
 
 // suggest names a known key that differs from key only in case or by a
 // small typo, the usual cause of an unknown key.
-func suggest(key string, fields map[string]int) string {
+func suggest(key string, fields map[string][]int) string {
 	for f := range fields {
 		if strings.EqualFold(f, key) || strings.ReplaceAll(f, "_", "") == strings.ReplaceAll(strings.ToLower(key), "-", "") {
 			return fmt.Sprintf(" (did you mean %q?)", f)
@@ -587,8 +657,22 @@ func (c *Config) Validate() error {
 	if c.MaxEjectionPercent < 0 || c.MaxEjectionPercent > 100 {
 		add("max_ejection_percent", "want a percentage from 0 to 100, got %d", c.MaxEjectionPercent)
 	}
+	errs = append(errs, c.Store.validate()...)
 	if c.Health.WarmupPrompt == "" {
 		add("health.warmup_prompt", "must not be empty")
+	}
+	if tc := c.Tracing; tc.Endpoint != "" {
+		if u, err := url.Parse(tc.Endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			add("tracing.endpoint", "want an http:// or https:// URL, got %q", tc.Endpoint)
+		}
+	}
+	switch c.Tracing.Protocol {
+	case "", TracingHTTP, TracingGRPC:
+	default:
+		add("tracing.protocol", "want %s or %s, got %q", TracingGRPC, TracingHTTP, c.Tracing.Protocol)
+	}
+	if r := c.Tracing.SamplingRatio; r != nil && !(*r >= 0 && *r <= 1) {
+		add("tracing.sampling_ratio", "want a fraction from 0 to 1, got %v", *r)
 	}
 	if len(c.Models) == 0 {
 		add("models", "at least one model is required")
@@ -650,6 +734,9 @@ func (c *Config) Validate() error {
 				}
 			}
 		}
+	}
+	if c.Auth != nil {
+		errs = append(errs, c.Auth.validate(c)...)
 	}
 	return errors.Join(errs...)
 }

@@ -11,8 +11,10 @@ import (
 )
 
 func TestLoadGoodConfigs(t *testing.T) {
+	t.Setenv("MAITRED_BATCH_KEY", "sk-batch")
 	t.Setenv("VLLM_KEY", "secret")
-	for _, name := range []string{"maitred.yaml", "minimal.yaml"} {
+	t.Setenv("MAITRED_STORE_PASSWORD", "secret")
+	for _, name := range []string{"maitred.yaml", "minimal.yaml", "auth.yaml", "replicas.yaml"} {
 		t.Run(name, func(t *testing.T) {
 			cfg, err := Load(filepath.Join("..", "configs", name))
 			if err != nil {
@@ -146,4 +148,103 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestAuthConfig(t *testing.T) {
+	t.Setenv("MAITRED_BATCH_KEY", "sk-batch")
+	cfg, err := Load("../configs/auth.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := cfg.Auth
+	if a == nil || len(a.Keys) != 2 || a.KeysFile != filepath.Join("..", "configs", "keys.yaml") {
+		t.Fatalf("auth = %+v", a)
+	}
+	k := a.Keys[0]
+	if k.Name != "team-a" || k.Priority != "interactive" || k.Limits.TokensPerMinute != 200000 || k.Limits.MaxConcurrent != 32 || k.Models[0] != AllModels {
+		t.Errorf("keys[0] = %+v", k)
+	}
+	if d, err := k.Digest(); err != nil || d != sha256Sum("sk-team-a") {
+		t.Errorf("keys[0] digest = %x, %v", d, err)
+	}
+	if d, err := a.Keys[1].Digest(); err != nil || d != sha256Sum("sk-batch") {
+		t.Errorf("keys[1] (env) digest = %x, %v", d, err)
+	}
+	file, err := LoadKeys(a.KeysFile, &cfg)
+	if err != nil || len(file) != 1 || file[0].Name != "team-b" || file[0].Limits.RequestsPerMinute != 120 {
+		t.Fatalf("keys file = %+v, %v", file, err)
+	}
+	// No auth section: open, Auth nil.
+	if cfg, err := Load("../configs/minimal.yaml"); err != nil || cfg.Auth != nil {
+		t.Errorf("minimal config: auth = %+v, %v", cfg.Auth, err)
+	}
+}
+
+// TestParseKeysRefuses: a keys_file is checked as strictly as the config,
+// with key paths into the file, and against the config's own keys.
+func TestParseKeysRefuses(t *testing.T) {
+	t.Setenv("MAITRED_BATCH_KEY", "sk-batch")
+	cfg, err := Load("../configs/auth.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := "sha256: 292d075b18c9240a48b848c521422c5f418f7dd16b5c66755fe58d0fb6a43e1f"
+	tests := []struct{ name, yaml, want string }{
+		{"empty", "", "keys file is empty"},
+		{"unknown key", "keys:\n  - name: x\n    " + key + "\n    modles: ['*']\n", "keys[0].modles (line 4): unknown key"},
+		{"dup name with config", "keys:\n  - name: batch-jobs\n    " + key + "\n    models: ['*']\n", `keys[0].name: "batch-jobs" is already auth.keys[1].name`},
+		{"same key as config", "keys:\n  - name: c\n    sha256: 8879f6a4ae35c420a15d35fed3b8dd07577207803d404f6d4cc4fa829dafa910\n    models: ['*']\n", "keys[0]: the same key as auth.keys[0]"},
+		{"unset env", "keys:\n  - name: c\n    env: MAITRED_TEST_UNSET_KEY\n    models: ['*']\n", "keys[0].env: environment variable MAITRED_TEST_UNSET_KEY is not set"},
+		{"negative limit", "keys:\n  - name: c\n    " + key + "\n    models: ['*']\n    limits: {max_concurrent: -1}\n", "keys[0].limits: must not be negative"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseKeys([]byte(tt.yaml), &cfg)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("ParseKeys error = %v, want it to contain %q", err, tt.want)
+			}
+		})
+	}
+	if keys, err := ParseKeys([]byte("keys: []\n"), &cfg); err != nil || len(keys) != 0 {
+		t.Errorf("an empty list (every file key removed) = %v, %v; want accepted", keys, err)
+	}
+}
+
+func TestStoreURL(t *testing.T) {
+	tests := []struct {
+		url  string
+		want StoreAddr
+	}{
+		{"redis://valkey:6379/0", StoreAddr{Addr: "valkey:6379"}},
+		{"redis://valkey", StoreAddr{Addr: "valkey:6379"}},
+		{"rediss://cache.example:6380/2", StoreAddr{Addr: "cache.example:6380", DB: 2, TLS: true}},
+		{"redis://maitred@10.0.0.9:6379/1", StoreAddr{Addr: "10.0.0.9:6379", DB: 1, User: "maitred"}},
+	}
+	for _, tt := range tests {
+		cfg, err := Parse([]byte("store: " + tt.url + "\nmodels: [{name: a, backends: [{url: 'http://h:1'}]}]\n"))
+		if err != nil {
+			t.Fatalf("%s: %v", tt.url, err)
+		}
+		got, err := cfg.Store.Addr()
+		if err != nil || got != tt.want {
+			t.Errorf("%s: Addr() = %+v, %v; want %+v", tt.url, got, err, tt.want)
+		}
+		if !cfg.Store.Shared() || cfg.Store.OnError != StoreErrorLocal {
+			t.Errorf("%s: store = %+v", tt.url, cfg.Store)
+		}
+	}
+}
+
+func TestTracingSection(t *testing.T) {
+	cfg, err := Parse([]byte("tracing:\n  endpoint: http://otel:4317\n  protocol: grpc\n  sampling_ratio: 0\n  service_name: edge\nmodels: [{name: a, backends: [{url: 'http://h:1'}]}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := cfg.Tracing
+	if tc.Endpoint != "http://otel:4317" || tc.Protocol != TracingGRPC || tc.SamplingRatio == nil || *tc.SamplingRatio != 0 || tc.ServiceName != "edge" {
+		t.Errorf("tracing = %+v", tc)
+	}
+	if d := Default().Tracing; d.Endpoint != "" || d.SamplingRatio != nil {
+		t.Errorf("tracing is on by default: %+v", d)
+	}
 }

@@ -17,21 +17,31 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// TestKubernetesManifest checks that deploy/kubernetes.yaml's config is a
-// valid maitred config and that the pod's grace period covers the drain:
+// TestKubernetesManifest checks that each manifest's config is a valid
+// maitred config and that the pod's grace period covers the drain:
 // drain_delay + drain_timeout must end before the kubelet's SIGKILL, and the
 // readiness probe must notice the drain within drain_delay.
 func TestKubernetesManifest(t *testing.T) {
+	for _, file := range []string{"../deploy/kubernetes.yaml", "../deploy/kubernetes-replicas.yaml"} {
+		t.Run(path.Base(file), func(t *testing.T) { checkManifest(t, readManifest(t, file)) })
+	}
+}
+
+// manifest is a multi-document Kubernetes file, decoded loosely.
+type manifest struct {
+	docs []map[string]any
+	cfg  *Config // the ConfigMap maitred's maitred.yaml
+}
+
+func readManifest(t *testing.T, file string) manifest {
+	t.Helper()
 	t.Setenv("VLLM_KEY", "x")
-	data, err := os.ReadFile("../deploy/kubernetes.yaml")
+	t.Setenv("MAITRED_STORE_PASSWORD", "x")
+	data, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var cfg *Config
-	var grace, period, failures, containerPort int
-	var configArg string
-	var mounts []string
-	probes := map[string]string{}
+	var m manifest
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	for {
 		var doc map[string]any
@@ -40,39 +50,102 @@ func TestKubernetesManifest(t *testing.T) {
 		} else if err != nil {
 			t.Fatal(err)
 		}
-		switch doc["kind"] {
-		case "ConfigMap":
+		m.docs = append(m.docs, doc)
+		if doc["kind"] == "ConfigMap" && name(doc) == "maitred" {
 			text := doc["data"].(map[string]any)["maitred.yaml"].(string)
 			c, err := Parse([]byte(text))
 			if err != nil {
 				t.Fatalf("ConfigMap maitred.yaml: %v", err)
 			}
-			cfg = &c
-		case "Deployment":
-			spec := doc["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
-			grace = spec["terminationGracePeriodSeconds"].(int)
-			ctr := spec["containers"].([]any)[0].(map[string]any)
-			containerPort = ctr["ports"].([]any)[0].(map[string]any)["containerPort"].(int)
-			args := ctr["args"].([]any)
-			for i, a := range args {
-				if a == "--config" && i+1 < len(args) {
-					configArg = args[i+1].(string)
-				}
-			}
-			for _, m := range ctr["volumeMounts"].([]any) {
-				mounts = append(mounts, m.(map[string]any)["mountPath"].(string))
-			}
-			for _, p := range []string{"readinessProbe", "livenessProbe"} {
-				probe := ctr[p].(map[string]any)
-				probes[p] = probe["httpGet"].(map[string]any)["path"].(string)
-				if p == "readinessProbe" {
-					period, failures = probe["periodSeconds"].(int), probe["failureThreshold"].(int)
-				}
+			m.cfg = &c
+		}
+	}
+	if m.cfg == nil {
+		t.Fatal("manifest lacks the maitred ConfigMap")
+	}
+	return m
+}
+
+func name(doc map[string]any) string { return doc["metadata"].(map[string]any)["name"].(string) }
+
+// find returns the document of kind and name, or nil.
+func (m manifest) find(kind, n string) map[string]any {
+	for _, d := range m.docs {
+		if d["kind"] == kind && name(d) == n {
+			return d
+		}
+	}
+	return nil
+}
+
+// podSpec is a Deployment's pod template spec.
+func podSpec(dep map[string]any) map[string]any {
+	return dep["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+}
+
+func podLabels(dep map[string]any) map[string]any {
+	return dep["spec"].(map[string]any)["template"].(map[string]any)["metadata"].(map[string]any)["labels"].(map[string]any)
+}
+
+func container(dep map[string]any) map[string]any {
+	return podSpec(dep)["containers"].([]any)[0].(map[string]any)
+}
+
+// selects reports whether a selector's labels all hold on labels.
+func selects(sel, labels map[string]any) bool {
+	for k, v := range sel {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return len(sel) > 0
+}
+
+// secretEnv maps a container's environment variables set from a Secret to
+// "secret/key".
+func secretEnv(ctr map[string]any) map[string]string {
+	out := map[string]string{}
+	env, _ := ctr["env"].([]any)
+	for _, e := range env {
+		e := e.(map[string]any)
+		if vf, ok := e["valueFrom"].(map[string]any); ok {
+			if ref, ok := vf["secretKeyRef"].(map[string]any); ok {
+				out[e["name"].(string)] = ref["name"].(string) + "/" + ref["key"].(string)
 			}
 		}
 	}
-	if cfg == nil || grace == 0 {
-		t.Fatal("manifest lacks the ConfigMap or the Deployment")
+	return out
+}
+
+func checkManifest(t *testing.T, m manifest) {
+	cfg := m.cfg
+	dep := m.find("Deployment", "maitred")
+	if dep == nil {
+		t.Fatal("manifest lacks the maitred Deployment")
+	}
+	spec := podSpec(dep)
+	grace := spec["terminationGracePeriodSeconds"].(int)
+	ctr := container(dep)
+	containerPort := ctr["ports"].([]any)[0].(map[string]any)["containerPort"].(int)
+	var configArg string
+	args := ctr["args"].([]any)
+	for i, a := range args {
+		if a == "--config" && i+1 < len(args) {
+			configArg = args[i+1].(string)
+		}
+	}
+	var mounts []string
+	for _, mt := range ctr["volumeMounts"].([]any) {
+		mounts = append(mounts, mt.(map[string]any)["mountPath"].(string))
+	}
+	probes := map[string]string{}
+	var period, failures int
+	for _, p := range []string{"readinessProbe", "livenessProbe"} {
+		probe := ctr[p].(map[string]any)
+		probes[p] = probe["httpGet"].(map[string]any)["path"].(string)
+		if p == "readinessProbe" {
+			period, failures = probe["periodSeconds"].(int), probe["failureThreshold"].(int)
+		}
 	}
 	// The pod must be reachable on the port it declares.
 	if host, port, _ := net.SplitHostPort(cfg.Listen); (host != "0.0.0.0" && host != "" && host != "::") || port != strconv.Itoa(containerPort) {
@@ -90,6 +163,102 @@ func TestKubernetesManifest(t *testing.T) {
 	}
 	if noticed := time.Duration(period*failures) * time.Second; noticed > cfg.DrainDelay.D() {
 		t.Errorf("the readiness probe notices the drain after %s, later than drain_delay %s", noticed, cfg.DrainDelay.D())
+	}
+	// More than one replica needs the shared store: without it each
+	// replica grants every backend its whole budget.
+	if replicas := dep["spec"].(map[string]any)["replicas"].(int); replicas > 1 && !cfg.Store.Shared() {
+		t.Errorf("%d replicas without a shared store (store:) oversubscribe every backend %d-fold", replicas, replicas)
+	}
+}
+
+// TestKubernetesReplicasManifest checks the several-replica example: three
+// replicas, a PodDisruptionBudget that keeps all but one, and a store that
+// the config reaches: the store URL names a Service of the manifest, on
+// its port, selecting a Deployment whose container listens there with
+// probes, and the password both sides read comes from the same Secret.
+func TestKubernetesReplicasManifest(t *testing.T) {
+	m := readManifest(t, "../deploy/kubernetes-replicas.yaml")
+	dep := m.find("Deployment", "maitred")
+	replicas := dep["spec"].(map[string]any)["replicas"].(int)
+	if replicas != 3 {
+		t.Errorf("replicas = %d, want 3", replicas)
+	}
+	pdb := m.find("PodDisruptionBudget", "maitred")
+	if pdb == nil {
+		t.Fatal("no PodDisruptionBudget maitred")
+	}
+	ps := pdb["spec"].(map[string]any)
+	if !selects(ps["selector"].(map[string]any)["matchLabels"].(map[string]any), podLabels(dep)) {
+		t.Error("the PodDisruptionBudget does not select maitred's pods")
+	}
+	if mu, ok := ps["maxUnavailable"].(int); !ok || mu < 1 || mu >= replicas {
+		t.Errorf("PodDisruptionBudget maxUnavailable = %v: want at least 1 (drains can proceed) and fewer than %d", ps["maxUnavailable"], replicas)
+	}
+
+	addr, err := m.cfg.Store.Addr()
+	if err != nil || !m.cfg.Store.Shared() {
+		t.Fatalf("store %q: %v", m.cfg.Store.URL, err)
+	}
+	host, port, _ := net.SplitHostPort(addr.Addr)
+	svc := m.find("Service", host)
+	if svc == nil {
+		t.Fatalf("store host %q is no Service of the manifest", host)
+	}
+	var target any
+	for _, p := range svc["spec"].(map[string]any)["ports"].([]any) {
+		p := p.(map[string]any)
+		if strconv.Itoa(p["port"].(int)) == port {
+			target = p["targetPort"]
+		}
+	}
+	if target == nil {
+		t.Fatalf("Service %s has no port %s", host, port)
+	}
+	var store map[string]any
+	for _, d := range m.docs {
+		if d["kind"] == "Deployment" && selects(svc["spec"].(map[string]any)["selector"].(map[string]any), podLabels(d)) {
+			store = d
+		}
+	}
+	if store == nil {
+		t.Fatalf("Service %s selects no Deployment of the manifest", host)
+	}
+	sctr := container(store)
+	listens := false
+	for _, p := range sctr["ports"].([]any) {
+		p := p.(map[string]any)
+		if p["name"] == target || p["containerPort"] == target {
+			listens = true
+		}
+	}
+	if !listens {
+		t.Errorf("the store's container has no port %v", target)
+	}
+	for _, p := range []string{"readinessProbe", "livenessProbe"} {
+		if sctr[p] == nil {
+			t.Errorf("the store's container has no %s", p)
+		}
+	}
+	// The password maitred reads is the one the store requires.
+	mine := secretEnv(container(dep))[m.cfg.Store.PasswordEnv]
+	if mine == "" {
+		t.Fatalf("store_password_env %s is not set from a Secret in maitred's container", m.cfg.Store.PasswordEnv)
+	}
+	sargs := strings.Join(func() []string {
+		var out []string
+		for _, a := range sctr["args"].([]any) {
+			out = append(out, a.(string))
+		}
+		return out
+	}(), " ")
+	required := false
+	for env, ref := range secretEnv(sctr) {
+		if ref == mine && strings.Contains(sargs, "--requirepass $("+env+")") {
+			required = true
+		}
+	}
+	if !required {
+		t.Errorf("the store does not require the password maitred sends (%s): args %q", mine, sargs)
 	}
 }
 

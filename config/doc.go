@@ -14,6 +14,12 @@
 // out; a test checks it equals Default), a minimal file and configs/bad,
 // one refused file per rule, each naming the error it must produce.
 //
+// The auth section (keys.go) lists API keys; its keys_file holds more,
+// in the same shape, which ParseKeys decodes and validates on its own
+// (with key paths into the file) so that the gateway can re-read it while
+// it runs. config only reads files and the environment; watching the file
+// is the gateway's.
+//
 // config imports no other maitred package and no network code (a test in
 // internal/archtest enforces it).
 package config

@@ -81,7 +81,7 @@ func anthropicErrors(w http.ResponseWriter, e *Error) { e.writeAs(w, e.anthropic
 // anthropicStream is the Messages stream: it ends with message_stop, or
 // with vLLM's own error event; a broken one gets one error event in
 // Anthropic's shape, and nothing after it.
-var anthropicStream = &streamShape{end: anthropicStreamEnd, breakEvents: anthropicErrorEvent}
+var anthropicStream = &streamShape{end: anthropicStreamEnd, breakEvents: anthropicErrorEvent, meter: meterAnthropicEvent}
 
 func anthropicErrorEvent(e *Error) []byte {
 	body, _ := json.Marshal(e.anthropicEnvelope())
@@ -132,9 +132,10 @@ func (g *Gateway) countTokens(w http.ResponseWriter, r *http.Request, x *exchang
 	if err != nil {
 		return err
 	}
-	dec, rej := g.door.CountMessages(body)
+	door, kc := g.doorFor(x)
+	dec, rej := door.CountMessages(body)
 	if rej != nil {
-		return g.refused(x, rej)
+		return notAllowed(kc, g.refused(x, rej))
 	}
 	rt := g.decided(x, dec)
 	if dec.Uncounted != admission.Counted {

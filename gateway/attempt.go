@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/maitred-dev/maitred/admission"
 	"github.com/maitred-dev/maitred/fleet"
 	"github.com/maitred-dev/maitred/triage"
@@ -37,6 +39,12 @@ type attempt struct {
 	upstreamStatus int
 	// proxyErr is the transport error the reverse proxy reported, if any.
 	proxyErr error
+	// usage follows the answer to the client and tells what it used
+	// (usage.go); it is the response body the proxy reads.
+	usage usageMeter
+	// span is the attempt's CLIENT span when the request is traced; its
+	// context goes to the backend in traceparent.
+	span trace.Span
 	// Set by timers on other goroutines, read after the proxy returns:
 	// no headers within the first-byte timeout, an answer silent for the
 	// idle timeout, the drain deadline.
@@ -94,7 +102,14 @@ func (g *Gateway) dispatch(w http.ResponseWriter, r *http.Request, x *exchange, 
 	rt := x.rt
 	var lastErr error
 	for {
+		var queuedAt time.Time
+		if x.tr != nil {
+			queuedAt = time.Now()
+		}
 		lease, o := rt.pool.Acquire(r.Context(), t)
+		if x.tr != nil {
+			g.tr.queued(x, queuedAt, o, lease)
+		}
 		rt.metrics.admissions.WithLabelValues(o.String()).Inc()
 		if o != admission.Admitted {
 			if lastErr != nil && o == admission.NoBackend {
@@ -133,6 +148,11 @@ func (g *Gateway) forwardLease(w http.ResponseWriter, r *http.Request, a *attemp
 	defer a.backend.Acquire()()
 	defer func() {
 		p := recover()
+		if p == nil && res.err == nil && g.shared != nil {
+			// The answer is relayed: its last bytes go out before the
+			// shared store's release round trip, not after it.
+			http.NewResponseController(w).Flush()
+		}
 		lease.Release(a.poolResult(res, p != nil))
 		if p != nil {
 			panic(p)
@@ -151,6 +171,9 @@ func (g *Gateway) forwardLease(w http.ResponseWriter, r *http.Request, a *attemp
 // attempt.
 func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, a *attempt, body []byte) attemptResult {
 	x := a.x
+	if x.tr != nil {
+		defer g.tr.attempt(x, a, r)()
+	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	a.cancel = cancel
@@ -201,7 +224,6 @@ func (g *Gateway) classify(r *http.Request, a *attempt) attemptResult {
 		return attemptResult{err: errClientGone}
 	}
 	host := a.backend.URL.Host
-	var oe *net.OpError
 	switch {
 	case a.shutdown.Load():
 		return attemptResult{err: &Error{Status: http.StatusServiceUnavailable, Type: typeServer, Code: codeShuttingDown, Layer: triage.LayerNone,
@@ -216,7 +238,7 @@ func (g *Gateway) classify(r *http.Request, a *attempt) attemptResult {
 		}
 		return attemptResult{err: &Error{Status: http.StatusGatewayTimeout, Type: typeServer, Code: codeBackendTimeout, Layer: layer,
 			Message: fmt.Sprintf("Backend %s of model %q sent no response headers within %s.", host, x.rt.name, x.rt.firstByte), Cause: err}}
-	case errors.As(err, &oe) && (oe.Op == "dial" || oe.Op == "write" || oe.Op == "readfrom"):
+	case neverSent(err):
 		// Refused, or written into a connection the backend had already
 		// closed (a pooled connection to a process that died): the request
 		// never reached a live server, so another backend may take it.
@@ -240,7 +262,7 @@ func dialReason(err error) string {
 		return "connection refused"
 	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
 		return "host unreachable"
-	case errors.Is(err, syscall.EPIPE), errors.Is(err, syscall.ECONNRESET):
+	case errors.Is(err, syscall.EPIPE), errors.Is(err, syscall.ECONNRESET), err.Error() == errServerClosedIdle:
 		return "connection closed by the backend"
 	}
 	var ne net.Error

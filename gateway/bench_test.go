@@ -8,14 +8,19 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
 	"github.com/maitred-dev/maitred/config"
 	"github.com/maitred-dev/maitred/fleet"
+	"github.com/maitred-dev/maitred/internal/telemetry"
 )
 
 const benchChat = `{"model":"m","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Say hello in five words."}],"max_tokens":8}`
@@ -100,4 +105,78 @@ func BenchmarkServeInProcess(b *testing.B) {
 			b.Fatalf("status %d", rec.Code)
 		}
 	}
+}
+
+// BenchmarkServeTraced is BenchmarkServeInProcess with tracing off and
+// on, side by side: the difference is what tracing costs a request. On,
+// every request is sampled (ratio 1.0) and its server, door, queue and
+// backend spans are recorded and batched: "ratio=1.0" to a real OTLP/HTTP
+// exporter whose collector discards them, "ratio=1.0-noexport" to an
+// exporter that drops them (the request path alone). Besides ns/op, which
+// a loaded machine inflates, it reports cpu-ns/op: the process's CPU time
+// (every goroutine: the gateway, the backend, the exporter) per request.
+func BenchmarkServeTraced(b *testing.B) {
+	backend := newFakeBackend(b, "m", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, benchAnswer)
+	})
+	coll := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	defer coll.Close()
+	one := 1.0
+	s, err := telemetry.Resolve(config.TracingConfig{Endpoint: coll.URL, SamplingRatio: &one}, func(string) string { return "" })
+	if err != nil {
+		b.Fatal(err)
+	}
+	otlp, err := telemetry.New(context.Background(), s, telemetry.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer otlp.Shutdown(context.Background())
+	drop := sdktrace.NewTracerProvider(sdktrace.WithSampler(s.Sampler), sdktrace.WithBatcher(dropExporter{}))
+	defer drop.Shutdown(context.Background())
+
+	cfg := config.Default()
+	cfg.Models = []config.ModelConfig{{Name: "m", Backends: []config.BackendConfig{{URL: backend.URL}}}}
+	gtr := NewTransport(cfg)
+	defer gtr.CloseIdleConnections()
+	for _, c := range []struct {
+		name string
+		tp   trace.TracerProvider
+	}{{"off", nil}, {"ratio=1.0", otlp}, {"ratio=1.0-noexport", drop}} {
+		fl, _ := fleet.New(cfg, &http.Client{Transport: gtr}, zap.NewNop(), nil)
+		g, _ := New(Options{Config: cfg, Fleet: fl, Registry: prometheus.NewRegistry(), Transport: gtr, TracerProvider: c.tp})
+		fl.ProbeAll(context.Background())
+		h := g.Handler()
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			cpu0 := cpuTime()
+			for b.Loop() {
+				req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", bytes.NewReader([]byte(benchChat)))
+				req.Header.Set("Content-Type", "application/json")
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, req)
+				if rec.Code != 200 {
+					b.Fatalf("status %d", rec.Code)
+				}
+			}
+			b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+		})
+		g.Close()
+	}
+}
+
+// dropExporter drops the spans it is given.
+type dropExporter struct{}
+
+func (dropExporter) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (dropExporter) Shutdown(context.Context) error                             { return nil }
+
+// cpuTime is the process's user and system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -33,10 +33,10 @@ func (g *Gateway) detokenize(w http.ResponseWriter, r *http.Request, x *exchange
 	if err != nil {
 		return err
 	}
-	if err := g.lookupModel(req, x); err != nil {
+	rt, err := g.lookupModel(x, req)
+	if err != nil {
 		return err
 	}
-	rt := x.rt
 	ids, err := tokenIDList(req)
 	if err != nil {
 		return err
@@ -77,26 +77,20 @@ func parseObject(body []byte) (*ojson.Value, error) {
 // lookupModel finds the request's model as vLLM's tokenizer endpoints do
 // ("model" names it, a configured model or a LoRA adapter of one, and a
 // request without one means the only served model) and records it in x.
-func (g *Gateway) lookupModel(req *ojson.Value, x *exchange) error {
+func (g *Gateway) lookupModel(x *exchange, req *ojson.Value) (*modelRuntime, error) {
 	name := ""
 	mv := req.Get("model")
 	switch {
 	case mv != nil && mv.Kind == ojson.String:
 		name = mv.Str
 	case mv != nil && !mv.IsNull():
-		return badRequest(codeInvalidType, "model", "model must be a string, got %s.", mv.Kind)
+		return nil, badRequest(codeInvalidType, "model", "model must be a string, got %s.", mv.Kind)
 	default:
 		if names := g.fleet.Names(); len(names) == 1 {
 			name = names[0]
 		}
 	}
-	rt, only, ok := g.catalog.resolve(name)
-	if !ok {
-		return &Error{Status: http.StatusNotFound, Type: typeInvalidRequest, Code: codeModelNotFound, Param: "model", Layer: triage.LayerDoor,
-			Message: fmt.Sprintf("The model %q does not exist. Available models: %v.", name, g.fleet.Names())}
-	}
-	x.setModel(rt, name, only)
-	return nil
+	return g.modelNamed(x, name)
 }
 
 // tokenIDList reads "tokens": a required list of integers. Values a

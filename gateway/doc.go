@@ -71,6 +71,30 @@
 // gets stream_idle_timeout too: a client that stops reading ends its own
 // request (499 client_stalled), never counted against the backend.
 //
+// Each attempt's answer also passes through its usageMeter (usage.go) on
+// the way to the client: it keeps nothing of the answer but the usage
+// it reports (a non-streamed answer's top-level "usage", found by a
+// scanner; a stream's usage events, read by the family's
+// streamShape.meter) and the streamed text not yet counted, in bounded
+// pieces. exchange.used is the request's prompt + completion tokens at
+// its end: the reported usage, else the door's prompt count and the
+// streamed text counted with the model's tokenizer (what was streamed,
+// for a stream cut short); the access log's used_tokens.
+//
+// With an auth section, every model API route (the families and the
+// local handlers that read a model: tokenizer endpoints, render,
+// /v1/models, /version, Responses by id) runs behind keyed (keys.go): the
+// key is found by the SHA-256 digest of what the client presents, in a
+// table swapped atomically when the keys_file changes (WatchKeys), and the
+// request carries its *apiKey from then on. A key's allow-list is the
+// door's catalog as the key sees it (keyCatalog), so a model it may not
+// use is answered with the unknown model's very 404, before any counting.
+// After the door, a keyed request reserves its tokens against its key's
+// limits (limits.go, package quota) before it queues, and settles with
+// exchange.used when it ends; every answer to it carries OpenAI's
+// x-ratelimit-* headers. The probes, /metrics, /debug/* and the status
+// page stay open.
+//
 // Tokenizer endpoints are answered locally, never queued (they hold no
 // KV): POST /tokenize (tokenize.go), POST /detokenize (detokenize.go:
 // tokenize.Model.Detokenize), the render endpoints (render.go: the
@@ -92,6 +116,17 @@
 // and /v1/unload_lora_adapter are not served: an operator loads adapters
 // on each backend; maitred follows.
 //
+// Tracing (tracing.go) is off unless Options.TracerProvider is set; the
+// gateway touches no OpenTelemetry global. On, serve starts a SERVER span
+// per request (the child of a valid incoming traceparent), the pipeline
+// adds the door's span (from the phase clock, when the request ends),
+// each queue wait and each attempt's CLIENT span; the proxy sends the
+// attempt's context to the backend in traceparent and tracestate, so
+// vLLM's span is the attempt's child, and reads the answer's usage (the
+// last bytes of a body, a stream's events) for the GenAI token
+// attributes. Off, a client's traceparent passes through untouched.
+// Spans carry no prompt or completion text and no key.
+//
 // Each request carries a phase clock (read, door, queue, connect, prefill,
 // decode, tail) whose phases add up to its duration; they go to the access
 // log, maitred_phase_seconds, Server-Timing and the triage engine, with the
@@ -107,7 +142,7 @@
 // of that connection, one at a time, and hands its verdict to the handler
 // through atomics;
 // each request's state lives in its exchange (the request's scope) and each
-// try at a backend in an attempt, both owned by the request's goroutine and
+// try at a backend in an attempt (and its span), both owned by the request's goroutine and
 // read by the proxy hooks of that same request; the timers that cancel an
 // upstream request only set the attempt's atomic flags and cancel. A
 // model's runtime (pool, tokenizer, timeouts, metric children) is built

@@ -98,8 +98,11 @@ const (
 	codeQueueFull        = "queue_full"
 	codeQueueTimeout     = "queue_timeout"
 	codeExceedsKV        = "exceeds_kv_capacity"
+	codeStoreDown        = "store_unavailable"
 	codeBodyRead         = "body_read_error"
 	codeInternal         = "internal_error"
+	codeInvalidAPIKey    = "invalid_api_key"
+	codeRateLimited      = "rate_limit_exceeded"
 )
 
 // Outcomes that are no error code: how a request ended that the gateway

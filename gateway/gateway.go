@@ -13,11 +13,13 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/maitred-dev/maitred/admission"
 	"github.com/maitred-dev/maitred/config"
 	"github.com/maitred-dev/maitred/fleet"
+	"github.com/maitred-dev/maitred/quota"
 	"github.com/maitred-dev/maitred/tokenize"
 	"github.com/maitred-dev/maitred/triage"
 )
@@ -36,6 +38,28 @@ type Options struct {
 	Tokenizers map[string]*tokenize.Model
 	// Triage classifies symptoms; nil builds one with the config's window.
 	Triage *triage.Engine
+	// Quota keeps the API keys' limits; nil: an in-process store
+	// (quota.Local) on QuotaClock.
+	Quota quota.Store
+	// QuotaClock is the limits' clock; nil: time.Now. Tests run the
+	// windows faster with it.
+	QuotaClock func() time.Time
+	// Shared is the store the fleet's replicas share (package store); nil:
+	// this process accounts alone.
+	Shared SharedStore
+	// TracerProvider, when set, traces every request (tracing.go); nil:
+	// tracing is off. The gateway uses no OpenTelemetry global.
+	TracerProvider trace.TracerProvider
+}
+
+// SharedStore is the store replicas share, as the gateway uses it: the
+// pools confirm their picks there, and it tells of freed room.
+type SharedStore interface {
+	admission.Shared
+	// Watch registers f to hear a backend's name (its URL's host:port)
+	// when room was freed on it elsewhere, "" when every backend should
+	// be looked at again.
+	Watch(f func(backend string))
 }
 
 // Gateway is the HTTP edge. It is safe for concurrent use; its mutable
@@ -64,7 +88,7 @@ type Gateway struct {
 	byName map[string]*modelRuntime
 	// catalog resolves a request's model name (a configured model or a
 	// LoRA adapter of one): the door's lookup, and the tokenizer
-	// endpoints'.
+	// endpoints' (keys.go filters it per key).
 	catalog *catalog
 	// noModel holds the metric children of requests that name no
 	// configured model.
@@ -72,6 +96,18 @@ type Gateway struct {
 	triage  *triage.Engine
 	// responses remembers which backend holds a Responses API id.
 	responses responseOwners
+	// keys are the API keys in force (keys.go); nil: no auth section, the
+	// gateway is open. keysFile is the keys_file watcher's state (its
+	// goroutine's alone).
+	keys     atomic.Pointer[keyTable]
+	keysFile fileState
+	noKey    keyMetrics
+	// quota keeps the keys' limits (limits.go).
+	quota quota.Store
+	// shared is the replicas' shared store; nil when alone.
+	shared SharedStore
+	// tr traces requests; nil when tracing is off.
+	tr *tracer
 }
 
 // Phase is the gateway's lifecycle: starting until the first probe round is
@@ -111,9 +147,14 @@ func New(o Options) (*Gateway, error) {
 		metrics: newMetrics(o.Registry),
 	}
 	g.bodies.limit = o.Config.MaxBodyBytesInFlight
+	g.tr = newTracer(o.TracerProvider)
 	g.stopCtx, g.hardStop = context.WithCancel(context.Background())
 	o.Registry.MustRegister(fleetCollector{o.Fleet})
-	g.models = newRuntimes(o.Config, o.Fleet, o.Tokenizers, g.metrics, g.poolEvent)
+	var shared admission.Shared
+	if o.Shared != nil {
+		g.shared, shared = o.Shared, o.Shared
+	}
+	g.models = newRuntimes(o.Config, o.Fleet, o.Tokenizers, g.metrics, g.poolEvent, shared)
 	g.byName = make(map[string]*modelRuntime, len(g.models))
 	for _, rt := range g.models {
 		g.byName[rt.name] = rt
@@ -127,8 +168,22 @@ func New(o Options) (*Gateway, error) {
 	// and what triage knows.
 	o.Fleet.OnTransition(g.onTransition)
 	o.Registry.MustRegister(poolCollector{g})
+	if g.shared != nil {
+		g.watchShared(o.Registry)
+	}
+	g.quota = o.Quota
+	if g.quota == nil {
+		clock := o.QuotaClock
+		if clock == nil {
+			clock = time.Now
+		}
+		g.quota = quota.NewLocal(clock)
+	}
 	g.catalog = &catalog{models: g.models, byName: g.byName, names: o.Fleet.Names()}
 	g.door = admission.NewDoor(g.catalog)
+	if err := g.initKeys(); err != nil {
+		return nil, err
+	}
 	g.checker = newTokenizeChecker(&http.Client{Transport: o.Transport}, g.log)
 	g.proxy = g.newProxy(o.Transport)
 	g.handler = g.routes()
@@ -175,12 +230,18 @@ type route struct {
 func (g *Gateway) routes() http.Handler {
 	get, post, probe := []string{http.MethodGet}, []string{http.MethodPost}, []string{http.MethodGet, http.MethodHead}
 	// model runs a model API family through the shared pipeline; local
-	// serves a handler in OpenAI's envelope.
+	// serves a handler in OpenAI's envelope; keyed is a local handler of
+	// the model API, which needs an API key when auth is configured, as
+	// the model families do (keys.go). The probes, /metrics, /debug/* and
+	// the status page stay open.
 	model := func(a *api) func(string) http.Handler {
 		return func(path string) http.Handler { return g.serveAPI(path, a) }
 	}
 	local := func(h handlerFunc) func(string) http.Handler {
 		return func(path string) http.Handler { return g.serve(path, h) }
+	}
+	keyed := func(h handlerFunc) func(string) http.Handler {
+		return func(path string) http.Handler { return g.serve(path, g.keyed(h, false, false)) }
 	}
 	table := []route{
 		// The model APIs: one line each, the family's api value saying
@@ -198,22 +259,25 @@ func (g *Gateway) routes() http.Handler {
 		{"/v1/audio/transcriptions", post, model(transcriptionsAPI)},
 		{"/v1/audio/translations", post, model(translationsAPI)},
 		{"/v1/messages", post, model(messagesAPI)},
-		{"/v1/messages/count_tokens", post, func(path string) http.Handler { return g.serveIn(anthropicErrors, path, g.countTokens) }},
+		{"/v1/messages/count_tokens", post, func(path string) http.Handler {
+			return g.serveIn(anthropicErrors, path, g.keyed(g.countTokens, true, false))
+		}},
 		{"/v1/responses", post, model(responsesAPI)},
-		{"/v1/responses/{id}", get, local(g.responseByID)},
-		{"/v1/responses/{id}/cancel", post, local(g.responseByID)},
-		{"/version", get, local(g.version)},
-		{"/tokenize", post, local(g.tokenize)},
-		{"/detokenize", post, local(g.detokenize)},
-		{"/v1/chat/completions/render", post, local(g.render(admission.Chat))},
-		{"/v1/completions/render", post, local(g.render(admission.Completions))},
-		{"/v1/models", get, local(g.listModels)},
+		{"/v1/responses/{id}", get, keyed(g.responseByID)},
+		{"/v1/responses/{id}/cancel", post, keyed(g.responseByID)},
+		{"/version", get, keyed(g.version)},
+		{"/tokenize", post, keyed(g.tokenize)},
+		{"/detokenize", post, keyed(g.detokenize)},
+		{"/v1/chat/completions/render", post, keyed(g.render(admission.Chat))},
+		{"/v1/completions/render", post, keyed(g.render(admission.Completions))},
+		{"/v1/models", get, keyed(g.listModels)},
 		// Probes answer HEAD too: some load balancers send it.
 		{"/livez", probe, local(g.livez)},
 		{"/readyz", probe, local(g.readyz)},
 		{"/health", probe, local(g.health)},
 		{"/debug/triage", get, local(g.debugTriage)},
 		{"/debug/backends", get, local(g.debugBackends)},
+		{"/debug/store", get, local(g.debugStore)},
 		{"/", get, local(g.statusPage)},
 		{"/metrics", get, func(string) http.Handler { return promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{Registry: g.reg}) }},
 	}

@@ -38,6 +38,9 @@ type readyBody struct {
 	Status string       `json:"status"` // "ready" or "not_ready"
 	Phase  string       `json:"phase"`
 	Models []readyModel `json:"models"`
+	// Store is the shared store, when configured; its being down does
+	// not make the gateway unready (on_store_error says what it does).
+	Store *storeStatus `json:"store,omitempty"`
 }
 
 // readyz answers 200 when every model has at least min_ready ready backends
@@ -69,7 +72,7 @@ func (g *Gateway) health(w http.ResponseWriter, r *http.Request, _ *exchange) er
 
 // readiness is /readyz's verdict and its detail.
 func (g *Gateway) readiness() (readyBody, bool) {
-	body := readyBody{Phase: g.Phase().String()}
+	body := readyBody{Phase: g.Phase().String(), Store: g.storeStatus()}
 	ok := g.Phase() == Serving
 	for _, rt := range g.models {
 		m := rt.fm
@@ -114,13 +117,17 @@ type modelEntry struct {
 // backends report, without a backend round trip: the configured models,
 // then the LoRA adapters loaded on at least one ready backend, each once,
 // under the model a request naming it resolves to (catalog.resolve: a
-// configured name wins, then the first model in config order).
-func (g *Gateway) listModels(w http.ResponseWriter, r *http.Request, _ *exchange) error {
+// configured name wins, then the first model in config order); with
+// auth, only what the request's key may use.
+func (g *Gateway) listModels(w http.ResponseWriter, r *http.Request, x *exchange) error {
 	list := struct {
 		Object string       `json:"object"`
 		Data   []modelEntry `json:"data"`
 	}{Object: "list", Data: []modelEntry{}}
 	for _, m := range g.fleet.Models() {
+		if x.key != nil && !x.key.allows(m.Name) {
+			continue // a key sees its own models only
+		}
 		list.Data = append(list.Data, modelEntry{ID: m.Name, Object: "model", Created: m.Created(), OwnedBy: "maitred", MaxModelLen: m.MaxModelLen()})
 	}
 	seen := map[string]bool{}
@@ -130,7 +137,7 @@ func (g *Gateway) listModels(w http.ResponseWriter, r *http.Request, _ *exchange
 				continue
 			}
 			for _, a := range b.Adapters() {
-				if _, configured := g.byName[a.Name]; configured || seen[a.Name] {
+				if _, configured := g.byName[a.Name]; configured || seen[a.Name] || (x.key != nil && !x.key.allows(a.Name)) {
 					continue
 				}
 				seen[a.Name] = true

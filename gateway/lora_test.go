@@ -65,7 +65,7 @@ func (w *adapterWatch) await(t *testing.T, what string, cond func() bool) {
 
 const loraMaxModelLen = 256
 
-func startLoRA(t *testing.T, interval time.Duration) *loraE2E {
+func startLoRA(t *testing.T, interval time.Duration, more ...func(*config.Config)) *loraE2E {
 	t.Helper()
 	tok := qwen3(t)
 	e := &loraE2E{adapts: &adapterWatch{wake: make(chan struct{}, 1)}}
@@ -81,7 +81,12 @@ func startLoRA(t *testing.T, interval time.Duration) *loraE2E {
 		}
 		e.urls = append(e.urls, srv.URL)
 	}
-	e.gw = startGatewayToks(t, tok, func(c *config.Config) { c.Health.Interval = config.Duration(interval) }, e.urls...)
+	e.gw = startGatewayToks(t, tok, func(c *config.Config) {
+		c.Health.Interval = config.Duration(interval)
+		for _, f := range more {
+			f(c)
+		}
+	}, e.urls...)
 	e.gw.Fleet.OnAdapters(e.adapts.heard)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -327,5 +332,86 @@ func TestLoRAEveryModelEndpoint(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != http.StatusNotFound || !strings.Contains(string(body), "unknown_url") {
 		t.Errorf("/v1/load_lora_adapter through the gateway: %d %s", res.StatusCode, body)
+	}
+}
+
+// TestKeysAllowListAndLoRA: an adapter is a model of its own to a key's
+// allow-list: a key that names the adapter may call it (and only it) and
+// sees it in /v1/models; a key that names only the base model gets the
+// unknown model's 404 for the adapter, on the door's endpoints and on
+// /tokenize, and does not see it listed; nothing refused reaches a
+// backend.
+func TestKeysAllowListAndLoRA(t *testing.T) {
+	const sqlKey, baseKey = "sk-tenant-sql", "sk-tenant-base"
+	e := startLoRA(t, time.Hour, withKeys(
+		config.KeyConfig{Name: "tenant-sql", SHA256: digestOf(sqlKey), Models: []string{"sql"}},
+		config.KeyConfig{Name: "tenant-base", SHA256: digestOf(baseKey), Models: []string{"m"}},
+	))
+	if !e.backend(1).HasAdapter("sql") {
+		t.Fatalf("B's adapters after warm-up: %v", e.backend(1).Adapters())
+	}
+	chat := func(key, model string) error {
+		c := keyedSDK(e.gw, key)
+		_, err := c.Chat.Completions.New(t.Context(), openai.ChatCompletionNewParams{
+			Model: model, Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Hello!")}, MaxTokens: openai.Int(4),
+		})
+		return err
+	}
+	notFound := func(what string, err error) {
+		t.Helper()
+		var apiErr *openai.Error
+		if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusNotFound || apiErr.Code != "model_not_found" {
+			t.Fatalf("%s: %v, want 404 model_not_found", what, err)
+		}
+	}
+	before := adapterRequests(t, e.a, "sql") + adapterRequests(t, e.b, "sql") + adapterRequests(t, e.a, "m") + adapterRequests(t, e.b, "m")
+	if err := chat(sqlKey, "sql"); err != nil {
+		t.Fatalf("the adapter's key calling it: %v", err)
+	}
+	if got := adapterRequests(t, e.b, "sql"); got != 1 {
+		t.Fatalf("B received %d adapter requests, want 1", got)
+	}
+	notFound("the adapter's key calling the base model", chat(sqlKey, "m"))
+	notFound("the base model's key calling the adapter", chat(baseKey, "sql"))
+	if after := adapterRequests(t, e.a, "sql") + adapterRequests(t, e.b, "sql") + adapterRequests(t, e.a, "m") + adapterRequests(t, e.b, "m"); after != before+1 {
+		t.Fatalf("backends received %d model requests, want 1 (the allowed one)", after-before)
+	}
+
+	listed := func(key string) []string {
+		c := keyedSDK(e.gw, key)
+		m, err := c.Models.List(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, c := range m.Data {
+			ids = append(ids, c.ID)
+		}
+		return ids
+	}
+	if got := listed(sqlKey); len(got) != 1 || got[0] != "sql" {
+		t.Fatalf("tenant-sql lists %v, want [sql]", got)
+	}
+	if got := listed(baseKey); len(got) != 1 || got[0] != "m" {
+		t.Fatalf("tenant-base lists %v, want [m]", got)
+	}
+
+	tokenize := func(key string) int {
+		req, _ := http.NewRequest(http.MethodPost, e.gw.URL+"/tokenize", strings.NewReader(`{"model":"sql","prompt":"Hello!"}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+key)
+		res, err := e.gw.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res.StatusCode
+	}
+	if got := tokenize(sqlKey); got != http.StatusOK {
+		t.Fatalf("/tokenize of the adapter with its key: %d", got)
+	}
+	if got := tokenize(baseKey); got != http.StatusNotFound {
+		t.Fatalf("/tokenize of the adapter with the base model's key: %d, want 404", got)
 	}
 }

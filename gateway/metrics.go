@@ -28,6 +28,14 @@ type metrics struct {
 	ttft     *prometheus.HistogramVec
 	tpot     *prometheus.HistogramVec
 	failures *prometheus.CounterVec
+
+	// By API key name (keys.go; "" for requests without a valid key).
+	keyRequests    *prometheus.CounterVec
+	keyInFlight    *prometheus.GaugeVec
+	keyTokens      *prometheus.CounterVec
+	keyRejections  *prometheus.CounterVec
+	keyReloads     *prometheus.CounterVec
+	keyRateLimited *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -98,9 +106,34 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "maitred_failures_total",
 			Help: "Failed requests by model and the layer where progress stopped: door, gateway_queue, backend_unready, backend_connect, backend (its own 4xx), prefill, decode, client.",
 		}, []string{"model", "layer"}),
+		keyRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "maitred_key_requests_total",
+			Help: "Requests that presented a valid API key, by key name.",
+		}, []string{"key"}),
+		keyInFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "maitred_key_in_flight_requests",
+			Help: "Requests being served, by API key name.",
+		}, []string{"key"}),
+		keyTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "maitred_key_tokens_total",
+			Help: "Tokens the requests used (their answers' usage, or the gateway's count), by API key name and kind: prompt, completion, or prompt_and_completion when the door could not count the prompt exactly.",
+		}, []string{"key", "kind"}),
+		keyRejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "maitred_key_rejections_total",
+			Help: "Requests refused before any backend work, by API key name (\"\" when no valid key was presented) and reason (invalid_api_key, model_not_allowed, rate_limited, or a door rejection's reason).",
+		}, []string{"key", "reason"}),
+		keyRateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "maitred_key_rate_limited_total",
+			Help: "Requests refused by one of their API key's limits, by key name and limit (requests, tokens, tokens_per_day, concurrent).",
+		}, []string{"key", "limit"}),
+		keyReloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "maitred_keys_file_reloads_total",
+			Help: "Changes of auth.keys_file seen, by result: loaded, or refused (the keys in force kept serving).",
+		}, []string{"result"}),
 	}
 	reg.MustRegister(m.requests, m.duration, m.inFlight, m.streamErrors, m.rejections, m.uncounted, m.tokChecks, m.backendErrors,
 		m.admissions, m.queueWait, m.connections, m.phase, m.ttft, m.tpot, m.failures,
+		m.keyRequests, m.keyInFlight, m.keyTokens, m.keyRejections, m.keyReloads, m.keyRateLimited,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -36,6 +36,9 @@ type api struct {
 	affinity      bool
 	tokenizeCheck bool
 	stream        *streamShape
+	// xAPIKey: the family also accepts its API key in Anthropic's
+	// x-api-key header (keys.go).
+	xAPIKey bool
 	// pin, when set, may confine the request to some of its model's
 	// backends: it returns the slots to exclude (a Responses continuation
 	// must reach the backend holding the previous response).
@@ -52,7 +55,7 @@ var (
 	scoreAPI       = &api{read: readJSON, door: admission.Score, errors: openAIErrors}
 	rerankAPI      = &api{read: readJSON, door: admission.Rerank, errors: openAIErrors}
 	// transcriptionsAPI and translationsAPI read a streamed upload: audio.go.
-	messagesAPI  = &api{read: readJSON, door: admission.Messages, errors: anthropicErrors, affinity: true, stream: anthropicStream}
+	messagesAPI  = &api{read: readJSON, door: admission.Messages, errors: anthropicErrors, affinity: true, stream: anthropicStream, xAPIKey: true}
 	responsesAPI = &api{read: readJSON, door: admission.Responses, errors: openAIErrors, stream: responsesStream, pin: pinPreviousResponse}
 )
 
@@ -78,7 +81,7 @@ func readJSON(g *Gateway, w http.ResponseWriter, r *http.Request, x *exchange) (
 // serveAPI serves a model API family at path: the edge adapter, in the
 // family's error envelope, around the pipeline.
 func (g *Gateway) serveAPI(path string, a *api) http.HandlerFunc {
-	return g.serveIn(a.errors, path, g.admit(a))
+	return g.serveIn(a.errors, path, g.keyed(g.admit(a), a.xAPIKey, true))
 }
 
 // admit is the pipeline of every model API: read the body once, put it
@@ -90,21 +93,42 @@ func (g *Gateway) admit(a *api) handlerFunc {
 	ep := a.door
 	return func(w http.ResponseWriter, r *http.Request, x *exchange) error {
 		x.sse = a.stream
+		if k := x.key; k != nil && k.perMinute {
+			// An answer given before the request reserved (a door
+			// rejection, a body refused) carries the key's status too;
+			// serve renders it after this returns.
+			defer func() {
+				if !x.rateSet {
+					rateHeaders(w.Header(), g.quota.Status(k.name, k.limits))
+				}
+			}()
+		}
 		body, err := a.read(g, w, r, x)
 		if err != nil {
 			return err
 		}
 		x.readDone = time.Now()
-		dec, rej := g.check(ep, body, x)
+		dec, rej, kc := g.check(ep, body, x)
 		x.doorDone = time.Now()
 		if rej != nil {
 			if ci := rej.Context; ci != nil {
 				x.promptTokens, x.maxTokens, x.maxModelLen = ci.PromptTokens, ci.MaxTokens, ci.MaxModelLen
 			}
-			return g.rejected(x, g.refused(x, rej))
+			return g.rejected(x, notAllowed(kc, g.refused(x, rej)))
 		}
 		rt := g.decided(x, dec)
 		x.stream, x.promptTokens, x.maxTokens = dec.Stream, dec.PromptTokens, dec.MaxTokens
+		if x.key != nil {
+			// The key's limits, after the door's count and before the
+			// queue; the hold is settled when the request ends.
+			if err := g.reserve(w, x, ep, dec, len(body)); err != nil {
+				if e, ok := err.(*Error); ok {
+					return g.rejected(x, e)
+				}
+				return err // the client left while the store answered
+			}
+			defer g.settle(x)
+		}
 		if dec.Uncounted != admission.Counted {
 			x.uncounted = dec.Uncounted.String()
 			rt.metrics.uncounted.WithLabelValues(x.uncounted).Inc()
@@ -114,7 +138,7 @@ func (g *Gateway) admit(a *api) handlerFunc {
 		}
 		rt.metrics.inFlight.Inc()
 		defer rt.metrics.inFlight.Dec()
-		class, className := g.class(r)
+		class, className := g.class(r, x.key)
 		t := ticket(rt, ep, dec, len(body), class)
 		if a.affinity && rt.affinity > 0 {
 			t.Affinity = prefixHash(rt, ep, dec)
@@ -133,13 +157,17 @@ func (g *Gateway) admit(a *api) handlerFunc {
 	}
 }
 
-// check puts a request through the door: its JSON body, or the form
-// read from a streamed upload (x.upload).
-func (g *Gateway) check(ep admission.Endpoint, body []byte, x *exchange) (admission.Decision, *admission.Rejection) {
+// check puts a request through the door (the one its key sees: kc, nil
+// for the gateway's): its JSON body, or the form read from a streamed
+// upload (x.upload).
+func (g *Gateway) check(ep admission.Endpoint, body []byte, x *exchange) (admission.Decision, *admission.Rejection, *keyCatalog) {
+	door, kc := g.doorFor(x)
 	if x.upload != nil {
-		return g.door.CheckForm(ep, x.upload.form)
+		dec, rej := door.CheckForm(ep, x.upload.form)
+		return dec, rej, kc
 	}
-	return g.door.Check(ep, body)
+	dec, rej := door.Check(ep, body)
+	return dec, rej, kc
 }
 
 // rejected counts a door rejection in maitred_rejections_total under its
@@ -147,5 +175,11 @@ func (g *Gateway) check(ep admission.Endpoint, body []byte, x *exchange) (admiss
 // metric, the access log and triage name it alike.
 func (g *Gateway) rejected(x *exchange, e *Error) error {
 	g.metricsOf(x).rejections.WithLabelValues(e.outcome()).Inc()
+	if x.key != nil {
+		x.key.metrics.rejections.WithLabelValues(e.outcome()).Inc()
+	}
+	if x.tr != nil {
+		x.tr.rejection = e.outcome()
+	}
 	return e
 }

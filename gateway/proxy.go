@@ -62,6 +62,11 @@ func (g *Gateway) newProxy(rt http.RoundTripper) *httputil.ReverseProxy {
 			}
 			a.upstreamID = newID()
 			h.Set("X-Request-Id", a.upstreamID)
+			if a.span != nil {
+				// vLLM's span is the attempt's child. Untraced, the
+				// client's traceparent passes through as it came.
+				g.tr.inject(a, h)
+			}
 		},
 		ModifyResponse: func(res *http.Response) error {
 			a := res.Request.Context().Value(ctxKey{}).(*attempt)
@@ -93,9 +98,17 @@ func (g *Gateway) newProxy(rt http.RoundTripper) *httputil.ReverseProxy {
 				if idle > 0 {
 					guard.watchIdle(idle, onIdle)
 				}
-				res.Body = guard
+				if a.span != nil && a.span.IsRecording() {
+					guard.onData = x.tr.usage.scan
+				}
+				res.Body = a.usage.follow(x, res.StatusCode, guard, true)
 			} else {
-				res.Body = newBodyGuard(res.Body, idle, onIdle, func(cause error) { g.bodyBroken(a, cause) })
+				body := res.Body
+				if a.span != nil && a.span.IsRecording() && res.StatusCode == http.StatusOK {
+					body = &usageTap{body: body, u: &x.tr.usage}
+				}
+				res.Body = a.usage.follow(x, res.StatusCode,
+					newBodyGuard(body, idle, onIdle, func(cause error) { g.bodyBroken(a, cause) }), false)
 			}
 			return nil
 		},

@@ -71,13 +71,18 @@ func (g *Gateway) ObserveScrape(m *fleet.Model, b *fleet.Backend, gs fleet.Gauge
 	g.sampleBackend(rt, b, &gs)
 }
 
-// class maps the priority header to a class index.
-func (g *Gateway) class(r *http.Request) (int, string) {
+// class maps the priority header to a class index. A keyed request's
+// class is its key's; the header may lower it (a later class), never
+// raise it.
+func (g *Gateway) class(r *http.Request, k *apiKey) (int, string) {
 	v := strings.TrimSpace(r.Header.Get(PriorityHeader))
 	for i, c := range g.cfg.PriorityClasses {
-		if c == v {
+		if c == v && (k == nil || i >= k.class) {
 			return i, c
 		}
+	}
+	if k != nil {
+		return k.class, k.className
 	}
 	for i, c := range g.cfg.PriorityClasses {
 		if c == g.cfg.DefaultPriority {
@@ -147,6 +152,9 @@ func (g *Gateway) queueError(rt *modelRuntime, o admission.Outcome, t admission.
 			Message: "The gateway is shutting down; retry on another instance."}
 	case admission.ClientGone:
 		return errClientGone
+	case admission.StoreDown:
+		return &Error{Status: http.StatusServiceUnavailable, Type: typeServer, Code: codeStoreDown, Layer: triage.LayerQueue, RetryAfter: g.cfg.Store.Heartbeat.D(),
+			Message: "The shared store of this gateway's replicas cannot be reached, and on_store_error is reject: no backend can be confirmed for the request. Retry later."}
 	}
 	return fmt.Errorf("unexpected queue outcome %s", o)
 }

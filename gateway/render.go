@@ -104,9 +104,10 @@ func (g *Gateway) render(ep admission.Endpoint) handlerFunc {
 		if err != nil {
 			return err
 		}
-		dec, rej := g.door.Check(ep, body)
+		door, kc := g.doorFor(x)
+		dec, rej := door.Check(ep, body)
 		if rej != nil {
-			return g.refused(x, rej)
+			return notAllowed(kc, g.refused(x, rej))
 		}
 		rt := g.decided(x, dec)
 		x.stream, x.promptTokens, x.maxTokens = dec.Stream, dec.PromptTokens, dec.MaxTokens

@@ -87,7 +87,7 @@ func (o *responseOwners) forget(id string) {
 // responsesStream is a Responses stream: it ends at its completing event,
 // and a broken one gets an error event and [DONE] as OpenAI's other
 // streams do.
-var responsesStream = &streamShape{end: responsesStreamEnd, breakEvents: (*Error).sseEvent}
+var responsesStream = &streamShape{end: responsesStreamEnd, breakEvents: (*Error).sseEvent, meter: meterResponsesEvent}
 
 // responsesStreamEnd recognises the event that completes a Responses
 // stream (vLLM sends no [DONE]): response.completed, response.incomplete,

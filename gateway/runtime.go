@@ -115,7 +115,10 @@ func (m *metrics) forModel(name string) modelMetrics {
 // newRuntimes builds each configured model's runtime, in config order, and
 // its admission pool over its fleet backends. onEvent, when set, hears
 // each model's pool events.
-func newRuntimes(cfg config.Config, fl *fleet.Fleet, toks map[string]*tokenize.Model, m *metrics, onEvent func(rt *modelRuntime, e admission.Event)) []*modelRuntime {
+//
+// shared, when set, is the account of backends' work that replicas share:
+// each pool confirms its picks there.
+func newRuntimes(cfg config.Config, fl *fleet.Fleet, toks map[string]*tokenize.Model, m *metrics, onEvent func(rt *modelRuntime, e admission.Event), shared admission.Shared) []*modelRuntime {
 	out := make([]*modelRuntime, 0, len(cfg.Models))
 	for i := range cfg.Models {
 		mc := &cfg.Models[i]
@@ -155,6 +158,8 @@ func newRuntimes(cfg config.Config, fl *fleet.Fleet, toks map[string]*tokenize.M
 			MaxEjectionPercent:     cfg.MaxEjectionPercent,
 			AffinityLoad:           1.5,
 			OnEvent:                events,
+			Shared:                 shared,
+			RejectWhenStoreDown:    cfg.Store.OnError == config.StoreErrorReject,
 		}, slots, nil)
 		out = append(out, rt)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/maitred-dev/maitred/quota"
 	"github.com/maitred-dev/maitred/triage"
 )
 
@@ -85,9 +86,20 @@ type exchange struct {
 	outcome string
 	layer   triage.Layer
 	failed  bool
+	// key is the API key the request presented (keys.go); nil when the
+	// gateway is open or before the check.
+	key *apiKey
+	// res is the request's hold on its key's limits (limits.go), settled
+	// when the request ends; reserved is what it took.
+	res      quota.Reservation
+	reserved int64
+	rateSet  bool // the x-ratelimit-* headers are set
 	// The door's numbers, logged with the request.
 	promptTokens, maxTokens, maxModelLen int
 	uncounted                            string
+	// tr is the request's tracing (tracing.go); nil when the gateway
+	// does not trace.
+	tr *spans
 }
 
 // serve is the edge adapter: it assigns the request id, runs h, renders a
@@ -103,6 +115,9 @@ func (g *Gateway) serveIn(env errorWriter, endpoint string, h handlerFunc) http.
 		x := &exchange{id: requestID(r), start: time.Now(), endpoint: endpoint, clientCtx: r.Context()}
 		rec := &recorder{ResponseWriter: w, stall: &x.clientStall, werr: &x.clientWriteErr}
 		w.Header().Set("X-Request-Id", x.id)
+		if g.tr != nil {
+			g.tr.start(r, x)
+		}
 		var err error
 		defer func() {
 			p := recover()
@@ -200,6 +215,9 @@ func (g *Gateway) finish(x *exchange, rec *recorder, r *http.Request, err error)
 	code := strconv.Itoa(status)
 	ph := x.phases(end)
 	g.observe(x, layer, ph, d)
+	if x.tr != nil {
+		g.tr.end(x, status, layer, end)
+	}
 	mm := g.metricsOf(x)
 	mm.requests.WithLabelValues(x.endpoint, code).Inc()
 	mm.duration.WithLabelValues(x.endpoint).Observe(d.Seconds())
@@ -213,7 +231,7 @@ func (g *Gateway) finish(x *exchange, rec *recorder, r *http.Request, err error)
 	if ce == nil {
 		return
 	}
-	fields := make([]zap.Field, 0, 14)
+	fields := make([]zap.Field, 0, 16)
 	fields = append(fields,
 		zap.String("request_id", x.id),
 		zap.String("method", r.Method),
@@ -229,6 +247,9 @@ func (g *Gateway) finish(x *exchange, rec *recorder, r *http.Request, err error)
 	}
 	if x.adapter != "" {
 		fields = append(fields, zap.String("adapter", x.adapter))
+	}
+	if x.key != nil {
+		fields = append(fields, zap.String("key", x.key.name))
 	}
 	if a := x.att; a != nil {
 		fields = append(fields, zap.String("backend", a.backend.URL.Host))
@@ -253,6 +274,14 @@ func (g *Gateway) finish(x *exchange, rec *recorder, r *http.Request, err error)
 	}
 	if x.uncounted != "" {
 		fields = append(fields, zap.String("uncounted", x.uncounted))
+	}
+	if x.att != nil {
+		if n, ok := x.used(); ok {
+			fields = append(fields, zap.Int64("used_tokens", n))
+			if from := x.att.usage.from(); from != "" {
+				fields = append(fields, zap.String("used_from", from))
+			}
+		}
 	}
 	if x.streamBroke != "" {
 		fields = append(fields, zap.String("stream_error", x.streamBroke))

@@ -47,6 +47,9 @@ type streamGuard struct {
 	// onEvents, when set, is told of complete events as they arrive (the
 	// phase clock: first event = first token, last = end of decode).
 	onEvents func(n int, at time.Time)
+	// onData, when set, is given each run of complete events before
+	// they pass on (tracing reads the usage chunk from it).
+	onData func(events []byte)
 }
 
 // watchIdle calls onIdle when the guard has waited d on the backend for a
@@ -177,6 +180,9 @@ func (g *streamGuard) scan(start int) {
 			g.onEvents(n, time.Now())
 		}
 	}
+	if g.onData != nil && !g.sawDone {
+		g.onData(g.buf[g.ready:end])
+	}
 	if !g.sawDone {
 		isEnd := g.isEnd
 		if isEnd == nil {
@@ -191,15 +197,17 @@ func (g *streamGuard) scan(start int) {
 // streamShape is how an API family's SSE stream ends: end reports
 // whether complete events hold the stream's last event, and breakEvents
 // renders the gateway's own error as the events that end a stream the
-// backend broke.
+// backend broke; meter reads one event's data for the usage meter
+// (usage.go): its text deltas and the usage it reports.
 type streamShape struct {
 	end         func(events []byte) bool
 	breakEvents func(e *Error) []byte
+	meter       func(m *usageMeter, data []byte)
 }
 
 // openAIStream is the OpenAI APIs' stream: it ends with data: [DONE], and
 // a broken one gets an error event and [DONE].
-var openAIStream = &streamShape{end: openAIStreamEnd, breakEvents: (*Error).sseEvent}
+var openAIStream = &streamShape{end: openAIStreamEnd, breakEvents: (*Error).sseEvent, meter: meterOpenAIEvent}
 
 func openAIStreamEnd(events []byte) bool {
 	return bytes.Contains(events, doneData) && hasDoneEvent(events)

@@ -31,6 +31,7 @@ td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left}
 </style></head><body>
 <h1>maitred</h1>
 <p>Gateway <b id="phase">{{.Phase}}</b>, readiness <b id="readiness">{{.Readiness}}</b>, generated {{.Now}}.</p>
+{{with .Store}}<p id="store">Shared store {{.URL}}: <b class="{{if .Up}}ready{{else}}unhealthy{{end}}">{{if .Up}}up{{else}}down{{end}}</b> since {{.Since.Format "2006-01-02T15:04:05Z07:00"}}; {{.Live}} live replicas (this one {{.Replica}}); {{.Detail}}.{{with .Error}} Last error: {{.}}{{end}}</p>{{end}}
 <h2>Triage</h2>
 <p class="verdict" id="verdict">{{.Report.Verdict}}</p>
 {{with .Report.Said}}<ul id="said">{{range .}}<li>{{.}}</li>{{end}}</ul>{{end}}
@@ -72,13 +73,14 @@ type statusData struct {
 	Evidence              []kv
 	Models                []statusModel
 	Charts                []chart
+	Store                 *storeStatus
 }
 
 // statusPage answers GET / with the status page.
 func (g *Gateway) statusPage(w http.ResponseWriter, r *http.Request, _ *exchange) error {
 	rep := g.triage.Report()
 	d := statusData{Phase: g.Phase().String(), Readiness: "not ready", Now: time.Now().UTC().Format(time.RFC3339), Report: rep,
-		Charts: statusCharts(g.triage.Series())}
+		Charts: statusCharts(g.triage.Series()), Store: g.storeStatus()}
 	ready := g.Phase() == Serving
 	for k, v := range rep.Evidence {
 		b, _ := json.Marshal(v)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -19,7 +18,6 @@ import (
 	"github.com/maitred-dev/maitred/fleet"
 	"github.com/maitred-dev/maitred/internal/ojson"
 	"github.com/maitred-dev/maitred/tokenize"
-	"github.com/maitred-dev/maitred/triage"
 )
 
 // tokenizeAnswer is vLLM's TokenizeResponse.
@@ -52,12 +50,10 @@ func (g *Gateway) tokenize(w http.ResponseWriter, r *http.Request, x *exchange) 
 	} else if names := g.fleet.Names(); len(names) == 1 && (mv == nil || mv.IsNull()) {
 		name = names[0] // as vLLM: no model means the served one
 	}
-	rt, only, ok := g.catalog.resolve(name) // the request's one lookup of its model
-	if !ok {
-		return &Error{Status: http.StatusNotFound, Type: typeInvalidRequest, Code: codeModelNotFound, Param: "model", Layer: triage.LayerDoor,
-			Message: fmt.Sprintf("The model %q does not exist. Available models: %v.", name, g.fleet.Names())}
+	rt, err := g.modelNamed(x, name) // the request's one lookup of its model
+	if err != nil {
+		return err
 	}
-	x.setModel(rt, name, only)
 	if tok := rt.tok; tok != nil {
 		var ids []int
 		ep := admission.Completions

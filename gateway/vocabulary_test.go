@@ -35,7 +35,14 @@ func TestOneOutcomeVocabulary(t *testing.T) {
 	srv := httptestServer(t, sim.New(sim.Config{Model: "m", OutputTokens: 2, Tokenizer: sim.ModelTokenizer(tok), MaxModelLen: 64}, nil))
 	core, logs := observer.New(zap.InfoLevel)
 	tri := triage.New(triage.DefaultConfig(), time.Now)
-	tg := startGatewayFull(t, tok, extras{log: zap.New(core), triage: tri}, func(c *config.Config) { c.MaxBodyBytes = 4096 }, srv)
+	// With API keys: key "k" may use model m only; "other" is configured
+	// (on the same backend) but outside its allow-list.
+	tg := startGatewayFull(t, tok, extras{log: zap.New(core), triage: tri}, func(c *config.Config) {
+		c.MaxBodyBytes = 4096
+		withOther(c)
+		c.Auth = &config.AuthConfig{Keys: []config.KeyConfig{{Name: "k", SHA256: digestOf("sk-k"), Models: []string{"m"}},
+			{Name: "tiny", SHA256: digestOf("sk-tiny"), Models: []string{"m"}, Limits: config.KeyLimits{TokensPerMinute: 3}}}}
+	}, srv)
 
 	chat := func(msgs string) string { return `{"model":"m","messages":[` + msgs + `]}` }
 	user := `{"role":"user","content":"hi"}`
@@ -80,6 +87,14 @@ func TestOneOutcomeVocabulary(t *testing.T) {
 		{admission.InvalidParam, "/v1/messages", "", `{"model":"m","messages":[` + user + `]}`, true, "messages-max-tokens"},
 		{admission.TemplateError, "/v1/messages", "", `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"RAISE now"}]}`, true, "messages-template"},
 		{admission.ContextLength, "/v1/messages", "", `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"` + strings.Repeat("word ", 100) + `"}]}`, true, "messages-context"},
+		// The key checks (their cases send no key or a wrong one; every
+		// other case sends key k).
+		{admission.InvalidAPIKey, "/v1/chat/completions", "", chat(user), false, ""},
+		{admission.InvalidAPIKey, "/v1/messages", "", `{"model":"m","max_tokens":5,"messages":[` + user + `]}`, false, "messages-key"},
+		{admission.ModelNotAllowed, "/v1/chat/completions", "", `{"model":"other","messages":[` + user + `]}`, false, ""},
+		{admission.ModelNotAllowed, "/v1/embeddings", "", `{"model":"other","input":"x"}`, false, "embeddings-not-allowed"},
+		{admission.RateLimited, "/v1/chat/completions", "", chat(user), true, ""}, // key tiny: 3 tokens a minute
+		{admission.RateLimited, "/v1/messages", "", `{"model":"m","max_tokens":5,"messages":[` + user + `]}`, true, "messages-rate"},
 	}
 	for i := range cases {
 		if cases[i].id == "" {
@@ -97,7 +112,14 @@ func TestOneOutcomeVocabulary(t *testing.T) {
 		if ctype == audioForm {
 			body += "--B--\r\n"
 		}
-		res := tg.post(t, tc.path, body, "Content-Type", ctype, "X-Request-Id", "vocab-"+tc.id)
+		key := "Bearer sk-k"
+		switch tc.reason {
+		case admission.InvalidAPIKey:
+			key = "Bearer sk-wrong"
+		case admission.RateLimited:
+			key = "Bearer sk-tiny"
+		}
+		res := tg.post(t, tc.path, body, "Content-Type", ctype, "X-Request-Id", "vocab-"+tc.id, "Authorization", key)
 		if body := readBodyT(t, res); res.StatusCode/100 != 4 {
 			t.Fatalf("%s: %d %s", tc.id, res.StatusCode, body)
 		}
@@ -120,7 +142,7 @@ func TestOneOutcomeVocabulary(t *testing.T) {
 		if strings.HasPrefix(id, "count-tokens") {
 			path = "/v1/messages/count_tokens"
 		}
-		res := tg.post(t, path, body, "X-Request-Id", id)
+		res := tg.post(t, path, body, "X-Request-Id", id, "Authorization", "Bearer sk-k")
 		if b := readBodyT(t, res); res.StatusCode != 400 {
 			t.Fatalf("%s: %d %s", id, res.StatusCode, b)
 		}

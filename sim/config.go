@@ -119,6 +119,29 @@ type Config struct {
 	// every choice of a request) also wait to receive a value from it, so a
 	// test can release tokens one at a time. Not settable over /sim/config.
 	TokenGate <-chan struct{}
+	// OnProcessed, when set, is the engine's own accounting of the tokens
+	// it processes: it is called with a generation's prompt tokens when its
+	// prefill is done, with the tokens each decode step generates, and
+	// with a pooling request's inputs when they are done, each timestamped
+	// by Clock. A test reads from it what the engine really processed when
+	// (a gateway's token limits are checked against it). It must be safe
+	// for concurrent use. Not settable over /sim/config.
+	OnProcessed func(at time.Time, tokens int)
+	// Clock timestamps OnProcessed (nil: time.Now); a test runs it faster
+	// than real time together with the gateway's clock.
+	Clock func() time.Time
+}
+
+// processed reports tokens to OnProcessed, if set.
+func (c *Config) processed(tokens int) {
+	if c.OnProcessed == nil || tokens == 0 {
+		return
+	}
+	now := time.Now
+	if c.Clock != nil {
+		now = c.Clock
+	}
+	c.OnProcessed(now(), tokens)
 }
 
 // Tokenizer is what the simulator needs to count prompts the way vLLM does.

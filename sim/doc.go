@@ -64,6 +64,13 @@
 //   - POST /v1/audio/transcriptions and /v1/audio/translations
 //     (multipart/form-data; json, text, verbose_json; streaming chunks)
 //     (audio.go).
+//   - Accounting: Config.OnProcessed hears every batch of tokens the
+//     engine processes (a prompt at its prefill, each decode step's
+//     tokens, a pooling request's inputs), timestamped by Config.Clock.
+//   - Trace context: like vLLM, every request's W3C traceparent and
+//     tracestate are read (ParseTraceContext; an invalid traceparent is
+//     ignored, as vLLM's propagator ignores it). No span is exported; the
+//     parsed context is recorded with the request (Received.Trace).
 //   - Simulator-only: GET|POST /sim/config (JSON knobs, see Knobs) and
 //     GET /sim/stats (Stats as JSON). They need no API key.
 //

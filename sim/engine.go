@@ -79,6 +79,11 @@ func (j *job) run(ctx context.Context, emit func(step int, tok string) error) er
 		tok := tokenText(j.offset, step)
 		j.text.WriteString(tok)
 		j.generated++
+		if step == 0 {
+			cfg.processed(j.prompt + 1)
+		} else {
+			cfg.processed(1)
+		}
 		s.grow(t, 1)
 		s.m.genTok.WithLabelValues(cfg.Model, "0").Add(1)
 		if emit == nil {

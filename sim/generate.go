@@ -191,6 +191,11 @@ func (g *generation) run(ctx context.Context) {
 			}
 		}
 		g.generated += n
+		if step == 0 {
+			cfg.processed(g.promptTotal + n)
+		} else {
+			cfg.processed(n)
+		}
 		s.grow(t, n)
 		s.m.genTok.WithLabelValues(cfg.Model, "0").Add(float64(n))
 		if g.req.stream {

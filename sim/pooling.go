@@ -153,6 +153,7 @@ func (s *Server) pool(w http.ResponseWriter, r *http.Request, body []byte, k poo
 		return
 	}
 	writeJSON(w, http.StatusOK, poolResponse(req, prompts, total, id, cfg, servedName(v, cfg), arrival.Unix()))
+	cfg.processed(total)
 	end := time.Now()
 	for _, p := range prompts {
 		s.m.e2e.WithLabelValues(cfg.Model, "0").Observe(end.Sub(arrival).Seconds())

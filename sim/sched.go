@@ -61,6 +61,7 @@ func (s *Server) scheduleLocked() {
 		s.queue = slices.Delete(s.queue, 0, 1)
 		t.running = true
 		s.running += t.seqs
+		s.counts.PeakRunning = max(s.counts.PeakRunning, s.running)
 		s.kvUsed += t.tokens
 		close(t.admitted)
 	}

@@ -87,6 +87,9 @@ type Stats struct {
 	// Running and Waiting are the current scheduler gauges.
 	Running int `json:"running"`
 	Waiting int `json:"waiting"`
+	// PeakRunning is the most requests (sequences) running at once since
+	// the server started: what a gateway's max_in_flight let through.
+	PeakRunning int `json:"peak_running"`
 }
 
 // Received is one request seen on /v1/*, POST /tokenize or one of the
@@ -97,6 +100,9 @@ type Received struct {
 	Path   string
 	Header http.Header
 	Body   []byte
+	// Trace is the W3C trace context the request carried (traceparent,
+	// tracestate), parsed as vLLM parses it.
+	Trace TraceContext
 }
 
 // New returns a simulator; a nil log means zap.NewNop().
@@ -171,14 +177,15 @@ func (s *Server) Received() []Received {
 		r := s.recv[(start+i)%n]
 		out = append(out, Received{
 			Method: r.Method, Path: r.Path, Header: r.Header.Clone(),
-			Body: append([]byte(nil), r.Body...),
+			Body: append([]byte(nil), r.Body...), Trace: r.Trace,
 		})
 	}
 	return out
 }
 
 func (s *Server) record(r *http.Request, body []byte) {
-	rec := Received{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: append([]byte(nil), body...)}
+	rec := Received{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: append([]byte(nil), body...),
+		Trace: ParseTraceContext(r.Header.Get("Traceparent"), r.Header.Get("Tracestate"))}
 	s.recvMu.Lock()
 	defer s.recvMu.Unlock()
 	if len(s.recv) < receivedCap {

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -18,6 +20,8 @@ import (
 	"github.com/maitred-dev/maitred/config"
 	"github.com/maitred-dev/maitred/fleet"
 	"github.com/maitred-dev/maitred/gateway"
+	"github.com/maitred-dev/maitred/store"
+	"github.com/maitred-dev/maitred/internal/telemetry"
 	"github.com/maitred-dev/maitred/tokenize"
 )
 
@@ -97,7 +101,27 @@ func runGateway(ctx context.Context, cfg config.Config, log *zap.Logger, started
 	if err != nil {
 		return err
 	}
-	gw, err := gateway.New(gateway.Options{Config: cfg, Fleet: fl, Logger: log, Registry: reg, Tokenizers: toks})
+	tp, err := startTracing(cfg, log)
+	if err != nil {
+		return err
+	}
+	opts := gateway.Options{Config: cfg, Fleet: fl, Logger: log, Registry: reg, Tokenizers: toks}
+	if tp != nil {
+		opts.TracerProvider = tp
+		defer flushTracing(tp, log) // after the drain: the last requests' spans go too
+	}
+	var st *store.Store
+	if cfg.Store.Shared() {
+		if st, err = store.New(store.Options{Config: cfg.Store, Logger: log}); err != nil {
+			return err
+		}
+		defer st.Close()
+		opts.Shared = st
+		opts.Quota = st.Quotas() // the keys' limits hold across replicas
+		log.Info("shared store", zap.String("store", cfg.Store.URL), zap.String("replica", st.Replica()),
+			zap.String("on_store_error", cfg.Store.OnError), zap.Duration("lease", cfg.Store.Lease.D()))
+	}
+	gw, err := gateway.New(opts)
 	if err != nil {
 		return err
 	}
@@ -110,6 +134,12 @@ func runGateway(ctx context.Context, cfg config.Config, log *zap.Logger, started
 	fctx, stopFleet := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { fl.RunScraper(fctx, cfg.ScrapeInterval.D(), gw.ObserveScrape) })
+	wg.Go(func() { gw.WatchKeys(fctx) }) // returns at once without auth.keys_file
+	if st != nil {
+		// Heartbeats run until the drain is over: requests still in
+		// flight keep their holdings' lease.
+		wg.Go(func() { st.Run(fctx) })
+	}
 	wg.Go(func() {
 		fl.ProbeAll(fctx)
 		gw.SetPhase(gateway.Serving)
@@ -126,4 +156,40 @@ func runGateway(ctx context.Context, cfg config.Config, log *zap.Logger, started
 	}
 	log.Info("stopped")
 	return err
+}
+
+// startTracing starts the OTLP trace pipeline when the config or the
+// OTEL_* environment names an endpoint; nil when tracing is off.
+func startTracing(cfg config.Config, log *zap.Logger) (*telemetry.Provider, error) {
+	s, err := telemetry.Resolve(cfg.Tracing, os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	if !s.Enabled {
+		log.Debug("tracing off: no OTLP endpoint configured")
+		return nil, nil
+	}
+	tp, err := telemetry.New(context.Background(), s, telemetry.Options{Version: versionString()})
+	if err != nil {
+		return nil, err
+	}
+	endpoint := s.Endpoint
+	if u, err := url.Parse(endpoint); err == nil {
+		endpoint = u.Redacted()
+	}
+	log.Info("tracing", zap.String("endpoint", endpoint), zap.String("protocol", s.Protocol),
+		zap.String("sampler", s.SamplerName), zap.String("service_name", s.ServiceName))
+	return tp, nil
+}
+
+// tracingFlushTimeout bounds the export of the spans still buffered at
+// shutdown: a collector that is down must not hold the process.
+const tracingFlushTimeout = 5 * time.Second
+
+func flushTracing(tp *telemetry.Provider, log *zap.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), tracingFlushTimeout)
+	defer cancel()
+	if err := tp.Shutdown(ctx); err != nil {
+		log.Warn("tracing: the spans still buffered at shutdown were not all exported", zap.Error(err))
+	}
 }

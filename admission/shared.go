@@ -1,0 +1,60 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Shared is the fleet-wide account of each backend's admitted work, kept in
+// a store all replicas of the gateway use (package store implements it on
+// Redis or Valkey). The pool picks a backend locally, then asks Shared to
+// confirm, never while holding its lock.
+type Shared interface {
+	// Take holds one request and tokens on backend for every replica, if
+	// the backend's shared account stays within maxInFlight requests and
+	// budget tokens (0: no limit of that kind); an idle backend takes a
+	// request over its budget, as the pool's own rule. It returns
+	// ErrHeldElsewhere when the holdings of other replicas leave no room,
+	// and ErrStoreDown (with a local Hold, which the store writes when it
+	// is back) when the store cannot be reached.
+	Take(ctx context.Context, backend string, maxInFlight, budget, tokens int) (Hold, error)
+	// State is the store's standing; the pool reads it under its lock, so
+	// it must not block.
+	State() SharedState
+}
+
+// Hold is one request's holding on a backend in the shared account.
+type Hold interface {
+	// Release gives the holding back (idempotent).
+	Release()
+}
+
+// SharedState is the shared store as a replica last saw it.
+type SharedState struct {
+	// Up: the last operation reached the store.
+	Up bool
+	// Replicas is the number of live replicas last counted (at least 1).
+	Replicas int
+	// Replica is this replica's name in the store.
+	Replica string
+	// Since is when Up last changed; Err is the last error while down.
+	Since time.Time
+	Err   string
+}
+
+var (
+	// ErrHeldElsewhere: other replicas hold the backend's room.
+	ErrHeldElsewhere = errors.New("backend's room is held by other replicas")
+	// ErrStoreDown: the shared store cannot be reached.
+	ErrStoreDown = errors.New("shared store unavailable")
+)
+
+// share is limit divided among n live replicas, at least 1 (0 stays 0: no
+// limit).
+func share(limit, n int) int {
+	if limit <= 0 || n <= 1 {
+		return limit
+	}
+	return max(1, limit/n)
+}

@@ -1,0 +1,204 @@
+package config
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// AuthConfig is the `auth` section: the API keys the gateway accepts.
+// With it, every model API request must carry one (Authorization: Bearer,
+// or x-api-key on Anthropic's Messages); without it the gateway is open.
+type AuthConfig struct {
+	// Keys are the keys written in the config itself.
+	Keys []KeyConfig `yaml:"keys"`
+	// KeysFile is a YAML file holding more keys (`keys: [...]`, the same
+	// shape), re-read while the gateway runs, so keys rotate without a
+	// restart and without cutting streams. A relative path is read from
+	// the config file's folder.
+	KeysFile string `yaml:"keys_file"`
+}
+
+// KeyConfig is one API key: a tenant (a team, an application).
+type KeyConfig struct {
+	// Name is what logs and metrics show; the key itself never is.
+	Name string `yaml:"name"`
+	// SHA256 is the hex SHA-256 digest of the key (`printf %s KEY |
+	// sha256sum`); Env names an environment variable holding the key
+	// itself. Exactly one of them.
+	SHA256 string `yaml:"sha256"`
+	Env    string `yaml:"env"`
+	// Models the key may use, by the name clients send; "*" allows all.
+	Models []string `yaml:"models"`
+	// Priority is the key's priority class, the highest its requests may
+	// use (x-maitred-priority may only lower it); default_priority when
+	// unset.
+	Priority string `yaml:"priority"`
+	// Limits are the key's quotas; 0 means no limit of that kind.
+	Limits KeyLimits `yaml:"limits"`
+}
+
+// KeyLimits are one key's quotas (0: none of that kind).
+type KeyLimits struct {
+	// RequestsPerMinute: requests started in any 60 s.
+	RequestsPerMinute int64 `yaml:"requests_per_minute"`
+	// TokensPerMinute: prompt + completion tokens in any 60 s (prompt plus
+	// requested output reserved at admission, settled with the real usage).
+	TokensPerMinute int64 `yaml:"tokens_per_minute"`
+	// MaxConcurrent: requests in flight at once.
+	MaxConcurrent int64 `yaml:"max_concurrent"`
+	// TokensPerDay: prompt + completion tokens in any 24 h.
+	TokensPerDay int64 `yaml:"tokens_per_day"`
+}
+
+// AllModels in a key's models allows every model.
+const AllModels = "*"
+
+// Digest is the key's SHA-256 digest: the configured one, or that of the
+// environment variable's value. Call it on a validated key.
+func (k *KeyConfig) Digest() ([32]byte, error) {
+	var d [32]byte
+	if k.Env != "" {
+		v, ok := os.LookupEnv(k.Env)
+		if !ok || v == "" {
+			return d, fmt.Errorf("environment variable %s is not set", k.Env)
+		}
+		return sha256Sum(v), nil
+	}
+	b, err := hex.DecodeString(strings.ToLower(k.SHA256))
+	if err != nil || len(b) != 32 {
+		return d, fmt.Errorf("want 64 hex digits, got %q", k.SHA256)
+	}
+	copy(d[:], b)
+	return d, nil
+}
+
+func (a *AuthConfig) validate(c *Config) []error {
+	errs := validateKeys(a.Keys, func(i int) string { return fmt.Sprintf("auth.keys[%d]", i) }, c)
+	if len(a.Keys) == 0 && a.KeysFile == "" {
+		errs = append(errs, &FieldError{Path: "auth", Msg: "want keys or keys_file (an auth section with no keys would refuse every request)"})
+	}
+	return errs
+}
+
+// validateKeys checks a list of keys, naming each problem by its key path
+// (pathOf(i): auth.keys[i], or keys[i] in a keys_file).
+func validateKeys(keys []KeyConfig, pathOf func(i int) string, c *Config) []error {
+	var errs []error
+	add := func(path, format string, args ...any) {
+		errs = append(errs, &FieldError{Path: path, Msg: fmt.Sprintf(format, args...)})
+	}
+	classes := map[string]bool{}
+	for _, pc := range c.PriorityClasses {
+		classes[pc] = true
+	}
+	names := map[string]int{}
+	digests := map[[32]byte]int{}
+	for i, k := range keys {
+		p := pathOf(i)
+		if k.Name == "" {
+			add(p+".name", "is required")
+		} else if j, dup := names[k.Name]; dup {
+			add(p+".name", "%q is already %s.name", k.Name, pathOf(j))
+		} else {
+			names[k.Name] = i
+		}
+		switch {
+		case (k.SHA256 == "") == (k.Env == ""):
+			add(p, "want exactly one of sha256 and env")
+		case k.Env != "":
+			if v, ok := os.LookupEnv(k.Env); !ok || v == "" {
+				add(p+".env", "environment variable %s is not set", k.Env)
+			}
+		}
+		if d, err := k.Digest(); err == nil {
+			if j, dup := digests[d]; dup {
+				add(p, "the same key as %s", pathOf(j))
+			}
+			digests[d] = i
+		} else if k.SHA256 != "" {
+			add(p+".sha256", "%v", err)
+		}
+		if len(k.Models) == 0 {
+			add(p+".models", `at least one model is required ("*" for all)`)
+		}
+		for j, m := range k.Models {
+			if m == "" {
+				add(fmt.Sprintf("%s.models[%d]", p, j), "must not be empty")
+			}
+		}
+		if k.Priority != "" && !classes[k.Priority] {
+			add(p+".priority", "%q is not one of priority_classes %v", k.Priority, c.PriorityClasses)
+		}
+		l := k.Limits
+		if l.RequestsPerMinute < 0 || l.TokensPerMinute < 0 || l.MaxConcurrent < 0 || l.TokensPerDay < 0 {
+			add(p+".limits", "must not be negative (0: no limit)")
+		}
+	}
+	return errs
+}
+
+// keysFile is the shape of a keys_file.
+type keysFile struct {
+	Keys []KeyConfig `yaml:"keys"`
+}
+
+// ParseKeys decodes a keys_file's content (`keys: [...]`) strictly and
+// validates it against cfg (its priority classes, and the names and keys
+// of auth.keys, which must not repeat). Errors name key paths
+// ("keys[2].sha256").
+func ParseKeys(data []byte, cfg *Config) ([]KeyConfig, error) {
+	var doc yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, errors.New("keys file is empty")
+		}
+		return nil, fmt.Errorf("keys file is not valid YAML: %w", err)
+	}
+	var kf keysFile
+	if err := decodeStrict(doc.Content[0], reflect.ValueOf(&kf).Elem(), ""); err != nil {
+		return nil, err
+	}
+	var inline []KeyConfig
+	if cfg.Auth != nil {
+		inline = cfg.Auth.Keys
+	}
+	// Checked together with the config's own keys, so that a name or a key
+	// given in both is refused; the file's problems are reported under
+	// keys[i], the config's under auth.keys[i].
+	all := append(append([]KeyConfig(nil), inline...), kf.Keys...)
+	pathOf := func(i int) string {
+		if i < len(inline) {
+			return fmt.Sprintf("auth.keys[%d]", i)
+		}
+		return fmt.Sprintf("keys[%d]", i-len(inline))
+	}
+	if err := errors.Join(validateKeys(all, pathOf, cfg)...); err != nil {
+		return nil, err
+	}
+	return kf.Keys, nil
+}
+
+// LoadKeys reads and checks a keys_file (ParseKeys).
+func LoadKeys(path string, cfg *Config) ([]KeyConfig, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	keys, err := ParseKeys(data, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return keys, nil
+}
+
+func sha256Sum(s string) [32]byte { return sha256.Sum256([]byte(s)) }

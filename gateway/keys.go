@@ -1,0 +1,391 @@
+package gateway
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/maitred-dev/maitred/admission"
+	"github.com/maitred-dev/maitred/config"
+	"github.com/maitred-dev/maitred/quota"
+	"github.com/maitred-dev/maitred/triage"
+)
+
+// API keys (config auth): who may call the model APIs, which models each
+// key may use, its priority class and its quotas.
+//
+// A key is found by the SHA-256 digest of what the client presents, in a
+// map of digests: the lookup compares digests, never the key itself, so
+// its time says nothing about how much of a key was right, and a wrong key
+// and a missing one get the same 401 whatever keys exist. The key itself is
+// never stored (only digests), logged or forwarded (the proxy drops the
+// client's Authorization and x-api-key); logs and metrics show its name.
+//
+// The table is one immutable value behind an atomic pointer: a request
+// reads it once and keeps the *apiKey it found, so a keys_file reload
+// (watchKeys) swaps it without a lock and never cuts a request in flight.
+
+// The outcomes of the key checks: admission.Reasons, the same vocabulary
+// as the door's rejections.
+var (
+	outcomeInvalidAPIKey   = admission.InvalidAPIKey.String()
+	outcomeModelNotAllowed = admission.ModelNotAllowed.String()
+	outcomeRateLimited     = admission.RateLimited.String()
+)
+
+// apiKey is one configured key as the request path uses it.
+type apiKey struct {
+	name string
+	// all: models "*"; else models is the allow-list, by the name the
+	// client sends.
+	all    bool
+	models map[string]bool
+	// class is the key's priority class (its index in priority_classes,
+	// 0 highest), the highest its requests may use.
+	class     int
+	className string
+	limits    quota.Limits
+	// perMinute: the key has a per-minute limit, reported in OpenAI's
+	// x-ratelimit-* headers on every answer.
+	perMinute bool
+	metrics   keyMetrics
+}
+
+// allows reports whether the key may use the model the client named.
+func (k *apiKey) allows(name string) bool { return k.all || k.models[name] }
+
+// keyTable is the keys in force: immutable once built.
+type keyTable struct {
+	byDigest map[[32]byte]*apiKey
+}
+
+// buildKeys builds the table of keys (the config's and the keys_file's).
+func (g *Gateway) buildKeys(keys []config.KeyConfig) (*keyTable, error) {
+	t := &keyTable{byDigest: make(map[[32]byte]*apiKey, len(keys))}
+	for i := range keys {
+		kc := &keys[i]
+		d, err := kc.Digest()
+		if err != nil {
+			return nil, fmt.Errorf("key %q: %w", kc.Name, err)
+		}
+		l := kc.Limits
+		k := &apiKey{name: kc.Name, metrics: g.metrics.forKey(kc.Name), limits: quota.Limits{
+			RequestsPerMinute: l.RequestsPerMinute, TokensPerMinute: l.TokensPerMinute,
+			TokensPerDay: l.TokensPerDay, MaxConcurrent: l.MaxConcurrent,
+		}}
+		k.perMinute = l.RequestsPerMinute > 0 || l.TokensPerMinute > 0
+		for _, m := range kc.Models {
+			if m == config.AllModels {
+				k.all = true
+			}
+		}
+		if !k.all {
+			k.models = make(map[string]bool, len(kc.Models))
+			for _, m := range kc.Models {
+				k.models[m] = true
+			}
+		}
+		prio := kc.Priority
+		if prio == "" {
+			prio = g.cfg.DefaultPriority
+		}
+		for ci, c := range g.cfg.PriorityClasses {
+			if c == prio {
+				k.class, k.className = ci, c
+			}
+		}
+		t.byDigest[d] = k
+	}
+	return t, nil
+}
+
+// setKeys puts keys in force; requests already admitted keep the key they
+// were admitted with.
+func (g *Gateway) setKeys(keys []config.KeyConfig) error {
+	t, err := g.buildKeys(keys)
+	if err != nil {
+		return err
+	}
+	g.keys.Store(t)
+	return nil
+}
+
+// initKeys reads the auth section at New: the config's keys and the
+// keys_file's. Without an auth section the gateway is open.
+func (g *Gateway) initKeys() error {
+	a := g.cfg.Auth
+	if a == nil {
+		g.log.Warn("no auth section in the config: the model APIs are open to anyone who can reach the gateway")
+		return nil
+	}
+	g.noKey = g.metrics.forKey("")
+	keys := a.Keys
+	if a.KeysFile != "" {
+		data, err := os.ReadFile(a.KeysFile)
+		if err != nil {
+			return fmt.Errorf("auth.keys_file: %w", err)
+		}
+		fileKeys, err := config.ParseKeys(data, &g.cfg)
+		if err != nil {
+			return fmt.Errorf("auth.keys_file %s: %w", a.KeysFile, err)
+		}
+		g.keysFile = fileState{sum: sha256.Sum256(data)}
+		keys = append(append([]config.KeyConfig(nil), a.Keys...), fileKeys...)
+	}
+	if err := g.setKeys(keys); err != nil {
+		return err
+	}
+	g.log.Info("API keys required", zap.Int("keys", len(keys)), zap.String("keys_file", a.KeysFile))
+	return nil
+}
+
+// fileState is what the keys_file watcher last read.
+type fileState struct {
+	sum     [32]byte
+	missing bool
+}
+
+// keysPollInterval is how often the keys_file is re-read.
+const keysPollInterval = 500 * time.Millisecond
+
+// WatchKeys re-reads auth.keys_file every 500 ms until ctx is done, and
+// puts its keys in force when its content changed. The file is read by
+// path each time and compared by content, so an edit in place, a rename
+// over it and a Kubernetes ConfigMap update (a symlink swapped to a new
+// folder) are all seen. A file that fails to parse or validate is refused
+// with a log naming the key path; the keys in force keep serving. It
+// returns at once when there is no keys_file.
+func (g *Gateway) WatchKeys(ctx context.Context) {
+	g.watchKeys(ctx, keysPollInterval)
+}
+
+func (g *Gateway) watchKeys(ctx context.Context, every time.Duration) {
+	a := g.cfg.Auth
+	if a == nil || a.KeysFile == "" {
+		return
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		g.reloadKeys()
+	}
+}
+
+// reloadKeys reads the keys_file once and puts it in force if it changed.
+func (g *Gateway) reloadKeys() {
+	a := g.cfg.Auth
+	data, err := os.ReadFile(a.KeysFile)
+	if err != nil {
+		// A ConfigMap swap can leave the path missing for an instant; the
+		// next poll reads it again.
+		if !errors.Is(err, os.ErrNotExist) || g.keysFile.missing {
+			return
+		}
+		g.keysFile.missing = true
+		g.log.Warn("keys_file unreadable; the keys in force keep serving", zap.String("keys_file", a.KeysFile), zap.Error(err))
+		return
+	}
+	g.keysFile.missing = false
+	sum := sha256.Sum256(data)
+	if sum == g.keysFile.sum {
+		return
+	}
+	g.keysFile.sum = sum
+	fileKeys, err := config.ParseKeys(data, &g.cfg)
+	if err == nil {
+		err = g.setKeys(append(append([]config.KeyConfig(nil), a.Keys...), fileKeys...))
+	}
+	if err != nil {
+		g.metrics.keyReloads.WithLabelValues("refused").Inc()
+		g.log.Error("keys_file refused; the keys in force keep serving", zap.String("keys_file", a.KeysFile), zap.String("error", err.Error()))
+		return
+	}
+	g.metrics.keyReloads.WithLabelValues("loaded").Inc()
+	g.log.Info("keys_file loaded", zap.String("keys_file", a.KeysFile), zap.Int("keys", len(a.Keys)+len(fileKeys)))
+}
+
+// keyed runs h for a request that must carry an API key when auth is
+// configured: Authorization: Bearer KEY, or (xAPIKey: Anthropic's
+// Messages and count_tokens) x-api-key: KEY. A missing or unknown key is
+// answered 401 invalid_api_key before anything else is read. Every answer
+// to a keyed request carries the key's x-ratelimit-* headers: set here
+// from its status, unless h reserves (reserves: the model pipeline, which
+// sets them from its reservation, limits.go).
+func (g *Gateway) keyed(h handlerFunc, xAPIKey, reserves bool) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request, x *exchange) error {
+		t := g.keys.Load()
+		if t == nil {
+			return h(w, r, x) // open: no auth section
+		}
+		k := t.lookup(presentedKey(r, xAPIKey))
+		if k == nil {
+			g.noKey.rejections.WithLabelValues(outcomeInvalidAPIKey).Inc()
+			w.Header().Set("WWW-Authenticate", `Bearer realm="maitred"`)
+			return g.rejected(x, invalidKey(r, xAPIKey))
+		}
+		x.key = k
+		if k.perMinute && !reserves {
+			rateHeaders(w.Header(), g.quota.Status(k.name, k.limits))
+		}
+		k.metrics.requests.Inc()
+		k.metrics.inFlight.Inc()
+		defer k.metrics.inFlight.Dec()
+		return h(w, r, x)
+	}
+}
+
+// lookup finds the key whose digest matches what was presented ("" finds
+// nothing).
+func (t *keyTable) lookup(presented string) *apiKey {
+	if presented == "" {
+		return nil
+	}
+	return t.byDigest[sha256.Sum256([]byte(presented))]
+}
+
+// presentedKey is the key a request carries: the Bearer token of its
+// Authorization header, or, where Anthropic's header is accepted and
+// there is no Authorization, its x-api-key.
+func presentedKey(r *http.Request, xAPIKey bool) string {
+	if v := r.Header.Get("Authorization"); v != "" {
+		scheme, tok, ok := strings.Cut(strings.TrimSpace(v), " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") {
+			return ""
+		}
+		return strings.TrimSpace(tok)
+	}
+	if xAPIKey {
+		return strings.TrimSpace(r.Header.Get("X-Api-Key"))
+	}
+	return ""
+}
+
+// invalidKey is the 401 of a request without a valid key: the same for a
+// wrong key and a missing one (the wording says only which header was
+// expected), so that it reveals nothing about the keys that exist.
+func invalidKey(r *http.Request, xAPIKey bool) *Error {
+	msg := "Incorrect API key provided. Send a valid key as Authorization: Bearer KEY."
+	if r.Header.Get("Authorization") == "" && (!xAPIKey || r.Header.Get("X-Api-Key") == "") {
+		msg = "You didn't provide an API key. Send it as Authorization: Bearer KEY."
+	}
+	if xAPIKey {
+		msg = strings.TrimSuffix(msg, ".") + " or x-api-key: KEY."
+	}
+	return &Error{Status: http.StatusUnauthorized, Type: typeInvalidRequest, Code: codeInvalidAPIKey, Outcome: outcomeInvalidAPIKey,
+		Layer: triage.LayerDoor, Message: msg}
+}
+
+// keyCatalog is the door's catalog as one key sees it: the models outside
+// its allow-list do not exist, so the door answers them with the very 404
+// an unknown model gets (listing only the key's models), before any
+// counting. denied records that the name was a configured model the key
+// may not use, for the outcome (model_not_allowed), which the client never
+// sees.
+type keyCatalog struct {
+	base   *catalog
+	key    *apiKey
+	denied bool
+}
+
+func (c *keyCatalog) Lookup(name string) (admission.Model, bool) {
+	m, ok := c.base.Lookup(name)
+	if ok && !c.key.allows(name) {
+		c.denied = true
+		return admission.Model{}, false
+	}
+	return m, ok
+}
+
+func (c *keyCatalog) Names() []string { return c.key.visible(c.base.names) }
+
+// visible filters names to the key's models, in their order.
+func (k *apiKey) visible(names []string) []string {
+	if k.all {
+		return names
+	}
+	out := make([]string, 0, len(k.models))
+	for _, n := range names {
+		if k.models[n] {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// doorFor is the door a request goes through: the gateway's, or for a key
+// with an allow-list one over the key's view of the catalog (kc, whose
+// denied flag the caller reads after the check).
+func (g *Gateway) doorFor(x *exchange) (*admission.Door, *keyCatalog) {
+	if x.key == nil || x.key.all {
+		return g.door, nil
+	}
+	kc := &keyCatalog{base: g.catalog, key: x.key}
+	return admission.NewDoor(kc), kc
+}
+
+// notAllowed turns the door's unknown-model rejection of a model the key
+// may not use into the outcome model_not_allowed: the answer's bytes stay
+// those of an unknown model.
+func notAllowed(kc *keyCatalog, e *Error) *Error {
+	if kc != nil && kc.denied && e.Code == codeModelNotFound {
+		e.Outcome = outcomeModelNotAllowed
+	}
+	return e
+}
+
+// modelNamed is a local handler's lookup of the model a request names
+// (/tokenize, /detokenize): a configured model or a LoRA adapter of one
+// (catalog.resolve) that the request's key may use, recorded on x; or the
+// same 404 model_not_found as the door's, listing the models the key may
+// use. An adapter is allowed only when the key's allow-list names the
+// adapter itself: adapters are often one tenant's fine-tune.
+func (g *Gateway) modelNamed(x *exchange, name string) (*modelRuntime, error) {
+	rt, only, ok := g.catalog.resolve(name)
+	names := g.catalog.names
+	if x.key != nil {
+		names = x.key.visible(names)
+	}
+	if !ok || (x.key != nil && !x.key.allows(name)) {
+		e := rejection(admission.UnknownModelRejection(name, names))
+		if ok {
+			e.Outcome = outcomeModelNotAllowed
+		}
+		return nil, e
+	}
+	x.setModel(rt, name, only)
+	return rt, nil
+}
+
+// keyMetrics are the metric children of one key (by name; "" for requests
+// that presented no valid key).
+type keyMetrics struct {
+	requests    prometheus.Counter
+	inFlight    prometheus.Gauge
+	tokens      *prometheus.CounterVec // kind: prompt, completion
+	rejections  *prometheus.CounterVec // reason
+	rateLimited *prometheus.CounterVec // limit
+}
+
+func (m *metrics) forKey(name string) keyMetrics {
+	l := prometheus.Labels{"key": name}
+	return keyMetrics{
+		requests:    m.keyRequests.With(l),
+		inFlight:    m.keyInFlight.With(l),
+		tokens:      m.keyTokens.MustCurryWith(l),
+		rejections:  m.keyRejections.MustCurryWith(l),
+		rateLimited: m.keyRateLimited.MustCurryWith(l),
+	}
+}

@@ -1,0 +1,501 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"strings"
+
+	"github.com/maitred-dev/maitred/tokenize"
+)
+
+// Bounds of what a usageMeter holds: whatever the answer's size, a meter
+// keeps at most one SSE event's data, the not-yet-counted streamed text
+// and a usage object.
+const (
+	maxUsageEvent = 64 << 10 // an event's data; a larger one is skipped
+	maxUsageText  = 16 << 10 // streamed text counted in pieces this large
+	maxUsageValue = 4 << 10  // a non-streamed answer's "usage" value
+)
+
+// usageMeter follows one attempt's answer on its way to the client (it is
+// the response body the proxy reads, wrapping the stream or body guard)
+// and tells, when the request ends, how many tokens it used: prompt +
+// completion, for the key's quota.
+//
+//   - A non-streamed JSON answer: its top-level "usage" member, found by a
+//     scanner that holds nothing else (chat and completions
+//     prompt_tokens + completion_tokens; pooling prompt_tokens; Responses
+//     and Anthropic input_tokens + output_tokens; total_tokens alone when
+//     that is all there is).
+//   - A stream: the usage its events report (OpenAI's include_usage chunk,
+//     cumulative with continuous_usage_stats; Responses' response.completed;
+//     Anthropic's message_start and message_delta), each part that is
+//     missing taken elsewhere: the completion counted from the streamed
+//     text deltas with the model's tokenizer, the prompt from the door's
+//     count. A stream cut short (the client left, the backend broke) is
+//     charged for what was streamed before the cut.
+//
+// The family's streamShape.meter reads its events. The meter is a value
+// in its attempt, owned by the request's goroutine, like the rest of it.
+type usageMeter struct {
+	body   io.ReadCloser
+	status int
+	// events reads a stream's events (the family's streamShape.meter); nil:
+	// not a stream.
+	events func(m *usageMeter, data []byte)
+	tok    tokenize.Encoder // nil: streamed text cannot be counted
+	// prompt is the door's count, when it counted (promptKnown).
+	prompt      int64
+	promptKnown bool
+
+	scan usageScanner // a non-streamed answer
+
+	// A stream: the event being read, the text not yet counted, what was
+	// counted, and what the events reported.
+	line                 []byte
+	lineLost             bool
+	data                 []byte
+	text                 []byte
+	counted              int64
+	reported             usageReport
+	reportedP, reportedC bool
+}
+
+type usageReport struct{ prompt, completion int64 }
+
+// follow starts the meter on an answer whose headers came: status, and
+// whether it is the family's SSE stream. It becomes the response body.
+func (m *usageMeter) follow(x *exchange, status int, body io.ReadCloser, stream bool) io.ReadCloser {
+	m.body, m.status = body, status
+	if stream {
+		m.events = x.streamShape().meter
+	}
+	if x.rt != nil && x.rt.tok != nil {
+		m.tok = x.rt.tok.Encoder()
+	}
+	if x.uncounted == "" && x.promptTokens > 0 {
+		m.prompt, m.promptKnown = int64(x.promptTokens), true
+	}
+	return m
+}
+
+func (m *usageMeter) Read(p []byte) (int, error) {
+	n, err := m.body.Read(p)
+	if n > 0 && m.status < 300 {
+		if m.events != nil {
+			m.observeStream(p[:n])
+		} else {
+			m.scan.feed(p[:n])
+		}
+	}
+	return n, err
+}
+
+func (m *usageMeter) Close() error { return m.body.Close() }
+
+// Used reports the tokens the answer used, prompt + completion, and
+// whether that is known. An answer refused by the backend (4xx) used
+// none; one that failed (5xx), or a non-streamed answer without a usage
+// member, is unknown (the caller keeps what it reserved). A stream is
+// known when its prompt is (reported or counted by the door) and its
+// completion is (reported, or counted from its text with a tokenizer).
+func (m *usageMeter) Used() (tokens int64, known bool) {
+	switch {
+	case m.status == 0:
+		return 0, false
+	case m.status >= 400 && m.status < 500:
+		return 0, true
+	case m.status >= 300:
+		return 0, false
+	case m.events == nil:
+		return m.scan.used()
+	}
+	var prompt, completion int64
+	switch {
+	case m.reportedP:
+		prompt = m.reported.prompt
+	case m.promptKnown:
+		prompt = m.prompt
+	default:
+		return 0, false
+	}
+	switch {
+	case m.reportedC:
+		completion = m.reported.completion
+	case m.tok != nil:
+		m.countText(len(m.text))
+		completion = m.counted
+	default:
+		return 0, false
+	}
+	return prompt + completion, true
+}
+
+// from says where Used's figure came from: "usage" when the backend
+// reported all of it, "counted" when the gateway counted a part.
+// "" when no answer was read (or the backend refused or failed).
+func (m *usageMeter) from() string {
+	switch {
+	case m.status == 0 || m.status >= 300:
+		return ""
+	case m.events == nil || (m.reportedP && m.reportedC):
+		return "usage"
+	}
+	return "counted"
+}
+
+// observeStream splits the bytes the client is sent into SSE lines and
+// hands each event's data to the family's reader.
+func (m *usageMeter) observeStream(p []byte) {
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			m.addLine(p)
+			return
+		}
+		m.addLine(p[:i])
+		p = p[i+1:]
+		line := bytes.TrimSuffix(m.line, []byte{'\r'})
+		switch {
+		case m.lineLost: // a line too long to be a usage event: its text goes uncounted
+		case len(line) == 0:
+			if len(m.data) > 0 {
+				m.events(m, m.data)
+			}
+			m.data = m.data[:0]
+		case bytes.HasPrefix(line, []byte("data:")):
+			v := bytes.TrimPrefix(line[5:], []byte{' '})
+			if len(m.data) > 0 {
+				m.data = append(m.data, '\n')
+			}
+			m.data = append(m.data, v...)
+		}
+		m.line, m.lineLost = m.line[:0], false
+	}
+}
+
+func (m *usageMeter) addLine(p []byte) {
+	if m.lineLost || len(m.line)+len(p) > maxUsageEvent {
+		m.line, m.lineLost = m.line[:0], true
+		return
+	}
+	m.line = append(m.line, p...)
+}
+
+// streamed adds completion text the client was sent.
+func (m *usageMeter) streamed(s string) {
+	if s == "" {
+		return
+	}
+	m.text = append(m.text, s...)
+	if len(m.text) >= maxUsageText && m.tok != nil {
+		// Count all but the last word, so that pieces split where the
+		// tokenizer would split anyway.
+		cut := bytes.LastIndexByte(m.text, ' ')
+		if cut <= 0 {
+			cut = len(m.text)
+		}
+		m.countText(cut)
+	} else if len(m.text) >= maxUsageText {
+		m.text = m.text[:0] // nothing can count it (Used: unknown)
+	}
+}
+
+func (m *usageMeter) countText(n int) {
+	if n == 0 || m.tok == nil {
+		return
+	}
+	c, _ := m.tok.Count(string(m.text[:n]), false, 0)
+	m.counted += int64(c)
+	m.text = m.text[:copy(m.text, m.text[n:])]
+}
+
+// report takes the usage an event reported; counts in a stream are
+// cumulative, so the last report stands.
+func (m *usageMeter) report(u *usageNumbers, prompt, completion bool) {
+	if u == nil {
+		return
+	}
+	if p, ok := u.prompt(); ok && prompt {
+		m.reported.prompt, m.reportedP = p, true
+	}
+	if c, ok := u.completion(); ok && completion {
+		m.reported.completion, m.reportedC = c, true
+	}
+}
+
+// usageNumbers is a usage object of any family.
+type usageNumbers struct {
+	PromptTokens     *int64 `json:"prompt_tokens"`
+	CompletionTokens *int64 `json:"completion_tokens"`
+	InputTokens      *int64 `json:"input_tokens"`
+	OutputTokens     *int64 `json:"output_tokens"`
+	TotalTokens      *int64 `json:"total_tokens"`
+}
+
+func (u *usageNumbers) prompt() (int64, bool) {
+	switch {
+	case u.PromptTokens != nil:
+		return *u.PromptTokens, true
+	case u.InputTokens != nil:
+		return *u.InputTokens, true
+	}
+	return 0, false
+}
+
+func (u *usageNumbers) completion() (int64, bool) {
+	switch {
+	case u.CompletionTokens != nil:
+		return *u.CompletionTokens, true
+	case u.OutputTokens != nil:
+		return *u.OutputTokens, true
+	}
+	return 0, false
+}
+
+// total is prompt + completion, or total_tokens when that is all there is
+// (a pooling answer that reports no parts).
+func (u *usageNumbers) total() (int64, bool) {
+	p, okP := u.prompt()
+	c, okC := u.completion()
+	switch {
+	case okP || okC:
+		return p + c, true
+	case u.TotalTokens != nil:
+		return *u.TotalTokens, true
+	}
+	return 0, false
+}
+
+// meterOpenAIEvent reads a chat, completions or audio stream chunk: the
+// choices' text (content, reasoning, tool-call arguments; a completion's
+// text) and the usage, when the chunk carries it.
+func meterOpenAIEvent(m *usageMeter, data []byte) {
+	if bytes.Equal(data, doneData) {
+		return
+	}
+	var ev struct {
+		Choices []struct {
+			Text  string `json:"text"`
+			Delta struct {
+				Content          string `json:"content"`
+				ReasoningContent string `json:"reasoning_content"`
+				Reasoning        string `json:"reasoning"`
+				ToolCalls        []struct {
+					Function struct {
+						Name      string `json:"name"`
+						Arguments string `json:"arguments"`
+					} `json:"function"`
+				} `json:"tool_calls"`
+			} `json:"delta"`
+		} `json:"choices"`
+		Usage *usageNumbers `json:"usage"`
+	}
+	if json.Unmarshal(data, &ev) != nil {
+		return // not a chunk (the gateway's own error event)
+	}
+	for _, c := range ev.Choices {
+		m.streamed(c.Text)
+		m.streamed(c.Delta.Content)
+		m.streamed(c.Delta.ReasoningContent)
+		m.streamed(c.Delta.Reasoning)
+		for _, tc := range c.Delta.ToolCalls {
+			m.streamed(tc.Function.Name)
+			m.streamed(tc.Function.Arguments)
+		}
+	}
+	m.report(ev.Usage, true, true)
+}
+
+// meterResponsesEvent reads a Responses stream event: the text of its
+// *.delta events, and the usage of the final response
+// (response.completed, .incomplete, .failed).
+func meterResponsesEvent(m *usageMeter, data []byte) {
+	var ev struct {
+		Type     string          `json:"type"`
+		Delta    json.RawMessage `json:"delta"`
+		Response *struct {
+			Usage *usageNumbers `json:"usage"`
+		} `json:"response"`
+	}
+	if json.Unmarshal(data, &ev) != nil {
+		return
+	}
+	if strings.HasSuffix(ev.Type, ".delta") {
+		var s string
+		if json.Unmarshal(ev.Delta, &s) == nil {
+			m.streamed(s)
+		}
+	}
+	if ev.Response != nil {
+		m.report(ev.Response.Usage, true, true)
+	}
+}
+
+// meterAnthropicEvent reads a Messages stream event: message_start's
+// input tokens, the content deltas (text, tool input, thinking) and
+// message_delta's cumulative usage.
+func meterAnthropicEvent(m *usageMeter, data []byte) {
+	var ev struct {
+		Type    string `json:"type"`
+		Message *struct {
+			Usage *usageNumbers `json:"usage"`
+		} `json:"message"`
+		Delta *struct {
+			Text        string `json:"text"`
+			PartialJSON string `json:"partial_json"`
+			Thinking    string `json:"thinking"`
+		} `json:"delta"`
+		Usage *usageNumbers `json:"usage"`
+	}
+	if json.Unmarshal(data, &ev) != nil {
+		return
+	}
+	switch ev.Type {
+	case "message_start":
+		if ev.Message != nil {
+			m.report(ev.Message.Usage, true, false) // its output_tokens is not the answer's
+		}
+	case "content_block_delta":
+		if d := ev.Delta; d != nil {
+			m.streamed(d.Text)
+			m.streamed(d.PartialJSON)
+			m.streamed(d.Thinking)
+		}
+	case "message_delta":
+		m.report(ev.Usage, true, true)
+	}
+}
+
+// usageScanner finds the top-level "usage" member of a JSON answer as it
+// passes, holding nothing but that member's value (at most
+// maxUsageValue): the rest of the answer (choices, embeddings, prompt
+// logprobs, before or after it) goes by. It follows strings, escapes and
+// nesting, so a "usage" inside a choice or a string is not taken.
+type usageScanner struct {
+	depth      int
+	inStr, esc bool
+	expectKey  bool // at depth 1: the next string is a member name
+	readingKey bool
+	keyMatch   int // bytes of `usage` matched so far; -1: not it
+	afterKey   bool
+	capturing  bool
+	val        []byte
+	done, over bool
+}
+
+func (s *usageScanner) feed(p []byte) {
+	if s.done {
+		return
+	}
+	for _, c := range p {
+		if s.capturing {
+			if len(s.val) == maxUsageValue {
+				s.capturing, s.done, s.over = false, true, true
+				return
+			}
+			s.val = append(s.val, c)
+		}
+		if s.inStr {
+			switch {
+			case s.esc:
+				s.esc = false
+				if s.readingKey {
+					s.keyMatch = -1
+				}
+			case c == '\\':
+				s.esc = true
+			case c == '"':
+				s.inStr = false
+				if s.readingKey {
+					s.readingKey = false
+					s.afterKey = s.keyMatch == len("usage")
+				}
+			case s.readingKey:
+				if s.keyMatch >= 0 && s.keyMatch < len("usage") && c == "usage"[s.keyMatch] {
+					s.keyMatch++
+				} else {
+					s.keyMatch = -1
+				}
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			s.inStr = true
+			if s.depth == 1 && s.expectKey {
+				s.readingKey, s.keyMatch, s.expectKey = true, 0, false
+			}
+		case '{', '[':
+			s.depth++
+			if s.depth == 1 && c == '{' {
+				s.expectKey = true
+			}
+		case '}', ']':
+			s.depth--
+		case ':':
+			if s.depth == 1 && s.afterKey && !s.capturing {
+				s.capturing, s.afterKey = true, false
+				continue
+			}
+		case ',':
+			if s.depth == 1 {
+				s.expectKey = true
+			}
+		}
+		if s.capturing && (s.depth == 0 || (s.depth == 1 && c == ',')) {
+			s.val = s.val[:len(s.val)-1] // the byte that ended the member
+			s.capturing, s.done = false, true
+			return
+		}
+	}
+}
+
+func (s *usageScanner) used() (int64, bool) {
+	if !s.done || s.over {
+		return 0, false
+	}
+	var u usageNumbers
+	if json.Unmarshal(s.val, &u) != nil {
+		return 0, false
+	}
+	return u.total()
+}
+
+// used is the tokens the request used at a backend (prompt + completion)
+// and whether that is known, for the key's quota at the request's end: a
+// request that never reached a backend (refused at the door or the queue,
+// or every try failed to connect) used none; one that reached a backend
+// is its last attempt's answer (usageMeter.Used), unknown when no answer
+// came (the backend may have worked on it).
+func (x *exchange) used() (tokens int64, known bool) {
+	a := x.att
+	switch {
+	case a == nil:
+		return 0, true
+	case a.upstreamStatus == 0 && a.proxyErr != nil && neverSent(a.proxyErr):
+		return 0, true
+	}
+	return a.usage.Used()
+}
+
+// neverSent reports whether a transport error means the request never
+// reached a live backend: refused, written into a connection the backend
+// had already closed, or sent on a pooled connection the backend closed
+// while it was idle (net/http's "server closed idle connection": the
+// backend closed it before this request was on it, as a server shutting
+// down does; net/http itself retries that only for idempotent requests).
+func neverSent(err error) bool {
+	var oe *net.OpError
+	if errors.As(err, &oe) && (oe.Op == "dial" || oe.Op == "write" || oe.Op == "readfrom") {
+		return true
+	}
+	return err != nil && err.Error() == errServerClosedIdle
+}
+
+// errServerClosedIdle is net/http's text for a pooled connection the
+// server closed while idle (the error value is not exported).
+const errServerClosedIdle = "http: server closed idle connection"

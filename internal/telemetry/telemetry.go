@@ -1,0 +1,225 @@
+// Package telemetry builds maitred's OpenTelemetry trace pipeline: an OTLP
+// exporter (HTTP/protobuf or gRPC), a sampler and a TracerProvider, from
+// the config's tracing section and the standard OTEL_* environment
+// variables. It sets no global state: the provider it returns is handed
+// to the gateway (gateway.Options.TracerProvider) and flushed by
+// Shutdown when the process drains.
+//
+// # Precedence
+//
+// What the config names wins; the environment fills what it leaves unset;
+// then the defaults. Tracing is off unless an endpoint is named, by
+// tracing.endpoint, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (the traces URL,
+// used as is) or OTEL_EXPORTER_OTLP_ENDPOINT (a base URL: /v1/traces is
+// appended for HTTP). OTEL_SDK_DISABLED=true or OTEL_TRACES_EXPORTER=none
+// turn it off whatever else is set.
+//
+//   - protocol: tracing.protocol, OTEL_EXPORTER_OTLP_TRACES_PROTOCOL,
+//     OTEL_EXPORTER_OTLP_PROTOCOL; default http/protobuf.
+//   - sampling: tracing.sampling_ratio (parent-based: a sampled caller's
+//     trace is always kept); else OTEL_TRACES_SAMPLER and
+//     OTEL_TRACES_SAMPLER_ARG; default parentbased_always_on.
+//   - service name: tracing.service_name, OTEL_SERVICE_NAME; default
+//     "maitred".
+//
+// The exporters read their other settings (OTEL_EXPORTER_OTLP_HEADERS,
+// _TIMEOUT, _COMPRESSION, _CERTIFICATE) from the environment themselves.
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/maitred-dev/maitred/config"
+)
+
+// Protocols an exporter speaks.
+const (
+	ProtocolHTTP = config.TracingHTTP
+	ProtocolGRPC = config.TracingGRPC
+)
+
+// Settings are the resolved tracing settings: config, then environment,
+// then defaults. Enabled is false when no endpoint is named.
+type Settings struct {
+	Enabled     bool
+	Endpoint    string // the full URL the exporter sends to
+	Protocol    string // ProtocolHTTP or ProtocolGRPC
+	ServiceName string
+	Sampler     sdktrace.Sampler
+	// SamplerName describes the sampler for the start-up log line.
+	SamplerName string
+}
+
+// Resolve works out the settings from the config's tracing section and
+// the environment (getenv, os.Getenv in production). A malformed OTEL_*
+// value is an error naming the variable.
+func Resolve(c config.TracingConfig, getenv func(string) string) (Settings, error) {
+	s := Settings{Protocol: c.Protocol, ServiceName: c.ServiceName}
+	if strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") || getenv("OTEL_TRACES_EXPORTER") == "none" {
+		return s, nil
+	}
+	if s.Protocol == "" {
+		s.Protocol = firstSet(getenv, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
+	}
+	switch s.Protocol {
+	case "":
+		s.Protocol = ProtocolHTTP
+	case ProtocolHTTP, ProtocolGRPC:
+	default:
+		return s, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL: want %s or %s, got %q", ProtocolHTTP, ProtocolGRPC, s.Protocol)
+	}
+	switch {
+	case c.Endpoint != "":
+		s.Endpoint = c.Endpoint
+		if u, err := url.Parse(c.Endpoint); err == nil && s.Protocol == ProtocolHTTP && (u.Path == "" || u.Path == "/") {
+			s.Endpoint = strings.TrimSuffix(c.Endpoint, "/") + "/v1/traces"
+		}
+	case getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "":
+		s.Endpoint = getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+	case getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "":
+		s.Endpoint = getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
+		if s.Protocol == ProtocolHTTP {
+			s.Endpoint = strings.TrimSuffix(s.Endpoint, "/") + "/v1/traces"
+		}
+	default:
+		return s, nil // off: no endpoint named
+	}
+	if u, err := url.Parse(s.Endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return s, fmt.Errorf("tracing endpoint: want an http:// or https:// URL, got %q", s.Endpoint)
+	}
+	s.Enabled = true
+	if s.ServiceName == "" {
+		s.ServiceName = getenv("OTEL_SERVICE_NAME")
+	}
+	if s.ServiceName == "" {
+		s.ServiceName = "maitred"
+	}
+	var err error
+	if c.SamplingRatio != nil {
+		r := *c.SamplingRatio
+		s.Sampler, s.SamplerName = sdktrace.ParentBased(sdktrace.TraceIDRatioBased(r)), "parentbased_traceidratio "+strconv.FormatFloat(r, 'g', -1, 64)
+	} else if s.Sampler, s.SamplerName, err = envSampler(getenv); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+// envSampler is OTEL_TRACES_SAMPLER (+ _ARG), as the specification names
+// them; unset, parentbased_always_on.
+func envSampler(getenv func(string) string) (sdktrace.Sampler, string, error) {
+	name := getenv("OTEL_TRACES_SAMPLER")
+	ratio := func() (float64, error) {
+		arg := getenv("OTEL_TRACES_SAMPLER_ARG")
+		if arg == "" {
+			return 1, nil
+		}
+		r, err := strconv.ParseFloat(arg, 64)
+		if err != nil || r < 0 || r > 1 {
+			return 0, fmt.Errorf("OTEL_TRACES_SAMPLER_ARG: want a ratio from 0 to 1, got %q", arg)
+		}
+		return r, nil
+	}
+	switch name {
+	case "", "parentbased_always_on":
+		return sdktrace.ParentBased(sdktrace.AlwaysSample()), "parentbased_always_on", nil
+	case "always_on":
+		return sdktrace.AlwaysSample(), name, nil
+	case "always_off":
+		return sdktrace.NeverSample(), name, nil
+	case "parentbased_always_off":
+		return sdktrace.ParentBased(sdktrace.NeverSample()), name, nil
+	case "traceidratio", "parentbased_traceidratio":
+		r, err := ratio()
+		if err != nil {
+			return nil, "", err
+		}
+		desc := name + " " + strconv.FormatFloat(r, 'g', -1, 64)
+		if name == "traceidratio" {
+			return sdktrace.TraceIDRatioBased(r), desc, nil
+		}
+		return sdktrace.ParentBased(sdktrace.TraceIDRatioBased(r)), desc, nil
+	}
+	return nil, "", fmt.Errorf("OTEL_TRACES_SAMPLER: want always_on, always_off, traceidratio or their parentbased_ forms, got %q", name)
+}
+
+func firstSet(getenv func(string) string, keys ...string) string {
+	for _, k := range keys {
+		if v := getenv(k); v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// Provider is a running trace pipeline.
+type Provider struct {
+	*sdktrace.TracerProvider
+	Settings Settings
+}
+
+// Shutdown exports the spans still buffered and stops the exporter,
+// within ctx.
+func (p *Provider) Shutdown(ctx context.Context) error {
+	return p.TracerProvider.Shutdown(ctx)
+}
+
+// Options tune New beyond the settings (tests; embedders).
+type Options struct {
+	// Version is maitred's version, sent as service.version when set.
+	Version string
+	// Sync exports each span as it ends instead of in batches (tests).
+	Sync bool
+}
+
+// New starts the trace pipeline the settings describe, or returns nil
+// when tracing is off. It does not connect: the exporter dials on its
+// first export, and a collector that is down costs dropped spans, never
+// requests.
+func New(ctx context.Context, s Settings, o Options) (*Provider, error) {
+	if !s.Enabled {
+		return nil, nil
+	}
+	var (
+		exp sdktrace.SpanExporter
+		err error
+	)
+	switch s.Protocol {
+	case ProtocolGRPC:
+		exp, err = otlptracegrpc.New(ctx, otlptracegrpc.WithEndpointURL(s.Endpoint))
+	case ProtocolHTTP:
+		exp, err = otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(s.Endpoint))
+	default:
+		err = fmt.Errorf("unknown protocol %q", s.Protocol)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("tracing exporter: %w", err)
+	}
+	attrs := []attribute.KeyValue{attribute.String("service.name", s.ServiceName)}
+	if o.Version != "" {
+		attrs = append(attrs, attribute.String("service.version", o.Version))
+	}
+	if s.Sampler == nil {
+		return nil, errors.New("tracing: no sampler")
+	}
+	opts := []sdktrace.TracerProviderOption{
+		sdktrace.WithSampler(s.Sampler),
+		sdktrace.WithResource(resource.NewSchemaless(attrs...)),
+	}
+	if o.Sync {
+		opts = append(opts, sdktrace.WithSyncer(exp))
+	} else {
+		opts = append(opts, sdktrace.WithBatcher(exp))
+	}
+	return &Provider{TracerProvider: sdktrace.NewTracerProvider(opts...), Settings: s}, nil
+}
