@@ -39,6 +39,7 @@ func startE2E(t *testing.T, sc sim.Config, mutate func(*config.Config)) *e2e {
 	srv := httptest.NewServer(s.Handler())
 	t.Cleanup(func() { s.Close(); srv.Close() })
 	tg := startGateway(t, mutate, srv.URL)
+	warmupDone(t, s)
 	if gate != nil {
 		s.Update(func(c *sim.Config) { c.TokenGate = gate })
 	}
@@ -53,6 +54,18 @@ func startE2E(t *testing.T, sc sim.Config, mutate func(*config.Config)) *e2e {
 
 // eventually waits for cond, failing after a generous deadline. It awaits an
 // event; it asserts nothing about how long the event took.
+// warmupDone waits until the simulator has finished the gateway's warm-up
+// generation: the warm-up reads its stream up to [DONE], which the
+// simulator writes before it counts the request finished, and a test that
+// waits for "one request running" must not see the warm-up's.
+func warmupDone(t *testing.T, s *sim.Server) {
+	t.Helper()
+	eventually(t, "the warm-up to finish in the simulator", func() bool {
+		st := s.Stats()
+		return st.Running == 0 && st.Waiting == 0
+	})
+}
+
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)

@@ -379,6 +379,7 @@ func TestKeysFileRotation(t *testing.T) {
 	tg := startGatewayFull(t, nil, extras{log: zap.New(core)}, func(c *config.Config) {
 		c.Auth = &config.AuthConfig{KeysFile: path, Keys: []config.KeyConfig{{Name: "a", SHA256: digestOf("sk-a"), Models: []string{"*"}}}}
 	}, srv.URL)
+	warmupDone(t, s)
 	s.Update(func(c *sim.Config) { c.TokenGate = gate })
 	ctx, cancel := context.WithCancel(context.Background())
 	watched := make(chan struct{})

@@ -516,6 +516,7 @@ func TestDrainAnswersQueuedRequestsAtOnce(t *testing.T) {
 	cfg.Models = []config.ModelConfig{{Name: "m", Backends: []config.BackendConfig{{URL: "http://" + addr, MaxInFlight: 1}}}}
 	s := serveGateway(t, cfg, nil)
 	eventually(t, "ready", func() bool { code, _ := s.readyz(t); return code == 200 })
+	warmupDone(t, backend)
 	backend.Update(func(c *sim.Config) { c.TokenGate = gate })
 	type answer struct {
 		code  int

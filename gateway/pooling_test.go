@@ -68,6 +68,7 @@ func startPooling(t *testing.T, sc sim.Config, mutate func(*config.Config)) *poo
 	srv := httptest.NewServer(s.Handler())
 	t.Cleanup(func() { s.Close(); srv.Close() })
 	tg := startGatewayToks(t, tok, mutate, srv.URL)
+	warmupDone(t, s)
 	if gate != nil {
 		s.Update(func(c *sim.Config) { c.TokenGate = gate })
 	}
@@ -362,7 +363,9 @@ func TestEmbeddingsWaitInQueue(t *testing.T) {
 		return ch
 	}
 	first := send("/v1/embeddings", `{"model":"m","input":"first"}`)
-	eventually(t, "the first embeddings request to run", func() bool { return e.sim.Stats().Running == 1 })
+	eventually(t, "the first embeddings request to run", func() bool {
+		return e.sim.Stats().Running == 1 && len(clientRequests(e.sim, isPoolingPath)) == 1
+	})
 	second := send("/v1/embeddings", `{"model":"m","input":"second"}`)
 	eventually(t, "the second to wait in the queue", func() bool { return pool.Advice().Depth == 1 })
 	if n := len(clientRequests(e.sim, isPoolingPath)); n != 1 {

@@ -160,6 +160,7 @@ func TestE2EResponsesCancelBackground(t *testing.T) {
 	e := startResponses(t, 2, sim.Config{MaxModelLen: 4096})
 	_, sdk2 := e.gateway(t) // warmed up before generation is held
 	for _, s := range e.sims {
+		warmupDone(t, s)
 		s.Update(func(c *sim.Config) { c.TokenGate = gate }) // after the warm-up: generation now waits
 	}
 	ctx := t.Context()

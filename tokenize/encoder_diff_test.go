@@ -149,12 +149,19 @@ func TestCountMatchesEncode(t *testing.T) {
 }
 
 func TestCountAllocs(t *testing.T) {
+	// Under the race detector sync.Pool drops a quarter of what is put
+	// back, at random: a dropped scratch costs a few allocations on the
+	// next call, so the mean varies by run; the bound is looser there.
+	limit := 2.0
+	if raceEnabled {
+		limit = 8
+	}
 	tok := loadTokFixture(t, "qwen3")
 	text := strings.Repeat("Hello, world! <|im_start|>user\n你好 12345\n", 50)
 	tok.Count(text, true, 0)
 	allocs := testing.AllocsPerRun(20, func() { tok.Count(text, true, 0) })
-	if allocs > 2 {
-		t.Fatalf("Count allocates %.0f times per call", allocs)
+	if allocs > limit {
+		t.Fatalf("Count allocates %.0f times per call (limit %.0f)", allocs, limit)
 	}
 }
 
