@@ -160,6 +160,7 @@ func New(o Options) (*Gateway, error) {
 		g.byName[rt.name] = rt
 	}
 	g.noModel = g.metrics.forModel("")
+	g.useCountCache(o.Registry)
 	if o.Triage == nil {
 		o.Triage = triage.New(triageConfig(o.Config), time.Now)
 	}

@@ -27,6 +27,9 @@ type modelRuntime struct {
 	// tok is the model's tokenizer and chat template; nil: none (requests
 	// are forwarded uncounted).
 	tok *tokenize.Model
+	// counter is the door's counter for tok: tok itself, or tok through
+	// the count cache (countcache.go); nil when tok is.
+	counter admission.Counter
 	// clamp: on_overflow is clamp.
 	clamp                 bool
 	firstByte, streamIdle time.Duration
@@ -45,7 +48,9 @@ type modelRuntime struct {
 // follows what backends report when the config sets none.
 func (rt *modelRuntime) admission() admission.Model {
 	am := admission.Model{Name: rt.name, Ref: rt.ref, MaxModelLen: rt.fm.MaxModelLen(), Clamp: rt.clamp}
-	if rt.tok != nil {
+	if rt.counter != nil {
+		am.Counter = rt.counter
+	} else if rt.tok != nil {
 		am.Counter = rt.tok // only a non-nil tokenizer: a typed nil would not read as "none"
 	}
 	return am
