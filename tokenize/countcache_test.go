@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -563,5 +564,88 @@ func BenchmarkCountCacheNextTurn(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// TestCountCacheLongConversations: many conversations of varied text
+// (messages of 0.5–4 kB joined from the benchmark mix), through a cache
+// with the production thresholds, on qwen3 and llama3_1. Every turn is
+// counted through the cache and in full and must agree; so must the same
+// turn with its first message changed, with a message in the middle
+// edited (a word, or an added token typed into it), and with the
+// conversation continuing from the edited one. The conversations share
+// the cache, which evicts.
+func TestCountCacheLongConversations(t *testing.T) {
+	docs := convDocs(t)
+	for _, model := range []string{"qwen3", "llama3_1"} {
+		t.Run(model, func(t *testing.T) {
+			m := fixtureModel(t, model)
+			c := NewCountCache(200 * NodeBytes) // small enough to evict
+			if err := c.Register(m); err != nil {
+				t.Fatal(err)
+			}
+			special := rawAddedTokens(m.enc.(*Tokenizer))
+			rng := rand.New(rand.NewPCG(17, uint64(len(model))))
+			convs, turns := 16, 16
+			if testing.Short() || raceEnabled {
+				convs, turns = 6, 12
+			}
+			k := rng.IntN(len(docs))
+			message := func() string {
+				var b strings.Builder
+				for n := 500 + rng.IntN(3500); b.Len() < n; k++ {
+					b.WriteString(docs[k%len(docs)])
+					b.WriteString("\n\n")
+				}
+				return b.String()
+			}
+			check := func(what string, msgs []string) {
+				t.Helper()
+				v := mustParse(t, chatBody(msgs, ""))
+				got, gerr := c.CountChat(m, v, 0)
+				want, werr := m.CountChat(v, 0)
+				sameCount(t, what, got, gerr, want, werr)
+				if !got.Exact || got.Truncated {
+					t.Fatalf("%s: not an exact count: %+v", what, got)
+				}
+			}
+			for conv := range convs {
+				var msgs []string
+				for turn := range turns {
+					msgs = append(msgs, message())
+					what := fmt.Sprintf("conversation %d turn %d", conv, turn)
+					check(what, msgs)
+					if turn < 2 {
+						continue
+					}
+					// The first message changed: a new conversation,
+					// never seen before.
+					first := slices.Clone(msgs)
+					first[0] = fmt.Sprintf("Changed (%d, %d). %s", conv, turn, first[0])
+					check(what+", first message changed", first)
+					// A message in the middle edited: a word, or an
+					// added token typed into it.
+					mid := slices.Clone(msgs)
+					j := 1 + rng.IntN(len(mid)-2)
+					p := rng.IntN(len(mid[j]) + 1)
+					ins := " edited "
+					if rng.IntN(2) == 0 {
+						ins = special[rng.IntN(len(special))]
+					}
+					mid[j] = mid[j][:p] + ins + mid[j][p:]
+					check(fmt.Sprintf("%s, message %d edited at %d", what, j, p), mid)
+					// The client goes on from the edited conversation
+					// now and then.
+					if rng.IntN(4) == 0 {
+						msgs = mid
+					}
+				}
+			}
+			st := c.Stats()
+			t.Logf("%s: %+v", model, st)
+			if st.Hits == 0 || st.Fallbacks == 0 || st.Misses == 0 || st.Bytes > st.MaxBytes {
+				t.Errorf("hits, fallbacks and misses expected, within the budget: %+v", st)
+			}
+		})
 	}
 }
