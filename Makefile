@@ -32,7 +32,8 @@ FUZZ_TARGETS := \
 	./tokenize:FuzzPretokenize:10000x \
 	./tokenize:FuzzBPE:7000x \
 	./tokenize:FuzzRewriteConcat:30000x \
-	./tokenize:FuzzCountChat:50000x
+	./tokenize:FuzzCountChat:50000x \
+	./tokenize:FuzzOwnedDifferential:5000x
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

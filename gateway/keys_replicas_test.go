@@ -36,10 +36,10 @@ func storeQuotas(t *testing.T, srv *redistest.Server, name string, minute time.D
 }
 
 // TestKeysTokensPerMinuteHoldAcrossReplicas: three gateways, each with
-// its own connection to one redis-server, in front of one simulator; one
+// its own connection to one redis-server, in front of two simulators; one
 // key with tokens_per_minute T (the store's minute scaled to 2 s); 30
 // clients spread over the three replicas, closed loop, honouring
-// Retry-After. The tokens the simulator processed in any (scaled) minute
+// Retry-After. The tokens the simulators processed in any (scaled) minute
 // stay within T plus one request's settlement error, as for one replica:
 // the replicas share one window.
 func TestKeysTokensPerMinuteHoldAcrossReplicas(t *testing.T) {
@@ -48,14 +48,18 @@ func TestKeysTokensPerMinuteHoldAcrossReplicas(t *testing.T) {
 	const T = 3000
 	var processed tokenLog
 	tok := qwen3Plain(t)
-	s := sim.New(sim.Config{Model: "m", Tokenizer: sim.ModelTokenizer(tok), OutputTokens: 40, ITL: time.Millisecond, OnProcessed: processed.add},
-		zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
-	backend := httptest.NewServer(s.Handler())
-	t.Cleanup(func() { s.Close(); backend.Close() })
+	var backends []string
+	for range 2 {
+		s := sim.New(sim.Config{Model: "m", Tokenizer: sim.ModelTokenizer(tok), OutputTokens: 40, ITL: time.Millisecond, OnProcessed: processed.add},
+			zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+		backend := httptest.NewServer(s.Handler())
+		t.Cleanup(func() { s.Close(); backend.Close() })
+		backends = append(backends, backend.URL)
+	}
 	key := config.KeyConfig{Name: "shared", SHA256: digestOf("sk-shared"), Models: []string{"*"}, Limits: config.KeyLimits{TokensPerMinute: T}}
 	var gws []*testGateway
 	for _, name := range []string{"a", "b", "c"} {
-		gws = append(gws, startGatewayFull(t, tok, extras{quota: storeQuotas(t, srv, name, minute, config.StoreErrorLocal)}, withKeys(key), backend.URL))
+		gws = append(gws, startGatewayFull(t, tok, extras{quota: storeQuotas(t, srv, name, minute, config.StoreErrorLocal)}, withKeys(key), backends...))
 	}
 	body := `{"model":"m","max_tokens":40,"messages":[{"role":"user","content":"Hello!"}]}`
 	until := time.Now().Add(3 * minute)

@@ -322,6 +322,9 @@ type drainResult struct {
 	backend      *sim.Server
 }
 
+// drainDelay is the drain scenario's drain_delay.
+const drainDelay = 3 * time.Second
+
 func drainScenario(t *testing.T, streamTokens int, itl, drainTimeout time.Duration) drainResult {
 	t.Helper()
 	sc := simConfig("m")
@@ -333,7 +336,10 @@ func drainScenario(t *testing.T, streamTokens int, itl, drainTimeout time.Durati
 	<-up
 	cfg := config.Default()
 	fastHealth(&cfg)
-	cfg.DrainDelay = config.Duration(200 * time.Millisecond)
+	// drain_delay must outlast the test's own steps after the signal (a
+	// readyz poll, then one request) on a loaded machine: 3 s, not the
+	// production-like 200 ms, which a busy CI box overran.
+	cfg.DrainDelay = config.Duration(drainDelay)
 	cfg.DrainTimeout = config.Duration(drainTimeout)
 	cfg.Models = []config.ModelConfig{{Name: "m", Backends: []config.BackendConfig{{URL: "http://" + addr}}}}
 	s := serveGateway(t, cfg, nil)
@@ -424,8 +430,8 @@ func TestDrainDeadlineEndsStreamsWithShutdownEvent(t *testing.T) {
 		t.Errorf("non-streaming request at the deadline: %d, want 503", r.nonStreaming)
 	}
 	eventually(t, "the simulator to count 101 aborts", func() bool { return r.backend.Stats().Aborted == 101 })
-	t.Logf("readyz 503 after %s; 100 streams ended with server_shutting_down + [DONE], the non-streaming request got 503; simulator aborts %d; Serve returned after %s (drain_delay 200ms + drain_timeout %s)",
-		r.readyzAfter, r.backend.Stats().Aborted, r.serveTook, drainTimeout)
+	t.Logf("readyz 503 after %s; 100 streams ended with server_shutting_down + [DONE], the non-streaming request got 503; simulator aborts %d; Serve returned after %s (drain_delay %s + drain_timeout %s)",
+		r.readyzAfter, r.backend.Stats().Aborted, r.serveTook, drainDelay, drainTimeout)
 }
 
 func TestStalledStreamEndsWithBackendStalled(t *testing.T) {

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -60,17 +61,23 @@ func (q *Quotas) Reserve(ctx context.Context, key string, lim quota.Limits, toke
 	h := s.newHold(quotaKey(key, "fl"), hashInfo{kind: "q"}, strconv.FormatInt(tokens, 10)+":"+day)
 	span, gran, dspan, dgran := s.spans()
 	c, cancel := context.WithTimeout(ctx, s.cfg.Timeout.D())
-	res, err := reserveScript.Run(c, s.rdb,
-		[]string{quotaKey(key, "req"), quotaKey(key, "tok"), quotaKey(key, "day"), quotaKey(key, "fl"), replicasKey},
+	ans, err := reserveScript.Run(c, s.rdb,
+		[]string{quotaKey(key, "req"), quotaKey(key, "tok"), quotaKey(key, "day"), quotaKey(key, "fl"), replicasKey, epochKey},
 		h.field(), tokens, day, lim.RequestsPerMinute, lim.TokensPerMinute, lim.TokensPerDay, lim.MaxConcurrent,
-		s.replica, s.leaseMs, span, gran, dspan, dgran, s.quotaTTL()).Int64Slice()
+		s.replica, s.leaseMs, span, gran, dspan, dgran, s.quotaTTL(), newEpoch()).Slice()
 	cancel()
+	res := s.withEpoch(ans)
 	if err != nil {
 		s.forget(h)
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
 		s.fail(err)
+		return q.fallback(ctx, key, lim, tokens)
+	}
+	if len(res) < 7 {
+		s.forget(h)
+		s.fail(fmt.Errorf("reserve: unexpected answer %v", ans))
 		return q.fallback(ctx, key, lim, tokens)
 	}
 	if res[0] == 0 {

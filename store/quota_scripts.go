@@ -99,17 +99,23 @@ local function status(rpm, tpm, reqB, reqSum, tokB, tokSum, ft)
 end
 `
 
-// reserveScript is quota.Local.Reserve. KEYS: req, tok, day, fl, replicas.
-// ARGV: field, tokens, day (0/1), rpm, tpm, tpd, max concurrent, replica,
-// lease, span, gran, dspan, dgran, fl TTL (ms). Returns {1, status...} or
-// {0, kind, limit, in use, asked, retry ms, estimated, never, status...}
-// (kinds: 1 tokens, 2 requests, 3 tokens per day, 4 concurrent).
+// reserveScript is quota.Local.Reserve. KEYS: req, tok, day, fl, replicas,
+// epoch. ARGV: field, tokens, day (0/1), rpm, tpm, tpd, max concurrent,
+// replica, lease, span, gran, dspan, dgran, fl TTL (ms), a fresh epoch.
+// Returns {1, status..., epoch} or {0, kind, limit, in use, asked, retry
+// ms, estimated, never, status..., epoch} (kinds: 1 tokens, 2 requests, 3
+// tokens per day, 4 concurrent).
 var reserveScript = redis.NewScript(`local KEYS_REPLICAS = KEYS[5]` + livenessLua + `
 local span, gran, dspan, dgran = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])
 ` + quotaLua + `
 redis.call('ZADD', KEYS[5], now + tonumber(ARGV[9]), ARGV[8])
 local field, tokens, day = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local rpm, tpm, tpd, conc = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local epoch = redis.call('GET', KEYS[6])
+if not epoch then
+  epoch = ARGV[15]
+  redis.call('SET', KEYS[6], epoch)
+end
 redis.call('HDEL', KEYS[4], field) -- a heartbeat may have written it early
 local n, ft, fdt = inflight()
 local reqB, reqSum = load(KEYS[1])
@@ -118,6 +124,7 @@ local dayB, daySum = load(KEYS[3])
 local function deny(kind, limit, inuse, asked, after, est, never)
   local out = {0, kind, limit, inuse, asked, after, est, never}
   for _, v in ipairs(status(rpm, tpm, reqB, reqSum, tokB, tokSum, ft)) do out[#out + 1] = v end
+  out[#out + 1] = epoch
   return out
 end
 if tpm > 0 and tokens > tpm then return deny(1, tpm, ft + tokSum, tokens, 0, 0, 1) end
@@ -152,6 +159,7 @@ redis.call('PEXPIRE', KEYS[4], tonumber(ARGV[14]))
 if #reqB == 0 or reqB[#reqB][1] < rexp then reqB[#reqB + 1] = {rexp, 1} end
 local out = {1}
 for _, v in ipairs(status(rpm, tpm, reqB, reqSum + 1, tokB, tokSum, ft + tokens)) do out[#out + 1] = v end
+out[#out + 1] = epoch
 return out
 `)
 

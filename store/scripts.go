@@ -10,6 +10,11 @@ import "github.com/redis/go-redis/v9"
 // that dies frees all it held when its lease ends, without anyone
 // releasing anything.
 
+// The store's epoch is a random value set by whichever script finds none:
+// a new one means the store lost its data. Takes and reservations return
+// it, so that a replica knows the epoch its first holdings went into even
+// when the store restarts before its first heartbeat.
+
 // livenessLua defines alive(replica), memoised per script run.
 const livenessLua = `
 local t = redis.call('TIME')
@@ -28,13 +33,19 @@ end
 `
 
 // takeScript holds one request on a backend if it fits, in one round trip.
-// KEYS: the backend's hash, the replicas set. ARGV: field, tokens,
-// max_in_flight, budget (0: none), replica, lease (ms). It renews the
+// KEYS: the backend's hash, the replicas set, the epoch. ARGV: field,
+// tokens, max_in_flight, budget (0: none), replica, lease (ms), a fresh
+// epoch. It renews the
 // caller's own lease (a replica that takes is alive), drops holdings of
 // dead replicas, and counts the others against the limits. An idle backend
 // takes a request over its budget, as the pool does. Returns {1 or 0, n,
-// tokens} after the decision.
+// tokens, epoch} after the decision (see epochLua).
 var takeScript = redis.NewScript(`local KEYS_REPLICAS = KEYS[2]` + livenessLua + `
+local epoch = redis.call('GET', KEYS[3])
+if not epoch then
+  epoch = ARGV[7]
+  redis.call('SET', KEYS[3], epoch)
+end
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[6]), ARGV[5])
 local field, tokens, maxIn, budget = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local all = redis.call('HGETALL', KEYS[1])
@@ -52,10 +63,10 @@ for i = 1, #all, 2 do
 end
 if (maxIn > 0 and n >= maxIn) or (budget > 0 and n > 0 and sum + tokens > budget) then
   redis.call('HDEL', KEYS[1], field)
-  return {0, n, sum}
+  return {0, n, sum, epoch}
 end
 redis.call('HSET', KEYS[1], field, tokens)
-return {1, n + 1, sum + tokens}
+return {1, n + 1, sum + tokens, epoch}
 `)
 
 // releaseScript drops a holding and, when it was there, announces the

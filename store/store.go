@@ -159,6 +159,29 @@ func (quietRedis) Printf(context.Context, string, ...any) {}
 
 func init() { redis.SetLogger(quietRedis{}) }
 
+// withEpoch reads a script's answer whose last element is the store's
+// epoch: it becomes the replica's when it has seen none yet (a heartbeat
+// that then finds another writes its holdings back), and the integers
+// before it are returned.
+func (s *Store) withEpoch(ans []any) []int64 {
+	if len(ans) == 0 {
+		return nil
+	}
+	if e, ok := ans[len(ans)-1].(string); ok && e != "" {
+		s.mu.Lock()
+		if s.epoch == "" {
+			s.epoch = e
+		}
+		s.mu.Unlock()
+		ans = ans[:len(ans)-1]
+	}
+	res := make([]int64, len(ans))
+	for i, v := range ans {
+		res[i], _ = v.(int64)
+	}
+	return res
+}
+
 func newEpoch() string {
 	b := make([]byte, 8)
 	rand.Read(b)
@@ -335,7 +358,8 @@ func (s *Store) beat(ctx context.Context) {
 	if s.writeBack {
 		force = "1"
 	}
-	args := []any{s.replica, s.leaseMs, maxSeq, freedChan, s.quotaTTL(), s.epoch, newEpoch(), force}
+	seen := s.epoch
+	args := []any{s.replica, s.leaseMs, maxSeq, freedChan, s.quotaTTL(), seen, newEpoch(), force}
 	for k, info := range s.hashes {
 		hs := byHash[k]
 		keys = append(keys, k)
@@ -361,10 +385,16 @@ func (s *Store) beat(ctx context.Context) {
 	n, _ := res[0].(int64)
 	epoch, _ := res[1].(string)
 	s.mu.Lock()
-	s.epoch = epoch
 	if s.downs == downs {
 		s.writeBack = false
 	}
+	if seen == "" && s.epoch != "" && s.epoch != epoch {
+		// A take during this heartbeat saw an epoch the heartbeat did
+		// not compare with: the store restarted between them, and the
+		// holdings taken before must be written back.
+		s.writeBack = true
+	}
+	s.epoch = epoch
 	s.mu.Unlock()
 	s.reached(int(n))
 	s.retrySettles()
@@ -409,9 +439,10 @@ func (s *Store) Take(ctx context.Context, backend string, maxInFlight, budget, t
 		return h, admission.ErrStoreDown
 	}
 	c, cancel := context.WithTimeout(ctx, s.cfg.Timeout.D())
-	res, err := takeScript.Run(c, s.rdb, []string{backendKey(backend), replicasKey},
-		h.field(), tokens, maxInFlight, budget, s.replica, s.leaseMs).Int64Slice()
+	ans, err := takeScript.Run(c, s.rdb, []string{backendKey(backend), replicasKey, epochKey},
+		h.field(), tokens, maxInFlight, budget, s.replica, s.leaseMs, newEpoch()).Slice()
 	cancel()
+	res := s.withEpoch(ans)
 	switch {
 	case ctx.Err() != nil:
 		return h, ctx.Err() // the caller releases h: the script may have run

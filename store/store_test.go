@@ -182,7 +182,7 @@ func TestRestartedStoreRefilled(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("holding not written back after the restart: HLEN = %q, %v", n, err)
+			t.Fatalf("holding not written back after the restart: HLEN = %q, %v; store state %+v", n, err, a.State())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -192,6 +192,41 @@ func TestRestartedStoreRefilled(t *testing.T) {
 	h.Release()
 	if n, _ := srv.Do("HLEN", backendKey("v")); n != ":0" {
 		t.Errorf("after release HLEN = %s, want 0", n)
+	}
+}
+
+// A store that restarts between a replica's first take and its first
+// heartbeat is refilled too: the take told the replica the epoch its
+// holding went into, and the heartbeat finds another.
+func TestStoreRestartedBeforeFirstHeartbeat(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := defaultTestConfig(srv)
+	cfg.Lease, cfg.Heartbeat = config.Duration(5*time.Second), config.Duration(200*time.Millisecond)
+	s, err := New(Options{Config: cfg, Replica: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	h, err := s.Take(t.Context(), "v", 1, 0, 7) // Run has not started: no heartbeat yet
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release()
+	srv.Restart()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { s.Run(ctx) })
+	defer func() { cancel(); wg.Wait() }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		n, err := srv.Do("HLEN", backendKey("v"))
+		if err == nil && n == ":1" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("holding not written back by the first heartbeat after the restart: HLEN = %q, %v", n, err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 

@@ -21,19 +21,35 @@
 // or .json over tokenizer_config.json, or an override). Rendering follows
 // transformers' apply_chat_template with add_generation_prompt=true.
 //
-// The Jinja engine is github.com/ardanlabs/jinja, chosen by measured fidelity
-// against Python's jinja2 (152/182 identical renders on 14 real templates,
-// against 108 for gonja and 17 for pongo2). Where it still differs, the
-// template is rewritten at load rather than the engine patched
-// (template_lex.go):
-//   - text is lexed here exactly as jinja2 lexes it (trim_blocks,
-//     lstrip_blocks, {%- -%}) and re-emitted as precomputed strings, so the
-//     engine's own whitespace handling never applies;
-//   - every {{ }} output and every operand of ~ goes through Python's str()
-//     (None, float repr, list and dict repr), and a ~ chain is
-//     parenthesised because the engine binds it looser than + and -;
-//   - tojson, string, trim, join and list are Python-compatible versions;
-//   - raise_exception and strftime_now are provided as vLLM provides them.
+// Templates are lexed here exactly as jinja2 lexes them (trim_blocks,
+// lstrip_blocks, {%- -%}; template_lex.go), then rendered by one of two
+// paths, chosen once at compile time:
+//
+//   - the package's own evaluator (jinja_lex.go, jinja_parse.go,
+//     jinja_eval.go, jinja_value.go): a tree with variables resolved to
+//     frame slots, evaluated over small values that read the request's
+//     data in place, into one pre-sized buffer; Python's semantics
+//     (str(), repr, float repr, tojson, Python's operators, tests and
+//     string methods, jinja2's scoping and Undefined). It takes every
+//     template it fully parses and implements; where Python would raise,
+//     or where the engine path renders something Python would not, it
+//     declines (not exact) rather than guess;
+//   - otherwise, as before it, github.com/ardanlabs/jinja, chosen by
+//     measured fidelity against Python's jinja2 (152/182 identical renders
+//     on 14 real templates, against 108 for gonja and 17 for pongo2).
+//     Where that engine differs, the template is rewritten at load rather
+//     than the engine patched: text is re-emitted as precomputed strings,
+//     so the engine's own whitespace handling never applies; every {{ }}
+//     output and every operand of ~ goes through Python's str() (None,
+//     float repr, list and dict repr), and a ~ chain is parenthesised
+//     because the engine binds it looser than + and -; tojson, string,
+//     trim, join and list are Python-compatible versions.
+//
+// A template either path cannot parse fails at load with the engine's
+// error, as before. raise_exception and strftime_now are provided as vLLM
+// provides them. Every fixture model's template is on the owned path
+// (TestOwnedFixtureTemplates); FuzzOwnedDifferential renders random
+// conversations through both paths and requires the same outcome.
 //
 // testdata/chat holds the goldens generated from Python jinja2 and HF
 // tokenizers (tools/chatgolden): whole conversations per fixture model and

@@ -18,14 +18,20 @@ package tokenize
 //  5. The model: byte-level models use rank BPE over raw bytes (rank = id,
 //     the lowest-ranked adjacent pair merges first, tiktoken's algorithm):
 //     a whole-piece lookup (through a small per-goroutine cache for pieces
-//     up to 7 bytes), a per-goroutine cache of merged pieces up to 48 bytes
-//     (filled until full, then kept, as HF's word cache is), a scan for
-//     pieces up to 96 bytes and a heap over a linked list above that
-//     (O(n log n): a 1 MB single piece takes well under a second). Both
-//     merge loops work on token ids: every part is a token, so the rank of
-//     two adjacent parts is looked up by their id pair in a table of every
-//     token's splits into two tokens (idPairTable, 4 MB for Qwen3 and
-//     Llama 3), never by slicing and hashing bytes.
+//     up to 7 bytes), a per-goroutine cache of the ids of every other piece
+//     up to 255 bytes, whole token or merged (a fixed-size open-addressing
+//     table over maphash hashes, up to 12,288 pieces, ~580 KB, filled
+//     until full, then kept, as HF's word cache is), a scan for pieces up
+//     to 96 bytes and a heap over a linked list above that (O(n log n): a
+//     1 MB single piece takes well under a second). Both merge loops work
+//     on token ids: every part is a token, so the rank of two adjacent
+//     parts is looked up by their id pair in a table of every token's
+//     splits into two tokens (idPairTable, 4 MB for Qwen3 and Llama 3),
+//     never by slicing and hashing bytes; the first pairs, two single
+//     bytes, come from a 256 KB byte-pair table.
+//     The cl100k/Qwen splitter and the added-token search have ASCII fast
+//     paths (eight bytes at a time for letter runs, strings.IndexByte for
+//     '<'), and that splitter hands pieces to the model without a callback.
 //     SentencePiece models use merges-rank BPE over characters with byte
 //     fallback (encoder_spm.go), always with the heap.
 //     Counting against a limit bounds the work by bytes too: a piece over

@@ -247,8 +247,19 @@ func (sc *encScratch) normSeg(seg string, id int) bool {
 	if seg == "" {
 		return true
 	}
-	if sc.t.split == nil {
+	switch sp := sc.t.split.(type) {
+	case nil:
 		return sc.word(seg)
+	case clSplitter:
+		// The common pre-tokenizer without the callback's indirect call.
+		for i := 0; i < len(seg); {
+			e := sp.next(seg, i)
+			if !sc.word(seg[i:e]) {
+				return false
+			}
+			i = e
+		}
+		return true
 	}
 	return sc.t.split.split(seg, sc.wordFn)
 }

@@ -1,13 +1,20 @@
 package tokenize
 
+import "strings"
+
 // addedMatcher finds added tokens leftmost-longest, like the Aho-Corasick
 // (MatchKind::LeftmostLongest) automaton in HF's AddedVocabulary: at the
 // first position where any token starts, the longest token starting there
 // wins. It is a byte trie; positions whose byte starts no token are skipped
-// through a table, so text without '<' costs one table lookup per byte for
-// typical vocabularies.
+// with strings.IndexByte when every token starts with the same byte (text
+// without '<' costs a vectorised search for typical vocabularies), else
+// through a table, one lookup per byte.
 type addedMatcher struct {
 	first [256]bool
+	// only is the one byte every token starts with, or -1: then the
+	// text is searched with strings.IndexByte (Qwen's and Llama 3's
+	// added tokens all start with '<').
+	only int
 	// edges maps node<<8|byte to the child node; node 0 is the root.
 	edges map[uint32]uint32
 	// ids[node] is the token id ending at node, or -1.
@@ -36,6 +43,15 @@ func newAddedMatcher(tokens map[string]int) *addedMatcher {
 		}
 		m.ids[node] = int32(id)
 		m.first[s[0]] = true
+	}
+	m.only = -1
+	for c, ok := range m.first {
+		if ok && m.only == -1 {
+			m.only = c
+		} else if ok {
+			m.only = -1
+			break
+		}
 	}
 	return m
 }
@@ -70,7 +86,13 @@ func (m *addedMatcher) split(text string, f func(seg string, id int) bool) bool 
 	}
 	start := 0
 	for i := 0; i < len(text); i++ {
-		if !m.first[text[i]] {
+		if m.only >= 0 {
+			j := strings.IndexByte(text[i:], byte(m.only))
+			if j < 0 {
+				break
+			}
+			i += j
+		} else if !m.first[text[i]] {
 			continue
 		}
 		n, id := m.longest(text, i)

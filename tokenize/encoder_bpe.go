@@ -1,10 +1,11 @@
 package tokenize
 
 import (
+	"encoding/binary"
 	"fmt"
+	"hash/maphash"
 	"maps"
 	"math"
-	"unsafe"
 )
 
 const noRank = math.MaxInt32
@@ -21,59 +22,116 @@ type bpeScratch struct {
 	shortOf *rankBPE // recent whole-piece lookups up to 7 bytes
 }
 
-// pieceCache remembers the ids of merged short pieces. It lives in a
-// pooled scratch, so it is per goroutine and needs no lock. Keys and ids
-// are copied into fixed-size arenas (the caller's text is never retained).
-// Once an arena is full the cache stops taking new pieces, as Hugging
-// Face's BPE word cache does: the pieces it already holds are the ones
-// that came first, which in running text are mostly the frequent ones, and
-// hits do not depend on the working set fitting (dropping the cache when
-// full, or evicting the oldest pieces, misses on nearly every piece once a
-// text cycles through more pieces than fit). The cache is renewed with its
-// scratch, which the sync.Pool drops across garbage collections.
+// pieceCache remembers the ids of pieces of 2 to cacheMaxPiece bytes that
+// the short-token lookup did not answer: multi-token pieces and whole tokens
+// over 7 bytes. It lives in a pooled scratch, so it is per goroutine and
+// needs no lock. It is a fixed-size open-addressing table over maphash
+// hashes of the piece bytes; keys and ids are copied into fixed-size arenas
+// (the caller's text is never retained), and a single id is kept in the
+// slot itself. It never evicts: once the table or an arena is full it
+// takes only new pieces that still fit, as Hugging Face's BPE word cache
+// (10,000 words) stops taking words when full: the
+// pieces it already holds are the ones that came first, which in running
+// text are mostly the frequent ones, and hits do not depend on the working
+// set fitting (dropping the cache when full, or evicting the oldest
+// pieces, misses on nearly every piece once a text cycles through more
+// pieces than fit). The cache is renewed with its scratch, which the
+// sync.Pool drops across garbage collections. About 580 KB, allocated on
+// first use.
 type pieceCache struct {
-	m    map[string]uint32 // piece -> offset<<8 | count in ids
-	keys []byte
-	ids  []int32
+	slots []cacheSlot // nil until first use
+	keys  []byte      // fixed capacity: never reallocated
+	ids   []int32     // fixed capacity
+	n     int         // pieces held
+	long  int         // bytes of keys over cacheLongPiece
+	seed  maphash.Seed
 }
+
+// cacheSlot is one piece: tag is the high half of its hash, never 0 (0 is
+// an empty slot); key is offset<<8 | length in keys; val is id<<8 | 1 for a
+// one-token piece, else offset<<8 | count in ids.
+type cacheSlot struct{ tag, key, val uint32 }
 
 const (
-	cacheMaxPiece = 48
-	cacheKeyBytes = 64 << 10
-	cacheIDs      = 16 << 10
+	// cacheMaxPiece is the longest piece cached, as HF caches words
+	// shorter than 256 bytes: the few long pieces of running text
+	// (indentation, rules, encoded blobs) cost the most to merge. Pieces
+	// over cacheLongPiece bytes share cacheLongBytes of the key arena, so
+	// that text made of them cannot fill it.
+	cacheMaxPiece  = 255
+	cacheLongPiece = 48
+	cacheLongBytes = 32 << 10
+	cacheSlots     = 1 << 14
+	cacheMaxN      = cacheSlots * 3 / 4 // 12,288 pieces
+	cacheKeyBytes  = 192 << 10
+	cacheIDs       = 48 << 10
 )
 
-func (c *pieceCache) get(dst []int, piece string) ([]int, bool) {
-	v, ok := c.m[piece]
-	if !ok {
-		return dst, false
-	}
-	for _, id := range c.ids[v>>8 : v>>8+v&0xff] {
-		dst = append(dst, int(id))
-	}
-	return dst, true
-}
-
-func (c *pieceCache) put(piece string, ids []int) {
-	if len(ids) > 0xff {
-		return
-	}
-	if c.m == nil {
-		c.m = make(map[string]uint32, 1024)
+// get appends the cached ids of piece to dst. It also returns the piece's
+// hash, for put.
+func (c *pieceCache) get(dst []int, piece string) ([]int, uint64, bool) {
+	if c.slots == nil {
+		c.slots = make([]cacheSlot, cacheSlots)
 		c.keys = make([]byte, 0, cacheKeyBytes)
 		c.ids = make([]int32, 0, cacheIDs)
+		c.seed = maphash.MakeSeed()
 	}
-	if len(c.keys)+len(piece) > cacheKeyBytes || len(c.ids)+len(ids) > cacheIDs {
+	h := maphash.String(c.seed, piece)
+	tag := uint32(h>>32) | 1
+	for i := uint32(h) & (cacheSlots - 1); ; i = (i + 1) & (cacheSlots - 1) {
+		e := &c.slots[i]
+		if e.tag == 0 {
+			return dst, h, false
+		}
+		if e.tag != tag || int(e.key&0xff) != len(piece) {
+			continue
+		}
+		off := int(e.key >> 8)
+		if string(c.keys[off:off+len(piece)]) != piece {
+			continue
+		}
+		if n := e.val & 0xff; n == 1 {
+			dst = append(dst, int(e.val>>8))
+		} else {
+			for _, id := range c.ids[e.val>>8 : e.val>>8+n] {
+				dst = append(dst, int(id))
+			}
+		}
+		return dst, h, true
+	}
+}
+
+// put stores the ids of piece (hash h from get, which missed), if it fits.
+func (c *pieceCache) put(piece string, h uint64, ids []int) {
+	long := 0
+	if len(piece) > cacheLongPiece {
+		long = len(piece)
+	}
+	multi := 0
+	if len(ids) > 1 {
+		multi = len(ids)
+	}
+	if c.n >= cacheMaxN || len(ids) == 0 || len(ids) > 0xff ||
+		len(c.keys)+len(piece) > cacheKeyBytes || c.long+long > cacheLongBytes ||
+		len(c.ids)+multi > cacheIDs {
 		return // full
 	}
-	start := len(c.keys)
-	c.keys = append(c.keys, piece...) // never reallocates: capacity is fixed
-	key := unsafe.String(&c.keys[start], len(piece))
-	off := len(c.ids)
-	for _, id := range ids {
-		c.ids = append(c.ids, int32(id))
+	val := uint32(ids[0])<<8 | 1
+	if multi > 0 {
+		val = uint32(len(c.ids))<<8 | uint32(len(ids))
+		for _, id := range ids {
+			c.ids = append(c.ids, int32(id))
+		}
 	}
-	c.m[key] = uint32(off)<<8 | uint32(len(ids))
+	key := uint32(len(c.keys))<<8 | uint32(len(piece))
+	c.keys = append(c.keys, piece...)
+	c.long += long
+	i := uint32(h) & (cacheSlots - 1)
+	for c.slots[i].tag != 0 {
+		i = (i + 1) & (cacheSlots - 1)
+	}
+	c.slots[i] = cacheSlot{uint32(h>>32) | 1, key, val}
+	c.n++
 }
 
 // shortCacheSize is the number of entries of a scratch's direct-mapped
@@ -124,8 +182,12 @@ type rankBPE struct {
 	short  *shortTable // the ranks of tokens up to 7 bytes
 	pairs  *idPairTable
 	byteID [256]int32
-	maxLen int // longest token in bytes
-	reach  *reachTable
+	// bytePair[a<<8|b] is the rank of the two-byte token a b, or noRank:
+	// the first pair lookups of a merge, from a 256 KB table that stays
+	// in cache rather than the 4 MB pair table.
+	bytePair *[1 << 16]int32
+	maxLen   int // longest token in bytes
+	reach    *reachTable
 }
 
 // scanLimit is the piece length up to which the quadratic scan (fast for
@@ -148,6 +210,10 @@ func (b *rankBPE) rank(s string) int32 {
 // finish builds the lookup tables derived from ranks and byteID.
 func (b *rankBPE) finish() error {
 	b.short = newShortTable(b.ranks)
+	b.bytePair = new([1 << 16]int32)
+	for k := range b.bytePair {
+		b.bytePair[k] = b.short.get(string([]byte{byte(k >> 8), byte(k)}))
+	}
 	p, err := newIDPairTable(b.ranks)
 	if err != nil {
 		return err
@@ -168,17 +234,27 @@ func (b *rankBPE) encode(dst []int, piece string, sc *bpeScratch) []int {
 		if r := sc.shortRank(b, piece); r != noRank {
 			return append(dst, int(r))
 		}
-	} else if r := b.rank(piece); r != noRank {
-		return append(dst, int(r))
 	}
 	if len(piece) <= cacheMaxPiece {
-		if out, ok := sc.pc.get(dst, piece); ok {
+		out, h, ok := sc.pc.get(dst, piece)
+		if ok {
 			return out
 		}
 		n := len(dst)
-		dst = b.scan(dst, piece, sc)
-		sc.pc.put(piece, dst[n:])
+		dst = b.merge(dst, piece, sc)
+		sc.pc.put(piece, h, dst[n:])
 		return dst
+	}
+	return b.merge(dst, piece, sc)
+}
+
+// merge encodes a piece of at least 2 bytes that is not a token of up to 7
+// bytes: a whole-token lookup, then the scan or the heap.
+func (b *rankBPE) merge(dst []int, piece string, sc *bpeScratch) []int {
+	if len(piece) > 7 {
+		if r := b.rank(piece); r != noRank {
+			return append(dst, int(r))
+		}
 	}
 	if len(piece) <= scanLimit {
 		return b.scan(dst, piece, sc)
@@ -197,14 +273,14 @@ func (b *rankBPE) scan(dst []int, piece string, sc *bpeScratch) []int {
 	id := grow32(sc.pos, n)
 	rk := grow32(sc.rk, n)
 	sc.pos, sc.rk = id, rk
-	for i := 0; i < n; i++ {
-		id[i] = b.byteID[piece[i]]
-	}
-	pt := b.pairs
+	bp := b.bytePair
 	for i := 0; i+1 < n; i++ {
-		rk[i] = pt.get(id[i], id[i+1])
+		id[i] = b.byteID[piece[i]]
+		rk[i] = bp[uint16(piece[i])<<8|uint16(piece[i+1])]
 	}
+	id[n-1] = b.byteID[piece[n-1]]
 	rk[n-1] = noRank
+	pt := b.pairs
 	m := n // live parts
 	for m > 1 {
 		minR, minI := rk[0], 0
@@ -262,8 +338,12 @@ func (b *rankBPE) heapMerge(dst []int, piece string, sc *bpeScratch) []int {
 		prev[i] = i - 1
 		id[i] = b.byteID[piece[i]]
 	}
+	bp := b.bytePair
 	for i := int32(0); i < n; i++ {
-		rk[i] = pairRank(i)
+		rk[i] = noRank
+		if i+1 < n {
+			rk[i] = bp[uint16(piece[i])<<8|uint16(piece[i+1])]
+		}
 		if rk[i] != noRank {
 			h = append(h, uint64(rk[i])<<32|uint64(i))
 		}
@@ -366,12 +446,22 @@ type shortSlot struct {
 }
 
 func packShort(s string) uint64 {
-	k := uint64(len(s)) << 56
-	for i := 0; i < len(s); i++ {
-		k |= uint64(s[i]) << (8 * i)
+	// Two overlapping loads instead of a loop: the overlap holds the same
+	// bytes in both, so OR puts each byte at 8*i.
+	var k uint64
+	switch n := len(s); {
+	case n >= 4:
+		k = uint64(le32(s)) | uint64(le32(s[n-4:]))<<(8*(n-4))
+	case n >= 2:
+		k = uint64(le16(s)) | uint64(le16(s[n-2:]))<<(8*(n-2))
+	case n == 1:
+		k = uint64(s[0])
 	}
-	return k
+	return k | uint64(len(s))<<56
 }
+
+func le32(s string) uint32 { return binary.LittleEndian.Uint32([]byte(s[:4])) }
+func le16(s string) uint16 { return binary.LittleEndian.Uint16([]byte(s[:2])) }
 
 func hashShort(k uint64) uint64 {
 	k ^= k >> 33

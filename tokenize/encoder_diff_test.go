@@ -387,3 +387,66 @@ func TestIDPairMergeEqualsBytes(t *testing.T) {
 		})
 	}
 }
+
+// TestPieceCacheFillsThenKeeps fills a piece cache past every limit and
+// checks that each stored piece returns exactly its ids (one id in the
+// slot, several in the arena) after the caller's, that refused pieces
+// miss, and that nothing stored is ever dropped.
+func TestPieceCacheFillsThenKeeps(t *testing.T) {
+	var c pieceCache
+	idsOf := func(i int) []int {
+		ids := make([]int, 1+i%5) // counts 1..5
+		for k := range ids {
+			ids[k] = (i*7 + k) & pairIDMask
+		}
+		return ids
+	}
+	pieceOf := func(i int) string { return fmt.Sprintf("p%0*d", 2+i%90, i) } // up to 91 bytes
+	const offered = 2 * cacheMaxN
+	stored := make([]bool, offered)
+	nStored := 0
+	for i := range offered {
+		p := pieceOf(i)
+		_, h, ok := c.get(nil, p)
+		if ok {
+			t.Fatalf("%q hit before it was put", p)
+		}
+		before := c.n
+		c.put(p, h, idsOf(i))
+		if c.n > before {
+			stored[i] = true
+			nStored++
+		}
+	}
+	if nStored == offered || nStored < cacheMaxN/2 {
+		t.Fatalf("stored %d of %d pieces: the limits were not reached", nStored, offered)
+	}
+	for i := range offered {
+		got, _, ok := c.get([]int{-1}, pieceOf(i))
+		if ok != stored[i] {
+			t.Fatalf("piece %d: hit %v, stored %v", i, ok, stored[i])
+		}
+		if ok && !slices.Equal(got, append([]int{-1}, idsOf(i)...)) {
+			t.Fatalf("piece %d: got %v, want %v after the caller's ids", i, got, idsOf(i))
+		}
+	}
+}
+
+// TestLetterRunMatchesClassRun checks the eight-bytes-at-a-time letter run
+// against the rune loop for every byte value at every position of a word,
+// after runs of every length.
+func TestLetterRunMatchesClassRun(t *testing.T) {
+	for run := 0; run <= 17; run++ {
+		for c := 0; c < 256; c++ {
+			b := []byte(strings.Repeat("aZ", 12))
+			b[run] = byte(c)
+			for _, s := range []string{string(b), string(b[:run+1]), string(b) + "é"} {
+				for i := 0; i <= run && i < len(s); i++ {
+					if got, want := letterRun(s, i), classRun(s, i, cL); got != want {
+						t.Fatalf("%q from %d: letterRun %d, classRun %d", s, i, got, want)
+					}
+				}
+			}
+		}
+	}
+}

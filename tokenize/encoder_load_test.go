@@ -162,3 +162,32 @@ func TestConcurrentUse(t *testing.T) {
 		}
 	}
 }
+
+// TestAddedTokensOneFirstByte covers the strings.IndexByte search used when
+// every added token starts with the same byte.
+func TestAddedTokensOneFirstByte(t *testing.T) {
+	added := []tjAdded{
+		{ID: 300, Content: "<a>", Special: true},
+		{ID: 301, Content: "<a><b>", Special: true},
+	}
+	tok, err := ParseTokenizerJSON(byteLevelJSON(t, nil, nil, added, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok.raw.only != '<' {
+		t.Fatalf("only = %d, want '<'", tok.raw.only)
+	}
+	for _, c := range []struct {
+		in   string
+		want []int
+	}{
+		{"<<a><b>", []int{'<', 301}},
+		{"x<a<a>y<", []int{'x', '<', 'a', 300, 'y', '<'}},
+		{"<a><b<a>", []int{300, '<', 'b', 300}},
+		{"no tokens", []int{'n', 'o', ' ', 't', 'o', 'k', 'e', 'n', 's'}},
+	} {
+		if got := tok.Encode(c.in, false); !slices.Equal(got, c.want) {
+			t.Errorf("%q: got %v, want %v", c.in, got, c.want)
+		}
+	}
+}

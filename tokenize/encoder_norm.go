@@ -1,6 +1,7 @@
 package tokenize
 
 import (
+	"encoding/binary"
 	"sort"
 	"strings"
 	"unicode/utf8"
@@ -100,6 +101,13 @@ func hasRefStarter(s string) bool {
 // lookup per rune (IsNormalString allocates).
 func quickNFC(s string) bool {
 	for i := 0; i < len(s); {
+		// Eight ASCII bytes at a time.
+		for i+8 <= len(s) && binary.LittleEndian.Uint64([]byte(s[i:i+8]))&0x8080808080808080 == 0 {
+			i += 8
+		}
+		if i == len(s) {
+			break
+		}
 		c := s[i]
 		if c < utf8.RuneSelf {
 			i++

@@ -1,6 +1,8 @@
 package tokenize
 
 import (
+	"encoding/binary"
+	"math/bits"
 	"sort"
 	"strings"
 	"unicode"
@@ -119,18 +121,39 @@ func runeClass(r rune) uint16 {
 
 // decodeAt returns the rune at s[i:] and its width; invalid bytes decode as
 // U+FFFD of width 1.
+// Hot loops test for ASCII themselves and call decodeMulti only for other
+// bytes: decodeAt is over the inlining budget.
 func decodeAt(s string, i int) (rune, int) {
 	if c := s[i]; c < utf8.RuneSelf {
 		return rune(c), 1
 	}
-	return utf8.DecodeRuneInString(s[i:])
+	return decodeMulti(s[i:])
 }
+
+//go:noinline
+func decodeMulti(s string) (rune, int) { return utf8.DecodeRuneInString(s) }
+
+// asciiClass is bmpClass for the bytes below utf8.RuneSelf, indexed by any
+// byte (the entries from utf8.RuneSelf on are unused) so that a lookup
+// needs no bounds check.
+var asciiClass = func() *[256]uint16 {
+	var t [256]uint16
+	copy(t[:utf8.RuneSelf], bmpClass[:utf8.RuneSelf])
+	return &t
+}()
 
 // classRun returns the end of the longest run of runes from i whose class has
 // any bit of mask.
 func classRun(s string, i int, mask uint16) int {
 	for i < len(s) {
-		r, w := decodeAt(s, i)
+		if c := s[i]; c < utf8.RuneSelf {
+			if asciiClass[c]&mask == 0 {
+				break
+			}
+			i++
+			continue
+		}
+		r, w := decodeMulti(s[i:])
 		if runeClass(r)&mask == 0 {
 			break
 		}
@@ -139,11 +162,43 @@ func classRun(s string, i int, mask uint16) int {
 	return i
 }
 
+// letterRun is classRun(s, i, cL), eight ASCII letters at a time: in ASCII
+// \p{L} is exactly A-Z and a-z.
+func letterRun(s string, i int) int {
+	const (
+		ones = 0x0101010101010101
+		hi   = 0x80 * ones
+	)
+	for i+8 <= len(s) {
+		w := binary.LittleEndian.Uint64([]byte(s[i : i+8]))
+		// Per byte, with x the low 7 bits of the byte folded to lower
+		// case: no subtraction borrows across bytes, and each result's
+		// high bit says x >= 'a' and x <= 'z' respectively.
+		x := (w | 0x20*ones) &^ hi
+		ge := (x | hi) - 'a'*ones
+		le := ('z'*ones | hi) - x
+		letters := ge & le &^ w & hi // &^ w: not for non-ASCII bytes
+		n := bits.TrailingZeros64(^letters&hi) >> 3
+		i += n
+		if n < 8 {
+			break
+		}
+	}
+	return classRun(s, i, cL)
+}
+
 // classRunNot returns the end of the longest run of runes from i whose class
 // has no bit of mask.
 func classRunNot(s string, i int, mask uint16) int {
 	for i < len(s) {
-		r, w := decodeAt(s, i)
+		if c := s[i]; c < utf8.RuneSelf {
+			if asciiClass[c]&mask != 0 {
+				break
+			}
+			i++
+			continue
+		}
+		r, w := decodeMulti(s[i:])
 		if runeClass(r)&mask != 0 {
 			break
 		}
@@ -196,8 +251,15 @@ func contraction(s string, i int) int {
 func wsTail(s string, i int) int {
 	j, lastNL, prev := i, -1, i
 	for j < len(s) {
-		r, w := decodeAt(s, j)
-		c := runeClass(r)
+		var c uint16
+		w := 1
+		if b := s[j]; b < utf8.RuneSelf {
+			c = asciiClass[b]
+		} else {
+			var r rune
+			r, w = decodeMulti(s[j:])
+			c = runeClass(r)
+		}
 		if c&cSp == 0 {
 			break
 		}
@@ -235,6 +297,40 @@ func (c clSplitter) split(s string, f func(string) bool) bool {
 }
 
 func (c clSplitter) next(s string, i int) int {
+	b := s[i]
+	if b >= utf8.RuneSelf {
+		return c.nextRune(s, i)
+	}
+	// The same alternatives as nextRune, for an ASCII first rune.
+	cl := asciiClass[b]
+	if cl&cL != 0 {
+		return letterRun(s, i+1)
+	}
+	if b == '\'' {
+		if n := contraction(s, i); n > 0 {
+			return i + n
+		}
+	}
+	if cl&(cNL|cN) == 0 && i+1 < len(s) {
+		if b2 := s[i+1]; b2 < utf8.RuneSelf {
+			if asciiClass[b2]&cL != 0 {
+				return letterRun(s, i+2)
+			}
+		} else if r2, w2 := decodeMulti(s[i+1:]); runeClass(r2)&cL != 0 {
+			return letterRun(s, i+1+w2)
+		}
+	}
+	if cl&cN != 0 {
+		return digitRun(s, i+1, c.k-1)
+	}
+	if e := punctRun(s, i, rune(b), cSp|cL|cN, "\r\n"); e > 0 {
+		return e
+	}
+	return wsTail(s, i)
+}
+
+// nextRune is next for a first rune outside ASCII.
+func (c clSplitter) nextRune(s string, i int) int {
 	r, w := decodeAt(s, i)
 	if r == '\'' {
 		if n := contraction(s, i); n > 0 {
@@ -243,11 +339,11 @@ func (c clSplitter) next(s string, i int) int {
 	}
 	cl := runeClass(r)
 	if cl&cL != 0 {
-		return classRun(s, i+w, cL)
+		return letterRun(s, i+w)
 	}
 	if cl&(cNL|cN) == 0 && i+w < len(s) {
 		if r2, w2 := decodeAt(s, i+w); runeClass(r2)&cL != 0 {
-			return classRun(s, i+w+w2, cL)
+			return letterRun(s, i+w+w2)
 		}
 	}
 	if cl&cN != 0 {
@@ -263,7 +359,14 @@ func (c clSplitter) next(s string, i int) int {
 // the tail of \p{N}{1,k}.
 func digitRun(s string, i, more int) int {
 	for ; more > 0 && i < len(s); more-- {
-		r, w := decodeAt(s, i)
+		if c := s[i]; c < utf8.RuneSelf {
+			if c-'0' > 9 { // the only ASCII \p{N}
+				break
+			}
+			i++
+			continue
+		}
+		r, w := decodeMulti(s[i:])
 		if runeClass(r)&cN == 0 {
 			break
 		}

@@ -34,6 +34,10 @@ type Template struct {
 	// whether it calls strftime_now, which reads the render's clock.
 	helpers  []namedValue
 	strftime bool
+	// owned renders the template when the package's own evaluator takes
+	// it (jinja_*.go); nil: the engine renders. notOwned says why not.
+	owned    *ownedTemplate
+	notOwned string
 }
 
 type namedValue struct {
@@ -67,7 +71,14 @@ func CompileTemplate(source string) (*Template, error) {
 	if lx.idents["raise_exception"] {
 		helpers = append(helpers, namedValue{"raise_exception", vRaise})
 	}
+	owned, oerr := compileOwned(lx)
+	notOwnedWhy := ""
+	if oerr != nil {
+		notOwnedWhy = oerr.Error()
+	}
 	return &Template{
+		owned:    owned,
+		notOwned: notOwnedWhy,
 		source:   source,
 		tmpl:     t,
 		texts:    jinja.NewList(texts),
@@ -123,7 +134,43 @@ var (
 // raised a TypeError this package detects); *unsupportedError when a
 // feature is not reproduced exactly; any other error is an engine failure
 // that Python may or may not share.
-func (t *Template) Render(vars map[string]jinja.Value, now func() time.Time) (out string, err error) {
+func (t *Template) Render(vars map[string]jinja.Value, now func() time.Time) (string, error) {
+	if t.owned != nil {
+		return t.renderOwned(vars, now)
+	}
+	return t.renderEngine(vars, now)
+}
+
+// renderOwned renders with the package's own evaluator, with the engine
+// path's error types.
+func (t *Template) renderOwned(vars map[string]jinja.Value, now func() time.Time) (out string, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			out, err = "", errUnsupported(fmt.Sprintf("the template evaluator failed: %v", r))
+		}
+	}()
+	out, err = t.owned.render(vars, now)
+	if err != nil {
+		return "", templateErr(err)
+	}
+	return out, nil
+}
+
+// templateErr turns the template's own failures into a *TemplateError.
+func templateErr(err error) error {
+	var re *raisedError
+	var te *pyTypeError
+	switch {
+	case errors.As(err, &re):
+		return &TemplateError{re.msg}
+	case errors.As(err, &te):
+		return &TemplateError{te.msg}
+	}
+	return err
+}
+
+// renderEngine renders with github.com/ardanlabs/jinja.
+func (t *Template) renderEngine(vars map[string]jinja.Value, now func() time.Time) (out string, err error) {
 	// The engine can panic on input Python handles (strings.Repeat with a
 	// negative count for 'x' * -1, where Python gives ""): that is a case
 	// not reproduced, never a crash.
@@ -141,15 +188,7 @@ func (t *Template) Render(vars map[string]jinja.Value, now func() time.Time) (ou
 	}
 	out, err = t.tmpl.RenderValues(vars)
 	if err != nil {
-		var re *raisedError
-		var te *pyTypeError
-		switch {
-		case errors.As(err, &re):
-			return "", &TemplateError{re.msg}
-		case errors.As(err, &te):
-			return "", &TemplateError{te.msg}
-		}
-		return "", err
+		return "", templateErr(err)
 	}
 	return out, nil
 }

@@ -45,6 +45,17 @@ type lexed struct {
 	texts  []string // text pieces, indexed by __mt_t
 	idents map[string]bool
 	bodies []string // the bodies of statement tags, in order (for analysis)
+	// segs is the template as jinja2's lexer splits it, whitespace control
+	// applied: text, and the untouched bodies of {{ }} and {% %} tags
+	// (the owned evaluator's input, jinja_parse.go).
+	segs []lexSeg
+}
+
+// lexSeg is one piece of a lexed template: text (kind 0) or the body of a
+// tag (kind '{' or '%').
+type lexSeg struct {
+	kind byte
+	text string
 }
 
 // lexTemplate rewrites src as described above.
@@ -65,6 +76,7 @@ func lexTemplate(src string) (*lexed, error) {
 		}
 		out.WriteString("{{ " + textVar + "[" + strconv.Itoa(len(lx.texts)) + "] }}")
 		lx.texts = append(lx.texts, s)
+		lx.segs = append(lx.segs, lexSeg{0, s})
 	}
 
 	pos := 0
@@ -119,6 +131,7 @@ func lexTemplate(src string) (*lexed, error) {
 				return nil, err
 			}
 			body := src[k:bodyEnd]
+			lx.segs = append(lx.segs, lexSeg{kind, body})
 			rw, err := rewriteTag(body, lx.idents)
 			if err != nil {
 				return nil, err

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/ardanlabs/jinja"
 	"github.com/maitred-dev/maitred/internal/ojson"
@@ -17,7 +18,6 @@ import (
 var knownFeatureGaps = map[string]string{
 	"prec_unary_filter": "the engine has no ** operator: a template using it fails to load, with the engine's parse error",
 	"prec_in_is":        "the engine parses a test's argument only in parentheses (is divisibleby(6)): a template with `is divisibleby 6` fails to load",
-	"arith_values":      "the engine's int * str is 0 ('s' * 3 repeats, 3 * 's' does not): such a template renders \"0\" where Python repeats the string",
 }
 
 // TestTemplateFeatures renders the single-feature templates of
@@ -103,14 +103,24 @@ func TestContentFormat(t *testing.T) {
 
 // TestRenderEnginePanicIsUnsupported: input on which the engine panics
 // (a negative string repetition; Python renders "") is a case not
-// reproduced, so the request is forwarded uncounted, not a crash.
+// reproduced on the engine path, so the request is forwarded uncounted,
+// not a crash; the owned evaluator renders it as Python does.
 func TestRenderEnginePanicIsUnsupported(t *testing.T) {
-	_, err := renderWith(t, "[{{ 'x' * n }}]", `{"n": -1}`)
-	if !isUnsupported(err) {
-		t.Fatalf("err = %v, want unsupported", err)
+	tmpl, err := CompileTemplate("[{{ 'x' * n }}]")
+	if err != nil || tmpl.owned == nil {
+		t.Fatalf("compile: %v (owned: %s)", err, tmpl.notOwned)
 	}
-	if got, err := renderWith(t, "[{{ 'x' * n }}]", `{"n": 3}`); err != nil || got != "[xxx]" {
-		t.Fatalf("got %q, %v", got, err)
+	vars := func(n int64) map[string]jinja.Value { return map[string]jinja.Value{"n": jinja.NewInt(n)} }
+	if _, err := tmpl.renderEngine(vars(-1), nil); !isUnsupported(err) {
+		t.Fatalf("engine: err = %v, want unsupported", err)
+	}
+	if got, err := tmpl.renderOwned(vars(-1), nil); err != nil || got != "[]" {
+		t.Fatalf("owned: got %q, %v; want Python's []", got, err)
+	}
+	for _, render := range []func(map[string]jinja.Value, func() time.Time) (string, error){tmpl.renderEngine, tmpl.renderOwned} {
+		if got, err := render(vars(3), nil); err != nil || got != "[xxx]" {
+			t.Fatalf("got %q, %v", got, err)
+		}
 	}
 }
 

@@ -89,14 +89,21 @@ func TestDemoServesPrintedCommands(t *testing.T) {
 	}()
 	addrRe := regexp.MustCompile(`curl -s (http://127\.0\.0\.1:\d+)/v1/chat/completions`)
 	var base string
-	deadline := time.Now().Add(10 * time.Second)
+	// The demo prints its commands once it is ready (tokenizer loaded,
+	// backends warm): on a loaded machine that can take many seconds.
+	deadline := time.Now().Add(2 * time.Minute)
 	for base == "" {
 		if m := addrRe.FindStringSubmatch(out.String()); m != nil {
 			base = m[1]
-		} else if time.Now().After(deadline) {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("demo returned %v before printing its commands: %q", err, out.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
 			t.Fatalf("demo printed no curl command: %q", out.String())
-		} else {
-			time.Sleep(5 * time.Millisecond)
 		}
 	}
 	tr := &http.Transport{}

@@ -1,0 +1,1916 @@
+package tokenize
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/ardanlabs/jinja"
+)
+
+// The owned evaluator: renders a parsed template (jinja_parse.go) with
+// Python jinja2's semantics in transformers' configuration
+// (ImmutableSandboxedEnvironment, trim_blocks, lstrip_blocks,
+// loopcontrols). Where Python raises and the engine path would render
+// something, or where the two differ and this file does not reproduce
+// Python, it returns an *unsupportedError: the count is not exact and vLLM
+// decides.
+
+// ownedTemplate is a template the owned evaluator renders.
+type ownedTemplate struct {
+	body []stmt
+	// top are the template frame's variables, by slot: each starts as the
+	// render variable of that name, else the global of that name.
+	top   []string
+	pool  sync.Pool // *renderer
+	hint  int       // output size of the first render, as a capacity hint
+	hintM sync.Mutex
+}
+
+// compileOwned parses and resolves a lexed template, or says why the
+// owned evaluator does not take it.
+func compileOwned(lx *lexed) (*ownedTemplate, error) {
+	body, err := parseOwned(lx.segs)
+	if err != nil {
+		return nil, err
+	}
+	rs := &resolver{}
+	top := rs.newScope(nil, 0, &rs.topN)
+	rs.top = top
+	if err := rs.stmts(body, top); err != nil {
+		return nil, err
+	}
+	names := make([]string, rs.topN)
+	for n, r := range top.names {
+		names[r.slot] = n
+	}
+	return &ownedTemplate{body: body, top: names}, nil
+}
+
+// Name resolution: every name becomes a frame slot, following jinja2's
+// scoping. A for loop's body is its own scope (its targets, loop, and the
+// names it assigns, which start each iteration at the enclosing value and
+// do not leak out); if blocks are not scopes; a macro has its own frame,
+// and reads the template's variables at call time.
+
+type resolver struct {
+	top  *rscope
+	topN int32
+}
+
+type rscope struct {
+	parent *rscope
+	names  map[string]ref
+	level  uint8
+	n      *int32 // the frame's slot counter
+}
+
+func (rs *resolver) newScope(parent *rscope, level uint8, n *int32) *rscope {
+	return &rscope{parent: parent, names: map[string]ref{}, level: level, n: n}
+}
+
+func (s *rscope) bindNew(name string) ref {
+	r := ref{level: s.level, slot: *s.n}
+	*s.n++
+	s.names[name] = r
+	return r
+}
+
+// lookup finds a name from scope s outwards; names bound nowhere are the
+// template's (render variables or globals).
+func (rs *resolver) lookup(s *rscope, name string) ref {
+	for sc := s; sc != nil; sc = sc.parent {
+		if r, ok := sc.names[name]; ok {
+			return r
+		}
+	}
+	return rs.top.bindNew(name)
+}
+
+// assignedNames lists the names body assigns in its own scope.
+func assignedNames(body []stmt, out *[]string) {
+	for _, s := range body {
+		switch n := s.(type) {
+		case *setStmt:
+			*out = append(*out, n.target.name)
+		case *setBlockStmt:
+			*out = append(*out, n.target.name)
+			assignedNames(n.body, out)
+		case *macroStmt:
+			*out = append(*out, n.target.name)
+		case *ifStmt:
+			for _, b := range n.bodies {
+				assignedNames(b, out)
+			}
+			assignedNames(n.els, out)
+		}
+	}
+}
+
+func (rs *resolver) stmts(body []stmt, s *rscope) error {
+	for _, st := range body {
+		if err := rs.stmt(st, s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (rs *resolver) bind(s *rscope, n *nameExpr) {
+	if r, ok := s.names[n.name]; ok {
+		n.ref = r
+		return
+	}
+	n.ref = s.bindNew(n.name)
+}
+
+func (rs *resolver) stmt(st stmt, s *rscope) error {
+	switch n := st.(type) {
+	case *textStmt, *breakStmt, *continueStmt:
+	case *outStmt:
+		return rs.expr(n.e, s)
+	case *ifStmt:
+		for i, c := range n.conds {
+			if err := rs.expr(c, s); err != nil {
+				return err
+			}
+			if err := rs.stmts(n.bodies[i], s); err != nil {
+				return err
+			}
+		}
+		return rs.stmts(n.els, s)
+	case *forStmt:
+		if err := rs.expr(n.iter, s); err != nil {
+			return err
+		}
+		inner := rs.newScope(s, s.level, s.n)
+		for _, t := range n.targets {
+			rs.bind(inner, t)
+		}
+		n.loop = inner.bindNew("loop")
+		var names []string
+		assignedNames(n.body, &names)
+		for _, name := range names {
+			if _, ok := inner.names[name]; ok {
+				continue
+			}
+			outer := rs.lookup(s, name)
+			n.inits = append(n.inits, slotCopy{inner: inner.bindNew(name), outer: outer})
+		}
+		if n.cond != nil {
+			if err := rs.expr(n.cond, inner); err != nil {
+				return err
+			}
+		}
+		if err := rs.stmts(n.body, inner); err != nil {
+			return err
+		}
+		return rs.stmts(n.els, s)
+	case *setStmt:
+		if err := rs.expr(n.e, s); err != nil {
+			return err
+		}
+		rs.bind(s, n.target)
+	case *setAttrStmt:
+		n.ns.ref = rs.lookup(s, n.ns.name)
+		return rs.expr(n.e, s)
+	case *setBlockStmt:
+		if err := rs.stmts(n.body, s); err != nil {
+			return err
+		}
+		rs.bind(s, n.target)
+	case *macroStmt:
+		if s != rs.top {
+			return notOwned("a macro outside the template's top level")
+		}
+		rs.bind(s, n.target)
+		var cnt int32
+		ms := rs.newScope(s, 1, &cnt)
+		for _, p := range n.m.params {
+			if _, dup := ms.names[p.name]; dup {
+				return notOwned("a repeated macro parameter")
+			}
+			rs.bind(ms, p)
+		}
+		var names []string
+		assignedNames(n.m.body, &names)
+		for _, name := range names {
+			if _, ok := ms.names[name]; !ok {
+				ms.bindNew(name)
+			}
+		}
+		for _, special := range []string{"varargs", "kwargs", "caller"} {
+			if mentions(n.m.body, special) {
+				return notOwned("a macro using %s", special)
+			}
+		}
+		for _, d := range n.m.defaults {
+			if d != nil {
+				if err := rs.expr(d, ms); err != nil {
+					return err
+				}
+			}
+		}
+		if err := rs.stmts(n.m.body, ms); err != nil {
+			return err
+		}
+		n.m.nslots = int(cnt)
+	default:
+		return notOwned("statement %T", st)
+	}
+	return nil
+}
+
+// mentions reports whether a name is read anywhere in body (a
+// conservative scan over the statements' expressions).
+func mentions(body []stmt, name string) bool {
+	found := false
+	var ex func(e expr)
+	ex = func(e expr) {
+		if e == nil || found {
+			return
+		}
+		walkExpr(e, func(x expr) {
+			if n, ok := x.(*nameExpr); ok && n.name == name {
+				found = true
+			}
+		})
+	}
+	var st func(b []stmt)
+	st = func(b []stmt) {
+		for _, s := range b {
+			switch n := s.(type) {
+			case *outStmt:
+				ex(n.e)
+			case *ifStmt:
+				for i, c := range n.conds {
+					ex(c)
+					st(n.bodies[i])
+				}
+				st(n.els)
+			case *forStmt:
+				ex(n.iter)
+				ex(n.cond)
+				st(n.body)
+				st(n.els)
+			case *setStmt:
+				ex(n.e)
+			case *setAttrStmt:
+				ex(n.e)
+				if n.ns.name == name {
+					found = true
+				}
+			case *setBlockStmt:
+				st(n.body)
+			}
+		}
+	}
+	st(body)
+	return found
+}
+
+func walkExpr(e expr, f func(expr)) {
+	if e == nil {
+		return
+	}
+	f(e)
+	switch n := e.(type) {
+	case *attrExpr:
+		walkExpr(n.obj, f)
+	case *itemExpr:
+		walkExpr(n.obj, f)
+		walkExpr(n.key, f)
+	case *sliceExpr:
+		walkExpr(n.obj, f)
+		walkExpr(n.lo, f)
+		walkExpr(n.hi, f)
+		walkExpr(n.step, f)
+	case *callExpr:
+		walkExpr(n.fn, f)
+		for _, a := range n.args {
+			walkExpr(a, f)
+		}
+		for _, a := range n.kwArgs {
+			walkExpr(a, f)
+		}
+	case *methodExpr:
+		walkExpr(n.obj, f)
+		walkExpr(n.call, f)
+	case *filterExpr:
+		walkExpr(n.arg, f)
+		walkExpr(n.call, f)
+	case *testExpr:
+		walkExpr(n.arg, f)
+		for _, a := range n.args {
+			walkExpr(a, f)
+		}
+	case *notExpr:
+		walkExpr(n.x, f)
+	case *negExpr:
+		walkExpr(n.x, f)
+	case *andExpr:
+		walkExpr(n.l, f)
+		walkExpr(n.r, f)
+	case *orExpr:
+		walkExpr(n.l, f)
+		walkExpr(n.r, f)
+	case *binExpr:
+		walkExpr(n.l, f)
+		walkExpr(n.r, f)
+	case *cmpExpr:
+		walkExpr(n.first, f)
+		for _, a := range n.rest {
+			walkExpr(a, f)
+		}
+	case *concatExpr:
+		for _, a := range n.parts {
+			walkExpr(a, f)
+		}
+	case *addExpr:
+		for _, a := range n.parts {
+			walkExpr(a, f)
+		}
+	case *condExpr:
+		walkExpr(n.cond, f)
+		walkExpr(n.a, f)
+		walkExpr(n.b, f)
+	case *listExpr:
+		for _, a := range n.items {
+			walkExpr(a, f)
+		}
+	case *dictExpr:
+		for _, a := range n.vals {
+			walkExpr(a, f)
+		}
+	}
+}
+
+func (rs *resolver) expr(e expr, s *rscope) error {
+	var err error
+	walkExpr(e, func(x expr) {
+		if n, ok := x.(*nameExpr); ok {
+			n.ref = rs.lookup(s, n.name)
+		}
+	})
+	return err
+}
+
+// Rendering.
+
+type renderer struct {
+	t      *ownedTemplate
+	frames [2][]value
+	out    *strings.Builder
+	now    func() time.Time
+	args   []value // scratch for call arguments
+}
+
+var (
+	errBreakLoop    = errors.New("break")
+	errContinueLoop = errors.New("continue")
+)
+
+// render renders the template with vars (read, never written).
+func (t *ownedTemplate) render(vars map[string]jinja.Value, now func() time.Time) (string, error) {
+	r, _ := t.pool.Get().(*renderer)
+	if r == nil {
+		r = &renderer{t: t, frames: [2][]value{make([]value, len(t.top))}}
+	}
+	defer func() {
+		clear(r.frames[0])
+		r.frames[1] = nil
+		r.out, r.now = nil, nil
+		r.args = r.args[:0]
+		t.pool.Put(r)
+	}()
+	r.now = now
+	for i, name := range t.top {
+		if j, ok := vars[name]; ok {
+			r.frames[0][i] = fromJ(j)
+			continue
+		}
+		switch name {
+		case "namespace":
+			r.frames[0][i] = fnNS
+		case "range":
+			r.frames[0][i] = fnRange
+		}
+	}
+	// The package's helpers win over render variables, as on the engine
+	// path (Template.Render sets them last).
+	for i, name := range t.top {
+		switch name {
+		case "raise_exception":
+			r.frames[0][i] = fnRaise
+		case "strftime_now":
+			r.frames[0][i] = fnStrf
+		}
+	}
+	var b strings.Builder
+	t.hintM.Lock()
+	hint := t.hint
+	t.hintM.Unlock()
+	b.Grow(hint)
+	r.out = &b
+	if err := r.exec(t.body); err != nil {
+		return "", err
+	}
+	if hint == 0 {
+		t.hintM.Lock()
+		t.hint = b.Len() + b.Len()/2 + 64
+		t.hintM.Unlock()
+	}
+	return b.String(), nil
+}
+
+func (r *renderer) get(x ref) value    { return r.frames[x.level][x.slot] }
+func (r *renderer) set(x ref, v value) { r.frames[x.level][x.slot] = v }
+
+func (r *renderer) exec(body []stmt) error {
+	for _, st := range body {
+		switch n := st.(type) {
+		case *textStmt:
+			r.out.WriteString(n.s)
+		case *outStmt:
+			if err := r.write(n.e); err != nil {
+				return err
+			}
+		case *ifStmt:
+			done := false
+			for i, c := range n.conds {
+				v, err := r.ev(c)
+				if err != nil {
+					return err
+				}
+				if v.truth() {
+					if err := r.exec(n.bodies[i]); err != nil {
+						return err
+					}
+					done = true
+					break
+				}
+			}
+			if !done && n.els != nil {
+				if err := r.exec(n.els); err != nil {
+					return err
+				}
+			}
+		case *forStmt:
+			if err := r.execFor(n); err != nil {
+				return err
+			}
+		case *setStmt:
+			v, err := r.eval(n.e)
+			if err != nil {
+				return err
+			}
+			r.set(n.target.ref, v)
+		case *setAttrStmt:
+			ns := r.get(n.ns.ref)
+			if ns.k != kNS {
+				return errPyRaises("TemplateRuntimeError: cannot assign attribute on non-namespace object")
+			}
+			v, err := r.eval(n.e)
+			if err != nil {
+				return err
+			}
+			ns.p.(*nsVal).set(n.attr, v)
+		case *setBlockStmt:
+			saved := r.out
+			var b strings.Builder
+			r.out = &b
+			err := r.exec(n.body)
+			r.out = saved
+			if err != nil {
+				return err
+			}
+			r.set(n.target.ref, strV(b.String()))
+		case *macroStmt:
+			r.set(n.target.ref, value{k: kMacro, p: n.m})
+		case *breakStmt:
+			return errBreakLoop
+		case *continueStmt:
+			return errContinueLoop
+		}
+	}
+	return nil
+}
+
+// loopState is jinja2's LoopContext for one run of a for loop.
+type loopState struct {
+	src   value   // a sequence, or a mapping whose keys are iterated
+	vals  []value // the items, when src does not hold them
+	n, i  int
+	cycle []value
+}
+
+func (l *loopState) at(i int) value {
+	switch {
+	case l.vals != nil:
+		return l.vals[i]
+	case l.src.isSeq():
+		return l.src.seqAt(i)
+	}
+	return strV(l.src.mapKey(i))
+}
+
+// iterate returns what Python iterates over in v, as a loopState's
+// source.
+func iterate(v value) (loopState, error) {
+	switch v.k {
+	case kList:
+		return loopState{src: v, n: v.seqLen()}, nil
+	case kSeq:
+		sv := v.p.(*seqVal)
+		if sv.lazy {
+			if sv.used {
+				return loopState{}, errUnsupported("a generator iterated twice")
+			}
+			sv.used = true
+		}
+		return loopState{src: v, n: len(sv.items)}, nil
+	case kDict, kMap:
+		return loopState{src: v, n: v.mapLen()}, nil
+	case kStr:
+		vals := make([]value, 0, len(v.s))
+		for _, c := range v.s {
+			vals = append(vals, strV(string(c)))
+		}
+		return loopState{vals: vals, n: len(vals)}, nil
+	case kUndef:
+		return loopState{vals: []value{}}, nil
+	case kLoop:
+		return loopState{}, errNotPython("iterating a loop object")
+	}
+	return loopState{}, errPyRaises("TypeError: object is not iterable")
+}
+
+func (r *renderer) execFor(n *forStmt) error {
+	it, err := r.eval(n.iter)
+	if err != nil {
+		return err
+	}
+	ls, err := iterate(it)
+	if err != nil {
+		return err
+	}
+	if n.cond != nil {
+		var kept []value
+		for i := 0; i < ls.n; i++ {
+			item := ls.at(i)
+			if err := r.bindTargets(n, item); err != nil {
+				return err
+			}
+			c, err := r.eval(n.cond)
+			if err != nil {
+				return err
+			}
+			if c.truth() {
+				kept = append(kept, item)
+			}
+		}
+		ls = loopState{vals: kept, n: len(kept)}
+		if kept == nil {
+			ls.vals = []value{}
+		}
+	}
+	if ls.n == 0 {
+		return r.exec(n.els)
+	}
+	lp := &ls
+	r.set(n.loop, value{k: kLoop, p: lp})
+	for i := 0; i < lp.n; i++ {
+		lp.i = i
+		if err := r.bindTargets(n, lp.at(i)); err != nil {
+			return err
+		}
+		for _, c := range n.inits {
+			r.set(c.inner, r.get(c.outer))
+		}
+		if err := r.exec(n.body); err != nil {
+			if err == errBreakLoop {
+				break
+			}
+			if err == errContinueLoop {
+				continue
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *renderer) bindTargets(n *forStmt, item value) error {
+	if len(n.targets) == 1 {
+		r.set(n.targets[0].ref, item)
+		return nil
+	}
+	ls, err := iterate(item)
+	if err != nil {
+		return err
+	}
+	if ls.n != len(n.targets) {
+		return errPyRaises("ValueError: wrong number of values to unpack")
+	}
+	for i, t := range n.targets {
+		r.set(t.ref, ls.at(i))
+	}
+	return nil
+}
+
+// write evaluates e and writes str() of it, without building the
+// intermediate strings of + chains, ~ chains, conditionals and tojson.
+func (r *renderer) write(e expr) error {
+	switch n := e.(type) {
+	case *litExpr:
+		if n.v.k == kStr {
+			r.out.WriteString(n.v.s)
+			return nil
+		}
+	case *concatExpr:
+		for _, p := range n.parts {
+			if err := r.write(p); err != nil {
+				return err
+			}
+		}
+		return nil
+	case *condExpr:
+		c, err := r.eval(n.cond)
+		if err != nil {
+			return err
+		}
+		if c.truth() {
+			return r.write(n.a)
+		}
+		if n.b == nil {
+			return nil
+		}
+		return r.write(n.b)
+	case *addExpr:
+		return r.writeAdd(n)
+	case *filterExpr:
+		if n.name == "tojson" {
+			v, err := r.eval(n.arg)
+			if err != nil {
+				return err
+			}
+			return r.tojson(r.out, v, n.call)
+		}
+	}
+	v, err := r.eval(e)
+	if err != nil {
+		return err
+	}
+	return writeStr(r.out, v)
+}
+
+// writeAdd writes a + chain: as long as its operands are strings, each
+// is written as it comes (Python's str + str); otherwise it is evaluated
+// as Python would.
+func (r *renderer) writeAdd(n *addExpr) error {
+	first, err := r.eval(n.parts[0])
+	if err != nil {
+		return err
+	}
+	if first.k != kStr {
+		v, err := r.addFrom(first, n.parts[1:])
+		if err != nil {
+			return err
+		}
+		return writeStr(r.out, v)
+	}
+	r.out.WriteString(first.s)
+	for _, p := range n.parts[1:] {
+		v, err := r.eval(p)
+		if err != nil {
+			return err
+		}
+		if v.k != kStr {
+			_, err := add(first, v)
+			return err // always an error: str + non-str
+		}
+		r.out.WriteString(v.s)
+	}
+	return nil
+}
+
+// addFrom folds + over the remaining operands, from acc.
+func (r *renderer) addFrom(acc value, rest []expr) (value, error) {
+	for _, p := range rest {
+		v, err := r.eval(p)
+		if err != nil {
+			return undef, err
+		}
+		if acc, err = add(acc, v); err != nil {
+			return undef, err
+		}
+	}
+	return acc, nil
+}
+
+// evalAdd evaluates a + chain; a chain of strings is joined with one
+// allocation.
+func (r *renderer) evalAdd(n *addExpr) (value, error) {
+	first, err := r.eval(n.parts[0])
+	if err != nil || first.k != kStr {
+		if err != nil {
+			return undef, err
+		}
+		return r.addFrom(first, n.parts[1:])
+	}
+	var buf [8]string
+	strs := append(buf[:0], first.s)
+	total := len(first.s)
+	for i, p := range n.parts[1:] {
+		v, err := r.eval(p)
+		if err != nil {
+			return undef, err
+		}
+		if v.k != kStr {
+			acc := strV(strings.Join(strs, ""))
+			if acc, err = add(acc, v); err != nil {
+				return undef, err
+			}
+			return r.addFrom(acc, n.parts[i+2:])
+		}
+		strs = append(strs, v.s)
+		total += len(v.s)
+	}
+	var b strings.Builder
+	b.Grow(total)
+	for _, s := range strs {
+		b.WriteString(s)
+	}
+	return strV(b.String()), nil
+}
+
+// ev is eval with the commonest leaf, a variable, read in place.
+func (r *renderer) ev(e expr) (value, error) {
+	if n, ok := e.(*nameExpr); ok {
+		return r.frames[n.ref.level][n.ref.slot], nil
+	}
+	return r.eval(e)
+}
+
+func (r *renderer) eval(e expr) (value, error) {
+	switch n := e.(type) {
+	case *litExpr:
+		return n.v, nil
+	case *nameExpr:
+		return r.frames[n.ref.level][n.ref.slot], nil
+	case *attrExpr:
+		return r.evalAttr(n)
+	case *itemExpr:
+		return r.evalItem(n)
+	case *sliceExpr:
+		return r.evalSlice(n)
+	case *callExpr:
+		return r.evalCall(n)
+	case *methodExpr:
+		return r.evalMethod(n)
+	case *filterExpr:
+		return r.evalFilter(n)
+	case *testExpr:
+		return r.evalTest(n)
+	case *notExpr:
+		return r.evalNot(n)
+	case *negExpr:
+		return r.evalNeg(n)
+	case *andExpr:
+		return r.evalAnd(n)
+	case *orExpr:
+		return r.evalOr(n)
+	case *binExpr:
+		return r.evalBin(n)
+	case *cmpExpr:
+		return r.evalCmp(n)
+	case *concatExpr:
+		return r.evalConcat(n)
+	case *addExpr:
+		return r.evalAdd(n)
+	case *condExpr:
+		return r.evalCond(n)
+	case *listExpr:
+		return r.evalList(n)
+	case *dictExpr:
+		return r.evalDict(n)
+	}
+	return undef, fmt.Errorf("owned evaluator: unknown expression %T", e)
+}
+
+func (r *renderer) evalAttr(n *attrExpr) (value, error) {
+	o, err := r.ev(n.obj)
+	if err != nil {
+		return undef, err
+	}
+	if o.k == kDict && n.fl&flDictMethod == 0 {
+		return dictField(o, n.name), nil
+	}
+	return getAttr(o, n.name)
+}
+
+// dictField is d[key] of a request dict, Undefined when missing.
+func dictField(o value, key string) value {
+	j, ok := o.p.(*jinja.Dict).Data[key]
+	if !ok {
+		return undef
+	}
+	return fromJ(j)
+}
+
+func (r *renderer) evalItem(n *itemExpr) (value, error) {
+	o, err := r.ev(n.obj)
+	if err != nil {
+		return undef, err
+	}
+	if n.hasSKey {
+		if o.k == kDict {
+			if v := dictField(o, n.skey); v.k != kUndef || n.fl&flDictMethod == 0 {
+				return v, nil
+			}
+		}
+		return getItem(o, strV(n.skey))
+	}
+	k, err := r.ev(n.key)
+	if err != nil {
+		return undef, err
+	}
+	return getItem(o, k)
+}
+
+func (r *renderer) evalMethod(n *methodExpr) (value, error) {
+	o, err := r.ev(n.obj)
+	if err != nil {
+		return undef, err
+	}
+	mark := len(r.args)
+	defer func() { r.args = r.args[:mark] }()
+	args, kw, err := r.evalArgs(n.call)
+	if err != nil {
+		return undef, err
+	}
+	return r.callMethod(o, n.name, args, n.call.kwNames, kw)
+}
+
+func (r *renderer) evalTest(n *testExpr) (value, error) {
+	v, err := r.ev(n.arg)
+	if err != nil {
+		return undef, err
+	}
+	var args [1]value
+	for i, a := range n.args {
+		if args[i], err = r.ev(a); err != nil {
+			return undef, err
+		}
+	}
+	ok, err := applyTest(n.name, v, args[:len(n.args)])
+	return boolV(ok), err
+}
+
+func (r *renderer) evalNot(n *notExpr) (value, error) {
+	v, err := r.ev(n.x)
+	return boolV(!v.truth()), err
+}
+
+func (r *renderer) evalNeg(n *negExpr) (value, error) {
+	v, err := r.eval(n.x)
+	if err != nil {
+		return undef, err
+	}
+	switch v.k {
+	case kBool, kInt:
+		if !n.neg {
+			return intV(v.n), nil
+		}
+		if v.n == math.MinInt64 {
+			return undef, errUnsupported("integer overflow")
+		}
+		return intV(-v.n), nil
+	case kFloat:
+		if n.neg {
+			return floatV(-v.f()), nil
+		}
+		return v, nil
+	}
+	return undef, errPyRaises("TypeError: bad operand type for unary -")
+}
+
+func (r *renderer) evalAnd(n *andExpr) (value, error) {
+	l, err := r.ev(n.l)
+	if err != nil || !l.truth() {
+		return l, err
+	}
+	return r.ev(n.r)
+}
+
+func (r *renderer) evalOr(n *orExpr) (value, error) {
+	l, err := r.ev(n.l)
+	if err != nil || l.truth() {
+		return l, err
+	}
+	return r.ev(n.r)
+}
+
+func (r *renderer) evalBin(n *binExpr) (value, error) {
+	l, err := r.eval(n.l)
+	if err != nil {
+		return undef, err
+	}
+	rv, err := r.eval(n.r)
+	if err != nil {
+		return undef, err
+	}
+	return arith(n.op, l, rv)
+}
+
+func (r *renderer) evalCmp(n *cmpExpr) (value, error) {
+	l, err := r.ev(n.first)
+	if err != nil {
+		return undef, err
+	}
+	for i, op := range n.ops {
+		rv, err := r.ev(n.rest[i])
+		if err != nil {
+			return undef, err
+		}
+		ok, err := compare(op, l, rv)
+		if err != nil || !ok {
+			return falseV, err
+		}
+		l = rv
+	}
+	return trueV, nil
+}
+
+func (r *renderer) evalConcat(n *concatExpr) (value, error) {
+	var b strings.Builder
+	for _, p := range n.parts {
+		v, err := r.eval(p)
+		if err != nil {
+			return undef, err
+		}
+		if err := writeStr(&b, v); err != nil {
+			return undef, err
+		}
+	}
+	return strV(b.String()), nil
+}
+
+func (r *renderer) evalCond(n *condExpr) (value, error) {
+	c, err := r.eval(n.cond)
+	if err != nil {
+		return undef, err
+	}
+	if c.truth() {
+		return r.eval(n.a)
+	}
+	if n.b == nil {
+		return undef, nil
+	}
+	return r.eval(n.b)
+}
+
+func (r *renderer) evalList(n *listExpr) (value, error) {
+	items := make([]value, len(n.items))
+	for i, it := range n.items {
+		v, err := r.eval(it)
+		if err != nil {
+			return undef, err
+		}
+		items[i] = v
+	}
+	return value{k: kSeq, p: &seqVal{items: items, tuple: n.tuple}}, nil
+}
+
+func (r *renderer) evalDict(n *dictExpr) (value, error) {
+	m := &mapVal{keys: n.keys, vals: make([]value, len(n.vals))}
+	for i, x := range n.vals {
+		v, err := r.eval(x)
+		if err != nil {
+			return undef, err
+		}
+		m.vals[i] = v
+	}
+	return value{k: kMap, p: m}, nil
+}
+
+func compare(op string, l, r value) (bool, error) {
+	switch op {
+	case "==":
+		return pyEq(l, r), nil
+	case "!=":
+		return !pyEq(l, r), nil
+	case "in":
+		return pyIn(l, r)
+	case "not in":
+		ok, err := pyIn(l, r)
+		return !ok, err
+	}
+	c, err := pyCompare(l, r)
+	if err != nil {
+		return false, err
+	}
+	switch op {
+	case "<":
+		return c < 0, nil
+	case "<=":
+		return c <= 0, nil
+	case ">":
+		return c > 0, nil
+	}
+	return c >= 0, nil
+}
+
+// pyIn is Python's `item in container`.
+func pyIn(item, c value) (bool, error) {
+	switch c.k {
+	case kStr:
+		if item.k != kStr {
+			return false, errPyRaises("TypeError: 'in <string>' requires string as left operand")
+		}
+		return strings.Contains(c.s, item.s), nil
+	case kList, kSeq:
+		if c.k == kSeq && c.p.(*seqVal).lazy {
+			return false, errUnsupported("in over a generator")
+		}
+		for i := range c.seqLen() {
+			if pyEq(c.seqAt(i), item) {
+				return true, nil
+			}
+		}
+		return false, nil
+	case kDict, kMap:
+		switch item.k {
+		case kStr:
+			_, ok := c.mapGet(item.s)
+			return ok, nil
+		case kList, kSeq, kDict, kMap, kNS, kLoop:
+			return false, errPyRaises("TypeError: unhashable type")
+		}
+		return false, nil
+	case kUndef:
+		return false, nil
+	}
+	return false, errPyRaises("TypeError: argument of type is not iterable")
+}
+
+func add(a, b value) (value, error) {
+	switch {
+	case a.k == kStr && b.k == kStr:
+		return strV(a.s + b.s), nil
+	case a.isNumber() && b.isNumber():
+		if a.k != kFloat && b.k != kFloat {
+			s := a.n + b.n
+			if (s > a.n) != (b.n > 0) {
+				return undef, errUnsupported("integer overflow")
+			}
+			return intV(s), nil
+		}
+		af, _ := a.num()
+		bf, _ := b.num()
+		return floatV(af + bf), nil
+	case a.isSeq() && b.isSeq():
+		at := a.k == kSeq && a.p.(*seqVal).tuple
+		bt := b.k == kSeq && b.p.(*seqVal).tuple
+		if at != bt || (a.k == kSeq && a.p.(*seqVal).noRepr != "") || (b.k == kSeq && b.p.(*seqVal).noRepr != "") {
+			return undef, errPyRaises("TypeError: can only concatenate list to list")
+		}
+		items := make([]value, 0, a.seqLen()+b.seqLen())
+		for i := range a.seqLen() {
+			items = append(items, a.seqAt(i))
+		}
+		for i := range b.seqLen() {
+			items = append(items, b.seqAt(i))
+		}
+		return value{k: kSeq, p: &seqVal{items: items, tuple: at}}, nil
+	}
+	return undef, errPyRaises("TypeError: unsupported operand types for +")
+}
+
+func arith(op string, a, b value) (value, error) {
+	if op == "+" {
+		return add(a, b)
+	}
+	if a.k == kUndef || b.k == kUndef {
+		return undef, errPyRaises("UndefinedError in arithmetic")
+	}
+	if op == "*" {
+		// Repetition: str or list times an int.
+		s, n := a, b
+		if a.k == kInt || a.k == kBool {
+			s, n = b, a
+		}
+		if (s.k == kStr || s.isSeq()) && (n.k == kInt || n.k == kBool) {
+			cnt := max(n.n, 0)
+			if s.k == kStr {
+				if int64(len(s.s))*cnt > 1<<24 {
+					return undef, errUnsupported("a very long repetition")
+				}
+				return strV(strings.Repeat(s.s, int(cnt))), nil
+			}
+			if int64(s.seqLen())*cnt > 1<<20 || (s.k == kSeq && s.p.(*seqVal).noRepr != "") {
+				return undef, errUnsupported("list repetition")
+			}
+			var items []value
+			for range cnt {
+				for i := range s.seqLen() {
+					items = append(items, s.seqAt(i))
+				}
+			}
+			return value{k: kSeq, p: &seqVal{items: items, tuple: s.k == kSeq && s.p.(*seqVal).tuple}}, nil
+		}
+	}
+	if !a.isNumber() || !b.isNumber() {
+		if op == "%" && a.k == kStr {
+			return undef, errNotPython("string % formatting")
+		}
+		return undef, errPyRaises("TypeError: unsupported operand types for " + op)
+	}
+	ints := a.k != kFloat && b.k != kFloat
+	af, _ := a.num()
+	bf, _ := b.num()
+	switch op {
+	case "-":
+		if ints {
+			d := a.n - b.n
+			if (d < a.n) != (b.n > 0) {
+				return undef, errUnsupported("integer overflow")
+			}
+			return intV(d), nil
+		}
+		return floatV(af - bf), nil
+	case "*":
+		if ints {
+			if a.n != 0 && b.n != 0 {
+				p := a.n * b.n
+				if p/b.n != a.n || (a.n == -1 && b.n == math.MinInt64) || (b.n == -1 && a.n == math.MinInt64) {
+					return undef, errUnsupported("integer overflow")
+				}
+				return intV(p), nil
+			}
+			return intV(0), nil
+		}
+		return floatV(af * bf), nil
+	case "/":
+		if bf == 0 {
+			return undef, errPyRaises("ZeroDivisionError")
+		}
+		if ints && (abs64(a.n) > 1<<53 || abs64(b.n) > 1<<53) {
+			return undef, errUnsupported("division of large integers")
+		}
+		return floatV(af / bf), nil
+	case "//", "%":
+		if !ints {
+			return undef, errUnsupported("float " + op)
+		}
+		if b.n == 0 {
+			return undef, errPyRaises("ZeroDivisionError")
+		}
+		if a.n == math.MinInt64 && b.n == -1 {
+			return undef, errUnsupported("integer overflow")
+		}
+		q, m := a.n/b.n, a.n%b.n
+		if m != 0 && (m < 0) != (b.n < 0) {
+			q--
+			m += b.n
+		}
+		if op == "//" {
+			return intV(q), nil
+		}
+		return intV(m), nil
+	case "**":
+		if ints && b.n >= 0 {
+			res := int64(1)
+			for range b.n {
+				next := res * a.n
+				if a.n != 0 && next/a.n != res {
+					return undef, errUnsupported("integer overflow")
+				}
+				res = next
+				if res == 0 || res == 1 && a.n == 1 {
+					break
+				}
+			}
+			return intV(res), nil
+		}
+		return undef, errUnsupported("float power")
+	}
+	return undef, fmt.Errorf("owned evaluator: operator %s", op)
+}
+
+func abs64(n int64) int64 {
+	if n < 0 {
+		return -n
+	}
+	return n
+}
+
+// Attribute and item access, as jinja2's sandboxed getattr and getitem.
+
+var (
+	strMethods  = setOf("capitalize casefold center count encode endswith expandtabs find format format_map index isalnum isalpha isascii isdecimal isdigit isidentifier islower isnumeric isprintable isspace istitle isupper join ljust lower lstrip maketrans partition removeprefix removesuffix replace rfind rindex rjust rpartition rsplit rstrip split splitlines startswith strip swapcase title translate upper zfill")
+	listMethods = setOf("append clear copy count extend index insert pop remove reverse sort")
+	dictMethods = setOf("clear copy fromkeys get items keys pop popitem setdefault update values")
+	numAttrs    = setOf("real imag numerator denominator conjugate bit_length bit_count as_integer_ratio to_bytes from_bytes is_integer hex fromhex")
+)
+
+func setOf(s string) map[string]bool {
+	m := map[string]bool{}
+	for _, w := range strings.Fields(s) {
+		m[w] = true
+	}
+	return m
+}
+
+func method(recv value, name string) value {
+	return value{k: kFunc, p: &funcVal{name: name, recv: recv}}
+}
+
+// attrFlags records which types have a method or attribute of a name.
+type attrFlags uint8
+
+const (
+	flDictMethod attrFlags = 1 << iota
+	flStrMethod
+	flListMethod
+	flNumAttr
+)
+
+func flagsOf(name string) attrFlags {
+	var f attrFlags
+	if dictMethods[name] {
+		f |= flDictMethod
+	}
+	if strMethods[name] {
+		f |= flStrMethod
+	}
+	if listMethods[name] {
+		f |= flListMethod
+	}
+	if numAttrs[name] {
+		f |= flNumAttr
+	}
+	return f
+}
+
+func getAttr(o value, name string) (value, error) {
+	switch o.k {
+	case kDict, kMap:
+		if dictMethods[name] {
+			return method(o, name), nil
+		}
+		v, _ := o.mapGet(name)
+		return v, nil
+	case kStr:
+		if strMethods[name] {
+			return method(o, name), nil
+		}
+	case kList, kSeq:
+		if listMethods[name] {
+			return method(o, name), nil
+		}
+	case kNS:
+		v, _ := o.p.(*nsVal).get(name)
+		return v, nil
+	case kLoop:
+		return loopAttr(o.p.(*loopState), name)
+	case kUndef:
+		return undef, errPyRaises("UndefinedError: attribute of an undefined value")
+	case kNone, kBool, kInt, kFloat:
+		if numAttrs[name] {
+			return undef, errNotPython("a number's attribute")
+		}
+	case kFunc, kMacro:
+		return undef, errNotPython("an attribute of a function")
+	}
+	return undef, nil
+}
+
+func loopAttr(l *loopState, name string) (value, error) {
+	switch name {
+	case "index":
+		return intV(int64(l.i + 1)), nil
+	case "index0":
+		return intV(int64(l.i)), nil
+	case "revindex":
+		return intV(int64(l.n - l.i)), nil
+	case "revindex0":
+		return intV(int64(l.n - l.i - 1)), nil
+	case "first":
+		return boolV(l.i == 0), nil
+	case "last":
+		return boolV(l.i == l.n-1), nil
+	case "length":
+		return intV(int64(l.n)), nil
+	case "depth":
+		return intV(1), nil
+	case "depth0":
+		return intV(0), nil
+	case "previtem":
+		if l.i == 0 {
+			return undef, nil
+		}
+		return l.at(l.i - 1), nil
+	case "nextitem":
+		if l.i+1 >= l.n {
+			return undef, nil
+		}
+		return l.at(l.i + 1), nil
+	}
+	return undef, errNotPython("loop." + name)
+}
+
+func getItem(o, k value) (value, error) {
+	switch o.k {
+	case kDict, kMap:
+		if k.k == kStr {
+			if v, ok := o.mapGet(k.s); ok {
+				return v, nil
+			}
+			if dictMethods[k.s] {
+				return method(o, k.s), nil
+			}
+		}
+		return undef, nil
+	case kList, kSeq:
+		if k.k == kInt || k.k == kBool {
+			if o.k == kSeq && o.p.(*seqVal).lazy {
+				return undef, nil // a generator is not subscriptable
+			}
+			n := int64(o.seqLen())
+			i := k.n
+			if i < 0 {
+				i += n
+			}
+			if i < 0 || i >= n {
+				return undef, nil
+			}
+			return o.seqAt(int(i)), nil
+		}
+		if k.k == kStr {
+			return getAttr(o, k.s)
+		}
+		return undef, nil
+	case kStr:
+		if k.k == kInt || k.k == kBool {
+			i := k.n
+			if i < 0 {
+				i += int64(utf8.RuneCountInString(o.s))
+			}
+			if i < 0 {
+				return undef, nil
+			}
+			for _, c := range o.s {
+				if i == 0 {
+					return strV(string(c)), nil
+				}
+				i--
+			}
+			return undef, nil
+		}
+		if k.k == kStr {
+			return getAttr(o, k.s)
+		}
+		return undef, nil
+	case kUndef:
+		return undef, errPyRaises("UndefinedError: item of an undefined value")
+	case kNS, kLoop:
+		if k.k == kStr {
+			return getAttr(o, k.s)
+		}
+		return undef, nil
+	case kFunc, kMacro:
+		return undef, errNotPython("an item of a function")
+	}
+	return undef, nil
+}
+
+func (r *renderer) evalSlice(n *sliceExpr) (value, error) {
+	o, err := r.eval(n.obj)
+	if err != nil {
+		return undef, err
+	}
+	var b [3]value
+	for i, x := range []expr{n.lo, n.hi, n.step} {
+		b[i] = noneV
+		if x != nil {
+			if b[i], err = r.eval(x); err != nil {
+				return undef, err
+			}
+		}
+	}
+	for _, x := range b {
+		if x.k != kNone && x.k != kInt && x.k != kBool {
+			if o.k == kUndef {
+				return undef, errPyRaises("UndefinedError: slice of an undefined value")
+			}
+			return undef, nil // TypeError, which jinja2's getitem turns into Undefined
+		}
+	}
+	step := int64(1)
+	if b[2].k != kNone {
+		step = b[2].n
+	}
+	if step == 0 {
+		return undef, errPyRaises("ValueError: slice step cannot be zero")
+	}
+	var n0 int
+	var chars []value
+	switch o.k {
+	case kList, kSeq:
+		if o.k == kSeq && o.p.(*seqVal).lazy {
+			return undef, nil
+		}
+		n0 = o.seqLen()
+	case kStr:
+		if isASCIIStr(o.s) {
+			n0 = len(o.s)
+		} else {
+			for _, c := range o.s {
+				chars = append(chars, strV(string(c)))
+			}
+			n0 = len(chars)
+		}
+	case kUndef:
+		return undef, errPyRaises("UndefinedError: slice of an undefined value")
+	default:
+		return undef, nil
+	}
+	start, stop := sliceIndices(b[0], b[1], step, int64(n0))
+	if o.k == kStr {
+		if chars == nil && step == 1 {
+			if start >= stop {
+				return emptyS, nil
+			}
+			return strV(o.s[start:stop]), nil
+		}
+		var sb strings.Builder
+		for i := start; (step > 0 && i < stop) || (step < 0 && i > stop); i += step {
+			if chars == nil {
+				sb.WriteByte(o.s[i])
+			} else {
+				sb.WriteString(chars[i].s)
+			}
+		}
+		return strV(sb.String()), nil
+	}
+	var items []value
+	for i := start; (step > 0 && i < stop) || (step < 0 && i > stop); i += step {
+		items = append(items, o.seqAt(int(i)))
+	}
+	if items == nil {
+		items = []value{}
+	}
+	return value{k: kSeq, p: &seqVal{items: items, tuple: o.k == kSeq && o.p.(*seqVal).tuple}}, nil
+}
+
+// sliceIndices is Python's slice.indices(n) (for step != 0).
+func sliceIndices(lo, hi value, step, n int64) (int64, int64) {
+	clamp := func(v value, def int64) int64 {
+		if v.k == kNone {
+			return def
+		}
+		i := v.n
+		if i < 0 {
+			i += n
+			if i < 0 {
+				if step < 0 {
+					return -1
+				}
+				return 0
+			}
+		} else if i >= n {
+			if step < 0 {
+				return n - 1
+			}
+			return n
+		}
+		return i
+	}
+	if step > 0 {
+		return clamp(lo, 0), clamp(hi, n)
+	}
+	return clamp(lo, n-1), clamp(hi, -1)
+}
+
+func isASCIIStr(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
+}
+
+// Calls.
+
+// evalArgs evaluates a call's arguments onto the renderer's argument
+// stack; the caller pops them with r.args = r.args[:mark].
+func (r *renderer) evalArgs(c *callExpr) (args, kw []value, err error) {
+	na := len(c.args) + len(c.kwArgs)
+	if na == 0 {
+		return nil, nil, nil
+	}
+	for _, a := range c.args {
+		v, err := r.eval(a)
+		if err != nil {
+			return nil, nil, err
+		}
+		r.args = append(r.args, v)
+	}
+	for _, a := range c.kwArgs {
+		v, err := r.eval(a)
+		if err != nil {
+			return nil, nil, err
+		}
+		r.args = append(r.args, v)
+	}
+	all := r.args[len(r.args)-na:]
+	return all[:len(c.args):len(c.args)], all[len(c.args):], nil
+}
+
+func (r *renderer) evalCall(c *callExpr) (value, error) {
+	fn, err := r.eval(c.fn)
+	if err != nil {
+		return undef, err
+	}
+	mark := len(r.args)
+	defer func() { r.args = r.args[:mark] }()
+	args, kw, err := r.evalArgs(c)
+	if err != nil {
+		return undef, err
+	}
+	switch fn.k {
+	case kMacro:
+		return r.callMacro(fn.p.(*macroDef), args, c.kwNames, kw)
+	case kFunc:
+		f := fn.p.(*funcVal)
+		if f.recv.k != kUndef {
+			return r.callMethod(f.recv, f.name, args, c.kwNames, kw)
+		}
+		return r.callGlobal(f.name, args, c.kwNames, kw)
+	case kUndef:
+		return undef, errPyRaises("UndefinedError: calling an undefined value")
+	case kLoop:
+		return undef, errNotPython("calling loop")
+	}
+	return undef, errPyRaises("TypeError: object is not callable")
+}
+
+func (r *renderer) callGlobal(name string, args []value, kwNames []string, kw []value) (value, error) {
+	switch name {
+	case "raise_exception":
+		if len(kw) > 0 {
+			return undef, errNotPython("raise_exception with keyword arguments")
+		}
+		msg := ""
+		if len(args) > 0 {
+			var err error
+			if msg, err = pyStrV(args[0]); err != nil {
+				return undef, err
+			}
+		}
+		return undef, &raisedError{msg}
+	case "strftime_now":
+		if len(kw) > 0 || len(args) > 1 {
+			return undef, errNotPython("strftime_now with more arguments")
+		}
+		if len(args) == 0 {
+			return undef, &TemplateError{"strftime_now() missing 1 required positional argument: 'format'"}
+		}
+		f, err := pyStrV(args[0])
+		if err != nil {
+			return undef, err
+		}
+		now := r.now
+		if now == nil {
+			now = time.Now
+		}
+		return strV(pyStrftime(now(), f)), nil
+	case "namespace":
+		if len(args) > 0 {
+			return undef, errNotPython("namespace with positional arguments")
+		}
+		ns := &nsVal{keys: append([]string(nil), kwNames...), vals: append([]value(nil), kw...)}
+		return value{k: kNS, p: ns}, nil
+	case "range":
+		if len(kw) > 0 || len(args) == 0 || len(args) > 3 {
+			return undef, errPyRaises("TypeError: range arguments")
+		}
+		var a [3]int64
+		for i, v := range args {
+			if v.k != kInt && v.k != kBool {
+				return undef, errPyRaises("TypeError: range of a non-integer")
+			}
+			a[i] = v.n
+		}
+		start, stop, step := int64(0), a[0], int64(1)
+		if len(args) > 1 {
+			start, stop = a[0], a[1]
+		}
+		if len(args) > 2 {
+			step = a[2]
+		}
+		if step == 0 {
+			return undef, errPyRaises("ValueError: range() arg 3 must not be zero")
+		}
+		var items []value
+		for i := start; (step > 0 && i < stop) || (step < 0 && i > stop); i += step {
+			if len(items) >= 100000 {
+				return undef, errPyRaises("OverflowError: range too big")
+			}
+			items = append(items, intV(i))
+		}
+		if items == nil {
+			items = []value{}
+		}
+		return value{k: kSeq, p: &seqVal{items: items, noRepr: "a range"}}, nil
+	}
+	return undef, errNotPython("calling " + name)
+}
+
+func (r *renderer) callMacro(m *macroDef, args []value, kwNames []string, kw []value) (value, error) {
+	if len(args) > len(m.params) {
+		return undef, errPyRaises("TypeError: macro takes fewer arguments")
+	}
+	for _, k := range kwNames {
+		found := false
+		for _, p := range m.params {
+			found = found || p.name == k
+		}
+		if !found {
+			return undef, errPyRaises("TypeError: macro has no argument " + k)
+		}
+	}
+	saved := r.frames[1]
+	r.frames[1] = make([]value, m.nslots)
+	defer func() { r.frames[1] = saved }()
+	for i, p := range m.params {
+		if i < len(args) {
+			r.set(p.ref, args[i])
+			continue
+		}
+		got := false
+		for j, k := range kwNames {
+			if k == p.name {
+				r.set(p.ref, kw[j])
+				got = true
+			}
+		}
+		if got {
+			continue
+		}
+		if i < len(args) {
+			return undef, errPyRaises("TypeError: macro got multiple values")
+		}
+		if d := m.defaults[i]; d != nil {
+			v, err := r.eval(d)
+			if err != nil {
+				return undef, err
+			}
+			r.set(p.ref, v)
+		}
+	}
+	for i, p := range m.params {
+		for _, k := range kwNames {
+			if k == p.name && i < len(args) {
+				return undef, errPyRaises("TypeError: macro got multiple values")
+			}
+		}
+	}
+	savedOut := r.out
+	var b strings.Builder
+	r.out = &b
+	err := r.exec(m.body)
+	r.out = savedOut
+	if err != nil {
+		return undef, err
+	}
+	return strV(b.String()), nil
+}
+
+func (r *renderer) callMethod(o value, name string, args []value, kwNames []string, kw []value) (value, error) {
+	switch o.k {
+	case kStr:
+		if strMethods[name] {
+			return strMethod(o.s, name, args, kwNames, kw)
+		}
+	case kDict, kMap:
+		if dictMethods[name] {
+			return dictMethod(o, name, args, kw)
+		}
+	case kLoop:
+		if name == "cycle" {
+			if len(kw) > 0 || len(args) == 0 {
+				return undef, errPyRaises("TypeError: no items for cycling given")
+			}
+			l := o.p.(*loopState)
+			return args[l.i%len(args)], nil
+		}
+	case kList, kSeq:
+		if listMethods[name] {
+			return undef, errNotPython("list." + name)
+		}
+	}
+	// Not a method of that type: the attribute (or item) is looked up
+	// and called.
+	f, err := getAttr(o, name)
+	if err != nil {
+		return undef, err
+	}
+	switch f.k {
+	case kUndef:
+		return undef, errPyRaises("UndefinedError: calling an undefined value")
+	case kMacro:
+		return r.callMacro(f.p.(*macroDef), args, kwNames, kw)
+	}
+	return undef, errNotPython("calling an attribute")
+}
+
+// strArg returns a method argument that must be a str (or None when
+// noneOK).
+func strArg(v value, noneOK bool) (string, bool, error) {
+	switch {
+	case v.k == kStr:
+		return v.s, true, nil
+	case v.k == kNone && noneOK:
+		return "", false, nil
+	}
+	return "", false, errPyRaises("TypeError: a str method argument must be str")
+}
+
+func strMethod(s, name string, args []value, kwNames []string, kw []value) (value, error) {
+	switch name {
+	case "strip", "lstrip", "rstrip":
+		if len(kw) > 0 || len(args) > 1 {
+			return undef, errPyRaises("TypeError: strip arguments")
+		}
+		chars, has := "", false
+		if len(args) == 1 {
+			var err error
+			if chars, has, err = strArg(args[0], true); err != nil {
+				return undef, err
+			}
+		}
+		switch {
+		case has && name == "strip":
+			return strV(strings.Trim(s, chars)), nil
+		case has && name == "lstrip":
+			return strV(strings.TrimLeft(s, chars)), nil
+		case has:
+			return strV(strings.TrimRight(s, chars)), nil
+		case name == "strip":
+			return strV(strings.TrimFunc(s, pyIsSpace)), nil
+		case name == "lstrip":
+			return strV(strings.TrimLeftFunc(s, pyIsSpace)), nil
+		}
+		return strV(strings.TrimRightFunc(s, pyIsSpace)), nil
+	case "split":
+		sep, maxsplit := noneV, intV(-1)
+		if len(args) > 2 {
+			return undef, errPyRaises("TypeError: split arguments")
+		}
+		if len(args) > 0 {
+			sep = args[0]
+		}
+		if len(args) > 1 {
+			maxsplit = args[1]
+		}
+		for i, k := range kwNames {
+			switch k {
+			case "sep":
+				sep = kw[i]
+			case "maxsplit":
+				maxsplit = kw[i]
+			default:
+				return undef, errPyRaises("TypeError: split keyword")
+			}
+		}
+		if maxsplit.k != kInt && maxsplit.k != kBool {
+			return undef, errPyRaises("TypeError: maxsplit")
+		}
+		var parts []string
+		switch sep.k {
+		case kNone:
+			if maxsplit.n >= 0 {
+				return undef, errUnsupported("split() on whitespace with maxsplit")
+			}
+			parts = strings.FieldsFunc(s, pyIsSpace)
+		case kStr:
+			if sep.s == "" {
+				return undef, errPyRaises("ValueError: empty separator")
+			}
+			n := -1
+			if maxsplit.n >= 0 {
+				n = int(min(maxsplit.n, int64(len(s)))) + 1
+			}
+			parts = strings.SplitN(s, sep.s, n)
+		default:
+			return undef, errPyRaises("TypeError: split separator")
+		}
+		items := make([]value, len(parts))
+		for i, p := range parts {
+			items[i] = strV(p)
+		}
+		return value{k: kSeq, p: &seqVal{items: items}}, nil
+	case "startswith", "endswith":
+		if len(kw) > 0 || len(args) != 1 {
+			return undef, errUnsupported("str." + name + " with start or end")
+		}
+		var prefixes []string
+		switch a := args[0]; {
+		case a.k == kStr:
+			prefixes = []string{a.s}
+		case a.k == kSeq && a.p.(*seqVal).tuple:
+			for _, it := range a.p.(*seqVal).items {
+				if it.k != kStr {
+					return undef, errPyRaises("TypeError: " + name + " tuple of non-str")
+				}
+				prefixes = append(prefixes, it.s)
+			}
+		default:
+			return undef, errPyRaises("TypeError: " + name + " argument")
+		}
+		for _, p := range prefixes {
+			if name == "startswith" && strings.HasPrefix(s, p) || name == "endswith" && strings.HasSuffix(s, p) {
+				return trueV, nil
+			}
+		}
+		return falseV, nil
+	case "replace":
+		if len(args) < 2 || len(args) > 3 || len(kw) > 0 {
+			return undef, errPyRaises("TypeError: replace arguments")
+		}
+		if args[0].k != kStr || args[1].k != kStr {
+			return undef, errPyRaises("TypeError: replace arguments must be str")
+		}
+		n := -1
+		if len(args) == 3 {
+			if args[2].k != kInt && args[2].k != kBool {
+				return undef, errPyRaises("TypeError: replace count")
+			}
+			n = int(max(min(args[2].n, int64(len(s))+1), -1))
+		}
+		return strV(strings.Replace(s, args[0].s, args[1].s, n)), nil
+	case "upper", "lower":
+		if len(args)+len(kw) > 0 {
+			return undef, errPyRaises("TypeError: " + name + " takes no arguments")
+		}
+		return caseASCII(s, name == "upper")
+	}
+	return undef, errNotPython("str." + name)
+}
+
+func caseASCII(s string, upper bool) (value, error) {
+	if !isASCIIStr(s) {
+		return undef, errUnsupported("upper or lower of non-ASCII text")
+	}
+	if upper {
+		return strV(strings.ToUpper(s)), nil
+	}
+	return strV(strings.ToLower(s)), nil
+}
+
+func dictMethod(o value, name string, args, kw []value) (value, error) {
+	if len(kw) > 0 {
+		return undef, errPyRaises("TypeError: dict." + name + " takes no keyword arguments")
+	}
+	switch name {
+	case "get":
+		if len(args) == 0 || len(args) > 2 {
+			return undef, errPyRaises("TypeError: get arguments")
+		}
+		if args[0].k == kStr {
+			if v, ok := o.mapGet(args[0].s); ok {
+				return v, nil
+			}
+		} else if k := args[0].k; k == kList || k == kSeq || k == kDict || k == kMap {
+			return undef, errPyRaises("TypeError: unhashable type")
+		}
+		if len(args) == 2 {
+			return args[1], nil
+		}
+		return noneV, nil
+	case "items", "keys", "values":
+		if len(args) > 0 {
+			return undef, errPyRaises("TypeError: " + name + " takes no arguments")
+		}
+		items := make([]value, o.mapLen())
+		for i := range items {
+			switch name {
+			case "items":
+				items[i] = value{k: kSeq, p: &seqVal{items: []value{strV(o.mapKey(i)), o.mapVal(i)}, tuple: true}}
+			case "keys":
+				items[i] = strV(o.mapKey(i))
+			default:
+				items[i] = o.mapVal(i)
+			}
+		}
+		return value{k: kSeq, p: &seqVal{items: items, noRepr: "dict." + name + "()"}}, nil
+	}
+	return undef, errNotPython("dict." + name)
+}
