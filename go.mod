@@ -7,6 +7,7 @@ require (
 	github.com/ardanlabs/jinja v1.8.0
 	github.com/dlclark/regexp2 v1.11.5
 	github.com/go-chi/chi/v5 v5.5.0
+	github.com/miekg/dns v1.1.73
 	github.com/openai/openai-go/v3 v3.102.0
 	github.com/pkoukk/tiktoken-go v0.1.8
 	github.com/pkoukk/tiktoken-go-loader v0.0.2

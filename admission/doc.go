@@ -63,7 +63,12 @@
 //
 // # The queue
 //
-// Pool is one model's admission queue in front of its backends. A request
+// Pool is one model's admission queue in front of its backends, its slots,
+// each named by its backend (host:port): SetSlots adds, updates and removes
+// them at runtime, keeping the state (leases, gauges, failures, ejection)
+// of those that stay; a removed slot gets nothing new and its leases still
+// release; Idle tells a draining backend's caller when none is out. Close
+// answers a removed model's waiting requests (ModelRemoved). A request
 // (a Ticket: its token reservation, class and prefix hash) is granted a
 // backend (a Lease) when one has room in requests in flight, in its token
 // budget (KV capacity from cache_config_info, or kv_tokens) and by its

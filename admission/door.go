@@ -39,7 +39,7 @@ type Model struct {
 	// model served by the backends that have it loaded. Name is then the
 	// adapter's, and everything else (counter, limits) the base model's.
 	// The door passes it back in the Decision; nil: every backend.
-	Only []int
+	Only []string
 }
 
 // Catalog is the door's view of the configured models.

@@ -38,15 +38,15 @@ func TestPoolGaugesStates(t *testing.T) {
 		if state() != GaugesUnknown || !admitted() {
 			t.Fatal("a backend never scraped is admitted on its limits")
 		}
-		p.SetGauges(0, Gauges{Waiting: 5, At: time.Now()})
+		p.SetGauges("b0", Gauges{Waiting: 5, At: time.Now()})
 		if state() != GaugesFresh || admitted() {
 			t.Fatal("fresh saturated gauges must hold work back")
 		}
-		p.SetGauges(0, Gauges{At: time.Now()})
+		p.SetGauges("b0", Gauges{At: time.Now()})
 		// Scrapes time out under load for a few seconds: stale, held back.
 		for range 4 {
 			time.Sleep(time.Second)
-			p.ScrapeFailed(0, false, "timed out")
+			p.ScrapeFailed("b0", false, "timed out")
 		}
 		if state() != GaugesStale || admitted() {
 			t.Fatalf("missed scrapes: %s, want stale and held back", state())
@@ -54,12 +54,12 @@ func TestPoolGaugesStates(t *testing.T) {
 		// ... for longer than GaugesUnavailableAfter: unavailable, admitted.
 		for range 7 {
 			time.Sleep(time.Second)
-			p.ScrapeFailed(0, false, "timed out")
+			p.ScrapeFailed("b0", false, "timed out")
 		}
 		if state() != GaugesUnavailable || !admitted() {
 			t.Fatalf("persistent failures: %s, want unavailable and admitted", state())
 		}
-		p.SetGauges(0, Gauges{At: time.Now()})
+		p.SetGauges("b0", Gauges{At: time.Now()})
 		if state() != GaugesFresh {
 			t.Fatal(state())
 		}
@@ -68,7 +68,7 @@ func TestPoolGaugesStates(t *testing.T) {
 			if state() == GaugesUnavailable {
 				t.Fatalf("unavailable after %d unreadable answers", i)
 			}
-			p.ScrapeFailed(0, true, "/metrics answered 404")
+			p.ScrapeFailed("b0", true, "/metrics answered 404")
 		}
 		if state() != GaugesUnavailable || !admitted() {
 			t.Fatalf("unreadable answers: %s", state())

@@ -202,7 +202,7 @@ type Decision struct {
 	Ref int
 	// Only is Model.Only: the model's backends (slots) that may serve
 	// the request; nil: all.
-	Only   []int
+	Only   []string
 	Stream bool
 	// Body is what to forward: the client's bytes, or a copy with
 	// max_tokens lowered when the model clamps.

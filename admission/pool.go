@@ -26,10 +26,11 @@ const (
 	NoBackend                   // no backend of the model is ready: 503 model_not_ready
 	Draining                    // the gateway is shutting down: 503
 	StoreDown                   // the shared store cannot be reached and on_store_error is reject: 503
+	ModelRemoved                // a config reload removed the model: 404, as for a model never configured
 	numOutcomes
 )
 
-var outcomeNames = [...]string{"admitted", "queue_full", "queue_timeout", "client_gone", "over_budget", "no_backend", "draining", "store_down"}
+var outcomeNames = [...]string{"admitted", "queue_full", "queue_timeout", "client_gone", "over_budget", "no_backend", "draining", "store_down", "model_removed"}
 
 func (o Outcome) String() string {
 	if o >= 0 && o < numOutcomes {
@@ -100,6 +101,9 @@ type PoolConfig struct {
 
 // SlotConfig describes one backend to the pool.
 type SlotConfig struct {
+	// Name identifies the backend (its host:port): slots are added,
+	// updated and removed by name (SetSlots), and tickets, events and
+	// stats name slots by it.
 	Name string
 	// Ready reports the fleet's view (warmed up and healthy).
 	Ready func() bool
@@ -138,9 +142,9 @@ func (k EventKind) String() string {
 
 // Event is a change in a backend's standing in the pool.
 type Event struct {
-	Kind  EventKind
-	Slot  string
-	Index int
+	Kind EventKind
+	// Slot is the backend's name (SlotConfig.Name).
+	Slot string
 	// Failures is the run of consecutive failures (Ejected, EjectionHeld).
 	Failures int
 	// Until is the end of an ejection (Ejected).
@@ -194,9 +198,11 @@ type Gauges struct {
 
 // Slot is one backend's capacity as the pool accounts it.
 type Slot struct {
-	Name  string
-	Index int
-	cfg   SlotConfig
+	Name string
+	cfg  SlotConfig
+	// removed: SetSlots took it out of the pool; leases granted before
+	// still release here, and say nothing more about the backend.
+	removed bool
 
 	inFlight int
 	tokens   int // sum of the in-flight requests' token reservations
@@ -251,18 +257,18 @@ type Ticket struct {
 	Class int
 	// Affinity is a hash of the prompt's first tokens; 0 for none.
 	Affinity uint64
-	// Exclude lists slots already tried (connection failures).
-	Exclude []int
-	// Only, when non-nil, is the subset of slots the request may go to
+	// Exclude names slots already tried (connection failures).
+	Exclude []string
+	// Only, when non-nil, names the subset of slots the request may go to
 	// at all (the backends that have the LoRA adapter it names loaded);
 	// nil: every slot. The pool grants, counts ready backends and judges
 	// the request's size among those alone.
-	Only []int
+	Only []string
 }
 
-// allows reports whether t may go to slot i.
-func (t *Ticket) allows(i int) bool {
-	return !slices.Contains(t.Exclude, i) && (t.Only == nil || slices.Contains(t.Only, i))
+// allows reports whether t may go to slot s.
+func (t *Ticket) allows(s *Slot) bool {
+	return !slices.Contains(t.Exclude, s.Name) && (t.Only == nil || slices.Contains(t.Only, s.Name))
 }
 
 // Lease is a granted slot. Release it exactly once when the request ends.
@@ -317,6 +323,7 @@ type Pool struct {
 	rate      float64
 	lastRel   time.Time
 	draining  bool
+	closed    bool // Close: the model left the config
 	rnd       *rand.Rand
 	ring      []ringPoint
 	decisions map[string]int
@@ -326,7 +333,7 @@ type Pool struct {
 
 type ringPoint struct {
 	hash uint64
-	slot int
+	slot *Slot
 }
 
 // NewPool builds a model's pool.
@@ -338,16 +345,80 @@ func NewPool(name string, cfg PoolConfig, slots []SlotConfig, now func() time.Ti
 		now = time.Now
 	}
 	p := &Pool{name: name, cfg: cfg, now: now, queue: make([][]*waiter, cfg.Classes), rnd: rand.New(rand.NewPCG(1, 2)), decisions: map[string]int{}}
-	for i, sc := range slots {
-		p.slots = append(p.slots, &Slot{Name: sc.Name, Index: i, cfg: sc})
+	p.setSlotsLocked(slots)
+	return p
+}
+
+// SetSlots makes slots the pool's backends, by name: a slot already in
+// the pool keeps its state (in-flight requests and tokens, gauges,
+// failures, ejection) and takes the new limits; a new one starts empty;
+// one not listed is removed, and the leases granted on it still release.
+// Waiting requests are dispatched again, since capacity may have come.
+func (p *Pool) SetSlots(slots []SlotConfig) {
+	p.mu.Lock()
+	p.setSlotsLocked(slots)
+	p.dispatchLocked()
+	p.unlock()
+}
+
+func (p *Pool) setSlotsLocked(slots []SlotConfig) {
+	old := make(map[string]*Slot, len(p.slots))
+	for _, s := range p.slots {
+		old[s.Name] = s
+	}
+	next := make([]*Slot, 0, len(slots))
+	p.ring = p.ring[:0]
+	for _, sc := range slots {
+		s := old[sc.Name]
+		if s == nil {
+			s = &Slot{Name: sc.Name}
+		}
+		delete(old, sc.Name)
+		s.cfg = sc
+		next = append(next, s)
 		for v := range 64 { // virtual nodes for the affinity ring
 			h := fnv.New64a()
 			fmt.Fprintf(h, "%s#%d", sc.Name, v)
-			p.ring = append(p.ring, ringPoint{h.Sum64(), i})
+			p.ring = append(p.ring, ringPoint{h.Sum64(), s})
 		}
 	}
+	for _, s := range old {
+		s.removed = true
+	}
+	p.slots = next
 	sort.Slice(p.ring, func(a, b int) bool { return p.ring[a].hash < p.ring[b].hash })
-	return p
+}
+
+// Idle reports whether no lease is out on the slot named name (or there is
+// no such slot): a backend leaving the model may be forgotten.
+func (p *Pool) Idle(name string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.slotLocked(name)
+	return s == nil || s.inFlight == 0
+}
+
+func (p *Pool) slotLocked(name string) *Slot {
+	for _, s := range p.slots {
+		if s.Name == name {
+			return s
+		}
+	}
+	return nil
+}
+
+// SetConfig changes the pool's limits and routing settings (a config
+// reload): QueueSize, QueueTimeout, saturation levels, staleness, ejection
+// and affinity. Classes and OnEvent stay as built. Requests already waiting
+// keep the queue timeout they started with; a smaller QueueSize refuses
+// new requests until the queue is below it.
+func (p *Pool) SetConfig(cfg PoolConfig) {
+	p.mu.Lock()
+	cfg.Classes, cfg.OnEvent = p.cfg.Classes, p.cfg.OnEvent
+	p.cfg = cfg
+	p.reconcileLocked(p.now())
+	p.dispatchLocked()
+	p.unlock()
 }
 
 // unlock releases the lock, then delivers the events raised under it.
@@ -391,14 +462,14 @@ func (p *Pool) reconcileLocked(now time.Time) {
 	for _, s := range p.slots {
 		if !s.ejectedUntil.IsZero() && !now.Before(s.ejectedUntil) {
 			s.ejectedUntil = time.Time{}
-			p.emit(Event{Kind: EjectionEnded, Slot: s.Name, Index: s.Index, Reason: "eject_for elapsed"})
+			p.emit(Event{Kind: EjectionEnded, Slot: s.Name, Reason: "eject_for elapsed"})
 		}
 	}
 	if ready, ejected := p.countLocked(); ejected > 0 && ejected == ready {
 		for _, s := range p.slots {
 			if !s.ejectedUntil.IsZero() && s.cfg.Ready() {
 				s.ejectedUntil = time.Time{}
-				p.emit(Event{Kind: EjectionEnded, Slot: s.Name, Index: s.Index, Reason: "no other ready backend left in rotation"})
+				p.emit(Event{Kind: EjectionEnded, Slot: s.Name, Reason: "no other ready backend left in rotation"})
 			}
 		}
 	}
@@ -455,6 +526,10 @@ func (q *queued) stop() {
 // size again.
 func (p *Pool) acquireLocal(ctx context.Context, t Ticket, q *queued, again bool) (*Lease, Outcome) {
 	p.mu.Lock()
+	if p.closed {
+		p.unlock()
+		return nil, ModelRemoved
+	}
 	if q.order == 0 {
 		p.arrivals++
 		q.order = p.arrivals
@@ -516,6 +591,12 @@ func (p *Pool) acquireLocal(ctx context.Context, t Ticket, q *queued, again bool
 	select {
 	case l := <-w.ch:
 		if l == nil {
+			p.mu.Lock()
+			closed := p.closed
+			p.mu.Unlock()
+			if closed {
+				return nil, ModelRemoved
+			}
 			return nil, Draining
 		}
 		l.Waited = p.now().Sub(w.since)
@@ -589,11 +670,16 @@ func (p *Pool) confirm(ctx context.Context, l *Lease) (o Outcome, retry bool) {
 	return Admitted, false
 }
 
-// SharedFreed is told that the shared account freed room on slot (another
-// replica released a holding): the slot is picked again.
-func (p *Pool) SharedFreed(slot int) {
+// SharedFreed is told that the shared account freed room on the slot
+// named name (another replica released a holding): the slot is picked
+// again. A name that is not one of the pool's slots is ignored.
+func (p *Pool) SharedFreed(name string) {
 	p.mu.Lock()
-	s := p.slots[slot]
+	s := p.slotLocked(name)
+	if s == nil {
+		p.unlock()
+		return
+	}
 	s.elsewhere = false
 	s.wakes++
 	p.dispatchLocked()
@@ -634,7 +720,7 @@ func (p *Pool) removeLocked(w *waiter) {
 // anyReadyLocked: some ready backend t may go to and has not tried yet.
 func (p *Pool) anyReadyLocked(t *Ticket) bool {
 	for _, s := range p.slots {
-		if s.cfg.Ready() && t.allows(s.Index) {
+		if s.cfg.Ready() && t.allows(s) {
 			return true
 		}
 	}
@@ -652,7 +738,7 @@ func (s *Slot) budget() int {
 // tooLargeLocked: t is larger than the budget of every backend it may go to.
 func (p *Pool) tooLargeLocked(t *Ticket) bool {
 	for _, s := range p.slots {
-		if !t.allows(s.Index) {
+		if !t.allows(s) {
 			continue
 		}
 		if b := s.budget(); b == 0 || t.Tokens <= b {
@@ -708,7 +794,7 @@ func (p *Pool) noteGaugesLocked(s *Slot, now time.Time, reason string) {
 	was := s.gstate
 	s.gstate = st
 	if (st == GaugesUnavailable) != (was == GaugesUnavailable) {
-		p.emit(Event{Kind: GaugesChanged, Slot: s.Name, Index: s.Index, Gauges: st, Reason: reason})
+		p.emit(Event{Kind: GaugesChanged, Slot: s.Name, Gauges: st, Reason: reason})
 	}
 }
 
@@ -755,7 +841,7 @@ func (p *Pool) grantLocked(t Ticket) *Lease {
 	p.reconcileLocked(now)
 	var cands []*Slot
 	for _, s := range p.slots {
-		if t.allows(s.Index) && p.eligible(s, now) && p.fits(s, t.Tokens) {
+		if t.allows(s) && p.eligible(s, now) && p.fits(s, t.Tokens) {
 			cands = append(cands, s)
 		}
 	}
@@ -802,7 +888,7 @@ func (p *Pool) affinityLocked(h uint64, tokens int, cands []*Slot) *Slot {
 	i := sort.Search(len(p.ring), func(i int) bool { return p.ring[i].hash >= h })
 	for k := range p.ring {
 		pt := p.ring[(i+k)%len(p.ring)]
-		s := p.slots[pt.slot]
+		s := pt.slot
 		if !slices.Contains(cands, s) {
 			continue
 		}
@@ -863,10 +949,12 @@ func (l *Lease) release(r Result, count bool) {
 		s.wakes++
 	}
 	now := p.now()
-	switch r {
-	case Succeeded:
+	switch {
+	case s.removed:
+		// The backend left the pool: its answer says nothing any more.
+	case r == Succeeded:
 		s.fails, s.held = 0, false
-	case ServerError, ConnectFailed:
+	case r == ServerError || r == ConnectFailed:
 		s.fails++
 		if p.cfg.EjectAfter > 0 && s.fails >= p.cfg.EjectAfter && s.ejectedUntil.IsZero() {
 			p.reconcileLocked(now)
@@ -874,14 +962,14 @@ func (l *Lease) release(r Result, count bool) {
 			case p.mayEjectLocked():
 				s.ejectedUntil = now.Add(p.cfg.EjectFor)
 				s.ejections++
-				p.emit(Event{Kind: Ejected, Slot: s.Name, Index: s.Index, Failures: s.fails, Until: s.ejectedUntil})
+				p.emit(Event{Kind: Ejected, Slot: s.Name, Failures: s.fails, Until: s.ejectedUntil})
 				s.fails, s.held = 0, false
 				// Dispatch when the cool-off ends, so that waiters do not
 				// depend on another event to be served.
 				time.AfterFunc(p.cfg.EjectFor, p.Kick)
 			case !s.held:
 				s.held = true
-				p.emit(Event{Kind: EjectionHeld, Slot: s.Name, Index: s.Index, Failures: s.fails})
+				p.emit(Event{Kind: EjectionHeld, Slot: s.Name, Failures: s.fails})
 			}
 		}
 	}
@@ -917,10 +1005,15 @@ func (p *Pool) Kick() {
 	p.unlock()
 }
 
-// SetGauges records a backend's scraped gauges and re-runs dispatch.
-func (p *Pool) SetGauges(slot int, g Gauges) {
+// SetGauges records a backend's scraped gauges and re-runs dispatch. A
+// name that is not one of the pool's slots is ignored.
+func (p *Pool) SetGauges(name string, g Gauges) {
 	p.mu.Lock()
-	s := p.slots[slot]
+	s := p.slotLocked(name)
+	if s == nil {
+		p.unlock()
+		return
+	}
 	s.gauges, s.scraped = g, true
 	s.scrapeFails, s.unreadable, s.failingSince = 0, 0, time.Time{}
 	p.noteGaugesLocked(s, p.now(), "scraped again")
@@ -933,9 +1026,13 @@ func (p *Pool) SetGauges(slot int, g Gauges) {
 // not vLLM's exposition, too large), as opposed to no answer in time;
 // reason is the error, for the log. Gauges that turn unavailable free the
 // backend for work the queue was holding back.
-func (p *Pool) ScrapeFailed(slot int, answered bool, reason string) {
+func (p *Pool) ScrapeFailed(name string, answered bool, reason string) {
 	p.mu.Lock()
-	s := p.slots[slot]
+	s := p.slotLocked(name)
+	if s == nil {
+		p.unlock()
+		return
+	}
 	now := p.now()
 	if s.scrapeFails == 0 {
 		s.failingSince = now
@@ -958,6 +1055,16 @@ func (p *Pool) Drain() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.draining = true
+	p.flushLocked()
+}
+
+// Close refuses every waiting request and all later ones with
+// ModelRemoved: a config reload removed the model. Leases out still
+// release.
+func (p *Pool) Close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
 	p.flushLocked()
 }
 
@@ -1061,7 +1168,7 @@ func (p *Pool) Blocked(t Ticket) Blockage {
 	p.reconcileLocked(now)
 	b := Blockage{}
 	for _, s := range p.slots {
-		if t.Only != nil && !slices.Contains(t.Only, s.Index) {
+		if t.Only != nil && !slices.Contains(t.Only, s.Name) {
 			continue // not one of its backends at all
 		}
 		b.Backends++
@@ -1092,18 +1199,18 @@ type PoolStats struct {
 	Decisions map[string]int
 }
 
-// Ejected lists the slots ejected as outliers right now, for work that
+// Ejected names the slots ejected as outliers right now, for work that
 // bypasses the queue but should still avoid them. It follows the queue's
 // rule: an ejection that would leave no ready backend in rotation has
 // ended.
-func (p *Pool) Ejected() []int {
+func (p *Pool) Ejected() []string {
 	p.mu.Lock()
 	defer p.unlock()
 	p.reconcileLocked(p.now())
-	var out []int
-	for i, s := range p.slots {
+	var out []string
+	for _, s := range p.slots {
 		if !s.ejectedUntil.IsZero() {
-			out = append(out, i)
+			out = append(out, s.Name)
 		}
 	}
 	return out

@@ -165,7 +165,7 @@ func TestPoolEjectsAndReadmits(t *testing.T) {
 		if errorsSeen != 3 {
 			t.Fatalf("clients saw %d errors before the ejection, want the threshold 3", errorsSeen)
 		}
-		if st := p.Stats().Slots[0]; !st.Ejected || st.Ejections != 1 || !slices.Equal(p.Ejected(), []int{0}) {
+		if st := p.Stats().Slots[0]; !st.Ejected || st.Ejections != 1 || !slices.Equal(p.Ejected(), []string{"bad"}) {
 			t.Fatalf("bad backend: %+v, Ejected() %v", st, p.Ejected())
 		}
 		time.Sleep(5 * time.Second) // the cool-off
@@ -215,7 +215,7 @@ func TestPoolAffinityWithinLoadBound(t *testing.T) {
 			for _, s := range st.Slots {
 				sum += s.Tokens
 			}
-			if s := st.Slots[l.Slot.Index]; l.Policy == "affinity" && s.Tokens > 500+100*turn && float64(s.Tokens) > 1.5*float64(sum)/4+1 {
+			if s := st.Slots[slices.IndexFunc(st.Slots, func(s SlotStats) bool { return s.Name == l.Slot.Name })]; l.Policy == "affinity" && s.Tokens > 500+100*turn && float64(s.Tokens) > 1.5*float64(sum)/4+1 {
 				t.Fatalf("%s took a turn over the load bound: %d tokens of %d", s.Name, s.Tokens, sum)
 			}
 		}
@@ -292,7 +292,7 @@ func TestPoolSaturationAndStaleGauges(t *testing.T) {
 		p := testPool([]SlotConfig{{Name: "b0", Ready: always}}, func(c *PoolConfig) {
 			c.SaturatedWaiting, c.SaturatedKV, c.StaleAfter = 4, 0.95, time.Second
 		})
-		p.SetGauges(0, Gauges{Waiting: 5, At: time.Now()})
+		p.SetGauges("b0", Gauges{Waiting: 5, At: time.Now()})
 		got := make(chan Outcome, 1)
 		go func() { l, o := p.Acquire(t.Context(), Ticket{Tokens: 1}); got <- o; l.Release(Succeeded) }()
 		synctest.Wait()
@@ -301,7 +301,7 @@ func TestPoolSaturationAndStaleGauges(t *testing.T) {
 			t.Fatalf("admitted to a saturated backend: %s", o)
 		default:
 		}
-		p.SetGauges(0, Gauges{Waiting: 0, KVUsage: 0.5, At: time.Now()})
+		p.SetGauges("b0", Gauges{Waiting: 0, KVUsage: 0.5, At: time.Now()})
 		if o := <-got; o != Admitted {
 			t.Fatal(o)
 		}
@@ -313,7 +313,7 @@ func TestPoolSaturationAndStaleGauges(t *testing.T) {
 			t.Fatalf("admitted on stale gauges: %s", o)
 		default:
 		}
-		p.SetGauges(0, Gauges{At: time.Now()})
+		p.SetGauges("b0", Gauges{At: time.Now()})
 		<-got
 	})
 }
@@ -344,8 +344,8 @@ func TestPoolOnlyCandidates(t *testing.T) {
 	}, nil)
 	var held []*Lease
 	for i := range 20 {
-		l, o := p.Acquire(t.Context(), Ticket{Tokens: 1, Affinity: uint64(i*7919 + 1), Only: []int{1}})
-		if o != Admitted || l.Slot.Index != 1 {
+		l, o := p.Acquire(t.Context(), Ticket{Tokens: 1, Affinity: uint64(i*7919 + 1), Only: []string{"b1"}})
+		if o != Admitted || l.Slot.Name != "b1" {
 			t.Fatalf("request %d: %s on %v, want slot 1", i, o, l)
 		}
 		held = append(held, l)
@@ -353,14 +353,14 @@ func TestPoolOnlyCandidates(t *testing.T) {
 	for _, l := range held {
 		l.Release(Succeeded)
 	}
-	if _, o := p.Acquire(t.Context(), Ticket{Tokens: 1, Only: []int{2}}); o != NoBackend {
+	if _, o := p.Acquire(t.Context(), Ticket{Tokens: 1, Only: []string{"b2"}}); o != NoBackend {
 		t.Fatalf("only a backend not ready: %s, want %s", o, NoBackend)
 	}
-	if _, o := p.Acquire(t.Context(), Ticket{Tokens: 500, Exact: true, Only: []int{1}}); o != OverBudget {
+	if _, o := p.Acquire(t.Context(), Ticket{Tokens: 500, Exact: true, Only: []string{"b1"}}); o != OverBudget {
 		t.Fatalf("over the only backend's budget: %s, want %s", o, OverBudget)
 	}
 	l, o := p.Acquire(t.Context(), Ticket{Tokens: 500, Exact: true})
-	if o != Admitted || l.Slot.Index != 0 {
+	if o != Admitted || l.Slot.Name != "b0" {
 		t.Fatalf("without Only: %s on %v", o, l)
 	}
 	l.Release(Succeeded)

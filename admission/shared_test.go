@@ -96,7 +96,7 @@ func TestSharedHeldElsewhereWaitsForAFree(t *testing.T) {
 			t.Errorf("%d takes while held elsewhere, want 1", takes)
 		}
 		f.set(func(f *fakeShared) { f.elsewhere["b0"] = 1 })
-		p.SharedFreed(0)
+		p.SharedFreed("b0")
 		if o := <-got; o != Admitted {
 			t.Fatalf("after a free: %s", o)
 		}
@@ -136,7 +136,7 @@ func TestSharedRefusalKeepsFIFO(t *testing.T) {
 		first.Release(Succeeded)
 		synctest.Wait()
 		f.set(func(f *fakeShared) { f.elsewhere["b0"] = 0 })
-		p.SharedFreed(0)
+		p.SharedFreed("b0")
 		wg.Wait()
 		if len(order) != 3 || order[0] != 0 || order[1] != 1 || order[2] != 2 {
 			t.Errorf("order %v, want [0 1 2]", order)

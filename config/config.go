@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -117,6 +119,9 @@ type Config struct {
 	// once (rounded down, but at least one), and never the last ready one
 	// left in rotation: a single-backend model is never ejected.
 	MaxEjectionPercent int `yaml:"max_ejection_percent"`
+	// Resolver is the DNS server (host:port) that backends given by dns or
+	// srv are resolved with; "" uses the system's (/etc/resolv.conf).
+	Resolver string `yaml:"resolver"`
 	// Tracing configures OpenTelemetry traces (off unless an endpoint is
 	// named here or in OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT).
 	Tracing TracingConfig `yaml:"tracing"`
@@ -307,10 +312,21 @@ func (c *Config) StreamIdle(m *ModelConfig) time.Duration {
 	return c.StreamIdleTimeout.D()
 }
 
-// BackendConfig is one vLLM server.
+// BackendConfig is one vLLM server, or a DNS name standing for several:
+// exactly one of URL, DNS and SRV is set.
 type BackendConfig struct {
 	// URL is the server's base URL, e.g. http://10.0.0.5:8000.
 	URL string `yaml:"url"`
+	// DNS is name:port: every address of name (A and AAAA records, e.g. a
+	// Kubernetes headless Service) is a backend, http://address:port,
+	// re-resolved every DNSInterval. The other keys apply to each.
+	DNS string `yaml:"dns"`
+	// SRV is a service name (_service._proto.name) whose SRV records name
+	// the backends (each target's addresses at its port), re-resolved
+	// every DNSInterval.
+	SRV string `yaml:"srv"`
+	// DNSInterval is how often DNS or SRV is resolved again (default 5s).
+	DNSInterval Duration `yaml:"dns_interval"`
 	// APIKeyEnv names an environment variable holding the backend's API key.
 	APIKeyEnv string `yaml:"api_key_env"`
 	// ServedModel is the model name the backend serves, when it differs
@@ -323,6 +339,21 @@ type BackendConfig struct {
 	// in-flight requests) when it does not export vllm:cache_config_info.
 	KVTokens int `yaml:"kv_tokens"`
 }
+
+// DefaultDNSInterval is dns_interval when unset.
+const DefaultDNSInterval = 5 * time.Second
+
+// DNSIntervalOrDefault is dns_interval, 5 s when unset.
+func (b *BackendConfig) DNSIntervalOrDefault() time.Duration {
+	if b.DNSInterval == 0 {
+		return DefaultDNSInterval
+	}
+	return b.DNSInterval.D()
+}
+
+// Discovered reports whether the entry names backends through DNS (dns or
+// srv) rather than one url.
+func (b *BackendConfig) Discovered() bool { return b.DNS != "" || b.SRV != "" }
 
 // Duration is a time.Duration written as "1.5s", "200ms", "5m".
 type Duration time.Duration
@@ -717,7 +748,8 @@ func (c *Config) Validate() error {
 		if len(m.Backends) == 0 {
 			add(p+".backends", "at least one backend is required")
 		}
-		if m.MinReady < 0 || (len(m.Backends) > 0 && m.MinReady > len(m.Backends)) {
+		discovered := slices.ContainsFunc(m.Backends, func(b BackendConfig) bool { return b.Discovered() })
+		if m.MinReady < 0 || (!discovered && len(m.Backends) > 0 && m.MinReady > len(m.Backends)) {
 			add(p+".min_ready", "want 1 to %d (the number of backends), got %d", len(m.Backends), m.MinReady)
 		}
 		if m.FirstByteTimeout < 0 || m.StreamIdleTimeout < 0 || m.QueueTimeout < 0 {
@@ -729,12 +761,38 @@ func (c *Config) Validate() error {
 		urls := map[string]int{}
 		for j, b := range m.Backends {
 			bp := fmt.Sprintf("%s.backends[%d]", p, j)
-			if err := checkBackendURL(b.URL); err != nil {
-				add(bp+".url", "%v", err)
-			} else if k, dup := urls[b.URL]; dup {
-				add(bp+".url", "%q is already %s.backends[%d].url", b.URL, p, k)
-			} else {
-				urls[b.URL] = j
+			switch {
+			case (b.URL != "") == b.Discovered() || (b.DNS != "" && b.SRV != ""):
+				add(bp, "want exactly one of url, dns (name:port) and srv (_service._proto.name)")
+			case b.DNS != "":
+				if err := checkDNSName(b.DNS); err != nil {
+					add(bp+".dns", "%v", err)
+				}
+			case b.SRV != "":
+				if !strings.HasPrefix(b.SRV, "_") || strings.Count(strings.TrimSuffix(b.SRV, "."), ".") < 2 {
+					add(bp+".srv", "want an SRV name such as _http._tcp.vllm.default.svc.cluster.local, got %q", b.SRV)
+				}
+			default:
+				if err := checkBackendURL(b.URL); err != nil {
+					add(bp+".url", "%v", err)
+				}
+			}
+			// The key path of the entry's address: url, dns or srv.
+			key, id := "url", b.URL
+			if b.DNS != "" {
+				key, id = "dns", b.DNS
+			} else if b.SRV != "" {
+				key, id = "srv", b.SRV
+			}
+			if id != "" {
+				if k, dup := urls[key+" "+id]; dup {
+					add(bp+"."+key, "%q is already %s.backends[%d].%s", id, p, k, key)
+				} else {
+					urls[key+" "+id] = j
+				}
+			}
+			if b.DNSInterval < 0 || (b.DNSInterval > 0 && !b.Discovered()) {
+				add(bp+".dns_interval", "want a positive duration, with dns or srv only")
 			}
 			if b.MaxInFlight < 0 || b.KVTokens < 0 {
 				add(bp, "max_in_flight and kv_tokens must not be negative")
@@ -746,10 +804,27 @@ func (c *Config) Validate() error {
 			}
 		}
 	}
+	if c.Resolver != "" {
+		if _, port, err := net.SplitHostPort(c.Resolver); err != nil || port == "" {
+			add("resolver", "want host:port of a DNS server, got %q", c.Resolver)
+		}
+	}
 	if c.Auth != nil {
 		errs = append(errs, c.Auth.validate(c)...)
 	}
 	return errors.Join(errs...)
+}
+
+// checkDNSName checks a dns entry: name:port.
+func checkDNSName(s string) error {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil || host == "" {
+		return fmt.Errorf("want name:port, such as vllm.default.svc.cluster.local:8000, got %q", s)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("want a port number from 1 to 65535, got %q", port)
+	}
+	return nil
 }
 
 func checkBackendURL(s string) error {

@@ -108,6 +108,10 @@ func TestParseRejects(t *testing.T) {
 		{"duplicate key", "listen: a:1\nlisten: b:2\n", "listen (line 2): key given twice"},
 		{"zero duration", "idle_timeout: 0s\nmodels: [{name: a, backends: [{url: 'http://h:1'}]}]\n", "idle_timeout: must be positive"},
 		{"dup backend", "models: [{name: a, backends: [{url: 'http://h:1'}, {url: 'http://h:1'}]}]\n", "models[0].backends[1].url: \"http://h:1\" is already models[0].backends[0].url"},
+		{"dup dns", "models: [{name: a, backends: [{dns: 'v:1'}, {dns: 'v:1'}]}]\n", "models[0].backends[1].dns: \"v:1\" is already models[0].backends[0].dns"},
+		{"bad srv", "models: [{name: a, backends: [{srv: 'vllm.default'}]}]\n", "models[0].backends[0].srv: want an SRV name"},
+		{"dns port", "models: [{name: a, backends: [{dns: 'v:http'}]}]\n", "models[0].backends[0].dns: want a port number"},
+		{"dns_interval on a url", "models: [{name: a, backends: [{url: 'http://h:1', dns_interval: 1s}]}]\n", "models[0].backends[0].dns_interval: want a positive duration, with dns or srv only"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -116,6 +120,11 @@ func TestParseRejects(t *testing.T) {
 				t.Errorf("Parse error = %v, want it to contain %q", err, tt.want)
 			}
 		})
+	}
+	// One dns entry may stand for any number of backends: min_ready is
+	// not bounded by the number of entries.
+	if _, err := Parse([]byte("models: [{name: a, min_ready: 3, backends: [{dns: 'v:1'}, {srv: '_http._tcp.v.test'}]}]\n")); err != nil {
+		t.Errorf("min_ready over dns and srv entries: %v", err)
 	}
 }
 

@@ -147,6 +147,22 @@ func checkManifest(t *testing.T, m manifest) {
 			period, failures = probe["periodSeconds"].(int), probe["failureThreshold"].(int)
 		}
 	}
+	// vLLM is reached through a headless Service, by DNS: every backend
+	// entry names one of the manifest's headless Services at its port.
+	headless := map[string]int{} // headless Services: name -> port
+	for _, d := range m.docs {
+		if spec, ok := d["spec"].(map[string]any); ok && d["kind"] == "Service" && spec["clusterIP"] == "None" {
+			headless[name(d)] = spec["ports"].([]any)[0].(map[string]any)["port"].(int)
+		}
+	}
+	for i, md := range cfg.Models {
+		for j, b := range md.Backends {
+			host, port, err := net.SplitHostPort(b.DNS)
+			if b.DNS == "" || err != nil || strconv.Itoa(headless[host]) != port {
+				t.Errorf("models[%d].backends[%d] is not dns: SERVICE:PORT of a headless Service in the manifest (%+v, services %v)", i, j, b, headless)
+			}
+		}
+	}
 	// The pod must be reachable on the port it declares.
 	if host, port, _ := net.SplitHostPort(cfg.Listen); (host != "0.0.0.0" && host != "" && host != "::") || port != strconv.Itoa(containerPort) {
 		t.Errorf("listen %q is not reachable as containerPort %d", cfg.Listen, containerPort)

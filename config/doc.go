@@ -7,10 +7,12 @@
 //
 // # Ownership and concurrency
 //
-// A Config is plain data: the process builds one at start and hands it to
-// the layers that read it (fleet, admission pools, the gateway, triage
-// thresholds). Nothing mutates a Config after Validate; readers share it
-// without locks. configs/ holds the reference file (every default spelled
+// A Config is plain data: the process builds one at start, and again at
+// each reload (SIGHUP, or the file changing), and hands it to the layers
+// that read it (fleet, admission pools, the gateway, triage thresholds).
+// Nothing mutates a Config after Validate; readers share it without locks.
+// A backend entry is a url, or a dns (name:port) or srv name standing for
+// several backends (BackendConfig.Discovered). configs/ holds the reference file (every default spelled
 // out; a test checks it equals Default), a minimal file and configs/bad,
 // one refused file per rule, each naming the error it must produce.
 //

@@ -1,6 +1,26 @@
 // Package fleet knows the backends: the models and backends named in the
-// configuration (package config), their state as seen by probes, and which
-// one a request goes to.
+// configuration (package config) or found through DNS, their state as seen
+// by probes, and which one a request goes to.
+//
+// # Membership
+//
+// Each entry of a model's backends list is a source (members.go): a url
+// is one backend (source "static"); a dns entry (name:port) stands for
+// every address of name, and an srv entry for its SRV records' targets
+// (discovery.go), each resolved every dns_interval, by the config's
+// resolver or the system's. A lookup is the whole answer: an address new
+// to the model joins (loading: traffic only once warmed up), one that
+// stays keeps its Backend and all its state, and one that left drains
+// (Ready is false: nothing new is sent; its requests finish), then is
+// forgotten once idle (its in-flight count and HoldDrain's, the gateway's
+// leases) or drain_timeout after it began to drain. A draining address
+// listed again comes back as it was. A failed lookup, or an answer with no
+// address, keeps the last known set (never emptying the fleet), logged
+// when it starts and ends and counted (Discovery). A backend is named by
+// its host:port, unique within its model. Apply puts a reloaded config in
+// force the same way: models and entries that stay keep their backends,
+// new ones join, removed ones drain. OnMembers hears every change of a
+// model's list (the gateway's pool follows it).
 //
 // # Model
 //
@@ -46,6 +66,11 @@
 // adapter list is part of that state: replaced whole by its prober (the
 // backend's Run goroutine, which also serves RefreshAdapters' requests
 // through a one-slot channel), never modified in place, so a reader may
-// keep the slice it got. Fleet itself is
-// immutable after New. fleet uses net/http only as a client.
+// keep the slice it got. The fleet's models, a model's settings and its
+// list of backends are replaced whole (under the Fleet's mutex, read
+// through atomics), so readers keep what they got; Run and RunScraper
+// start a goroutine per backend (and per dns or srv entry) that joins and
+// cancel those of backends forgotten. Lock order: Fleet, then a caller's
+// (the gateway's pool, from OnMembers), then Backend. fleet uses net/http
+// only as a client, and net's resolver.
 package fleet

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -82,7 +81,18 @@ type Backend struct {
 
 	inFlight atomic.Int64
 
-	mu          sync.Mutex
+	mu sync.Mutex
+	// owner is the config entry the backend came from (a url, or the dns
+	// or srv entry that discovered it). A draining backend listed again
+	// by another entry changes hands.
+	owner *source
+	// maxInFlight and kvTokens are its entry's limits (the pool's slot).
+	maxInFlight, kvTokens int
+	// draining: its address left its entry (a DNS answer without it, or a
+	// reload without it). It takes no new work; its requests finish, then
+	// it is forgotten (drainSince + drain_timeout at the latest).
+	draining    bool
+	drainSince  time.Time
 	state       State
 	reason      string
 	since       time.Time
@@ -161,7 +171,14 @@ type Mismatch struct {
 
 // BackendStatus is a snapshot of a backend.
 type BackendStatus struct {
-	URL         string    `json:"url"`
+	URL string `json:"url"`
+	// Source is where the backend came from: "static" (a url in the
+	// config), or the entry that discovered it ("dns:NAME:PORT",
+	// "srv:NAME").
+	Source string `json:"source"`
+	// Draining: its address is gone from its source; it takes no new
+	// requests and is forgotten once its requests are done.
+	Draining    bool      `json:"draining,omitempty"`
 	State       State     `json:"state"`
 	Reason      string    `json:"reason,omitempty"`
 	Since       time.Time `json:"since"`
@@ -186,7 +203,7 @@ type BackendStatus struct {
 func (b *Backend) Status() BackendStatus {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	st := BackendStatus{URL: b.URL.String(), State: b.state, Reason: b.reason, Since: b.since, MaxModelLen: b.maxModelLen,
+	st := BackendStatus{URL: b.URL.String(), Source: b.owner.label(), Draining: b.draining, State: b.state, Reason: b.reason, Since: b.since, MaxModelLen: b.maxModelLen,
 		InFlight: b.inFlight.Load(), Version: b.version, WarmupSeconds: b.warmupTTFT.Seconds(), WarmupFailures: b.warmFails,
 		Adapters: b.adapters}
 	if b.mismatch != nil {
@@ -200,11 +217,26 @@ func (b *Backend) Status() BackendStatus {
 	return st
 }
 
-// Ready reports whether requests may go to b.
+// Ready reports whether requests may go to b: it is warmed up and
+// healthy, and not draining.
 func (b *Backend) Ready() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.state == Ready
+	return b.state == Ready && !b.draining
+}
+
+// Limits are the limits of b's config entry: max_in_flight and kv_tokens.
+func (b *Backend) Limits() (maxInFlight, kvTokens int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.maxInFlight, b.kvTokens
+}
+
+// Draining reports whether b is leaving (see BackendStatus.Draining).
+func (b *Backend) Draining() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.draining
 }
 
 // Acquire counts a request in flight on b; call the returned func when done.
@@ -228,30 +260,54 @@ func (b *Backend) setLocked(now time.Time, s State, reason string) (changed bool
 	return true
 }
 
-// Model is one served model and its backends.
+// Model is one served model and its backends. Its settings and its list of
+// backends change on a config reload and as discovery finds addresses; each
+// is replaced whole, so a reader may keep what it got.
 type Model struct {
-	Name string
-	// ConfigMaxModelLen is max_model_len from the config (0: unset).
-	ConfigMaxModelLen int
-	// MinReady is how many ready backends /readyz needs.
-	MinReady int
-	// TokenizerCheck is tokenizer_check: enforce, warn or off.
-	TokenizerCheck string
-	Backends       []*Backend
-	counter        PromptCounter
-	created        int64
-	next           atomic.Uint64
+	Name     string
+	settings atomic.Pointer[modelSettings]
+	backends atomic.Pointer[[]*Backend]
+	// sources are its config entries (Fleet.mu).
+	sources []*source
+	created int64
+	next    atomic.Uint64
 }
+
+// modelSettings are the model's settings from the config.
+type modelSettings struct {
+	maxModelLen    int // max_model_len (0: unset)
+	minReady       int
+	tokenizerCheck string
+	counter        PromptCounter
+}
+
+// Backends returns the model's backends, draining ones included, in the
+// order they joined. The slice is shared and must not be modified.
+func (m *Model) Backends() []*Backend {
+	if p := m.backends.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// ConfigMaxModelLen is max_model_len from the config (0: unset).
+func (m *Model) ConfigMaxModelLen() int { return m.settings.Load().maxModelLen }
+
+// MinReady is how many ready backends /readyz needs.
+func (m *Model) MinReady() int { return m.settings.Load().minReady }
+
+// TokenizerCheck is tokenizer_check: enforce, warn or off.
+func (m *Model) TokenizerCheck() string { return m.settings.Load().tokenizerCheck }
 
 // MaxModelLen returns the context length: the config's when set, else the
 // smallest any backend reported (a request must fit wherever it lands), or 0
 // when unknown.
 func (m *Model) MaxModelLen() int {
-	if m.ConfigMaxModelLen > 0 {
-		return m.ConfigMaxModelLen
+	if l := m.ConfigMaxModelLen(); l > 0 {
+		return l
 	}
 	n := 0
-	for _, b := range m.Backends {
+	for _, b := range m.Backends() {
 		b.mu.Lock()
 		l := b.maxModelLen
 		b.mu.Unlock()
@@ -265,7 +321,7 @@ func (m *Model) MaxModelLen() int {
 // Created is the Unix time the model was first reported by a backend, else
 // the gateway's start.
 func (m *Model) Created() int64 {
-	for _, b := range m.Backends {
+	for _, b := range m.Backends() {
 		b.mu.Lock()
 		c := b.created
 		b.mu.Unlock()
@@ -283,13 +339,13 @@ func (m *Model) Pick() *Backend { return m.PickExcept(nil) }
 
 // Ready reports whether at least one backend is ready.
 func (m *Model) Ready() bool {
-	return slices.ContainsFunc(m.Backends, (*Backend).Ready)
+	return slices.ContainsFunc(m.Backends(), (*Backend).Ready)
 }
 
 // ReadyCount is the number of ready backends.
 func (m *Model) ReadyCount() int {
 	n := 0
-	for _, b := range m.Backends {
+	for _, b := range m.Backends() {
 		if b.Ready() {
 			n++
 		}
@@ -299,12 +355,16 @@ func (m *Model) ReadyCount() int {
 
 // PickExcept is Pick among the backends not in tried.
 func (m *Model) PickExcept(tried []*Backend) *Backend {
-	n := len(m.Backends)
+	bs := m.Backends()
+	n := len(bs)
+	if n == 0 {
+		return nil
+	}
 	start := int(m.next.Add(1) % uint64(n))
 	var best *Backend
 	var bestLoad int64
 	for i := range n {
-		b := m.Backends[(start+i)%n]
+		b := bs[(start+i)%n]
 		if !b.Ready() || slices.Contains(tried, b) {
 			continue
 		}
@@ -323,51 +383,51 @@ type PromptCounter interface {
 }
 
 // Fleet is every model and backend, and the prober that keeps their states.
+// Its models and their backends change at runtime: discovery (dns and srv
+// entries, discovery.go) adds and drains addresses, and Apply puts a
+// reloaded config in force.
 type Fleet struct {
-	models          []*Model
-	byName          map[string]*Model
+	mu sync.Mutex
+	// models in config order and by name, replaced whole under mu.
+	models []*Model
+	byName map[string]*Model
+	// changed is closed (and replaced) whenever a model or a backend
+	// joins or leaves, so that Run and RunScraper start and stop their
+	// goroutines.
+	changed      chan struct{}
+	drainTimeout time.Duration
+	resolver     *net.Resolver
+
 	client          *http.Client
 	log             *zap.Logger
 	health          config.HealthConfig
 	now             func() time.Time
 	observers       []func(m *Model, b *Backend, from, to State)
 	adapterWatchers []func(m *Model, b *Backend, adapters []Adapter)
+	memberWatchers  []func(m *Model)
+	busy            func(m *Model, b *Backend) bool
 }
 
 // New builds the fleet described by cfg. client is used for probes. Backend
-// keys are read from the environment here, once. counters, by model name,
-// count the tokenizer probe locally; a model without one skips the probe.
+// keys are read from the environment here (and at each Apply). counters,
+// by model name, count the tokenizer probe locally; a model without one
+// skips the probe. Backends given by dns or srv are found by ProbeAll and
+// Run.
 func New(cfg config.Config, client *http.Client, log *zap.Logger, counters map[string]PromptCounter) (*Fleet, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
 	f := &Fleet{
-		byName: map[string]*Model{},
-		client: client,
-		log:    log,
-		health: cfg.Health,
-		now:    time.Now,
+		byName:   map[string]*Model{},
+		client:   client,
+		log:      log,
+		health:   cfg.Health,
+		now:      time.Now,
+		changed:  make(chan struct{}),
+		resolver: newResolver(cfg.Resolver),
 	}
-	start := time.Now()
-	for i, mc := range cfg.Models {
-		m := &Model{Name: mc.Name, ConfigMaxModelLen: mc.MaxModelLen, MinReady: mc.MinReadyOrDefault(), created: start.Unix(),
-			counter: counters[mc.Name], TokenizerCheck: mc.TokenizerCheckOrDefault()}
-		for j, bc := range mc.Backends {
-			u, err := url.Parse(strings.TrimSuffix(bc.URL, "/"))
-			if err != nil {
-				return nil, fmt.Errorf("models[%d].backends[%d].url: %w", i, j, err)
-			}
-			b := &Backend{URL: u, Served: mc.Name, since: start, reason: ReasonNotProbed, refresh: make(chan struct{}, 1)}
-			if bc.ServedModel != "" {
-				b.Served = bc.ServedModel
-			}
-			if bc.APIKeyEnv != "" {
-				b.Key = os.Getenv(bc.APIKeyEnv)
-			}
-			m.Backends = append(m.Backends, b)
-		}
-		f.models = append(f.models, m)
-		f.byName[m.Name] = m
+	if err := f.Apply(cfg, counters); err != nil {
+		return nil, err
 	}
 	return f, nil
 }
@@ -387,58 +447,160 @@ func (f *Fleet) OnAdapters(fn func(m *Model, b *Backend, adapters []Adapter)) {
 
 // Model returns the model named name.
 func (f *Fleet) Model(name string) (*Model, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	m, ok := f.byName[name]
 	return m, ok
 }
 
-// Models returns the models in config order.
-func (f *Fleet) Models() []*Model { return f.models }
+// Models returns the models in config order. The slice is shared and must
+// not be modified.
+func (f *Fleet) Models() []*Model {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.models
+}
 
 // Names returns the model names in config order.
 func (f *Fleet) Names() []string {
-	names := make([]string, len(f.models))
-	for i, m := range f.models {
+	models := f.Models()
+	names := make([]string, len(models))
+	for i, m := range models {
 		names[i] = m.Name
 	}
 	return names
 }
 
-// Run probes every backend every interval until ctx is done. Each backend
-// has its own goroutine so that one slow backend does not delay the others'
-// probes.
+// OnMembers registers fn to be called whenever m's list of backends
+// changes (one joins or is forgotten) or their limits change, in order,
+// under the fleet's lock: fn must not call the Fleet, except Model's and
+// Backend's methods. Call before Run.
+func (f *Fleet) OnMembers(fn func(m *Model)) {
+	f.memberWatchers = append(f.memberWatchers, fn)
+}
+
+// HoldDrain registers fn, asked before a draining backend is forgotten:
+// it reports whether work granted to b is still running elsewhere (the
+// gateway's queue leases), and b is then kept until a later check, or
+// drain_timeout. Call before Run.
+func (f *Fleet) HoldDrain(fn func(m *Model, b *Backend) bool) { f.busy = fn }
+
+// Run probes every backend every interval, and resolves every dns and srv
+// entry every dns_interval, until ctx is done. Each backend and each entry
+// has its own goroutine, so that one slow backend or DNS answer does not
+// delay the others; backends that join get theirs, and those forgotten
+// lose it.
 func (f *Fleet) Run(ctx context.Context) {
+	f.each(ctx,
+		func(ctx context.Context, m *Model, b *Backend) { f.runBackend(ctx, m, b) },
+		func(ctx context.Context, m *Model, s *source) { f.discover(ctx, m, s) })
+}
+
+// each runs perBackend for every backend and perSource (if set) for every
+// dns and srv entry, starting one goroutine for each that joins and
+// cancelling those that leave, until ctx is done; it returns when all have
+// returned.
+func (f *Fleet) each(ctx context.Context, perBackend func(context.Context, *Model, *Backend), perSource func(context.Context, *Model, *source)) {
 	var wg sync.WaitGroup
-	for _, m := range f.models {
-		for _, b := range m.Backends {
-			wg.Go(func() {
-				t := time.NewTicker(f.health.Interval.D())
-				defer t.Stop()
-				f.probe(ctx, m, b)
-				for {
-					select {
-					case <-ctx.Done():
-						return
-					case <-t.C:
-						f.probe(ctx, m, b)
-					case <-b.refresh:
-						if b.Ready() {
-							f.refreshAdapters(ctx, m, b)
-						}
-					}
+	running := map[any]context.CancelFunc{}
+	defer func() {
+		for _, cancel := range running {
+			cancel()
+		}
+		wg.Wait()
+	}()
+	for {
+		f.mu.Lock()
+		models, changed := f.models, f.changed
+		var sources [][]*source
+		for _, m := range models {
+			sources = append(sources, m.sources)
+		}
+		f.mu.Unlock()
+		seen := map[any]bool{}
+		for i, m := range models {
+			for _, b := range m.Backends() {
+				seen[b] = true
+				if running[b] == nil {
+					bctx, cancel := context.WithCancel(ctx)
+					running[b] = cancel
+					wg.Go(func() { perBackend(bctx, m, b) })
 				}
-			})
+			}
+			for _, s := range sources[i] {
+				if perSource == nil || s.kind == kindStatic {
+					continue
+				}
+				seen[s] = true
+				if running[s] == nil {
+					sctx, cancel := context.WithCancel(ctx)
+					running[s] = cancel
+					wg.Go(func() { perSource(sctx, m, s) })
+				}
+			}
+		}
+		for k, cancel := range running {
+			if !seen[k] {
+				cancel()
+				delete(running, k)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+	}
+}
+
+// runBackend is b's prober: a probe every health.interval, the adapter
+// listings asked for, and once b drains, the check that forgets it.
+func (f *Fleet) runBackend(ctx context.Context, m *Model, b *Backend) {
+	t := time.NewTicker(f.health.Interval.D())
+	defer t.Stop()
+	if !b.Draining() {
+		f.probe(ctx, m, b)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if b.Draining() {
+				if f.forget(m, b) {
+					return
+				}
+				continue
+			}
+			f.probe(ctx, m, b)
+		case <-b.refresh:
+			if b.Ready() {
+				f.refreshAdapters(ctx, m, b)
+			}
+		}
+	}
+}
+
+// ProbeAll resolves every dns and srv entry once, then probes every
+// backend once, concurrently, and returns when all probes are done.
+func (f *Fleet) ProbeAll(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, m := range f.Models() {
+		f.mu.Lock()
+		sources := m.sources
+		f.mu.Unlock()
+		for _, s := range sources {
+			if s.kind != kindStatic {
+				wg.Go(func() { f.resolve(ctx, m, s) })
+			}
 		}
 	}
 	wg.Wait()
-}
-
-// ProbeAll probes every backend once, concurrently, and returns when all
-// probes are done.
-func (f *Fleet) ProbeAll(ctx context.Context) {
-	var wg sync.WaitGroup
-	for _, m := range f.models {
-		for _, b := range m.Backends {
-			wg.Go(func() { f.probe(ctx, m, b) })
+	for _, m := range f.Models() {
+		for _, b := range m.Backends() {
+			if !b.Draining() {
+				wg.Go(func() { f.probe(ctx, m, b) })
+			}
 		}
 	}
 	wg.Wait()
@@ -617,9 +779,9 @@ func (f *Fleet) warmUp(ctx context.Context, m *Model, b *Backend) (State, string
 	b.mu.Lock()
 	b.maxModelLen, b.created = card.MaxModelLen, card.Created
 	b.mu.Unlock()
-	if m.ConfigMaxModelLen > 0 && card.MaxModelLen > 0 && card.MaxModelLen != m.ConfigMaxModelLen {
-		b.setMismatch(&Mismatch{Check: CheckMaxModelLen, Gateway: m.ConfigMaxModelLen, Backend: card.MaxModelLen})
-		return Warming, fmt.Sprintf("%s: backend serves max_model_len %d, config says %d", ReasonMaxModelLen, card.MaxModelLen, m.ConfigMaxModelLen)
+	if l := m.ConfigMaxModelLen(); l > 0 && card.MaxModelLen > 0 && card.MaxModelLen != l {
+		b.setMismatch(&Mismatch{Check: CheckMaxModelLen, Gateway: l, Backend: card.MaxModelLen})
+		return Warming, fmt.Sprintf("%s: backend serves max_model_len %d, config says %d", ReasonMaxModelLen, card.MaxModelLen, l)
 	}
 	if v, err := f.version(pctx, b); err == nil {
 		b.mu.Lock()
@@ -644,10 +806,10 @@ func (f *Fleet) warmUp(ctx context.Context, m *Model, b *Backend) (State, string
 	b.warmupTTFT = ttft
 	b.mu.Unlock()
 	var mm *Mismatch
-	if m.counter != nil && m.TokenizerCheck != config.TokenizerOff {
-		reason, found := f.tokenizerProbe(pctx, m, b)
+	if set := m.settings.Load(); set.counter != nil && set.tokenizerCheck != config.TokenizerOff {
+		reason, found := f.tokenizerProbe(pctx, set.counter, b)
 		switch {
-		case found != nil && m.TokenizerCheck == config.TokenizerWarn:
+		case found != nil && set.tokenizerCheck == config.TokenizerWarn:
 			found.Accepted = true
 			mm = found
 			f.log.Warn("tokenizer mismatch accepted (tokenizer_check: warn): prompt counts, context checks and budgets at the door may be off for this backend",
@@ -674,19 +836,19 @@ func (b *Backend) setMismatch(mm *Mismatch) {
 // backend's POST /tokenize. A backend without /tokenize (404) passes: there
 // is nothing to compare. It returns why the probe did not pass, and the
 // mismatch when the counts differ.
-func (f *Fleet) tokenizerProbe(ctx context.Context, m *Model, b *Backend) (string, *Mismatch) {
+func (f *Fleet) tokenizerProbe(ctx context.Context, counter PromptCounter, b *Backend) (string, *Mismatch) {
 	chat := map[string]any{"model": b.Served, "messages": []map[string]string{
 		{"role": "system", "content": "You are a helpful assistant."},
 		{"role": "user", "content": f.health.WarmupPrompt},
 	}}
 	body, _ := json.Marshal(chat)
-	n, exact := m.counter.CountBody(true, body)
+	n, exact := counter.CountBody(true, body)
 	req := chat
 	if !exact {
 		// No chat template here: compare the plain tokenizer instead.
 		req = map[string]any{"model": b.Served, "prompt": f.health.WarmupPrompt}
 		body, _ = json.Marshal(req)
-		if n, exact = m.counter.CountBody(false, body); !exact {
+		if n, exact = counter.CountBody(false, body); !exact {
 			return "", nil
 		}
 	}

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 )
 
@@ -270,39 +269,33 @@ func labels(b []byte, fn func(k, v []byte)) ([]byte, error) {
 // is still sampled. Gauges go stale on their own when scrapes fail; fn
 // decides what stale means.
 func (f *Fleet) RunScraper(ctx context.Context, interval time.Duration, fn func(m *Model, b *Backend, g Gauges, err error)) {
-	var wg sync.WaitGroup
-	for _, m := range f.models {
-		for _, b := range m.Backends {
-			wg.Go(func() {
-				t := time.NewTicker(interval)
-				defer t.Stop()
-				for {
-					select {
-					case <-ctx.Done():
-						return
-					case <-t.C:
-					}
-					if !b.Ready() {
-						fn(m, b, Gauges{}, ErrNotReady)
-						continue
-					}
-					sctx, cancel := context.WithTimeout(ctx, max(interval, time.Second))
-					g, err := f.Scrape(sctx, b)
-					cancel()
-					if ctx.Err() != nil {
-						return
-					}
-					if err == nil {
-						b.mu.Lock()
-						b.gauges = g
-						b.mu.Unlock()
-					}
-					fn(m, b, g, err)
-				}
-			})
+	f.each(ctx, func(ctx context.Context, m *Model, b *Backend) {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if !b.Ready() {
+				fn(m, b, Gauges{}, ErrNotReady)
+				continue
+			}
+			sctx, cancel := context.WithTimeout(ctx, max(interval, time.Second))
+			g, err := f.Scrape(sctx, b)
+			cancel()
+			if ctx.Err() != nil {
+				return
+			}
+			if err == nil {
+				b.mu.Lock()
+				b.gauges = g
+				b.mu.Unlock()
+			}
+			fn(m, b, g, err)
 		}
-	}
-	wg.Wait()
+	}, nil)
 }
 
 // LastGauges returns the last successful scrape.

@@ -82,7 +82,7 @@ func tokFleet(t *testing.T, url, check string) (*Fleet, *Backend, *fakeClock) {
 	}
 	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	f.now = clock.Now
-	return f, f.models[0].Backends[0], clock
+	return f, f.models[0].Backends()[0], clock
 }
 
 // TestWarmupBacksOff: a backend whose tokenizer disagrees used to be warmed

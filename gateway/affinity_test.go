@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"net/http"
 	"testing"
 
 	"github.com/maitred-dev/maitred/admission"
@@ -36,7 +37,7 @@ func TestPrefixAffinityRendersOncePerRequest(t *testing.T) {
 	if got := tok.ChatRenders() - before; got != n {
 		t.Fatalf("%d chat template renders for %d requests, want one each", got, n)
 	}
-	if d := tg.byName["m"].pool.Stats().Decisions; d["affinity"] == 0 {
+	if d := tg.live().byName["m"].pool.Stats().Decisions; d["affinity"] == 0 {
 		t.Fatalf("no request was placed by affinity: %v", d)
 	}
 }
@@ -45,7 +46,14 @@ func TestPrefixAffinityRendersOncePerRequest(t *testing.T) {
 // is the hash of the prompt rendered afresh, so routing is unchanged.
 func TestPrefixHashOfTheDoorsRender(t *testing.T) {
 	tok := loadTok(t, "demo")
-	rt := &modelRuntime{name: "m", tok: tok, affinity: 32, fm: &fleet.Model{Name: "m", ConfigMaxModelLen: 4096}}
+	cfg := config.Default()
+	cfg.Models = []config.ModelConfig{{Name: "m", MaxModelLen: 4096, Backends: []config.BackendConfig{{URL: "http://127.0.0.1:1"}}}}
+	fl, err := fleet.New(cfg, http.DefaultClient, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fm, _ := fl.Model("m")
+	rt := &modelRuntime{name: "m", tok: tok, affinity: 32, fm: fm}
 	door := admission.NewDoor(&catalog{byName: map[string]*modelRuntime{"m": rt}, names: []string{"m"}})
 	for _, body := range []string{
 		`{"model":"m","messages":[{"role":"user","content":"Hello!"}]}`,

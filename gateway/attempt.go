@@ -118,7 +118,15 @@ func (g *Gateway) dispatch(w http.ResponseWriter, r *http.Request, x *exchange, 
 			return g.queueError(rt, o, t)
 		}
 		rt.metrics.queueWait.WithLabelValues(class).Observe(lease.Waited.Seconds())
-		a := x.newAttempt(rt.backends[lease.Slot.Index])
+		b := rt.backend(lease.Slot.Name)
+		if b == nil {
+			// Forgotten since the grant (a removed model, or drain_timeout
+			// passed): nothing was sent; another backend may take it.
+			lease.Release(admission.Abandoned)
+			t.Exclude = append(t.Exclude, lease.Slot.Name)
+			continue
+		}
+		a := x.newAttempt(b)
 		res := g.forwardLease(w, r, a, lease, body)
 		if x.adapter != "" && a.upstreamStatus == http.StatusNotFound {
 			// The backend no longer has the adapter (unloaded since it was
@@ -136,7 +144,7 @@ func (g *Gateway) dispatch(w http.ResponseWriter, r *http.Request, x *exchange, 
 		g.fleet.ReportConnectFailure(rt.fm, a.backend, a.proxyErr)
 		lastErr = res.err
 		x.retries++
-		t.Exclude = append(t.Exclude, lease.Slot.Index)
+		t.Exclude = append(t.Exclude, lease.Slot.Name)
 	}
 }
 

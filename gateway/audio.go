@@ -83,7 +83,7 @@ type upload struct {
 // the pipeline the streamed body in x.upload; the door checks its form
 // (admission.Door.CheckForm).
 func readUpload(g *Gateway, w http.ResponseWriter, r *http.Request, x *exchange) ([]byte, error) {
-	limit, timeout := g.cfg.MaxAudioBodyBytes+formAllowance, g.cfg.ReadAudioBodyTimeout.D()
+	limit, timeout := g.conf().MaxAudioBodyBytes+formAllowance, g.conf().ReadAudioBodyTimeout.D()
 	mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mt != "multipart/form-data" || params["boundary"] == "" {
 		ct := r.Header.Get("Content-Type")

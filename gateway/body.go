@@ -80,11 +80,11 @@ const firstBodyBuffer = 16 << 10
 // reserved in the gateway's body budget until the request ends (serve
 // gives it back).
 func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, x *exchange) ([]byte, error) {
-	limit := g.cfg.MaxBodyBytes
+	limit := g.conf().MaxBodyBytes
 	if r.ContentLength > limit {
 		return nil, tooLarge(limit)
 	}
-	if d := g.cfg.ReadBodyTimeout.D(); d > 0 {
+	if d := g.conf().ReadBodyTimeout.D(); d > 0 {
 		rc := http.NewResponseController(w)
 		if rc.SetReadDeadline(time.Now().Add(d)) == nil {
 			// Cleared once the body is in: a read deadline left behind
@@ -131,7 +131,7 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, x *exchange) 
 			return buf, nil
 		}
 		if err != nil {
-			return nil, bodyReadError(r, err, limit, g.cfg.ReadBodyTimeout.D())
+			return nil, bodyReadError(r, err, limit, g.conf().ReadBodyTimeout.D())
 		}
 	}
 }

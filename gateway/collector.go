@@ -36,10 +36,10 @@ func (c poolCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, rt := range c.g.models {
+	for _, rt := range c.g.live().models {
 		name, st := rt.name, rt.pool.Stats()
 		for i, d := range st.Depth {
-			ch <- prometheus.MustNewConstMetric(queueDepthDesc, prometheus.GaugeValue, float64(d), name, c.g.cfg.PriorityClasses[i])
+			ch <- prometheus.MustNewConstMetric(queueDepthDesc, prometheus.GaugeValue, float64(d), name, c.g.conf().PriorityClasses[i])
 		}
 		for _, s := range st.Slots {
 			gv := func(d *prometheus.Desc, v float64) {
@@ -66,7 +66,7 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			ch <- prometheus.MustNewConstMetric(scrapeErrDesc, prometheus.CounterValue, float64(s.ScrapeErrors), name, s.Name)
 		}
-		for _, b := range rt.backends {
+		for _, b := range rt.fm.Backends() {
 			if mm := b.Status().Mismatch; mm != nil {
 				ch <- prometheus.MustNewConstMetric(mismatchDesc, prometheus.GaugeValue, 1, name, b.URL.Host, mm.Check, strconv.FormatBool(mm.Accepted))
 			}

@@ -132,8 +132,8 @@ func describeValue(v *ojson.Value) string {
 // own rule (ejection never takes the last ready backend out of rotation).
 func (g *Gateway) forwardOutsideQueue(w http.ResponseWriter, r *http.Request, x *exchange, rt *modelRuntime, body []byte) error {
 	avoid := rt.ejected()
-	for i, b := range rt.backends {
-		if x.only != nil && !slices.Contains(x.only, i) {
+	for _, b := range rt.fm.Backends() {
+		if x.only != nil && !slices.Contains(x.only, b.URL.Host) {
 			avoid = append(avoid, b) // a LoRA adapter it has not loaded
 		}
 	}

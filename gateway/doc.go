@@ -75,9 +75,11 @@
 // Each attempt's answer also passes through its usageMeter (usage.go) on
 // the way to the client: it keeps nothing of the answer but the usage
 // it reports (a non-streamed answer's top-level "usage", found by a
-// scanner; a stream's usage events, read by the family's
-// streamShape.meter) and the streamed text not yet counted, in bounded
-// pieces. exchange.used is the request's prompt + completion tokens at
+// scanner, which also keeps its top-level "model"; a stream's usage
+// events, read by the family's streamShape.meter) and the streamed text
+// not yet counted, in bounded pieces. It is the one reader of an
+// answer's usage: the quota, the access log and the trace read it.
+// exchange.used is the request's prompt + completion tokens at
 // its end: the reported usage, else the door's prompt count and the
 // streamed text counted with the model's tokenizer (what was streamed,
 // for a stream cut short); the access log's used_tokens.
@@ -119,14 +121,15 @@
 //
 // Tracing (tracing.go) is off unless Options.TracerProvider is set; the
 // gateway touches no OpenTelemetry global. On, serve starts a SERVER span
-// per request (the child of a valid incoming traceparent), the pipeline
-// adds the door's span (from the phase clock, when the request ends),
-// each queue wait and each attempt's CLIENT span; the proxy sends the
-// attempt's context to the backend in traceparent and tracestate, so
-// vLLM's span is the attempt's child, and reads the answer's usage (the
-// last bytes of a body, a stream's events) for the GenAI token
-// attributes. Off, a client's traceparent passes through untouched.
-// Spans carry no prompt or completion text and no key.
+// per request on every route but /metrics (the child of a valid incoming
+// traceparent), the pipeline adds the door's span (from the phase clock,
+// when the request ends), each queue wait and each attempt's CLIENT span;
+// the proxy sends the attempt's context to the backend in traceparent and
+// tracestate, so vLLM's span is the attempt's child. The GenAI token
+// attributes are the attempt's usageMeter's (usageMeter.parts: reported,
+// else counted, said by maitred.usage.from). Off, a client's traceparent
+// passes through untouched. Spans carry no prompt or completion text and
+// no key: maitred.key is the key's configured name.
 //
 // Each request carries a phase clock (read, door, queue, connect, prefill,
 // decode, tail) whose phases add up to its duration; they go to the access
@@ -135,9 +138,21 @@
 // readiness fails at once, new requests are served for drain_delay, then
 // in-flight work gets drain_timeout before it is ended on purpose.
 //
+// The config in force is one state (reload.go): the config and the
+// models' runtimes, catalog and door built from it, swapped whole by
+// Reload (SIGHUP or the config file changing; cmd/maitred). A request
+// reads it where it needs it and keeps the runtime its door found; a
+// model that stays keeps its pool and fleet model across reloads; a
+// removed model's queue is closed (its waiting requests get 404). A
+// model's pool follows its fleet backends as they join and leave
+// (OnMembers), and a draining backend is forgotten only when the pool has
+// no lease out on it (HoldDrain). Settings that need a restart keep their
+// running values and are logged.
+//
 // # Concurrency
 //
-// A Gateway is immutable after New except for its lifecycle phase (atomic),
+// A Gateway is immutable after New except for its config state (atomic,
+// reload.go), its lifecycle phase (atomic),
 // its pools and triage engine (each with its own lock), its body budget
 // (atomic) and its metrics; a framedConn's scanner runs in net/http's reads
 // of that connection, one at a time, and hands its verdict to the handler
@@ -146,8 +161,9 @@
 // try at a backend in an attempt (and its span), both owned by the request's goroutine and
 // read by the proxy hooks of that same request; the timers that cancel an
 // upstream request only set the attempt's atomic flags and cancel. A
-// model's runtime (pool, tokenizer, timeouts, metric children) is built
-// once in New; the door's lookup finds it and the request carries it. The
+// model's runtime (pool, tokenizer, timeouts, metric children) is built in
+// New and again at each Reload; the door's lookup finds it (by Ref, in an
+// append-only list) and the request carries it. The
 // adapters a lookup reads are the fleet's, read under each backend's lock. A
 // client that disconnects cancels the request context, which cancels the
 // backend request, so vLLM aborts it and frees its KV cache.

@@ -212,7 +212,7 @@ func TestE2EClientDisconnectAbortsUpstream(t *testing.T) {
 				t.Errorf("sim stats after abort: %+v", s)
 			}
 			eventually(t, "the gateway to release the request", func() bool {
-				return e.gw.Fleet.Models()[0].Backends[0].Status().InFlight == 0
+				return e.gw.Fleet.Models()[0].Backends()[0].Status().InFlight == 0
 			})
 		})
 	}

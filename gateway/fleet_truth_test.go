@@ -50,7 +50,7 @@ func TestBackendRejectionIsNotADoorRejection(t *testing.T) {
 	rep := report(t, tg)
 	tg.quiesce()
 
-	if st := tg.byName["m"].pool.Stats().Slots[0]; st.Ejected || st.Ejections != 0 {
+	if st := tg.live().byName["m"].pool.Stats().Slots[0]; st.Ejected || st.Ejections != 0 {
 		t.Errorf("the backend's own 400s ejected it: %+v", st)
 	}
 	m := tg.gathered(t)
@@ -122,7 +122,7 @@ func TestLastBackendIsNeverEjected(t *testing.T) {
 	if body := readBodyT(t, res); res.StatusCode != 200 {
 		t.Fatalf("the recovered backend is not served: %d %s", res.StatusCode, body)
 	}
-	if st := tg.byName["m"].pool.Stats().Slots[0]; st.Ejected || st.Ejections != 0 {
+	if st := tg.live().byName["m"].pool.Stats().Slots[0]; st.Ejected || st.Ejections != 0 {
 		t.Errorf("the only backend was ejected: %+v", st)
 	}
 	if n := logs.FilterMessageSnippet("not ejected").Len(); n != 1 {
@@ -151,7 +151,7 @@ func TestEjectionIsLoggedAndShown(t *testing.T) {
 			t.Fatalf("request %d: %d %s (want the backend's own 500)", i, res.StatusCode, body)
 		}
 	}
-	st := tg.byName["m"].pool.Stats()
+	st := tg.live().byName["m"].pool.Stats()
 	ejected := -1
 	for i, sl := range st.Slots {
 		if sl.Ejected {
@@ -164,7 +164,7 @@ func TestEjectionIsLoggedAndShown(t *testing.T) {
 	if ejected < 0 {
 		t.Fatalf("no backend ejected: %+v", st.Slots)
 	}
-	host := tg.Fleet.Models()[0].Backends[ejected].URL.Host
+	host := tg.Fleet.Models()[0].Backends()[ejected].URL.Host
 	if e := logs.FilterMessageSnippet("backend ejected").All(); len(e) != 1 || e[0].ContextMap()["backend"] != host {
 		t.Errorf("ejection log lines: %v", e)
 	}
@@ -307,7 +307,7 @@ func TestBrokenMetricsDoNotStopRouting(t *testing.T) {
 			done := make(chan struct{})
 			go func() { tg.Fleet.RunScraper(ctx, 5*time.Millisecond, tg.ObserveScrape); close(done) }()
 			t.Cleanup(func() { cancel(); <-done })
-			pool := tg.byName["m"].pool
+			pool := tg.live().byName["m"].pool
 			eventually(t, "a first scrape", func() bool { return pool.Stats().Slots[0].Gauges.At != (time.Time{}) })
 			mb.mode.Store(mode)
 			// Ten broken scrapes at 5 ms intervals: at least 45 ms since the
@@ -350,8 +350,8 @@ func TestBrokenMetricsDoNotStopRouting(t *testing.T) {
 			}
 			// Readable again: fresh, and logged.
 			mb.mode.Store("ok")
-			g, err := tg.Fleet.Scrape(t.Context(), tg.Fleet.Models()[0].Backends[0])
-			tg.ObserveScrape(tg.Fleet.Models()[0], tg.Fleet.Models()[0].Backends[0], g, err)
+			g, err := tg.Fleet.Scrape(t.Context(), tg.Fleet.Models()[0].Backends()[0])
+			tg.ObserveScrape(tg.Fleet.Models()[0], tg.Fleet.Models()[0].Backends()[0], g, err)
 			if st := pool.Stats().Slots[0]; st.GaugesState != admission.GaugesFresh {
 				t.Errorf("after a good scrape: %s", st.GaugesState)
 			}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -63,8 +64,11 @@ type SharedStore interface {
 }
 
 // Gateway is the HTTP edge. It is safe for concurrent use; its mutable
-// state is its lifecycle phase, its pools, its body budget and its metrics.
+// state is its lifecycle phase, its pools, its body budget, its metrics,
+// and the config in force (reload.go), swapped whole by Reload.
 type Gateway struct {
+	// cfg is the config the gateway started with: the listener's and
+	// server's settings (Server, Listener) are read from it alone.
 	cfg     config.Config
 	fleet   *fleet.Fleet
 	log     *zap.Logger
@@ -75,21 +79,21 @@ type Gateway struct {
 	phase   atomic.Int32
 	// bodies is the budget of request body bytes held at once.
 	bodies  bodyBudget
-	door    *admission.Door
 	checker *tokenizeChecker
 	// stopCtx is cancelled at the drain deadline: every upstream request
 	// still running is then cancelled and its client told why.
 	stopCtx  context.Context
 	hardStop context.CancelFunc
-	// models are the configured models' runtimes in config order (index:
-	// admission.Model.Ref); byName finds one by name, for the door's
-	// catalog and for work outside requests (scrapes, transitions, pages).
-	models []*modelRuntime
-	byName map[string]*modelRuntime
-	// catalog resolves a request's model name (a configured model or a
-	// LoRA adapter of one): the door's lookup, and the tokenizer
-	// endpoints' (keys.go filters it per key).
-	catalog *catalog
+	// state is the config in force and what is built from it: the
+	// models' runtimes, the catalog and the door (reload.go). A request
+	// reads it once where it needs it; Reload swaps it whole.
+	state atomic.Pointer[liveState]
+	// refs are every model runtime ever built, by admission.Model.Ref
+	// (append-only, so that a Ref from a door of an earlier state still
+	// finds its runtime); reloadMu serializes reloads.
+	refsMu   sync.Mutex
+	refs     []*modelRuntime
+	reloadMu sync.Mutex
 	// noModel holds the metric children of requests that name no
 	// configured model.
 	noModel modelMetrics
@@ -100,6 +104,7 @@ type Gateway struct {
 	// gateway is open. keysFile is the keys_file watcher's state (its
 	// goroutine's alone).
 	keys     atomic.Pointer[keyTable]
+	keysMu   sync.Mutex // keysFile: the watcher's and Reload's
 	keysFile fileState
 	noKey    keyMetrics
 	// quota keeps the keys' limits (limits.go).
@@ -150,15 +155,11 @@ func New(o Options) (*Gateway, error) {
 	g.tr = newTracer(o.TracerProvider)
 	g.stopCtx, g.hardStop = context.WithCancel(context.Background())
 	o.Registry.MustRegister(fleetCollector{o.Fleet})
-	var shared admission.Shared
 	if o.Shared != nil {
-		g.shared, shared = o.Shared, o.Shared
+		g.shared = o.Shared
 	}
-	g.models = newRuntimes(o.Config, o.Fleet, o.Tokenizers, g.metrics, g.poolEvent, shared)
-	g.byName = make(map[string]*modelRuntime, len(g.models))
-	for _, rt := range g.models {
-		g.byName[rt.name] = rt
-	}
+	cfg := o.Config
+	g.setState(&cfg, g.newRuntimes(&cfg, o.Tokenizers, nil))
 	g.noModel = g.metrics.forModel("")
 	g.useCountCache(o.Registry)
 	if o.Triage == nil {
@@ -166,8 +167,11 @@ func New(o Options) (*Gateway, error) {
 	}
 	g.triage = o.Triage
 	// A backend turning ready (or not) changes what the queue can place
-	// and what triage knows.
+	// and what triage knows; one joining or leaving changes the pool's
+	// slots, and one draining is forgotten only once its leases are back.
 	o.Fleet.OnTransition(g.onTransition)
+	o.Fleet.OnMembers(g.onMembers)
+	o.Fleet.HoldDrain(g.leased)
 	o.Registry.MustRegister(poolCollector{g})
 	if g.shared != nil {
 		g.watchShared(o.Registry)
@@ -180,8 +184,6 @@ func New(o Options) (*Gateway, error) {
 		}
 		g.quota = quota.NewLocal(clock)
 	}
-	g.catalog = &catalog{models: g.models, byName: g.byName, names: o.Fleet.Names()}
-	g.door = admission.NewDoor(g.catalog)
 	if err := g.initKeys(); err != nil {
 		return nil, err
 	}
@@ -328,11 +330,11 @@ func (g *Gateway) routes() http.Handler {
 // from the config. There is no WriteTimeout: streams may run for minutes.
 func (g *Gateway) Server() *http.Server {
 	return &http.Server{
-		Addr:              g.cfg.Listen,
+		Addr:              g.conf().Listen,
 		Handler:           g.handler,
-		ReadHeaderTimeout: g.cfg.ReadHeaderTimeout.D(),
-		IdleTimeout:       g.cfg.IdleTimeout.D(),
-		MaxHeaderBytes:    g.cfg.MaxHeaderBytes,
+		ReadHeaderTimeout: g.conf().ReadHeaderTimeout.D(),
+		IdleTimeout:       g.conf().IdleTimeout.D(),
+		MaxHeaderBytes:    g.conf().MaxHeaderBytes,
 		ConnContext:       connContext,
 		ErrorLog:          zap.NewStdLog(g.log.Named("http")),
 	}
@@ -342,7 +344,7 @@ func (g *Gateway) Server() *http.Server {
 // once (max_connections) and watches each one's request framing. Serve
 // wraps its listener with it; an embedder serving Server() itself must too.
 func (g *Gateway) Listener(ln net.Listener) net.Listener {
-	return newListener(ln, g.cfg.MaxConnections, g.metrics.connections.Add)
+	return newListener(ln, g.conf().MaxConnections, g.metrics.connections.Add)
 }
 
 // Close waits for background work (sampled tokenizer checks) to end.
@@ -371,24 +373,24 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	case <-ctx.Done():
 	}
 	g.SetPhase(Draining)
-	for _, rt := range g.models {
+	for _, rt := range g.live().models {
 		rt.pool.Flush() // requests queued now get 503 at once
 	}
-	g.log.Info("draining", zap.Duration("drain_delay", g.cfg.DrainDelay.D()), zap.Duration("drain_timeout", g.cfg.DrainTimeout.D()))
-	if d := g.cfg.DrainDelay.D(); d > 0 {
+	g.log.Info("draining", zap.Duration("drain_delay", g.conf().DrainDelay.D()), zap.Duration("drain_timeout", g.conf().DrainTimeout.D()))
+	if d := g.conf().DrainDelay.D(); d > 0 {
 		t := time.NewTimer(d)
 		<-t.C
 	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Shutdown(context.Background()) }()
-	deadline := time.NewTimer(g.cfg.DrainTimeout.D())
+	deadline := time.NewTimer(g.conf().DrainTimeout.D())
 	defer deadline.Stop()
 	var err error
 	select {
 	case err = <-done:
 	case <-deadline.C:
 		g.log.Warn("drain deadline reached: ending the requests still in flight")
-		for _, rt := range g.models {
+		for _, rt := range g.live().models {
 			rt.pool.Drain()
 		}
 		g.hardStop()

@@ -74,23 +74,23 @@ func (g *Gateway) health(w http.ResponseWriter, r *http.Request, _ *exchange) er
 func (g *Gateway) readiness() (readyBody, bool) {
 	body := readyBody{Phase: g.Phase().String(), Store: g.storeStatus()}
 	ok := g.Phase() == Serving
-	for _, rt := range g.models {
+	for _, rt := range g.live().models {
 		m := rt.fm
-		rm := readyModel{Name: m.Name, MinReady: m.MinReady}
-		slots := rt.pool.Stats().Slots
-		for i, b := range m.Backends {
+		rm := readyModel{Name: m.Name, MinReady: m.MinReady()}
+		slots := rt.slotStats()
+		for _, b := range m.Backends() {
 			rb := readyBackend{BackendStatus: b.Status()}
-			if rb.State == fleet.Ready {
+			if b.Ready() {
 				rm.NReady++
 			}
-			if sl := slots[i]; sl.Ejected {
+			if sl := slots[b.URL.Host]; sl.Ejected {
 				until := sl.EjectedUntil.UTC()
 				rb.Ejected, rb.EjectedUntil = true, &until
 				rm.NEjected++
 			}
 			rm.Backends = append(rm.Backends, rb)
 		}
-		rm.Ready = rm.NReady >= m.MinReady
+		rm.Ready = rm.NReady >= m.MinReady()
 		ok = ok && rm.Ready
 		body.Models = append(body.Models, rm)
 	}
@@ -132,12 +132,12 @@ func (g *Gateway) listModels(w http.ResponseWriter, r *http.Request, x *exchange
 	}
 	seen := map[string]bool{}
 	for _, m := range g.fleet.Models() {
-		for _, b := range m.Backends {
+		for _, b := range m.Backends() {
 			if !b.Ready() {
 				continue
 			}
 			for _, a := range b.Adapters() {
-				if _, configured := g.byName[a.Name]; configured || seen[a.Name] || (x.key != nil && !x.key.allows(a.Name)) {
+				if _, configured := g.live().byName[a.Name]; configured || seen[a.Name] || (x.key != nil && !x.key.allows(a.Name)) {
 					continue
 				}
 				seen[a.Name] = true

@@ -139,7 +139,7 @@ type extras struct {
 	// quotaClock is the API keys' limits clock (nil: time.Now).
 	quotaClock func() time.Time
 	// quota is the keys' quota store (nil: an in-process one).
-	quota quota.Store
+	quota  quota.Store
 	tracer trace.TracerProvider // nil: tracing off
 }
 
@@ -223,7 +223,7 @@ func readBodyT(t *testing.T, res *http.Response) string {
 func (tg *testGateway) scrapeOnce(t *testing.T) {
 	t.Helper()
 	for _, m := range tg.Fleet.Models() {
-		for _, b := range m.Backends {
+		for _, b := range m.Backends() {
 			g, err := tg.Fleet.Scrape(t.Context(), b)
 			if err != nil {
 				t.Fatalf("scrape %s: %v", b.URL, err)

@@ -95,9 +95,9 @@ func (g *Gateway) buildKeys(keys []config.KeyConfig) (*keyTable, error) {
 		}
 		prio := kc.Priority
 		if prio == "" {
-			prio = g.cfg.DefaultPriority
+			prio = g.conf().DefaultPriority
 		}
-		for ci, c := range g.cfg.PriorityClasses {
+		for ci, c := range g.conf().PriorityClasses {
 			if c == prio {
 				k.class, k.className = ci, c
 			}
@@ -121,7 +121,7 @@ func (g *Gateway) setKeys(keys []config.KeyConfig) error {
 // initKeys reads the auth section at New: the config's keys and the
 // keys_file's. Without an auth section the gateway is open.
 func (g *Gateway) initKeys() error {
-	a := g.cfg.Auth
+	a := g.conf().Auth
 	if a == nil {
 		g.log.Warn("no auth section in the config: the model APIs are open to anyone who can reach the gateway")
 		return nil
@@ -133,7 +133,7 @@ func (g *Gateway) initKeys() error {
 		if err != nil {
 			return fmt.Errorf("auth.keys_file: %w", err)
 		}
-		fileKeys, err := config.ParseKeys(data, &g.cfg)
+		fileKeys, err := config.ParseKeys(data, g.conf())
 		if err != nil {
 			return fmt.Errorf("auth.keys_file %s: %w", a.KeysFile, err)
 		}
@@ -147,10 +147,63 @@ func (g *Gateway) initKeys() error {
 	return nil
 }
 
-// fileState is what the keys_file watcher last read.
+// fileState is what a file watcher last read: the keys_file's (reloadKeys)
+// and the config file's (WatchFile).
 type fileState struct {
 	sum     [32]byte
 	missing bool
+}
+
+// poll reads path once and returns its content when it differs from what
+// was read last. The file is read by path each time and compared by
+// content, so an edit in place, a rename over it and a Kubernetes
+// ConfigMap update (a symlink swapped to a new folder) are all seen. A
+// missing file (a ConfigMap swap can leave the path missing for an
+// instant) is reported once (missingNow), and read again next time.
+func (s *fileState) poll(path string) (data []byte, changed, missingNow bool, err error) {
+	data, err = os.ReadFile(path)
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) || s.missing {
+			return nil, false, false, err
+		}
+		s.missing = true
+		return nil, false, true, err
+	}
+	s.missing = false
+	sum := sha256.Sum256(data)
+	if sum == s.sum {
+		return data, false, false, nil
+	}
+	s.sum = sum
+	return data, true, false, nil
+}
+
+// WatchFile polls path every interval until ctx is done, as the keys_file
+// is watched (fileState.poll), and calls changed with the new content once
+// it has changed and then read the same at the next poll (debounced: a
+// file written in several steps is taken whole). initial is the content
+// already in force.
+func WatchFile(ctx context.Context, path string, every time.Duration, initial []byte, changed func(data []byte)) {
+	s := fileState{sum: sha256.Sum256(initial)}
+	var pending []byte
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		data, differs, _, err := s.poll(path)
+		switch {
+		case err != nil:
+		case differs:
+			pending = data // wait one poll: it must read the same again
+		case pending != nil:
+			pending = nil
+			changed(data)
+		}
+	}
 }
 
 // keysPollInterval is how often the keys_file is re-read.
@@ -168,7 +221,7 @@ func (g *Gateway) WatchKeys(ctx context.Context) {
 }
 
 func (g *Gateway) watchKeys(ctx context.Context, every time.Duration) {
-	a := g.cfg.Auth
+	a := g.conf().Auth
 	if a == nil || a.KeysFile == "" {
 		return
 	}
@@ -186,25 +239,17 @@ func (g *Gateway) watchKeys(ctx context.Context, every time.Duration) {
 
 // reloadKeys reads the keys_file once and puts it in force if it changed.
 func (g *Gateway) reloadKeys() {
-	a := g.cfg.Auth
-	data, err := os.ReadFile(a.KeysFile)
-	if err != nil {
-		// A ConfigMap swap can leave the path missing for an instant; the
-		// next poll reads it again.
-		if !errors.Is(err, os.ErrNotExist) || g.keysFile.missing {
-			return
-		}
-		g.keysFile.missing = true
+	g.keysMu.Lock()
+	defer g.keysMu.Unlock()
+	a := g.conf().Auth
+	data, changed, missing, err := g.keysFile.poll(a.KeysFile)
+	if missing {
 		g.log.Warn("keys_file unreadable; the keys in force keep serving", zap.String("keys_file", a.KeysFile), zap.Error(err))
+	}
+	if !changed {
 		return
 	}
-	g.keysFile.missing = false
-	sum := sha256.Sum256(data)
-	if sum == g.keysFile.sum {
-		return
-	}
-	g.keysFile.sum = sum
-	fileKeys, err := config.ParseKeys(data, &g.cfg)
+	fileKeys, err := config.ParseKeys(data, g.conf())
 	if err == nil {
 		err = g.setKeys(append(append([]config.KeyConfig(nil), a.Keys...), fileKeys...))
 	}
@@ -215,6 +260,30 @@ func (g *Gateway) reloadKeys() {
 	}
 	g.metrics.keyReloads.WithLabelValues("loaded").Inc()
 	g.log.Info("keys_file loaded", zap.String("keys_file", a.KeysFile), zap.Int("keys", len(a.Keys)+len(fileKeys)))
+}
+
+// reloadAuth puts a reloaded config's auth section in force: its keys and
+// its keys_file's, read now (config.Load has validated both). The keys_file
+// watcher follows the file the new section names.
+func (g *Gateway) reloadAuth() error {
+	g.keysMu.Lock()
+	defer g.keysMu.Unlock()
+	a := g.conf().Auth
+	keys := a.Keys
+	g.keysFile = fileState{}
+	if a.KeysFile != "" {
+		data, err := os.ReadFile(a.KeysFile)
+		if err != nil {
+			return fmt.Errorf("auth.keys_file: %w", err)
+		}
+		fileKeys, err := config.ParseKeys(data, g.conf())
+		if err != nil {
+			return fmt.Errorf("auth.keys_file %s: %w", a.KeysFile, err)
+		}
+		g.keysFile.sum = sha256.Sum256(data)
+		keys = append(append([]config.KeyConfig(nil), a.Keys...), fileKeys...)
+	}
+	return g.setKeys(keys)
 }
 
 // keyed runs h for a request that must carry an API key when auth is
@@ -330,9 +399,9 @@ func (k *apiKey) visible(names []string) []string {
 // denied flag the caller reads after the check).
 func (g *Gateway) doorFor(x *exchange) (*admission.Door, *keyCatalog) {
 	if x.key == nil || x.key.all {
-		return g.door, nil
+		return g.live().door, nil
 	}
-	kc := &keyCatalog{base: g.catalog, key: x.key}
+	kc := &keyCatalog{base: g.live().catalog, key: x.key}
 	return admission.NewDoor(kc), kc
 }
 
@@ -353,8 +422,8 @@ func notAllowed(kc *keyCatalog, e *Error) *Error {
 // use. An adapter is allowed only when the key's allow-list names the
 // adapter itself: adapters are often one tenant's fine-tune.
 func (g *Gateway) modelNamed(x *exchange, name string) (*modelRuntime, error) {
-	rt, only, ok := g.catalog.resolve(name)
-	names := g.catalog.names
+	rt, only, ok := g.live().catalog.resolve(name)
+	names := g.live().catalog.names
 	if x.key != nil {
 		names = x.key.visible(names)
 	}

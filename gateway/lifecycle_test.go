@@ -268,7 +268,7 @@ func TestKilledBackendTrafficMovesAndReturns(t *testing.T) {
 	// on the live one, and its connection failures take it out of
 	// rotation. Which requests find it is the picker's choice, so send
 	// until it is out (at least 10).
-	dead := s.fleet.Models()[0].Backends[0]
+	dead := s.fleet.Models()[0].Backends()[0]
 	for i := 0; i < 10 || dead.Ready(); i++ {
 		if i == 500 {
 			t.Fatalf("500 requests and the dead backend is still ready: %+v", dead.Status())
@@ -492,7 +492,7 @@ func TestClientClosedIsNotABackendError(t *testing.T) {
 	if m := scrape(t, e.gw); strings.Contains(m, "maitred_backend_errors_total{") {
 		t.Errorf("a client leaving was counted against the backend")
 	}
-	if st := e.gw.Fleet.Models()[0].Backends[0].Status(); st.State != fleet.Ready {
+	if st := e.gw.Fleet.Models()[0].Backends()[0].Status(); st.State != fleet.Ready {
 		t.Errorf("backend state after a client left: %+v", st)
 	}
 }
@@ -530,7 +530,7 @@ func TestDrainAnswersQueuedRequestsAtOnce(t *testing.T) {
 	holding := send()
 	eventually(t, "the first request to run", func() bool { return backend.Stats().Running == 1 })
 	queued := []chan answer{send(), send()}
-	eventually(t, "two queued", func() bool { return s.gw.byName["m"].pool.Advice().Depth == 2 })
+	eventually(t, "two queued", func() bool { return s.gw.live().byName["m"].pool.Advice().Depth == 2 })
 	s.stop()
 	for _, q := range queued {
 		a := <-q

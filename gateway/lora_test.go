@@ -100,7 +100,7 @@ func startLoRA(t *testing.T, interval time.Duration, more ...func(*config.Config
 // backend is the gateway's view of simulator i (0: A, 1: B).
 func (e *loraE2E) backend(i int) *fleet.Backend {
 	m, _ := e.gw.Fleet.Model("m")
-	return m.Backends[i]
+	return m.Backends()[i]
 }
 
 // adapterRequests counts the client requests s received naming model.

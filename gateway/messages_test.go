@@ -280,7 +280,7 @@ func TestMessagesQueueAnswers(t *testing.T) {
 		// third arrives, even on a loaded machine.
 		c.Models[0].QueueTimeout = config.Duration(3 * time.Second)
 	})
-	pool := e.gw.byName["m"].pool
+	pool := e.gw.live().byName["m"].pool
 	type answer struct {
 		code int
 		body string

@@ -35,6 +35,7 @@ type metrics struct {
 	keyTokens      *prometheus.CounterVec
 	keyRejections  *prometheus.CounterVec
 	keyReloads     *prometheus.CounterVec
+	configReloads  *prometheus.CounterVec
 	keyRateLimited *prometheus.CounterVec
 }
 
@@ -130,8 +131,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "maitred_keys_file_reloads_total",
 			Help: "Changes of auth.keys_file seen, by result: loaded, or refused (the keys in force kept serving).",
 		}, []string{"result"}),
+		configReloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "maitred_config_reloads_total",
+			Help: "Config reloads (SIGHUP, or the config file changed), by result: success, or failure (the running config kept serving).",
+		}, []string{"result"}),
 	}
-	reg.MustRegister(m.requests, m.duration, m.inFlight, m.streamErrors, m.rejections, m.uncounted, m.tokChecks, m.backendErrors,
+	for _, r := range []string{"success", "failure"} {
+		m.configReloads.WithLabelValues(r)
+	}
+	reg.MustRegister(m.configReloads, m.requests, m.duration, m.inFlight, m.streamErrors, m.rejections, m.uncounted, m.tokChecks, m.backendErrors,
 		m.admissions, m.queueWait, m.connections, m.phase, m.ttft, m.tpot, m.failures,
 		m.keyRequests, m.keyInFlight, m.keyTokens, m.keyRejections, m.keyReloads, m.keyRateLimited,
 		collectors.NewGoCollector(),
@@ -152,9 +160,23 @@ var backendInfoDesc = prometheus.NewDesc("maitred_backend_info",
 	[]string{"model", "backend", "version", "max_model_len", "block_size", "num_gpu_blocks", "cache_dtype", "warmup_seconds"}, nil)
 
 var modelReadyDesc = prometheus.NewDesc("maitred_model_ready_backends",
-	"Ready backends per model.", []string{"model"}, nil)
+	"Ready backends per model (draining ones are not).", []string{"model"}, nil)
+
+var backendDrainingDesc = prometheus.NewDesc("maitred_backend_draining",
+	"1 while a backend drains: its address left its source (DNS, SRV or the config); it takes no new requests and is forgotten once its requests end.",
+	[]string{"model", "backend", "source"}, nil)
+
+var discoveryErrorsDesc = prometheus.NewDesc("maitred_discovery_errors_total",
+	"Failed lookups of a dns or srv backend entry (answers without an address included); the last known backends stay.",
+	[]string{"model", "source"}, nil)
+
+var discoveryFailingDesc = prometheus.NewDesc("maitred_discovery_failing",
+	"1 while the last lookup of a dns or srv backend entry failed.", []string{"model", "source"}, nil)
 
 func (c fleetCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- backendDrainingDesc
+	ch <- discoveryErrorsDesc
+	ch <- discoveryFailingDesc
 	ch <- backendStateDesc
 	ch <- modelReadyDesc
 	ch <- backendInfoDesc
@@ -163,10 +185,13 @@ func (c fleetCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c fleetCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, m := range c.fleet.Models() {
 		ready := 0
-		for _, b := range m.Backends {
+		for _, b := range m.Backends() {
 			st := b.Status()
-			if st.State == fleet.Ready {
+			if st.State == fleet.Ready && !st.Draining {
 				ready++
+			}
+			if st.Draining {
+				ch <- prometheus.MustNewConstMetric(backendDrainingDesc, prometheus.GaugeValue, 1, m.Name, b.URL.Host, st.Source)
 			}
 			if st.State == fleet.Ready || st.Version != "" {
 				info := b.LastGauges().Info
@@ -183,5 +208,13 @@ func (c fleetCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 		ch <- prometheus.MustNewConstMetric(modelReadyDesc, prometheus.GaugeValue, float64(ready), m.Name)
+	}
+	for _, d := range c.fleet.Discovery() {
+		ch <- prometheus.MustNewConstMetric(discoveryErrorsDesc, prometheus.CounterValue, float64(d.Errors), d.Model, d.Source)
+		failing := 0.0
+		if d.Failing {
+			failing = 1
+		}
+		ch <- prometheus.MustNewConstMetric(discoveryFailingDesc, prometheus.GaugeValue, failing, d.Model, d.Source)
 	}
 }

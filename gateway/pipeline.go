@@ -42,7 +42,7 @@ type api struct {
 	// pin, when set, may confine the request to some of its model's
 	// backends: it returns the slots to exclude (a Responses continuation
 	// must reach the backend holding the previous response).
-	pin func(g *Gateway, r *http.Request, x *exchange, dec admission.Decision) ([]int, error)
+	pin func(g *Gateway, r *http.Request, x *exchange, dec admission.Decision) ([]string, error)
 }
 
 // The model API families maitred admits.

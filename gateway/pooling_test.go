@@ -345,7 +345,7 @@ func TestEmbeddingsWaitInQueue(t *testing.T) {
 	e := startPooling(t, sim.Config{TokenGate: gate}, func(c *config.Config) {
 		c.Models[0].Backends[0].MaxInFlight = 1
 	})
-	pool := e.gw.byName["m"].pool
+	pool := e.gw.live().byName["m"].pool
 	send := func(path, body string) chan int {
 		ch := make(chan int, 1)
 		go func() {
@@ -401,7 +401,7 @@ func TestEmbeddingsClientDisconnectAbortsUpstream(t *testing.T) {
 		t.Errorf("sim stats after abort: %+v", s)
 	}
 	eventually(t, "the gateway to release the request", func() bool {
-		return e.gw.Fleet.Models()[0].Backends[0].Status().InFlight == 0
+		return e.gw.Fleet.Models()[0].Backends()[0].Status().InFlight == 0
 	})
 }
 

@@ -98,17 +98,10 @@ func (g *Gateway) newProxy(rt http.RoundTripper) *httputil.ReverseProxy {
 				if idle > 0 {
 					guard.watchIdle(idle, onIdle)
 				}
-				if a.span != nil && a.span.IsRecording() {
-					guard.onData = x.tr.usage.scan
-				}
 				res.Body = a.usage.follow(x, res.StatusCode, guard, true)
 			} else {
-				body := res.Body
-				if a.span != nil && a.span.IsRecording() && res.StatusCode == http.StatusOK {
-					body = &usageTap{body: body, u: &x.tr.usage}
-				}
 				res.Body = a.usage.follow(x, res.StatusCode,
-					newBodyGuard(body, idle, onIdle, func(cause error) { g.bodyBroken(a, cause) }), false)
+					newBodyGuard(res.Body, idle, onIdle, func(cause error) { g.bodyBroken(a, cause) }), false)
 			}
 			return nil
 		},

@@ -20,18 +20,17 @@ const PriorityHeader = "X-Maitred-Priority"
 // poolEvent logs a pool's ejection events and tells triage at once, so
 // that an ejection is never silent.
 func (g *Gateway) poolEvent(rt *modelRuntime, e admission.Event) {
-	b := rt.backends[e.Index]
-	fields := []zap.Field{zap.String("model", rt.name), zap.String("backend", b.URL.Host),
+	fields := []zap.Field{zap.String("model", rt.name), zap.String("backend", e.Slot),
 		zap.Int("ejected_backends", e.Ejected), zap.Int("ready_backends", e.Ready)}
 	switch e.Kind {
 	case admission.Ejected:
 		g.log.Warn("backend ejected after consecutive failures", append(fields,
-			zap.Int("failures", e.Failures), zap.Duration("eject_for", g.cfg.EjectFor.D()), zap.Time("until", e.Until))...)
+			zap.Int("failures", e.Failures), zap.Duration("eject_for", g.conf().EjectFor.D()), zap.Time("until", e.Until))...)
 	case admission.EjectionEnded:
 		g.log.Info("backend ejection ended", append(fields, zap.String("reason", e.Reason))...)
 	case admission.EjectionHeld:
 		g.log.Warn("backend not ejected: max_ejection_percent reached or no other ready backend left in rotation",
-			append(fields, zap.Int("failures", e.Failures), zap.Int("max_ejection_percent", g.cfg.MaxEjectionPercent))...)
+			append(fields, zap.Int("failures", e.Failures), zap.Int("max_ejection_percent", g.conf().MaxEjectionPercent))...)
 	case admission.GaugesChanged:
 		lvl := zap.InfoLevel
 		if e.Gauges == admission.GaugesUnavailable {
@@ -41,13 +40,30 @@ func (g *Gateway) poolEvent(rt *modelRuntime, e admission.Event) {
 			ce.Write(append(fields, zap.String("reason", e.Reason))...)
 		}
 	}
-	g.sampleBackend(rt, b, nil)
+	if b := rt.backend(e.Slot); b != nil {
+		g.sampleBackend(rt, b, nil)
+	}
+}
+
+// onMembers gives a model's pool the fleet's backends now: one joined,
+// was forgotten, or its limits changed. The fleet calls it under its lock.
+func (g *Gateway) onMembers(m *fleet.Model) {
+	if rt, ok := g.live().byName[m.Name]; ok {
+		rt.syncSlots()
+	}
+}
+
+// leased reports whether the pool has leases out on draining backend b:
+// requests granted to it before it drained, still running.
+func (g *Gateway) leased(m *fleet.Model, b *fleet.Backend) bool {
+	rt, ok := g.live().byName[m.Name]
+	return ok && !rt.pool.Idle(b.URL.Host)
 }
 
 // ObserveScrape feeds a backend's scraped gauges, or the scrape's failure,
 // to its model's pool, and its state to triage.
 func (g *Gateway) ObserveScrape(m *fleet.Model, b *fleet.Backend, gs fleet.Gauges, err error) {
-	rt, ok := g.byName[m.Name]
+	rt, ok := g.live().byName[m.Name]
 	if !ok {
 		return
 	}
@@ -55,10 +71,7 @@ func (g *Gateway) ObserveScrape(m *fleet.Model, b *fleet.Backend, gs fleet.Gauge
 		g.sampleBackend(rt, b, nil)
 		return
 	}
-	i, ok := rt.slotOf(b)
-	if !ok {
-		return
-	}
+	i := b.URL.Host
 	if err != nil {
 		// The last gauges age and turn stale; failures that persist
 		// turn them unavailable (see admission.Pool.ScrapeFailed).
@@ -76,7 +89,7 @@ func (g *Gateway) ObserveScrape(m *fleet.Model, b *fleet.Backend, gs fleet.Gauge
 // raise it.
 func (g *Gateway) class(r *http.Request, k *apiKey) (int, string) {
 	v := strings.TrimSpace(r.Header.Get(PriorityHeader))
-	for i, c := range g.cfg.PriorityClasses {
+	for i, c := range g.conf().PriorityClasses {
 		if c == v && (k == nil || i >= k.class) {
 			return i, c
 		}
@@ -84,12 +97,12 @@ func (g *Gateway) class(r *http.Request, k *apiKey) (int, string) {
 	if k != nil {
 		return k.class, k.className
 	}
-	for i, c := range g.cfg.PriorityClasses {
-		if c == g.cfg.DefaultPriority {
+	for i, c := range g.conf().PriorityClasses {
+		if c == g.conf().DefaultPriority {
 			return i, c
 		}
 	}
-	return 0, g.cfg.PriorityClasses[0]
+	return 0, g.conf().PriorityClasses[0]
 }
 
 // ticket sizes a request's claim on a backend's token budget: its prompt
@@ -147,6 +160,12 @@ func (g *Gateway) queueError(rt *modelRuntime, o admission.Outcome, t admission.
 			Message: fmt.Sprintf("The request needs %d tokens of KV cache (prompt plus output budget), more than any backend of model %q holds; it can never run. Lower max_tokens or n.", t.Tokens, rt.name)}
 	case admission.NoBackend:
 		return g.notReady(rt)
+	case admission.ModelRemoved:
+		// A reload removed the model while the request waited: the answer
+		// a request naming it gets from now on.
+		e := rejection(admission.UnknownModelRejection(rt.name, nil))
+		e.Message = fmt.Sprintf("The model %q was removed from the gateway's configuration while the request waited for a backend.", rt.name)
+		return e
 	case admission.Draining:
 		return &Error{Status: http.StatusServiceUnavailable, Type: typeServer, Code: codeShuttingDown, Layer: triage.LayerNone, RetryAfter: time.Second,
 			Message: "The gateway is shutting down; retry on another instance."}
@@ -161,7 +180,7 @@ func (g *Gateway) queueError(rt *modelRuntime, o admission.Outcome, t admission.
 
 func (g *Gateway) notReady(rt *modelRuntime) *Error {
 	var states []string
-	for _, b := range rt.backends {
+	for _, b := range rt.fm.Backends() {
 		s := b.Status()
 		st := b.URL.Host + " " + s.State.String()
 		if s.Reason != "" {
@@ -171,5 +190,5 @@ func (g *Gateway) notReady(rt *modelRuntime) *Error {
 	}
 	return &Error{Status: http.StatusServiceUnavailable, Type: typeServer, Code: codeModelNotReady, Layer: triage.LayerUnready,
 		Message:    fmt.Sprintf("Model %q has no ready backend: %s.", rt.name, strings.Join(states, "; ")),
-		RetryAfter: g.cfg.Health.Interval.D()}
+		RetryAfter: g.conf().Health.Interval.D()}
 }

@@ -28,7 +28,7 @@ func TestQueueFullTimeoutAndClientGone(t *testing.T) {
 		c.Models[0].QueueSize = 2
 		c.Models[0].QueueTimeout = config.Duration(500 * time.Millisecond)
 	})
-	pool := e.gw.byName["m"].pool
+	pool := e.gw.live().byName["m"].pool
 	chat := `{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":1}`
 	type answer struct {
 		code int
@@ -121,7 +121,7 @@ func TestTokenBudgetHoldsAcrossBackends(t *testing.T) {
 		c.ScrapeInterval = config.Duration(time.Hour)
 	}, urls...)
 	tg.scrapeOnce(t) // learn each budget from vllm:cache_config_info
-	pool := tg.byName["m"].pool
+	pool := tg.live().byName["m"].pool
 	for _, s := range pool.Stats().Slots {
 		if s.Budget != 8192 {
 			t.Fatalf("budget of %s = %d, want 8192 from cache_config_info", s.Name, s.Budget)
@@ -193,7 +193,7 @@ func TestFailingBackendIsEjectedAndReadmitted(t *testing.T) {
 		c.EjectFor = config.Duration(200 * time.Millisecond)
 	}, urls...)
 	sims[0].Update(func(c *sim.Config) { c.FailStatus = 500 }) // after warm-up
-	pool := tg.byName["m"].pool
+	pool := tg.live().byName["m"].pool
 	cycle := func() int {
 		errs := 0
 		for range 30 {
@@ -291,7 +291,7 @@ func TestPrefixAffinityKeepsConversations(t *testing.T) {
 		same += best
 	}
 	frac := float64(same) / float64(total)
-	t.Logf("%.0f%% of %d turns reached their conversation's backend; decisions %v", frac*100, total, tg.byName["m"].pool.Stats().Decisions)
+	t.Logf("%.0f%% of %d turns reached their conversation's backend; decisions %v", frac*100, total, tg.live().byName["m"].pool.Stats().Decisions)
 	if frac < 0.9 {
 		t.Errorf("affinity kept only %.0f%% of turns", frac*100)
 	}

@@ -148,8 +148,8 @@ func (g *Gateway) locateResponse(ctx context.Context, path, id string) (_ respon
 	}
 	var cands []responseOwner
 	seen := map[string]bool{}
-	for _, rt := range g.models {
-		for _, b := range rt.backends {
+	for _, rt := range g.live().models {
+		for _, b := range rt.fm.Backends() {
 			if b.Ready() && !seen[b.URL.String()] {
 				seen[b.URL.String()] = true
 				cands = append(cands, responseOwner{rt, b})
@@ -157,8 +157,8 @@ func (g *Gateway) locateResponse(ctx context.Context, path, id string) (_ respon
 		}
 	}
 	if len(cands) == 0 {
-		if len(g.models) > 0 {
-			return responseOwner{}, false, g.notReady(g.models[0])
+		if len(g.live().models) > 0 {
+			return responseOwner{}, false, g.notReady(g.live().models[0])
 		}
 		return responseOwner{}, false, &Error{Status: http.StatusServiceUnavailable, Type: typeServer, Code: codeModelNotReady, Layer: triage.LayerUnready,
 			Message: "No model is configured."}
@@ -242,7 +242,7 @@ func (g *Gateway) probeResponse(ctx context.Context, c responseOwner, path strin
 // else. The request still waits in its model's queue, for that backend
 // only. An id no backend holds, or one on another model's backend, is not
 // pinned: the backend answers vLLM's 404.
-func pinPreviousResponse(g *Gateway, r *http.Request, x *exchange, dec admission.Decision) ([]int, error) {
+func pinPreviousResponse(g *Gateway, r *http.Request, x *exchange, dec admission.Decision) ([]string, error) {
 	prev := dec.Request.Get("previous_response_id")
 	if prev == nil || prev.Kind != ojson.String || prev.Str == "" || strings.ContainsAny(prev.Str, "/\\?#") {
 		return nil, nil
@@ -252,14 +252,10 @@ func pinPreviousResponse(g *Gateway, r *http.Request, x *exchange, dec admission
 	if err != nil || !found || owner.rt != x.rt {
 		return nil, err
 	}
-	slot, ok := x.rt.slotOf(owner.b)
-	if !ok {
-		return nil, nil
-	}
-	var exclude []int
-	for i := range x.rt.backends {
-		if i != slot {
-			exclude = append(exclude, i)
+	var exclude []string
+	for _, b := range x.rt.fm.Backends() {
+		if b != owner.b {
+			exclude = append(exclude, b.URL.Host)
 		}
 	}
 	return exclude, nil

@@ -12,18 +12,19 @@ import (
 )
 
 // modelRuntime is one configured model as the request path uses it, built
-// once in New: its fleet model, admission pool, tokenizer, timeouts,
-// defaults and metric children. A request finds it once, at the door (the
+// in New and again at each Reload: its fleet model, admission pool,
+// tokenizer, timeouts, defaults and metric children (the pool, the fleet
+// model and the metrics are the model's for its whole life; the settings
+// are the config's that built this runtime). A request finds it once, at the door (the
 // catalog's lookup by name is the only one; the door's verdict carries the
 // runtime's Ref back), and carries it from then on.
 type modelRuntime struct {
 	name string
-	ref  int // its index in Gateway.models, the door's admission.Model.Ref
+	ref  int // its index in Gateway.refs, the door's admission.Model.Ref
 	fm   *fleet.Model
+	// pool's slots are the fleet model's backends, each named by its
+	// host:port (syncSlots).
 	pool *admission.Pool
-	// backends are the model's backends in slot order: the pool's slot i
-	// is backends[i] (the pool was built from this slice).
-	backends []*fleet.Backend
 	// tok is the model's tokenizer and chat template; nil: none (requests
 	// are forwarded uncounted).
 	tok *tokenize.Model
@@ -56,21 +57,45 @@ func (rt *modelRuntime) admission() admission.Model {
 	return am
 }
 
-// slotOf is b's slot index in the model's pool.
-func (rt *modelRuntime) slotOf(b *fleet.Backend) (int, bool) {
-	for i, bb := range rt.backends {
-		if bb == b {
-			return i, true
+// backend is the model's backend whose slot is named name (its
+// host:port), or nil when the fleet forgot it.
+func (rt *modelRuntime) backend(name string) *fleet.Backend {
+	for _, b := range rt.fm.Backends() {
+		if b.URL.Host == name {
+			return b
 		}
 	}
-	return 0, false
+	return nil
+}
+
+// syncSlots makes the pool's slots the fleet model's backends now, with
+// their entries' limits (the fleet calls it whenever they change: OnMembers).
+func (rt *modelRuntime) syncSlots() {
+	var slots []admission.SlotConfig
+	for _, b := range rt.fm.Backends() {
+		maxInFlight, kv := b.Limits()
+		slots = append(slots, admission.SlotConfig{Name: b.URL.Host, Ready: b.Ready, MaxInFlight: maxInFlight, KVTokens: kv})
+	}
+	rt.pool.SetSlots(slots)
+}
+
+// slotStats are the pool's slots by name.
+func (rt *modelRuntime) slotStats() map[string]admission.SlotStats {
+	st := rt.pool.Stats()
+	out := make(map[string]admission.SlotStats, len(st.Slots))
+	for _, s := range st.Slots {
+		out[s.Name] = s
+	}
+	return out
 }
 
 // ejected lists the backends the model's pool has ejected as outliers.
 func (rt *modelRuntime) ejected() []*fleet.Backend {
 	var out []*fleet.Backend
-	for _, i := range rt.pool.Ejected() {
-		out = append(out, rt.backends[i])
+	for _, name := range rt.pool.Ejected() {
+		if b := rt.backend(name); b != nil {
+			out = append(out, b)
+		}
 	}
 	return out
 }
@@ -117,19 +142,20 @@ func (m *metrics) forModel(name string) modelMetrics {
 	return mm
 }
 
-// newRuntimes builds each configured model's runtime, in config order, and
-// its admission pool over its fleet backends. onEvent, when set, hears
-// each model's pool events.
-//
-// shared, when set, is the account of backends' work that replicas share:
-// each pool confirms its picks there.
-func newRuntimes(cfg config.Config, fl *fleet.Fleet, toks map[string]*tokenize.Model, m *metrics, onEvent func(rt *modelRuntime, e admission.Event), shared admission.Shared) []*modelRuntime {
+// newRuntimes builds the runtimes of cfg's models, in config order, each
+// with a new Ref. A model of prev (the runtimes in force, by name) keeps
+// its pool (its queue, leases and slots' state), fleet model and metric
+// children, and takes cfg's settings; a new model gets its own pool over
+// its fleet backends. toks are the models' tokenizers, by name. With a
+// shared store, each pool confirms its picks in the replicas' shared
+// account.
+func (g *Gateway) newRuntimes(cfg *config.Config, toks map[string]*tokenize.Model, prev map[string]*modelRuntime) []*modelRuntime {
 	out := make([]*modelRuntime, 0, len(cfg.Models))
 	for i := range cfg.Models {
 		mc := &cfg.Models[i]
-		fm, _ := fl.Model(mc.Name)
+		fm, _ := g.fleet.Model(mc.Name)
 		rt := &modelRuntime{
-			name: mc.Name, ref: i, fm: fm, backends: fm.Backends, tok: toks[mc.Name],
+			name: mc.Name, fm: fm, tok: toks[mc.Name],
 			clamp:          mc.OnOverflow == "clamp",
 			firstByte:      cfg.FirstByte(mc),
 			streamIdle:     cfg.StreamIdle(mc),
@@ -137,38 +163,49 @@ func newRuntimes(cfg config.Config, fl *fleet.Fleet, toks map[string]*tokenize.M
 			queueTimeout:   mc.QueueTimeoutOrDefault(),
 			affinity:       mc.PrefixAffinityTokens,
 			checkRate:      mc.TokenizeCheckRate,
-			metrics:        m.forModel(mc.Name),
 		}
-		var events func(admission.Event)
-		if onEvent != nil {
-			events = func(e admission.Event) { onEvent(rt, e) }
+		pc := g.poolConfig(cfg, mc)
+		if old := prev[mc.Name]; old != nil {
+			rt.pool, rt.metrics = old.pool, old.metrics
+			rt.pool.SetConfig(pc)
+		} else {
+			rt.metrics = g.metrics.forModel(mc.Name)
+			first := rt // events name the model; its pool and fleet model stay
+			pc.OnEvent = func(e admission.Event) { g.poolEvent(first, e) }
+			rt.pool = admission.NewPool(mc.Name, pc, nil, nil)
+			rt.syncSlots()
 		}
-		var slots []admission.SlotConfig
-		for j, b := range rt.backends {
-			bc := mc.Backends[j]
-			slots = append(slots, admission.SlotConfig{Name: b.URL.Host, Ready: b.Ready, MaxInFlight: bc.MaxInFlight, KVTokens: bc.KVTokens})
-		}
-		rt.pool = admission.NewPool(mc.Name, admission.PoolConfig{
-			QueueSize:        mc.QueueSizeOrDefault(),
-			QueueTimeout:     rt.queueTimeout,
-			Classes:          len(cfg.PriorityClasses),
-			SaturatedWaiting: cfg.SaturatedWaiting,
-			SaturatedKV:      cfg.SaturatedKVUsage,
-			StaleAfter:       4 * cfg.ScrapeInterval.D(),
-			// A scrape times out after max(interval, 1s); 40 intervals (10 s
-			// at the default) of failures is persistent, not a missed scrape.
-			GaugesUnavailableAfter: max(40*cfg.ScrapeInterval.D(), 5*time.Second),
-			EjectAfter:             cfg.EjectAfter,
-			EjectFor:               cfg.EjectFor.D(),
-			MaxEjectionPercent:     cfg.MaxEjectionPercent,
-			AffinityLoad:           1.5,
-			OnEvent:                events,
-			Shared:                 shared,
-			RejectWhenStoreDown:    cfg.Store.OnError == config.StoreErrorReject,
-		}, slots, nil)
+		g.refsMu.Lock()
+		rt.ref = len(g.refs)
+		g.refs = append(g.refs, rt)
+		g.refsMu.Unlock()
 		out = append(out, rt)
 	}
 	return out
+}
+
+// poolConfig is a model's admission.PoolConfig (OnEvent aside).
+func (g *Gateway) poolConfig(cfg *config.Config, mc *config.ModelConfig) admission.PoolConfig {
+	pc := admission.PoolConfig{
+		QueueSize:        mc.QueueSizeOrDefault(),
+		QueueTimeout:     mc.QueueTimeoutOrDefault(),
+		Classes:          len(cfg.PriorityClasses),
+		SaturatedWaiting: cfg.SaturatedWaiting,
+		SaturatedKV:      cfg.SaturatedKVUsage,
+		StaleAfter:       4 * cfg.ScrapeInterval.D(),
+		// A scrape times out after max(interval, 1s); 40 intervals (10 s
+		// at the default) of failures is persistent, not a missed scrape.
+		GaugesUnavailableAfter: max(40*cfg.ScrapeInterval.D(), 5*time.Second),
+		EjectAfter:             cfg.EjectAfter,
+		EjectFor:               cfg.EjectFor.D(),
+		MaxEjectionPercent:     cfg.MaxEjectionPercent,
+		AffinityLoad:           1.5,
+		RejectWhenStoreDown:    cfg.Store.OnError == config.StoreErrorReject,
+	}
+	if g.shared != nil {
+		pc.Shared = g.shared
+	}
+	return pc
 }
 
 // catalog is the door's view of the configured models: the one lookup of a
@@ -187,7 +224,7 @@ type catalog struct {
 // name wins over an adapter of the same name; an adapter loaded under two
 // configured models is the first model's in config order. An adapter no
 // ready backend has loaded is not found, like an unknown model.
-func (c *catalog) resolve(name string) (rt *modelRuntime, only []int, ok bool) {
+func (c *catalog) resolve(name string) (rt *modelRuntime, only []string, ok bool) {
 	if rt, ok := c.byName[name]; ok {
 		return rt, nil, true
 	}
@@ -195,9 +232,9 @@ func (c *catalog) resolve(name string) (rt *modelRuntime, only []int, ok bool) {
 		return nil, nil, false
 	}
 	for _, rt := range c.models {
-		for i, b := range rt.backends {
+		for _, b := range rt.fm.Backends() {
 			if b.Ready() && b.HasAdapter(name) {
-				only = append(only, i)
+				only = append(only, b.URL.Host)
 			}
 		}
 		if only != nil {

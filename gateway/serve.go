@@ -35,7 +35,7 @@ const statusClientClosed = 499
 // (attempt.go); att is the latest.
 // setModel records the model the request resolved to: rt, and for a LoRA
 // adapter (only non-nil) the adapter's name and the slots of its backends.
-func (x *exchange) setModel(rt *modelRuntime, name string, only []int) {
+func (x *exchange) setModel(rt *modelRuntime, name string, only []string) {
 	x.rt, x.only = rt, only
 	if only != nil {
 		x.adapter = name
@@ -54,7 +54,7 @@ type exchange struct {
 	// model's runtime) and only the slots of rt's backends that have it
 	// loaded, the only ones it may go to; "" and nil otherwise.
 	adapter string
-	only    []int
+	only    []string
 	stream  bool
 	sse     *streamShape // the API's stream shape; nil: OpenAI's
 	bytesIn int

@@ -32,16 +32,12 @@ func (g *Gateway) watchShared(reg prometheus.Registerer) {
 // sharedFreed is the shared store's news of freed room: backend is a
 // backend's host:port, or "" for all of them.
 func (g *Gateway) sharedFreed(backend string) {
-	for _, rt := range g.models {
+	for _, rt := range g.live().models {
 		if backend == "" {
 			rt.pool.SharedRecheck()
 			continue
 		}
-		for i, b := range rt.backends {
-			if b.URL.Host == backend {
-				rt.pool.SharedFreed(i)
-			}
-		}
+		rt.pool.SharedFreed(backend) // slots are named by host:port
 	}
 }
 

@@ -47,9 +47,6 @@ type streamGuard struct {
 	// onEvents, when set, is told of complete events as they arrive (the
 	// phase clock: first event = first token, last = end of decode).
 	onEvents func(n int, at time.Time)
-	// onData, when set, is given each run of complete events before
-	// they pass on (tracing reads the usage chunk from it).
-	onData func(events []byte)
 }
 
 // watchIdle calls onIdle when the guard has waited d on the backend for a
@@ -179,9 +176,6 @@ func (g *streamGuard) scan(start int) {
 		if n > 0 && !g.sawDone {
 			g.onEvents(n, time.Now())
 		}
-	}
-	if g.onData != nil && !g.sawDone {
-		g.onData(g.buf[g.ready:end])
 	}
 	if !g.sawDone {
 		isEnd := g.isEnd

@@ -35,8 +35,8 @@ td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left}
 {{range .Models}}
 <h2>Model {{.Name}}</h2>
 <p>Verdict <b>{{.Verdict}}</b>; queue depth {{.Queue}}; max_model_len {{.MaxModelLen}}.</p>
-<table class="backends"><tr><th>backend</th><th>state</th><th>since</th><th>reason</th><th>in flight</th><th>tokens / budget</th><th>TTFT p50</th><th>TPOT p50</th><th>notes</th></tr>
-{{range .Backends}}<tr><td>{{.Host}}</td><td class="{{.State}}">{{.State}}</td><td>{{.Since}}</td><td>{{.Reason}}</td><td>{{.InFlight}}</td><td>{{.Tokens}} / {{.Budget}}</td><td>{{.TTFT}}</td><td>{{.TPOT}}</td><td>{{.Notes}}</td></tr>
+<table class="backends"><tr><th>backend</th><th>from</th><th>state</th><th>since</th><th>reason</th><th>in flight</th><th>tokens / budget</th><th>TTFT p50</th><th>TPOT p50</th><th>notes</th></tr>
+{{range .Backends}}<tr><td>{{.Host}}</td><td>{{.Source}}</td><td class="{{.State}}">{{.State}}</td><td>{{.Since}}</td><td>{{.Reason}}</td><td>{{.InFlight}}</td><td>{{.Tokens}} / {{.Budget}}</td><td>{{.TTFT}}</td><td>{{.TPOT}}</td><td>{{.Notes}}</td></tr>
 {{end}}</table>
 {{end}}
 <h2>Evidence</h2>
@@ -48,9 +48,9 @@ td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left}
 type kv struct{ K, V string }
 
 type statusBackend struct {
-	Host, State, Since, Reason, TTFT, TPOT, Notes string
-	InFlight                                      int64
-	Tokens, Budget                                int
+	Host, Source, State, Since, Reason, TTFT, TPOT, Notes string
+	InFlight                                              int64
+	Tokens, Budget                                        int
 }
 
 type statusModel struct {
@@ -77,7 +77,7 @@ func (g *Gateway) statusPage(w http.ResponseWriter, r *http.Request, _ *exchange
 		d.Evidence = append(d.Evidence, kv{k, string(b)})
 	}
 	sort.Slice(d.Evidence, func(i, j int) bool { return d.Evidence[i].K < d.Evidence[j].K })
-	for _, rt := range g.models {
+	for _, rt := range g.live().models {
 		m := rt.fm
 		sm := statusModel{Name: m.Name, Verdict: verdictOf(rep, m.Name), MaxModelLen: m.MaxModelLen()}
 		pst := rt.pool.Stats()
@@ -92,20 +92,25 @@ func (g *Gateway) statusPage(w http.ResponseWriter, r *http.Request, _ *exchange
 				}
 			}
 		}
-		ready = ready && m.ReadyCount() >= m.MinReady
-		for i, b := range m.Backends {
+		ready = ready && m.ReadyCount() >= m.MinReady()
+		slots := rt.slotStats()
+		for _, b := range m.Backends() {
 			st := b.Status()
 			br := bev[b.URL.Host]
-			sb := statusBackend{Host: b.URL.Host, State: st.State.String(), Since: st.Since.UTC().Format(time.RFC3339), Reason: st.Reason,
-				InFlight: st.InFlight, Tokens: pst.Slots[i].Tokens, Budget: pst.Slots[i].Budget,
+			slot := slots[b.URL.Host]
+			sb := statusBackend{Host: b.URL.Host, Source: st.Source, State: st.State.String(), Since: st.Since.UTC().Format(time.RFC3339), Reason: st.Reason,
+				InFlight: st.InFlight, Tokens: slot.Tokens, Budget: slot.Budget,
 				TTFT: msOf(br.Evidence["ttft_p50_ms"]), TPOT: msOf(br.Evidence["tpot_p50_ms"])}
 			if br.SlowPathFallback {
 				sb.Notes = "possible slow-path fallback"
 			}
-			if pst.Slots[i].Ejected {
+			if st.Draining {
+				sb.Notes += " draining"
+			}
+			if slot.Ejected {
 				sb.Notes += " ejected"
 			}
-			if pst.Slots[i].GaugesState == admission.GaugesUnavailable {
+			if slot.GaugesState == admission.GaugesUnavailable {
 				sb.Notes += " gauges unavailable"
 			}
 			if mm := st.Mismatch; mm != nil {

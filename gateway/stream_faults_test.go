@@ -153,7 +153,7 @@ func TestSlowReaderIsTheClientsFault(t *testing.T) {
 			t.Errorf("slow readers counted against the backend: %s", bad)
 		}
 	}
-	if st := tg.byName["m"].pool.Stats().Slots[0]; st.Ejected || st.Ejections != 0 {
+	if st := tg.live().byName["m"].pool.Stats().Slots[0]; st.Ejected || st.Ejections != 0 {
 		t.Errorf("a healthy backend was ejected for its clients' slowness: %+v", st)
 	}
 }

@@ -1,9 +1,7 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
-	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -42,8 +40,10 @@ func newTracer(tp trace.TracerProvider) *tracer {
 	return &tracer{t: tp.Tracer("github.com/maitred-dev/maitred/gateway")}
 }
 
-// spans is what a traced request carries: its server span and the usage
-// read from the backend's answer. An untraced request has none.
+// spans is what a traced request carries: its server span and what its
+// spans are told at their end. An untraced request has none. The usage
+// attributes come from the attempt's usageMeter, the one reader of the
+// answer's usage.
 type spans struct {
 	server trace.Span
 	ctx    context.Context
@@ -52,15 +52,6 @@ type spans struct {
 	queueWait time.Duration
 	// rejection is the door's Reason when the door rejected the request.
 	rejection string
-	usage     usage
-}
-
-// usage is what a backend's answer says of itself, read by usageTap
-// (a whole body) or from a stream's events.
-type usage struct {
-	in, out       int
-	hasIn, hasOut bool
-	model         string
 }
 
 // Attribute keys: OpenTelemetry's GenAI and HTTP semantic conventions,
@@ -77,6 +68,7 @@ const (
 	attrLayer       = "maitred.layer"
 	attrQueueWaitMs = "maitred.queue_wait_ms"
 	attrKey         = "maitred.key"
+	attrUsageFrom   = "maitred.usage.from"
 )
 
 // genAIOperation is gen_ai.operation.name for an endpoint: the
@@ -108,9 +100,14 @@ func genAIOperation(endpoint string) string {
 }
 
 // keyName is the name of the API key the request came with, for
-// maitred.key: the hook for API keys (never the key itself). There are no
-// keys yet; return the key's configured name here once there are.
-func keyName(x *exchange) string { return "" }
+// maitred.key (never the key itself); "" when the gateway is open or the
+// request presented no valid key.
+func keyName(x *exchange) string {
+	if x.key == nil {
+		return ""
+	}
+	return x.key.name
+}
 
 // start begins the request's server span, the child of the client's
 // traceparent when it sent a valid one.
@@ -165,7 +162,9 @@ func (t *tracer) end(x *exchange, status int, layer triage.Layer, end time.Time)
 	if x.stream {
 		attrs = append(attrs, attribute.Bool("maitred.stream", true))
 	}
-	attrs = x.tr.usage.attributes(attrs, x)
+	if x.att != nil {
+		attrs = usageAttributes(attrs, &x.att.usage)
+	}
 	outcome := x.outcome
 	if outcome == "" {
 		outcome = x.streamBroke
@@ -201,21 +200,28 @@ func (t *tracer) end(x *exchange, status int, layer triage.Layer, end time.Time)
 	sp.End(trace.WithTimestamp(end))
 }
 
-// attributes appends the GenAI usage attributes: the backend's own usage
-// when its answer said it, else the door's exact prompt count for a
-// request that reached a backend.
-func (u *usage) attributes(attrs []attribute.KeyValue, x *exchange) []attribute.KeyValue {
+// usageAttributes appends the GenAI usage attributes of an attempt's
+// answer, read by its usageMeter: the tokens the answer reported, else
+// what the gateway counted (the door's prompt count; a stream's text with
+// the model's tokenizer), and maitred.usage.from saying which ("usage":
+// all reported; "counted": the gateway counted a part). A refused or
+// failed answer has none.
+func usageAttributes(attrs []attribute.KeyValue, m *usageMeter) []attribute.KeyValue {
+	p := m.parts()
+	if p.promptFrom != usageUnknown {
+		attrs = append(attrs, attribute.Int64(attrInTokens, p.prompt))
+	}
+	if p.completionFrom != usageUnknown {
+		attrs = append(attrs, attribute.Int64(attrOutTokens, p.completion))
+	}
 	switch {
-	case u.hasIn:
-		attrs = append(attrs, attribute.Int(attrInTokens, u.in))
-	case x.att != nil && x.uncounted == "" && x.promptTokens > 0:
-		attrs = append(attrs, attribute.Int(attrInTokens, x.promptTokens))
+	case p.promptFrom == usageCounted || p.completionFrom == usageCounted:
+		attrs = append(attrs, attribute.String(attrUsageFrom, "counted"))
+	case p.promptFrom == usageReported || p.completionFrom == usageReported:
+		attrs = append(attrs, attribute.String(attrUsageFrom, "usage"))
 	}
-	if u.hasOut {
-		attrs = append(attrs, attribute.Int(attrOutTokens, u.out))
-	}
-	if u.model != "" {
-		attrs = append(attrs, attribute.String(attrRespModel, u.model))
+	if p.model != "" {
+		attrs = append(attrs, attribute.String(attrRespModel, p.model))
 	}
 	return attrs
 }
@@ -281,9 +287,7 @@ func (t *tracer) endAttempt(x *exchange, a *attempt, r *http.Request) {
 	if a.upstreamID != "" {
 		attrs = append(attrs, attribute.String("maitred.upstream_request_id", a.upstreamID))
 	}
-	if a == x.att {
-		attrs = x.tr.usage.attributes(attrs, x)
-	}
+	attrs = usageAttributes(attrs, &a.usage)
 	errType := ""
 	switch {
 	case a.proxyErr != nil && a.shutdown.Load():
@@ -314,156 +318,3 @@ func (t *tracer) inject(a *attempt, h http.Header) {
 	h.Del("Tracestate")
 	t.prop.Inject(trace.ContextWithSpan(context.Background(), a.span), propagation.HeaderCarrier(h))
 }
-
-// scan reads the token usage and the model from b, a stretch of a
-// backend's JSON answer: every "usage" object (OpenAI's prompt_tokens and
-// completion_tokens, or Anthropic's and the Responses API's input_tokens
-// and output_tokens; a later one overrides) and the first "model" string.
-// Only keys are matched: a quote inside a JSON string is escaped, so the
-// text `"usage"` followed by a colon is a key, never content, and no
-// content is read.
-func (u *usage) scan(b []byte) {
-	for rest := b; ; {
-		obj, next := valueAfterKey(rest, `"usage"`)
-		if next < 0 {
-			break
-		}
-		rest = rest[next:]
-		if len(obj) == 0 || obj[0] != '{' {
-			continue
-		}
-		if n, ok := intMember(obj, `"prompt_tokens"`, `"input_tokens"`); ok {
-			u.in, u.hasIn = n, true
-		}
-		if n, ok := intMember(obj, `"completion_tokens"`, `"output_tokens"`); ok {
-			u.out, u.hasOut = n, true
-		}
-	}
-	if u.model == "" {
-		if v, _ := valueAfterKey(b, `"model"`); len(v) > 2 && len(v) <= 258 && v[0] == '"' && bytes.IndexByte(v, '\\') < 0 {
-			u.model = string(v[1 : len(v)-1])
-		}
-	}
-}
-
-// intMember is the first of keys in obj (a usage object) that holds a
-// non-negative integer.
-func intMember(obj []byte, keys ...string) (int, bool) {
-	for _, k := range keys {
-		i := bytes.Index(obj, []byte(k))
-		if i < 0 {
-			continue
-		}
-		j := skipSpace(obj, i+len(k))
-		if j >= len(obj) || obj[j] != ':' {
-			continue
-		}
-		j = skipSpace(obj, j+1)
-		n, digits := 0, 0
-		for ; j < len(obj) && obj[j] >= '0' && obj[j] <= '9' && digits < 12; j++ {
-			n = n*10 + int(obj[j]-'0')
-			digits++
-		}
-		if digits > 0 && j < len(obj) && (obj[j] == ',' || obj[j] == '}' || obj[j] == ' ' || obj[j] == '\n') {
-			return n, true
-		}
-	}
-	return 0, false
-}
-
-// valueAfterKey finds the first key (with its quotes) followed by a colon
-// in b and returns the object or string after it, whole; next is the
-// offset just past the key (-1: no such key). A value of another kind, or
-// one cut off at the end of b, is nil.
-func valueAfterKey(b []byte, key string) (v []byte, next int) {
-	for off := 0; ; {
-		i := bytes.Index(b[off:], []byte(key))
-		if i < 0 {
-			return nil, -1
-		}
-		i += off + len(key)
-		off = i
-		j := skipSpace(b, i)
-		if j >= len(b) || b[j] != ':' {
-			continue
-		}
-		j = skipSpace(b, j+1)
-		if end := valueEnd(b, j); end > 0 {
-			return b[j:end], i
-		}
-		return nil, i
-	}
-}
-
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// valueEnd is the end of the object or string starting at b[i], -1 when it
-// is another kind or does not end within b.
-func valueEnd(b []byte, i int) int {
-	if i >= len(b) || (b[i] != '{' && b[i] != '"') {
-		return -1
-	}
-	depth, inStr := 0, false
-	for j := i; j < len(b); j++ {
-		c := b[j]
-		switch {
-		case inStr && c == '\\':
-			j++
-		case c == '"':
-			inStr = !inStr
-			if !inStr && depth == 0 {
-				return j + 1 // a string value
-			}
-		case inStr:
-		case c == '{':
-			depth++
-		case c == '}':
-			depth--
-			if depth == 0 {
-				return j + 1
-			}
-		}
-	}
-	return -1
-}
-
-// usageTap reads a non-streaming answer through, keeping its last bytes
-// (where "usage" is) and, of a longer body, its first (where "model" is),
-// and scans them at the end. Only traced requests pay for it.
-type usageTap struct {
-	body       io.ReadCloser
-	u          *usage
-	head, tail []byte
-	done       bool
-}
-
-const (
-	tapHead = 512
-	tapTail = 4 << 10
-)
-
-func (t *usageTap) Read(p []byte) (int, error) {
-	n, err := t.body.Read(p)
-	if n > 0 {
-		t.tail = append(t.tail, p[:n]...)
-		if len(t.tail) > 2*tapTail {
-			if t.head == nil { // the first bytes go: keep where "model" is
-				t.head = append([]byte(nil), t.tail[:tapHead]...)
-			}
-			t.tail = t.tail[:copy(t.tail, t.tail[len(t.tail)-tapTail:])]
-		}
-	}
-	if err == io.EOF && !t.done {
-		t.done = true
-		t.u.scan(t.head) // nil when the whole body is in tail
-		t.u.scan(t.tail)
-	}
-	return n, err
-}
-
-func (t *usageTap) Close() error { return t.body.Close() }

@@ -168,7 +168,7 @@ type traced struct {
 	tp   *telemetry.Provider
 }
 
-func startTraced(t *testing.T, grpcExport bool) *traced {
+func startTraced(t *testing.T, grpcExport bool, mutate func(*config.Config)) *traced {
 	t.Helper()
 	tok, err := tokenize.LoadDir(fixtures.ModelDir(t, "qwen3"), tokenize.LoadOptions{})
 	if err != nil {
@@ -196,7 +196,7 @@ func startTraced(t *testing.T, grpcExport bool) *traced {
 		tc.Endpoint = srv.URL // no path: /v1/traces is appended
 	}
 	tp := newTracing(t, tc)
-	gw := startGatewayFull(t, tok, extras{tracer: tp}, nil, simURL)
+	gw := startGatewayFull(t, tok, extras{tracer: tp}, mutate, simURL)
 	u, _ := url.Parse(simURL)
 	return &traced{sim: s, simU: u, gw: gw, coll: coll, tp: tp}
 }
@@ -235,7 +235,7 @@ const secret = "zebraquartzsecret"
 // backend span, the GenAI token attributes, an incoming traceparent
 // honoured, a rejected request's span, and no prompt text anywhere.
 func TestTracesRequestsIntoTheBackend(t *testing.T) {
-	tr := startTraced(t, false)
+	tr := startTraced(t, false, nil)
 	const callerTrace, callerSpan = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 
 	// A: non-streaming chat, with the caller's own trace context.
@@ -391,7 +391,7 @@ func TestTracesRequestsIntoTheBackend(t *testing.T) {
 // TestTracesOverGRPC exports through the OTLP gRPC exporter to an
 // in-process TraceService: the same server and backend spans arrive.
 func TestTracesOverGRPC(t *testing.T) {
-	tr := startTraced(t, true)
+	tr := startTraced(t, true, nil)
 	res := tr.gw.post(t, "/v1/completions", `{"model":"m","max_tokens":4,"prompt":"`+secret+`"}`, "X-Request-Id", "grpc-a")
 	if body := readBodyT(t, res); res.StatusCode != 200 {
 		t.Fatalf("%d %s", res.StatusCode, body)
@@ -408,6 +408,89 @@ func TestTracesOverGRPC(t *testing.T) {
 	}
 	if _, raw := tr.coll.snapshot(); bytes.Contains(raw, []byte(secret)) {
 		t.Error("prompt text found in the exported spans")
+	}
+}
+
+// TestTracesEveryEndpointWithKeyName: with API keys configured, every
+// endpoint is traced, not only chat (completions, Messages, Responses,
+// embeddings, the local tokenizer endpoints, a refused key), each model
+// API's spans carry the usage the one usage reader saw, and the server
+// span names the key by its configured name, never the key itself.
+func TestTracesEveryEndpointWithKeyName(t *testing.T) {
+	const key = "sk-traced-zz9-keymaterial"
+	tr := startTraced(t, false, withKeys(config.KeyConfig{Name: "team-trace", SHA256: digestOf(key), Models: []string{"*"}}))
+	auth := []string{"Authorization", "Bearer " + key}
+	reqs := []struct {
+		id, path, body string
+		status         int
+		op             string // gen_ai.operation.name; "": none
+		backend        bool   // a backend CLIENT span and usage
+		stream         bool
+	}{
+		{"ep-compl", "/v1/completions", `{"model":"m","max_tokens":16,"stream":true,"stream_options":{"include_usage":true},"prompt":"` + secret + `"}`, 200, "text_completion", true, true},
+		{"ep-msg", "/v1/messages", `{"model":"m","max_tokens":16,"messages":[{"role":"user","content":"` + secret + `"}]}`, 200, "chat", true, false},
+		{"ep-msg-stream", "/v1/messages", `{"model":"m","max_tokens":16,"stream":true,"messages":[{"role":"user","content":"` + secret + `"}]}`, 200, "chat", true, true},
+		{"ep-resp", "/v1/responses", `{"model":"m","max_output_tokens":16,"input":"` + secret + `"}`, 200, "chat", true, false},
+		{"ep-resp-stream", "/v1/responses", `{"model":"m","max_output_tokens":16,"stream":true,"input":"` + secret + `"}`, 200, "chat", true, true},
+		{"ep-embed", "/v1/embeddings", `{"model":"m","input":"` + secret + `"}`, 200, "embeddings", true, false},
+		{"ep-tokenize", "/tokenize", `{"model":"m","prompt":"` + secret + `"}`, 200, "", false, false},
+		{"ep-count", "/v1/messages/count_tokens", `{"model":"m","messages":[{"role":"user","content":"` + secret + `"}]}`, 200, "", false, false},
+	}
+	for _, rq := range reqs {
+		res := tr.gw.post(t, rq.path, rq.body, append([]string{"X-Request-Id", rq.id}, auth...)...)
+		if body := readBodyT(t, res); res.StatusCode != rq.status {
+			t.Fatalf("%s: %d %s", rq.id, res.StatusCode, body)
+		}
+	}
+	// A wrong key: refused, traced, and named by no key.
+	res := tr.gw.post(t, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"`+secret+`"}]}`,
+		"X-Request-Id", "ep-badkey", "Authorization", "Bearer sk-wrong-zz9")
+	if body := readBodyT(t, res); res.StatusCode != 401 {
+		t.Fatalf("bad key: %d %s", res.StatusCode, body)
+	}
+
+	st := tr.flush(t)
+	for _, rq := range reqs {
+		sp := st.server(t, rq.id)
+		kids := st.children(sp)
+		if attrStr(sp, "maitred.key") != "team-trace" || attrInt(sp, "http.response.status_code") != int64(rq.status) ||
+			attrStr(sp, "gen_ai.operation.name") != rq.op || attrStr(sp, "http.route") != rq.path {
+			t.Errorf("%s: server span %q %v", rq.id, sp.Name, sp.Attributes)
+		}
+		if !rq.backend {
+			if len(kids["backend"]) != 0 || attr(sp, "gen_ai.usage.input_tokens") != nil {
+				t.Errorf("%s: a local endpoint has no backend span and no usage: %v %v", rq.id, kids, sp.Attributes)
+			}
+			continue
+		}
+		if len(kids["backend"]) != 1 {
+			t.Errorf("%s: children %v, want one backend span", rq.id, kids)
+			continue
+		}
+		for _, s := range []*tracepb.Span{sp, kids["backend"][0]} {
+			if attrInt(s, "gen_ai.usage.input_tokens") <= 0 || attrStr(s, "gen_ai.response.model") != "m" {
+				t.Errorf("%s: %s span usage %v", rq.id, s.Name, s.Attributes)
+			}
+			if rq.op != "embeddings" && attrInt(s, "gen_ai.usage.output_tokens") != 5 {
+				t.Errorf("%s: %s span output tokens %v, the simulator answers 5", rq.id, s.Name, s.Attributes)
+			}
+			if attrStr(s, "maitred.usage.from") != "usage" {
+				t.Errorf("%s: %s span usage from %q; the simulator reports its usage", rq.id, s.Name, attrStr(s, "maitred.usage.from"))
+			}
+		}
+		if rq.stream && (len(sp.Events) != 1 || sp.Events[0].Name != "first_token") {
+			t.Errorf("%s: events %v, want first_token", rq.id, sp.Events)
+		}
+	}
+	bad := st.server(t, "ep-badkey")
+	if attr(bad, "maitred.key") != nil || attrInt(bad, "http.response.status_code") != 401 || len(st.children(bad)) != 0 {
+		t.Errorf("bad key: server span %v children %v", bad.Attributes, st.children(bad))
+	}
+	_, raw := tr.coll.snapshot()
+	for _, s := range []string{key, "sk-wrong-zz9", "keymaterial", secret} {
+		if bytes.Contains(raw, []byte(s)) {
+			t.Errorf("%q found in the exported spans", s)
+		}
 	}
 }
 
@@ -433,26 +516,69 @@ func TestUntracedPassesTraceparentThrough(t *testing.T) {
 	t.Fatal("the simulator received no chat request")
 }
 
-func TestUsageScan(t *testing.T) {
+// TestUsageMeterParts: the meter that reads an answer's usage for the
+// quota also tells it in parts, with the answer's model, for the span's
+// GenAI attributes: a non-streamed body's top-level members (not a
+// "usage" quoted in its content), a stream's events, whatever the size
+// of the reads.
+func TestUsageMeterParts(t *testing.T) {
 	tests := []struct {
 		name, in      string
-		inTok, outTok int
+		events        func(*usageMeter, []byte)
+		inTok, outTok int64
 		hasIn, hasOut bool
 		model         string
 	}{
-		{"openai", `{"id":"x","model":"m","choices":[{"message":{"content":"the \"usage\": {\"prompt_tokens\": 99}"}}],"usage":{"prompt_tokens":20,"total_tokens":27,"completion_tokens":7,"prompt_tokens_details":null}}`, 20, 7, true, true, "m"},
-		{"stream chunk without usage", "data: {\"model\":\"m\",\"choices\":[],\"usage\":null}\n\n", 0, 0, false, false, "m"},
-		{"anthropic events", "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"claude\",\"usage\":{\"input_tokens\":12,\"output_tokens\":1}}}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":9}}\n\n", 12, 9, true, true, "claude"},
-		{"cut off", `{"usage":{"prompt_tokens":20,"compl`, 0, 0, false, false, ""},
-		{"embeddings", `{"object":"list","data":[],"model":"e5","usage":{"prompt_tokens":3,"total_tokens":3}}`, 3, 0, true, false, "e5"},
+		{"openai", `{"id":"x","model":"m","choices":[{"message":{"content":"the \"usage\": {\"prompt_tokens\": 99}, \"model\": \"n\""}}],"usage":{"prompt_tokens":20,"total_tokens":27,"completion_tokens":7,"prompt_tokens_details":null}}`, nil, 20, 7, true, true, "m"},
+		{"stream chunk without usage", "data: {\"model\":\"m\",\"choices\":[],\"usage\":null}\n\n", meterOpenAIEvent, 0, 0, false, false, "m"},
+		{"openai stream", "data: {\"model\":\"m\",\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: {\"model\":\"other\",\"choices\":[],\"usage\":{\"prompt_tokens\":4,\"completion_tokens\":1}}\n\ndata: [DONE]\n\n", meterOpenAIEvent, 4, 1, true, true, "m"},
+		{"anthropic events", "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"claude\",\"usage\":{\"input_tokens\":12,\"output_tokens\":1}}}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":9}}\n\n", meterAnthropicEvent, 12, 9, true, true, "claude"},
+		{"responses events", "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"model\":\"r\",\"usage\":null}}\n\nevent: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"model\":\"r\",\"usage\":{\"input_tokens\":6,\"output_tokens\":2}}}\n\n", meterResponsesEvent, 6, 2, true, true, "r"},
+		{"cut off", `{"usage":{"prompt_tokens":20,"compl`, nil, 0, 0, false, false, ""},
+		{"embeddings", `{"object":"list","data":[],"model":"e5","usage":{"prompt_tokens":3,"total_tokens":3}}`, nil, 3, 0, true, false, "e5"},
+		{"model after usage", `{"usage":{"input_tokens":2,"output_tokens":3},"model":"late"}`, nil, 2, 3, true, true, "late"},
+		{"oversized model", `{"model":"` + strings.Repeat("a", maxModelValue) + `","usage":{"prompt_tokens":1}}`, nil, 1, 0, true, false, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var u usage
-			u.scan([]byte(tt.in))
-			if u.in != tt.inTok || u.out != tt.outTok || u.hasIn != tt.hasIn || u.hasOut != tt.hasOut || u.model != tt.model {
-				t.Errorf("scan = %+v", u)
+			for _, step := range []int{1, 5, len(tt.in)} {
+				m := &usageMeter{body: io.NopCloser(&stepReader{b: []byte(tt.in), step: step}), status: 200, events: tt.events}
+				if _, err := io.Copy(io.Discard, struct{ io.Reader }{m}); err != nil {
+					t.Fatal(err)
+				}
+				p := m.parts()
+				hasIn, hasOut := p.promptFrom == usageReported, p.completionFrom == usageReported
+				if p.prompt != tt.inTok || p.completion != tt.outTok || hasIn != tt.hasIn || hasOut != tt.hasOut || p.model != tt.model {
+					t.Errorf("read %d bytes at a time: parts = %+v", step, p)
+				}
+				if len(m.scan.val) > maxUsageValue || len(m.scan.model) > maxModelValue {
+					t.Errorf("held %d + %d bytes", len(m.scan.val), len(m.scan.model))
+				}
+			}
+			// Untraced (follow sets noModel): the same usage, no model kept.
+			m := &usageMeter{body: io.NopCloser(strings.NewReader(tt.in)), status: 200, events: tt.events, noModel: true}
+			m.scan.modelDone = true
+			if _, err := io.Copy(io.Discard, struct{ io.Reader }{m}); err != nil {
+				t.Fatal(err)
+			}
+			if p := m.parts(); p.model != "" || m.model != "" || len(m.scan.model) != 0 || p.prompt != tt.inTok || p.completion != tt.outTok {
+				t.Errorf("untraced: parts = %+v, model kept %q %q", p, m.model, m.scan.model)
 			}
 		})
 	}
+}
+
+// stepReader hands out b at most step bytes a read.
+type stepReader struct {
+	b    []byte
+	step int
+}
+
+func (r *stepReader) Read(p []byte) (int, error) {
+	if len(r.b) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p[:min(len(p), r.step)], r.b)
+	r.b = r.b[n:]
+	return n, nil
 }

@@ -154,13 +154,12 @@ func (g *Gateway) sampleBackend(rt *modelRuntime, b *fleet.Backend, gs *fleet.Ga
 			smp.Time = gs.At
 		}
 	}
-	if i, ok := rt.slotOf(b); ok {
-		slot := rt.pool.Stats().Slots[i]
+	if slot, ok := rt.slotStats()[b.URL.Host]; ok {
 		smp.GaugesState = slot.GaugesState.String()
 		if slot.Ejected {
 			smp.Ejected = true
-			smp.StateReason = fmt.Sprintf("ejected after %d consecutive failures until %s", g.cfg.EjectAfter, slot.EjectedUntil.UTC().Format(time.RFC3339))
-			smp.StateSince = slot.EjectedUntil.Add(-g.cfg.EjectFor.D())
+			smp.StateReason = fmt.Sprintf("ejected after %d consecutive failures until %s", g.conf().EjectAfter, slot.EjectedUntil.UTC().Format(time.RFC3339))
+			smp.StateSince = slot.EjectedUntil.Add(-g.conf().EjectFor.D())
 		}
 	}
 	g.triage.Sample(smp)
@@ -169,7 +168,7 @@ func (g *Gateway) sampleBackend(rt *modelRuntime, b *fleet.Backend, gs *fleet.Ga
 
 // onTransition tells the queue and the triage engine about a state change.
 func (g *Gateway) onTransition(m *fleet.Model, b *fleet.Backend, _, to fleet.State) {
-	rt := g.byName[m.Name]
+	rt := g.live().byName[m.Name]
 	rt.pool.Kick()
 	if to == fleet.Ready {
 		if st := b.Status(); st.WarmupSeconds > 0 {
@@ -190,6 +189,8 @@ type backendRecord struct {
 	fleet.BackendStatus
 	CacheConfig      map[string]string `json:"cache_config,omitempty"`
 	TokenBudget      int               `json:"token_budget"`
+	MaxInFlight      int               `json:"max_in_flight,omitempty"` // its config entry's (0: no cap)
+	KVTokens         int               `json:"kv_tokens,omitempty"`     // its config entry's (0: none)
 	InFlightTokens   int               `json:"in_flight_tokens"`
 	Ejected          bool              `json:"ejected"`
 	EjectedUntil     *time.Time        `json:"ejected_until,omitempty"`
@@ -214,16 +215,18 @@ func (g *Gateway) debugBackends(w http.ResponseWriter, r *http.Request, _ *excha
 		}
 	}
 	var out []backendRecord
-	for _, rt := range g.models {
-		st := rt.pool.Stats()
-		for i, b := range rt.backends {
-			rec := backendRecord{Model: rt.name, BackendStatus: b.Status(), CacheConfig: b.LastGauges().Info,
-				TokenBudget: st.Slots[i].Budget, InFlightTokens: st.Slots[i].Tokens, Ejected: st.Slots[i].Ejected,
-				Ejections: st.Slots[i].Ejections, Failures: st.Slots[i].Failures,
-				GaugesState: st.Slots[i].GaugesState.String(), ScrapeErrors: st.Slots[i].ScrapeErrors, LastScrapeError: st.Slots[i].LastScrapeError,
+	for _, rt := range g.live().models {
+		slots := rt.slotStats()
+		for _, b := range rt.fm.Backends() {
+			sl := slots[b.URL.Host]
+			maxInFlight, kv := b.Limits()
+			rec := backendRecord{MaxInFlight: maxInFlight, KVTokens: kv, Model: rt.name, BackendStatus: b.Status(), CacheConfig: b.LastGauges().Info,
+				TokenBudget: sl.Budget, InFlightTokens: sl.Tokens, Ejected: sl.Ejected,
+				Ejections: sl.Ejections, Failures: sl.Failures,
+				GaugesState: sl.GaugesState.String(), ScrapeErrors: sl.ScrapeErrors, LastScrapeError: sl.LastScrapeError,
 				SlowPathFallback: slow[rt.name+"/"+b.URL.Host]}
-			if st.Slots[i].Ejected {
-				until := st.Slots[i].EjectedUntil.UTC()
+			if sl.Ejected {
+				until := sl.EjectedUntil.UTC()
 				rec.EjectedUntil = &until
 			}
 			out = append(out, rec)

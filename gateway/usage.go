@@ -18,6 +18,7 @@ const (
 	maxUsageEvent = 64 << 10 // an event's data; a larger one is skipped
 	maxUsageText  = 16 << 10 // streamed text counted in pieces this large
 	maxUsageValue = 4 << 10  // a non-streamed answer's "usage" value
+	maxModelValue = 258      // the answer's "model": a string of 256 bytes, quoted
 )
 
 // usageMeter follows one attempt's answer on its way to the client (it is
@@ -38,8 +39,14 @@ const (
 //     count. A stream cut short (the client left, the backend broke) is
 //     charged for what was streamed before the cut.
 //
-// The family's streamShape.meter reads its events. The meter is a value
-// in its attempt, owned by the request's goroutine, like the rest of it.
+// The family's streamShape.meter reads its events. In the same pass the
+// meter of a traced request keeps the answer's model (its first "model":
+// a non-streamed answer's top-level member, a stream's first chunk or
+// message), at most maxModelValue bytes. parts tells the same usage split
+// into prompt and completion, each reported or counted, for the trace's
+// GenAI attributes: one reader of the answer's usage serves the quota,
+// the access log and the trace. The meter is a value in its attempt,
+// owned by the request's goroutine, like the rest of it.
 type usageMeter struct {
 	body   io.ReadCloser
 	status int
@@ -62,6 +69,11 @@ type usageMeter struct {
 	counted              int64
 	reported             usageReport
 	reportedP, reportedC bool
+	// model is the answer's model, once an event named it. noModel: it
+	// is not kept (only a traced request's spans name it), so an untraced
+	// request pays nothing for it.
+	model   string
+	noModel bool
 }
 
 type usageReport struct{ prompt, completion int64 }
@@ -70,6 +82,8 @@ type usageReport struct{ prompt, completion int64 }
 // whether it is the family's SSE stream. It becomes the response body.
 func (m *usageMeter) follow(x *exchange, status int, body io.ReadCloser, stream bool) io.ReadCloser {
 	m.body, m.status = body, status
+	m.noModel = x.tr == nil
+	m.scan.modelDone = m.noModel // as if read: the scanner skips it
 	if stream {
 		m.events = x.streamShape().meter
 	}
@@ -113,25 +127,66 @@ func (m *usageMeter) Used() (tokens int64, known bool) {
 	case m.events == nil:
 		return m.scan.used()
 	}
-	var prompt, completion int64
+	p := m.parts()
+	if p.promptFrom == usageUnknown || p.completionFrom == usageUnknown {
+		return 0, false
+	}
+	return p.prompt + p.completion, true
+}
+
+// usageFrom says where a part of the usage came from.
+type usageFrom uint8
+
+const (
+	usageUnknown  usageFrom = iota
+	usageReported           // the backend's answer said it
+	usageCounted            // the gateway counted it (the door's prompt count; the streamed text)
+)
+
+// usageParts is an answer's usage split into its prompt and completion,
+// each with where it came from, and the model the answer named ("": none).
+type usageParts struct {
+	prompt, completion         int64
+	promptFrom, completionFrom usageFrom
+	model                      string
+}
+
+// parts is the answer's usage in parts, for a successful answer (2xx);
+// a refused or failed answer, or none, has no parts. The prompt is the
+// reported one, else the door's count; the completion the reported one,
+// else (a stream) its text counted with the model's tokenizer. A
+// non-streamed answer's text is not kept, so its completion is known
+// only when reported.
+func (m *usageMeter) parts() usageParts {
+	if m.status < 200 || m.status >= 300 {
+		return usageParts{}
+	}
+	var p usageParts
+	var rep usageReport
+	repP, repC := m.reportedP, m.reportedC
+	if m.events == nil {
+		p.model = m.scan.modelName()
+		if u, ok := m.scan.numbers(); ok {
+			rep.prompt, repP = u.prompt()
+			rep.completion, repC = u.completion()
+		}
+	} else {
+		p.model, rep = m.model, m.reported
+	}
 	switch {
-	case m.reportedP:
-		prompt = m.reported.prompt
+	case repP:
+		p.prompt, p.promptFrom = rep.prompt, usageReported
 	case m.promptKnown:
-		prompt = m.prompt
-	default:
-		return 0, false
+		p.prompt, p.promptFrom = m.prompt, usageCounted
 	}
 	switch {
-	case m.reportedC:
-		completion = m.reported.completion
-	case m.tok != nil:
+	case repC:
+		p.completion, p.completionFrom = rep.completion, usageReported
+	case m.events != nil && m.tok != nil:
 		m.countText(len(m.text))
-		completion = m.counted
-	default:
-		return 0, false
+		p.completion, p.completionFrom = m.counted, usageCounted
 	}
-	return prompt + completion, true
+	return p
 }
 
 // from says where Used's figure came from: "usage" when the backend
@@ -293,7 +348,9 @@ func meterOpenAIEvent(m *usageMeter, data []byte) {
 			} `json:"delta"`
 		} `json:"choices"`
 		Usage *usageNumbers `json:"usage"`
+		Model eventModel    `json:"model"`
 	}
+	ev.Model.m = m
 	if json.Unmarshal(data, &ev) != nil {
 		return // not a chunk (the gateway's own error event)
 	}
@@ -317,10 +374,12 @@ func meterResponsesEvent(m *usageMeter, data []byte) {
 	var ev struct {
 		Type     string          `json:"type"`
 		Delta    json.RawMessage `json:"delta"`
-		Response *struct {
+		Response struct {
 			Usage *usageNumbers `json:"usage"`
+			Model eventModel    `json:"model"`
 		} `json:"response"`
 	}
+	ev.Response.Model.m = m
 	if json.Unmarshal(data, &ev) != nil {
 		return
 	}
@@ -330,9 +389,7 @@ func meterResponsesEvent(m *usageMeter, data []byte) {
 			m.streamed(s)
 		}
 	}
-	if ev.Response != nil {
-		m.report(ev.Response.Usage, true, true)
-	}
+	m.report(ev.Response.Usage, true, true)
 }
 
 // meterAnthropicEvent reads a Messages stream event: message_start's
@@ -341,8 +398,9 @@ func meterResponsesEvent(m *usageMeter, data []byte) {
 func meterAnthropicEvent(m *usageMeter, data []byte) {
 	var ev struct {
 		Type    string `json:"type"`
-		Message *struct {
+		Message struct {
 			Usage *usageNumbers `json:"usage"`
+			Model eventModel    `json:"model"`
 		} `json:"message"`
 		Delta *struct {
 			Text        string `json:"text"`
@@ -351,14 +409,13 @@ func meterAnthropicEvent(m *usageMeter, data []byte) {
 		} `json:"delta"`
 		Usage *usageNumbers `json:"usage"`
 	}
+	ev.Message.Model.m = m
 	if json.Unmarshal(data, &ev) != nil {
 		return
 	}
 	switch ev.Type {
 	case "message_start":
-		if ev.Message != nil {
-			m.report(ev.Message.Usage, true, false) // its output_tokens is not the answer's
-		}
+		m.report(ev.Message.Usage, true, false) // its output_tokens is not the answer's
 	case "content_block_delta":
 		if d := ev.Delta; d != nil {
 			m.streamed(d.Text)
@@ -370,21 +427,59 @@ func meterAnthropicEvent(m *usageMeter, data []byte) {
 	}
 }
 
-// usageScanner finds the top-level "usage" member of a JSON answer as it
-// passes, holding nothing but that member's value (at most
-// maxUsageValue): the rest of the answer (choices, embeddings, prompt
-// logprobs, before or after it) goes by. It follows strings, escapes and
-// nesting, so a "usage" inside a choice or a string is not taken.
+// eventModel is an event's "model": the first one an answer's events
+// name is the meter's; the later ones (every OpenAI chunk repeats it) are
+// not even copied.
+type eventModel struct{ m *usageMeter }
+
+func (e eventModel) UnmarshalJSON(b []byte) error {
+	if e.m != nil && !e.m.noModel && e.m.model == "" {
+		e.m.model = modelValue(b)
+	}
+	return nil
+}
+
+// modelValue is a JSON value that names a model: a string of at most
+// maxModelValue bytes (quoted); "" for anything else.
+func modelValue(b []byte) string {
+	b = bytes.TrimSpace(b)
+	if len(b) < 3 || len(b) > maxModelValue || b[0] != '"' || b[len(b)-1] != '"' {
+		return ""
+	}
+	if bytes.IndexByte(b, '\\') < 0 {
+		return string(b[1 : len(b)-1])
+	}
+	var s string
+	if json.Unmarshal(b, &s) != nil {
+		return ""
+	}
+	return s
+}
+
+// usageScanner finds the top-level "usage" and "model" members of a JSON
+// answer as it passes, holding nothing but their values (at most
+// maxUsageValue and maxModelValue): the rest of the answer (choices,
+// embeddings, prompt logprobs, before or after them) goes by. It follows
+// strings, escapes and nesting, so a "usage" inside a choice or a string
+// is not taken.
 type usageScanner struct {
 	depth      int
 	inStr, esc bool
 	expectKey  bool // at depth 1: the next string is a member name
 	readingKey bool
-	keyMatch   int // bytes of `usage` matched so far; -1: not it
-	afterKey   bool
-	capturing  bool
+	key        [len("usage")]byte
+	keyLen     int  // bytes of the member name read; -1: neither name
+	afterKey   byte // the member whose name was just read: 'u'sage, 'm'odel, 0
+	capturing  byte // the member whose value is being read
 	val        []byte
-	done, over bool
+	model      []byte
+	usageDone  bool // the usage member was read (over: it was too large)
+	over       bool
+	modelDone  bool
+	done       bool // both read: the rest goes by unread
+	parsed     bool // numbers has parsed val into u
+	u          usageNumbers
+	uOK        bool
 }
 
 func (s *usageScanner) feed(p []byte) {
@@ -392,33 +487,55 @@ func (s *usageScanner) feed(p []byte) {
 		return
 	}
 	for _, c := range p {
-		if s.capturing {
+		switch s.capturing {
+		case 'u':
 			if len(s.val) == maxUsageValue {
-				s.capturing, s.done, s.over = false, true, true
-				return
+				s.capturing, s.usageDone, s.over = 0, true, true
+				s.done = s.modelDone
+				if s.done {
+					return
+				}
+			} else {
+				s.val = append(s.val, c)
 			}
-			s.val = append(s.val, c)
+		case 'm':
+			if len(s.model) == maxModelValue {
+				s.capturing, s.modelDone, s.model = 0, true, s.model[:0]
+				s.done = s.usageDone
+				if s.done {
+					return
+				}
+			} else {
+				s.model = append(s.model, c)
+			}
 		}
 		if s.inStr {
 			switch {
 			case s.esc:
 				s.esc = false
 				if s.readingKey {
-					s.keyMatch = -1
+					s.keyLen = -1
 				}
 			case c == '\\':
 				s.esc = true
 			case c == '"':
 				s.inStr = false
 				if s.readingKey {
-					s.readingKey = false
-					s.afterKey = s.keyMatch == len("usage")
+					s.readingKey, s.afterKey = false, 0
+					switch {
+					case s.keyLen != len(s.key):
+					case string(s.key[:]) == "usage" && !s.usageDone:
+						s.afterKey = 'u'
+					case string(s.key[:]) == "model" && !s.modelDone:
+						s.afterKey = 'm'
+					}
 				}
 			case s.readingKey:
-				if s.keyMatch >= 0 && s.keyMatch < len("usage") && c == "usage"[s.keyMatch] {
-					s.keyMatch++
+				if s.keyLen >= 0 && s.keyLen < len(s.key) {
+					s.key[s.keyLen] = c
+					s.keyLen++
 				} else {
-					s.keyMatch = -1
+					s.keyLen = -1
 				}
 			}
 			continue
@@ -427,7 +544,7 @@ func (s *usageScanner) feed(p []byte) {
 		case '"':
 			s.inStr = true
 			if s.depth == 1 && s.expectKey {
-				s.readingKey, s.keyMatch, s.expectKey = true, 0, false
+				s.readingKey, s.keyLen, s.expectKey = true, 0, false
 			}
 		case '{', '[':
 			s.depth++
@@ -437,8 +554,8 @@ func (s *usageScanner) feed(p []byte) {
 		case '}', ']':
 			s.depth--
 		case ':':
-			if s.depth == 1 && s.afterKey && !s.capturing {
-				s.capturing, s.afterKey = true, false
+			if s.depth == 1 && s.afterKey != 0 && s.capturing == 0 {
+				s.capturing, s.afterKey = s.afterKey, 0
 				continue
 			}
 		case ',':
@@ -446,23 +563,48 @@ func (s *usageScanner) feed(p []byte) {
 				s.expectKey = true
 			}
 		}
-		if s.capturing && (s.depth == 0 || (s.depth == 1 && c == ',')) {
-			s.val = s.val[:len(s.val)-1] // the byte that ended the member
-			s.capturing, s.done = false, true
-			return
+		if s.capturing != 0 && (s.depth == 0 || (s.depth == 1 && c == ',')) {
+			// The byte that ended the member is not the value's.
+			if s.capturing == 'u' {
+				s.val = s.val[:len(s.val)-1]
+				s.usageDone = true
+			} else {
+				s.model = s.model[:len(s.model)-1]
+				s.modelDone = true
+			}
+			s.capturing = 0
+			if s.usageDone && s.modelDone {
+				s.done = true
+				return
+			}
 		}
 	}
 }
 
-func (s *usageScanner) used() (int64, bool) {
-	if !s.done || s.over {
-		return 0, false
+// numbers is the usage member read, parsed once.
+func (s *usageScanner) numbers() (*usageNumbers, bool) {
+	if !s.parsed {
+		s.parsed = true
+		s.uOK = s.usageDone && !s.over && json.Unmarshal(s.val, &s.u) == nil
 	}
-	var u usageNumbers
-	if json.Unmarshal(s.val, &u) != nil {
+	return &s.u, s.uOK
+}
+
+func (s *usageScanner) used() (int64, bool) {
+	u, ok := s.numbers()
+	if !ok {
 		return 0, false
 	}
 	return u.total()
+}
+
+// modelName is the answer's top-level "model", "" when it had none (or
+// not a string, or a longer one than maxModelValue).
+func (s *usageScanner) modelName() string {
+	if !s.modelDone {
+		return ""
+	}
+	return modelValue(s.model)
 }
 
 // used is the tokens the request used at a backend (prompt + completion)

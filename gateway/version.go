@@ -11,7 +11,7 @@ import (
 // backend's answer passes through byte for byte. With no ready backend
 // anywhere it answers 503 like a model with none.
 func (g *Gateway) version(w http.ResponseWriter, r *http.Request, x *exchange) error {
-	for _, rt := range g.models {
+	for _, rt := range g.live().models {
 		b := rt.fm.PickExcept(rt.ejected())
 		if b == nil {
 			continue
@@ -21,8 +21,8 @@ func (g *Gateway) version(w http.ResponseWriter, r *http.Request, x *exchange) e
 		defer release()
 		return g.forward(w, r, x.newAttempt(b), nil).err
 	}
-	if len(g.models) > 0 {
-		return g.notReady(g.models[0])
+	if len(g.live().models) > 0 {
+		return g.notReady(g.live().models[0])
 	}
 	return &Error{Status: http.StatusServiceUnavailable, Type: typeServer, Code: codeModelNotReady, Layer: triage.LayerUnready,
 		Message: "No model is configured."}

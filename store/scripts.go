@@ -84,7 +84,11 @@ return 0
 // one is a take the snapshot did not see yet). The holdings it lists are
 // written back only when the store's epoch is not the one the replica last
 // saw (the store restarted empty, or the replica was cut off from it and
-// took holdings meanwhile): each then counts once, by its own field. An
+// took holdings meanwhile), or when this heartbeat found no epoch at all:
+// takes set it too, so no holding was taken in this store before, and the
+// replica's are written (this also covers a heartbeat that go-redis
+// retried on the restarted store after it ran on the old one, with the
+// same fresh epoch). Each counts once, by its own field. An
 // ordinary heartbeat writes nothing back, so it cannot revive a holding
 // released while it ran. In a backend's hash ("b") holdings of dead
 // replicas are dropped, and a backend that lost holdings is announced as
@@ -100,11 +104,13 @@ return 0
 var beatScript = redis.NewScript(`local KEYS_REPLICAS = KEYS[1]` + livenessLua + `
 local replica, maxSeq, channel, qttl = ARGV[1], tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local epoch = redis.call('GET', KEYS[2])
+local created = false
 if not epoch then
   epoch = ARGV[7]
   redis.call('SET', KEYS[2], epoch)
+  created = true
 end
-local writeBack = ARGV[8] == '1' or (ARGV[6] ~= '' and epoch ~= ARGV[6])
+local writeBack = ARGV[8] == '1' or created or (ARGV[6] ~= '' and epoch ~= ARGV[6])
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), replica)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. now)
 local a = 9

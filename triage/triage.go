@@ -380,7 +380,19 @@ func New(cfg Config, now func() time.Time) *Engine {
 }
 
 // Config returns the effective configuration (defaults filled in).
-func (e *Engine) Config() Config { return e.cfg }
+func (e *Engine) Config() Config {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.cfg
+}
+
+// SetThresholds puts new rule thresholds in force (a config reload); the
+// window, the baseline and the caps stay as the Engine was built with.
+func (e *Engine) SetThresholds(th Thresholds) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.cfg.Thresholds = th
+}
 
 func floorDiv(a, b int64) int64 {
 	q := a / b

@@ -73,9 +73,9 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	// A person pressing Ctrl-C wants it to stop, not a load balancer's drain.
 	cfg.DrainDelay, cfg.DrainTimeout = 0, config.Duration(5*time.Second)
-	err = runGateway(ctx, cfg, log, func(a net.Addr) {
+	err = runGateway(ctx, cfg, log, runOptions{started: func(a net.Addr) {
 		printDemo(stdout, a.String())
-	})
+	}})
 	cancel()
 	return err
 }

@@ -20,8 +20,8 @@ import (
 	"github.com/maitred-dev/maitred/config"
 	"github.com/maitred-dev/maitred/fleet"
 	"github.com/maitred-dev/maitred/gateway"
-	"github.com/maitred-dev/maitred/store"
 	"github.com/maitred-dev/maitred/internal/telemetry"
+	"github.com/maitred-dev/maitred/store"
 	"github.com/maitred-dev/maitred/tokenize"
 )
 
@@ -84,13 +84,24 @@ func cmdServe(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	defer log.Sync()
-	return runGateway(ctx, cfg, log, nil)
+	return runGateway(ctx, cfg, log, runOptions{configPath: *configPath, listen: *listen})
+}
+
+// runOptions are runGateway's optional parts.
+type runOptions struct {
+	// configPath, when set, is the file cfg was loaded from: it is loaded
+	// again on SIGHUP and when it changes (reload.go).
+	configPath string
+	// listen is --listen, which overrides the file's listen at each load.
+	listen string
+	// started, if set, is called with the bound address once the listener
+	// is open and the first probe round is done.
+	started func(net.Addr)
 }
 
 // runGateway wires the fleet and the gateway, serves until ctx is done and
-// drains. started, if set, is called with the bound address once the
-// listener is open and the first probe round is done.
-func runGateway(ctx context.Context, cfg config.Config, log *zap.Logger, started func(net.Addr)) error {
+// drains.
+func runGateway(ctx context.Context, cfg config.Config, log *zap.Logger, o runOptions) error {
 	reg := prometheus.NewRegistry()
 	probeClient := &http.Client{Transport: gateway.NewTransport(cfg)}
 	toks, err := loadTokenizers(cfg, log)
@@ -135,6 +146,10 @@ func runGateway(ctx context.Context, cfg config.Config, log *zap.Logger, started
 	var wg sync.WaitGroup
 	wg.Go(func() { fl.RunScraper(fctx, cfg.ScrapeInterval.D(), gw.ObserveScrape) })
 	wg.Go(func() { gw.WatchKeys(fctx) }) // returns at once without auth.keys_file
+	if o.configPath != "" {
+		r := newReloader(o.configPath, o.listen, cfg, toks, gw, log)
+		wg.Go(func() { r.run(fctx) })
+	}
 	if st != nil {
 		// Heartbeats run until the drain is over: requests still in
 		// flight keep their holdings' lease.
@@ -143,8 +158,8 @@ func runGateway(ctx context.Context, cfg config.Config, log *zap.Logger, started
 	wg.Go(func() {
 		fl.ProbeAll(fctx)
 		gw.SetPhase(gateway.Serving)
-		if started != nil {
-			started(ln.Addr())
+		if o.started != nil {
+			o.started(ln.Addr())
 		}
 		fl.Run(fctx)
 	})

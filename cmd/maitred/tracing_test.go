@@ -62,7 +62,7 @@ func TestServeFlushesTracesOnShutdown(t *testing.T) {
 	addr := make(chan net.Addr, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- runGateway(ctx, cfg, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)), func(a net.Addr) { addr <- a })
+		done <- runGateway(ctx, cfg, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)), runOptions{started: func(a net.Addr) { addr <- a }})
 	}()
 	base := "http://" + (<-addr).String()
 	tr := &http.Transport{}

@@ -55,8 +55,9 @@ func TestMain(m *testing.M) {
 
 // backend is a simulated vLLM server in this process.
 type backend struct {
-	sim *sim.Server
-	srv *httptest.Server
+	sim  *sim.Server
+	srv  *httptest.Server
+	addr string // host:port when srv is nil (backendsOnOnePort)
 }
 
 func startBackend(t *testing.T, c sim.Config) *backend {
@@ -95,6 +96,7 @@ func fleetConfig(backends []*backend, maxIn int, store, extra string) string {
 type replica struct {
 	name string
 	url  string
+	path string // its config file
 	cmd  *exec.Cmd
 	done chan struct{} // closed when the process has exited and its log is read
 
@@ -117,7 +119,7 @@ func startReplica(t *testing.T, name, cfg string) *replica {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	r := &replica{name: name, cmd: cmd, done: make(chan struct{})}
+	r := &replica{name: name, path: path, cmd: cmd, done: make(chan struct{})}
 	addr := make(chan string, 1)
 	go func() {
 		defer close(r.done)

@@ -1,0 +1,176 @@
+package gateway
+
+import (
+	"fmt"
+	"reflect"
+	"slices"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/maitred-dev/maitred/admission"
+	"github.com/maitred-dev/maitred/config"
+	"github.com/maitred-dev/maitred/tokenize"
+)
+
+// Config reload.
+//
+// The config in force and everything built from it that requests read
+// (the models' runtimes, the catalog, the door) are one liveState behind an
+// atomic pointer. Reload builds the next one and swaps it: a request that
+// already found its model keeps that runtime (its timeouts, tokenizer and
+// limits); the next one finds the new. What lives longer than a config
+// stays put: a model's pool (queue, leases, ejections), its fleet model and
+// backends (state, connections), its metric children.
+
+// liveState is the config in force and what is built from it.
+type liveState struct {
+	cfg     *config.Config
+	models  []*modelRuntime // config order
+	byName  map[string]*modelRuntime
+	catalog *catalog
+	door    *admission.Door
+}
+
+// live returns the state in force.
+func (g *Gateway) live() *liveState { return g.state.Load() }
+
+// conf returns the config in force. Settings that need a restart keep the
+// values the gateway started with (Reload copies them over).
+func (g *Gateway) conf() *config.Config { return g.live().cfg }
+
+// runtime is the runtime a door's verdict names (admission.Model.Ref).
+func (g *Gateway) runtime(ref int) *modelRuntime {
+	g.refsMu.Lock()
+	defer g.refsMu.Unlock()
+	return g.refs[ref]
+}
+
+func (g *Gateway) setState(cfg *config.Config, models []*modelRuntime) {
+	st := &liveState{cfg: cfg, models: models, byName: make(map[string]*modelRuntime, len(models))}
+	names := make([]string, len(models))
+	for i, rt := range models {
+		st.byName[rt.name] = rt
+		names[i] = rt.name
+	}
+	st.catalog = &catalog{models: models, byName: st.byName, names: names}
+	st.door = admission.NewDoor(st.catalog)
+	g.state.Store(st)
+}
+
+// restartOnly are the settings a running gateway cannot change: the
+// listener and server (listen, max_connections, max_header_bytes,
+// read_header_timeout, idle_timeout), what was sized or started once
+// (max_body_bytes_in_flight, backend_dial_timeout, scrape_interval,
+// health, resolver, store, tracing, the triage window and baseline), the
+// shape of the queues (priority_classes, default_priority) and whether
+// keys are required at all (auth present or not).
+var restartOnly = []struct {
+	key string
+	get func(c *config.Config) any
+	set func(dst, src *config.Config)
+}{
+	{"listen", func(c *config.Config) any { return c.Listen }, func(d, s *config.Config) { d.Listen = s.Listen }},
+	{"max_connections", func(c *config.Config) any { return c.MaxConnections }, func(d, s *config.Config) { d.MaxConnections = s.MaxConnections }},
+	{"max_header_bytes", func(c *config.Config) any { return c.MaxHeaderBytes }, func(d, s *config.Config) { d.MaxHeaderBytes = s.MaxHeaderBytes }},
+	{"read_header_timeout", func(c *config.Config) any { return c.ReadHeaderTimeout }, func(d, s *config.Config) { d.ReadHeaderTimeout = s.ReadHeaderTimeout }},
+	{"idle_timeout", func(c *config.Config) any { return c.IdleTimeout }, func(d, s *config.Config) { d.IdleTimeout = s.IdleTimeout }},
+	{"max_body_bytes_in_flight", func(c *config.Config) any { return c.MaxBodyBytesInFlight }, func(d, s *config.Config) { d.MaxBodyBytesInFlight = s.MaxBodyBytesInFlight }},
+	{"backend_dial_timeout", func(c *config.Config) any { return c.BackendDialTimeout }, func(d, s *config.Config) { d.BackendDialTimeout = s.BackendDialTimeout }},
+	{"scrape_interval", func(c *config.Config) any { return c.ScrapeInterval }, func(d, s *config.Config) { d.ScrapeInterval = s.ScrapeInterval }},
+	{"health", func(c *config.Config) any { return c.Health }, func(d, s *config.Config) { d.Health = s.Health }},
+	{"resolver", func(c *config.Config) any { return c.Resolver }, func(d, s *config.Config) { d.Resolver = s.Resolver }},
+	{"store", func(c *config.Config) any { return c.Store }, func(d, s *config.Config) { d.Store = s.Store }},
+	{"tracing", func(c *config.Config) any { return c.Tracing }, func(d, s *config.Config) { d.Tracing = s.Tracing }},
+	{"triage_window", func(c *config.Config) any { return c.TriageWindow }, func(d, s *config.Config) { d.TriageWindow = s.TriageWindow }},
+	{"triage.baseline", func(c *config.Config) any { return c.Triage.Baseline }, func(d, s *config.Config) { d.Triage.Baseline = s.Triage.Baseline }},
+	{"priority_classes", func(c *config.Config) any { return c.PriorityClasses }, func(d, s *config.Config) { d.PriorityClasses = s.PriorityClasses }},
+	{"default_priority", func(c *config.Config) any { return c.DefaultPriority }, func(d, s *config.Config) { d.DefaultPriority = s.DefaultPriority }},
+	{"auth", func(c *config.Config) any { return c.Auth == nil }, func(d, s *config.Config) {
+		if s.Auth == nil {
+			d.Auth = nil
+		}
+	}},
+}
+
+// ReloadResult says what a Reload put in force.
+type ReloadResult struct {
+	// NotApplied names the changed settings that need a restart (kept as
+	// they were).
+	NotApplied []string
+	// Added and Removed name the models that joined and left.
+	Added, Removed []string
+}
+
+// Reload puts cfg in force without a restart (SIGHUP, or the config file
+// changed): models, backends, keys, limits, timeouts and triage
+// thresholds. cfg must have passed config.Load (strict decode, validation
+// with key paths); toks are its models' tokenizers, by name. Backends that
+// stay keep their state and connections; new ones warm up before they take
+// traffic; removed ones drain. A removed model's waiting requests are
+// answered at once (404, as for a model never configured), and the
+// requests running on it finish. Settings that need a restart (see
+// restartOnly) keep their running values and are named in the log and
+// the result. On an error nothing changed.
+func (g *Gateway) Reload(cfg config.Config, toks map[string]*tokenize.Model) (ReloadResult, error) {
+	g.reloadMu.Lock()
+	defer g.reloadMu.Unlock()
+	start := time.Now()
+	old := g.live()
+	var res ReloadResult
+	if cfg.Auth != nil && old.cfg.Auth != nil {
+		if _, err := g.buildKeys(cfg.Auth.Keys); err != nil {
+			return res, g.reloadRefused(fmt.Errorf("auth.keys: %w", err))
+		}
+	}
+	for _, r := range restartOnly {
+		if !reflect.DeepEqual(r.get(old.cfg), r.get(&cfg)) {
+			res.NotApplied = append(res.NotApplied, r.key)
+			r.set(&cfg, old.cfg)
+		}
+	}
+	if err := g.fleet.Apply(cfg, PromptCounters(toks)); err != nil {
+		return res, g.reloadRefused(err)
+	}
+	models := g.newRuntimes(&cfg, toks, old.byName)
+	for _, rt := range models {
+		if old.byName[rt.name] == nil {
+			res.Added = append(res.Added, rt.name)
+		}
+	}
+	g.setState(&cfg, models)
+	for _, rt := range old.models {
+		if !slices.ContainsFunc(models, func(n *modelRuntime) bool { return n.name == rt.name }) {
+			res.Removed = append(res.Removed, rt.name)
+			rt.pool.Close() // its waiting requests are answered now
+		}
+	}
+	if cfg.Auth != nil {
+		if err := g.reloadAuth(); err != nil {
+			// The file changed between config.Load and now: the keys in
+			// force stay, and the keys_file watcher reads it again.
+			g.log.Error("keys not reloaded; the keys in force keep serving", zap.String("error", err.Error()))
+		}
+	}
+	g.triage.SetThresholds(triageConfig(cfg).Thresholds)
+	g.metrics.configReloads.WithLabelValues("success").Inc()
+	fields := []zap.Field{zap.Strings("models", g.fleet.Names()), zap.Strings("added", res.Added), zap.Strings("removed", res.Removed),
+		zap.Duration("took", time.Since(start))}
+	if len(res.NotApplied) > 0 {
+		g.log.Warn("config reloaded; settings that need a restart were not applied", append(fields, zap.Strings("not_applied", res.NotApplied))...)
+	} else {
+		g.log.Info("config reloaded", fields...)
+	}
+	return res, nil
+}
+
+// ReloadFailed records a config that could not be put in force (it did
+// not load or validate: err names the key path); the running config keeps
+// serving.
+func (g *Gateway) ReloadFailed(err error) { _ = g.reloadRefused(err) }
+
+func (g *Gateway) reloadRefused(err error) error {
+	g.metrics.configReloads.WithLabelValues("failure").Inc()
+	g.log.Error("config reload refused; the running config keeps serving", zap.String("error", err.Error()))
+	return err
+}
