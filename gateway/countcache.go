@@ -24,24 +24,27 @@ func (c *cachedCounter) CountChat(body *ojson.Value, limit int) (tokenize.Count,
 var _ admission.Counter = (*cachedCounter)(nil)
 
 // useCountCache builds the count cache (count_cache_bytes; none when 0)
-// and gives it to each model whose tokenizer it can count for; the others
-// count without it, which is logged.
+// and exports its metrics. Runtimes get their counter from it
+// (counterFor) when they are built, at start and at each reload.
 func (g *Gateway) useCountCache(reg prometheus.Registerer) {
-	c := tokenize.NewCountCache(g.cfg.CountCacheBytes)
-	if c == nil {
-		return
+	g.countCache = tokenize.NewCountCache(g.cfg.CountCacheBytes)
+	if g.countCache != nil {
+		reg.MustRegister(countCacheCollector{g.countCache})
 	}
-	for _, rt := range g.models {
-		if rt.tok == nil {
-			continue
-		}
-		if err := c.Register(rt.tok); err != nil {
-			g.log.Warn("count cache off for a model: counted in full at every turn", zap.String("model", rt.name), zap.String("reason", err.Error()))
-			continue
-		}
-		rt.counter = &cachedCounter{Model: rt.tok, cache: c}
+}
+
+// counterFor is rt's tokenizer through the count cache; nil when the
+// cache is off, rt has no tokenizer, or the cache cannot count for it
+// (logged: that model is counted in full at every turn).
+func (g *Gateway) counterFor(rt *modelRuntime) admission.Counter {
+	if g.countCache == nil || rt.tok == nil {
+		return nil
 	}
-	reg.MustRegister(countCacheCollector{c})
+	if err := g.countCache.Register(rt.tok); err != nil {
+		g.log.Warn("count cache off for a model: counted in full at every turn", zap.String("model", rt.name), zap.String("reason", err.Error()))
+		return nil
+	}
+	return &cachedCounter{Model: rt.tok, cache: g.countCache}
 }
 
 // countCacheCollector exports the count cache's counters and size at

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -287,7 +288,7 @@ func BenchmarkCountCacheNextTurnDoor(b *testing.B) {
 			if err != nil || !cnt.Exact {
 				b.Fatal(err, cnt.Reason)
 			}
-			cc, ok := g.models[0].counter.(*cachedCounter)
+			cc, ok := g.live().models[0].counter.(*cachedCounter)
 			if !ok {
 				b.Fatalf("%s: not counted through the count cache", model)
 			}
@@ -315,5 +316,47 @@ func BenchmarkCountCacheNextTurnDoor(b *testing.B) {
 			b.ReportMetric(miss/float64(i), "door-ms-first-changed")
 			b.ReportMetric(miss/hit, "x-faster")
 		})
+	}
+}
+
+// TestCountCacheAcrossReload: a reload keeps the count cache (its size,
+// count_cache_bytes, needs a restart and is reported as not applied), and
+// the reloaded model's counts still go through it: a conversation counted
+// before the reload is found after it.
+func TestCountCacheAcrossReload(t *testing.T) {
+	tok, err := tokenize.LoadDir(fixtures.ModelDir(t, "qwen3"), tokenize.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := sim.New(sim.Config{Model: "m", OutputTokens: 1, Tokenizer: sim.ModelTokenizer(tok), MaxModelLen: 1 << 16},
+		zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+	var cfg config.Config
+	tg := startGatewayToks(t, tok, func(c *config.Config) {
+		c.Models[0].MaxModelLen = 1 << 16
+		cfg = *c
+	}, httptestServer(t, s))
+	docs := benchDocs(t)
+	k := 0
+	msgs := []string{message(docs, &k, 3000), message(docs, &k, 3000)}
+	post := func(n int) {
+		t.Helper()
+		res := tg.post(t, "/v1/chat/completions", conversation(msgs[:n], 0))
+		if body := readBodyT(t, res); res.StatusCode != 200 {
+			t.Fatalf("%d %s", res.StatusCode, body)
+		}
+	}
+	post(2)
+	hit := `maitred_count_cache_lookups_total{result="hit"}`
+	before := metricValue(t, scrape(t, tg), hit)
+
+	next := cfg
+	next.CountCacheBytes = 0
+	res, err := tg.Reload(next, map[string]*tokenize.Model{"m": tok})
+	if err != nil || !slices.Contains(res.NotApplied, "count_cache_bytes") {
+		t.Fatalf("reload: %+v %v; want count_cache_bytes not applied", res, err)
+	}
+	post(2)
+	if after := metricValue(t, scrape(t, tg), hit); after != before+1 {
+		t.Errorf("hits %v -> %v across the reload, want one more", before, after)
 	}
 }

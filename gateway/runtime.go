@@ -164,6 +164,7 @@ func (g *Gateway) newRuntimes(cfg *config.Config, toks map[string]*tokenize.Mode
 			affinity:       mc.PrefixAffinityTokens,
 			checkRate:      mc.TokenizeCheckRate,
 		}
+		rt.counter = g.counterFor(rt)
 		pc := g.poolConfig(cfg, mc)
 		if old := prev[mc.Name]; old != nil {
 			rt.pool, rt.metrics = old.pool, old.metrics
