@@ -168,7 +168,8 @@ type HealthConfig struct {
 	// UnhealthyThreshold is how many consecutive failed probes, or
 	// connection failures of real requests, turn a ready backend unhealthy.
 	UnhealthyThreshold int `yaml:"unhealthy_threshold"`
-	// WarmupPrompt is the prompt of the warm-up generation (max_tokens 1)
+	// WarmupPrompt is the prompt of the warm-up generation (a few streamed
+	// tokens that also measure the backend's idle TTFT and TPOT)
 	// a backend must answer before it is ready, and of the tokenizer probe.
 	WarmupPrompt string `yaml:"warmup_prompt"`
 	// WarmupTimeout bounds the warm-up generation.

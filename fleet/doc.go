@@ -30,8 +30,11 @@
 //
 //	loading   /health does not answer 200 (vLLM refuses connections while it loads)
 //	warming   /health 200; then /v1/models must list the model with a
-//	          max_model_len agreeing with the config, a one-token warm-up
-//	          generation must succeed, and the backend's /tokenize must count
+//	          max_model_len agreeing with the config, the warm-up
+//	          generation must succeed (WarmupTokens streamed tokens,
+//	          ignore_eos: it measures the backend's TTFT and TPOT idle,
+//	          BackendStatus.WarmupTTFT/WarmupTPOT, the floor triage
+//	          judges latency against), and the backend's /tokenize must count
 //	          a probe conversation as the gateway does
 //	          (tokenizer_check: warn serves it anyway, recording the
 //	          mismatch; off skips the probe). A failed warm-up is retried

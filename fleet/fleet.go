@@ -100,8 +100,11 @@ type Backend struct {
 	created     int64
 	fails       int // consecutive failed probes or connections
 	version     string
-	warmupTTFT  time.Duration
-	gauges      Gauges
+	// The warm-up generation's record: its whole time, its time to the
+	// first token and its mean time per output token after the first (0
+	// when it streamed fewer than two tokens).
+	warmupTime, warmupTTFT, warmupTPOT time.Duration
+	gauges                             Gauges
 	// Failed warm-ups in a row, and when the next may run (backoff).
 	warmFails  int
 	nextWarmup time.Time
@@ -190,6 +193,15 @@ type BackendStatus struct {
 	Version string `json:"version,omitempty"`
 	// WarmupSeconds is the time the warm-up generation took.
 	WarmupSeconds float64 `json:"warmup_seconds,omitempty"`
+	// WarmupTTFT and WarmupTPOT are the warm-up generation's time to its
+	// first token and mean time per output token after the first, measured
+	// on the stream while the backend was idle (0: not measured, e.g. a
+	// backend that answered without streaming or with one token).
+	WarmupTTFT time.Duration `json:"-"`
+	WarmupTPOT time.Duration `json:"-"`
+	// The same in seconds, for /debug/backends.
+	WarmupTTFTSeconds float64 `json:"warmup_ttft_seconds,omitempty"`
+	WarmupTPOTSeconds float64 `json:"warmup_tpot_seconds,omitempty"`
 	// Mismatch is a tokenizer or max_model_len difference found at
 	// warm-up: holding it back, or accepted (tokenizer_check: warn).
 	Mismatch *Mismatch `json:"mismatch,omitempty"`
@@ -204,8 +216,9 @@ func (b *Backend) Status() BackendStatus {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	st := BackendStatus{URL: b.URL.String(), Source: b.owner.label(), Draining: b.draining, State: b.state, Reason: b.reason, Since: b.since, MaxModelLen: b.maxModelLen,
-		InFlight: b.inFlight.Load(), Version: b.version, WarmupSeconds: b.warmupTTFT.Seconds(), WarmupFailures: b.warmFails,
-		Adapters: b.adapters}
+		InFlight: b.inFlight.Load(), Version: b.version, WarmupSeconds: b.warmupTime.Seconds(), WarmupFailures: b.warmFails,
+		Adapters: b.adapters, WarmupTTFT: b.warmupTTFT, WarmupTPOT: b.warmupTPOT,
+		WarmupTTFTSeconds: b.warmupTTFT.Seconds(), WarmupTPOTSeconds: b.warmupTPOT.Seconds()}
 	if b.mismatch != nil {
 		mm := *b.mismatch
 		st.Mismatch = &mm
@@ -738,8 +751,8 @@ func (f *Fleet) warmupBackoff(n int) time.Duration {
 }
 
 // warmedBefore reports whether b was ever ready (it then has a recorded
-// warm-up TTFT). Call with b.mu held.
-func (b *Backend) warmedBefore() bool { return b.warmupTTFT > 0 }
+// warm-up time). Call with b.mu held.
+func (b *Backend) warmedBefore() bool { return b.warmupTime > 0 }
 
 func (f *Fleet) checkHealth(ctx context.Context, b *Backend) (bool, string) {
 	res, err := f.do(ctx, b, http.MethodGet, "/health", nil)
@@ -755,8 +768,8 @@ func (f *Fleet) checkHealth(ctx context.Context, b *Backend) (bool, string) {
 }
 
 // warmUp runs the checks between warming and ready: the model is listed
-// (with a max_model_len agreeing with the config), a one-token generation
-// succeeds, and the backend's /tokenize counts a probe conversation as this
+// (with a max_model_len agreeing with the config), a short streamed
+// generation succeeds (and measures TTFT and TPOT), and the backend's /tokenize counts a probe conversation as this
 // gateway does. It returns Ready, or Warming with the reason.
 func (f *Fleet) warmUp(ctx context.Context, m *Model, b *Backend) (State, string) {
 	b.setMismatch(nil) // found again below if it still holds
@@ -789,21 +802,17 @@ func (f *Fleet) warmUp(ctx context.Context, m *Model, b *Backend) (State, string
 		b.mu.Unlock()
 	}
 	// The warm-up generation: the first real request pays for lazy
-	// compilation and allocation; this one does instead.
+	// compilation and allocation; this one does instead. It streams a few
+	// tokens so that it also measures the backend's TTFT and TPOT idle,
+	// the floor triage judges latency against from the first minute.
 	wctx, wcancel := context.WithTimeout(ctx, f.health.WarmupTimeout.D())
 	defer wcancel()
-	gen := map[string]any{"model": b.Served, "prompt": f.health.WarmupPrompt, "max_tokens": 1}
-	start := time.Now()
-	status, body, err := f.postJSON(wctx, b, "/v1/completions", gen)
+	w, err := f.warmupGeneration(wctx, b)
 	if err != nil {
-		return Warming, ReasonWarmupFailed + ": " + describeDialError(err)
+		return Warming, ReasonWarmupFailed + ": " + err.Error()
 	}
-	if status != http.StatusOK {
-		return Warming, fmt.Sprintf("%s: /v1/completions answered %d: %s", ReasonWarmupFailed, status, snippet(body))
-	}
-	ttft := max(time.Since(start), time.Microsecond)
 	b.mu.Lock()
-	b.warmupTTFT = ttft
+	b.warmupTime, b.warmupTTFT, b.warmupTPOT = w.total, w.ttft, w.tpot
 	b.mu.Unlock()
 	var mm *Mismatch
 	if set := m.settings.Load(); set.counter != nil && set.tokenizerCheck != config.TokenizerOff {

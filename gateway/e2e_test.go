@@ -219,7 +219,10 @@ func TestE2EClientDisconnectAbortsUpstream(t *testing.T) {
 }
 
 func TestE2EBackendCutMidStreamEndsWithErrorEvent(t *testing.T) {
-	e := startE2E(t, sim.Config{OutputTokens: 10, CutAfterChunks: 3}, nil)
+	e := startE2E(t, sim.Config{OutputTokens: 10}, nil)
+	// After the warm-up, which streams too: a backend that cuts every
+	// stream never becomes ready.
+	e.sim.Update(func(c *sim.Config) { c.CutAfterChunks = 3 })
 	// The SDK surfaces the gateway's error event as an error, not a quiet end.
 	p := chatParams(10)
 	stream := e.sdk.Chat.Completions.NewStreaming(t.Context(), p)

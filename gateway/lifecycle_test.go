@@ -178,9 +178,12 @@ func TestColdStart(t *testing.T) {
 		t.Fatalf("ready while warming: %d", code)
 	}
 	warmedAt := time.Now()
-	gate <- struct{}{} // the warm-up's one token
+	// The warm-up's tokens: fleet.WarmupTokens, with ignore_eos.
+	for range fleet.WarmupTokens {
+		gate <- struct{}{}
+	}
 	eventually(t, "ready", func() bool { code, _ := s.readyz(t); return code == 200 })
-	t.Logf("ready %s after the warm-up token (probe interval %s)", time.Since(warmedAt), cfg.Health.Interval.D())
+	t.Logf("ready %s after the warm-up tokens (probe interval %s)", time.Since(warmedAt), cfg.Health.Interval.D())
 	backend.Update(func(c *sim.Config) { c.TokenGate = nil })
 
 	res = postJSON(t, s, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`)

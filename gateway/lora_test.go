@@ -88,10 +88,30 @@ func startLoRA(t *testing.T, interval time.Duration, more ...func(*config.Config
 		}
 	}, e.urls...)
 	e.gw.Fleet.OnAdapters(e.adapts.heard)
+	listed := func(s *sim.Server) int {
+		n := 0
+		for _, r := range s.Received() {
+			if r.Path == "/v1/models" && r.Header.Get(fleet.ProbeHeader) != "" {
+				n++
+			}
+		}
+		return n
+	}
+	before := []int{listed(e.a), listed(e.b)}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); e.gw.Fleet.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
+	// Run probes every backend at once, and a ready backend's probe lists
+	// its adapters: wait for that listing, so that a test changing
+	// adapters afterwards is not overtaken by it.
+	deadline := time.Now().Add(30 * time.Second)
+	for listed(e.a) == before[0] || listed(e.b) == before[1] {
+		if time.Now().After(deadline) {
+			t.Fatal("Run's first probe listed no adapters within 30s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	e.sdk = openai.NewClient(option.WithBaseURL(e.gw.URL+"/v1/"), option.WithAPIKey("k"),
 		option.WithHTTPClient(e.gw.client), option.WithMaxRetries(0))
 	return e

@@ -14,7 +14,9 @@ import (
 )
 
 // statusTmpl is the status page: server-rendered, no scripts, readable by a
-// person in a browser and by curl.
+// person in a browser and by curl. The verdict and its evidence in words
+// come first, then SVG charts of the triage window (drawn here, see
+// statuschart.go), then the tables. It reloads itself every 5 seconds.
 var statusTmpl = template.Must(template.New("status").Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>maitred status</title>
 <meta http-equiv="refresh" content="5">
@@ -24,14 +26,20 @@ table{border-collapse:collapse;margin:.5em 0 1.5em}
 td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left}
 .ready{color:#060}.warming,.loading{color:#a60}.unhealthy{color:#b00}
 .verdict{font-size:1.3em;font-weight:bold}
+.charts{display:flex;flex-wrap:wrap;gap:1em 2em}
+.charts figure{margin:0}.charts figcaption{font-weight:bold;margin-bottom:.2em}
 </style></head><body>
 <h1>maitred</h1>
 <p>Gateway <b id="phase">{{.Phase}}</b>, readiness <b id="readiness">{{.Readiness}}</b>, generated {{.Now}}.</p>
 {{with .Store}}<p id="store">Shared store {{.URL}}: <b class="{{if .Up}}ready{{else}}unhealthy{{end}}">{{if .Up}}up{{else}}down{{end}}</b> since {{.Since.Format "2006-01-02T15:04:05Z07:00"}}; {{.Live}} live replicas (this one {{.Replica}}); {{.Detail}}.{{with .Error}} Last error: {{.}}{{end}}</p>{{end}}
 <h2>Triage</h2>
 <p class="verdict" id="verdict">{{.Report.Verdict}}</p>
+{{with .Report.Said}}<ul id="said">{{range .}}<li>{{.}}</li>{{end}}</ul>{{end}}
 <p>Over the last {{.Report.Window}}: {{.Report.Requests}} requests.</p>
 {{with .Report.Next}}<p>Inspect next:</p><ul>{{range .}}<li>{{.}}</li>{{end}}</ul>{{end}}
+<h2>The last {{.Report.Window}}</h2>
+<div class="charts">{{range .Charts}}<figure><figcaption>{{.Title}}</figcaption>{{.SVG}}</figure>
+{{end}}</div>
 {{range .Models}}
 <h2>Model {{.Name}}</h2>
 <p>Verdict <b>{{.Verdict}}</b>; queue depth {{.Queue}}; max_model_len {{.MaxModelLen}}.</p>
@@ -64,13 +72,15 @@ type statusData struct {
 	Report                triage.Report
 	Evidence              []kv
 	Models                []statusModel
+	Charts                []chart
 	Store                 *storeStatus
 }
 
 // statusPage answers GET / with the status page.
 func (g *Gateway) statusPage(w http.ResponseWriter, r *http.Request, _ *exchange) error {
 	rep := g.triage.Report()
-	d := statusData{Phase: g.Phase().String(), Readiness: "not ready", Now: time.Now().UTC().Format(time.RFC3339), Report: rep, Store: g.storeStatus()}
+	d := statusData{Phase: g.Phase().String(), Readiness: "not ready", Now: time.Now().UTC().Format(time.RFC3339), Report: rep,
+		Charts: statusCharts(g.triage.Series()), Store: g.storeStatus()}
 	ready := g.Phase() == Serving
 	for k, v := range rep.Evidence {
 		b, _ := json.Marshal(v)

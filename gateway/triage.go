@@ -171,8 +171,10 @@ func (g *Gateway) onTransition(m *fleet.Model, b *fleet.Backend, _, to fleet.Sta
 	rt := g.live().byName[m.Name]
 	rt.pool.Kick()
 	if to == fleet.Ready {
-		if st := b.Status(); st.WarmupSeconds > 0 {
-			g.triage.Warmup(m.Name, b.URL.Host, time.Duration(st.WarmupSeconds*float64(time.Second)), 0)
+		// The warm-up's figures, measured idle, are the floor triage
+		// judges this backend's latency against from its first request.
+		if st := b.Status(); st.WarmupTTFT > 0 || st.WarmupTPOT > 0 {
+			g.triage.Warmup(m.Name, b.URL.Host, st.WarmupTTFT, st.WarmupTPOT)
 		}
 	}
 	g.sampleBackend(rt, b, nil)

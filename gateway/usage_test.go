@@ -262,7 +262,10 @@ func TestUsageMeterFamilies(t *testing.T) {
 func TestUsageMeterCutAndRefused(t *testing.T) {
 	tok := loadTok(t, "qwen3")
 	t.Run("cut", func(t *testing.T) {
-		r := startUsageRig(t, sim.Config{CutAfterChunks: 3})
+		// Cut after the warm-up, which streams too: a backend that cuts
+		// every stream never becomes ready.
+		r := startUsageRig(t, sim.Config{})
+		r.sim.Update(func(c *sim.Config) { c.CutAfterChunks = 3 })
 		res, id := r.post(t, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"Say something"}],"max_tokens":10,"stream":true,"stream_options":{"include_usage":true}}`)
 		body := readBodyT(t, res)
 		var text strings.Builder

@@ -46,7 +46,9 @@
 //
 // Latency is judged per backend against its baseline, the lower of:
 //
-//   - its warm-up figures (Engine.Warmup), the idle floor, and
+//   - its warm-up figures (Engine.Warmup): TTFT and TPOT of a few tokens
+//     streamed when the backend turned ready, idle; the floor, there from
+//     the backend's first request, and
 //   - its moving baseline: an exponentially weighted mean (time constant
 //     Config.Baseline, default 1h) of the per-bucket p50s, weighted by
 //     sample count, fed by buckets as they leave the window. It is used once
@@ -59,14 +61,33 @@
 // neither, latency cannot be called rising: the rules that need a rise do
 // not match, and no ratio is reported.
 //
+// The floor has two consequences, both chosen. A backend slow from its
+// first request (its warm-up fast, its traffic slow) is judged against its
+// own warm-up, and stays flagged however long it stays slow. A backend
+// whose warm-up was itself slow has no faster figure of its own to be
+// judged against: it is only seen relative to its peers (the slow-path flag
+// below), so a model served by one backend that is slow from the start is
+// not named. And since the warm-up runs one request alone, a backend whose
+// TPOT under normal load (a large batch) is TPOTRiseFactor x its idle TPOT
+// reads as decode_pressure; raise tpot_rise_factor where that is normal.
+//
+// Each latency is judged twice: over the whole window, and over its newest
+// Thresholds.Recent (default 20s, rounded up to whole buckets: the current
+// bucket and the one before) on its own, each with MinSamples samples; it
+// is rising when either is, stable when neither is rising and the window's
+// p50 is below the stable factor. So a change is named once it dominates
+// the last 20 seconds, not only once it outweighs the rest of the window;
+// the ratio reported is the larger of the two.
+//
 // A backend needs Thresholds.MinSamples (default 20) TTFT or TPOT samples
 // in the window to be judged.
 //
-//   - TTFT rising: p50 >= TTFTRiseFactor (2) x baseline and p50 - baseline
-//     >= TTFTMinDelta (50ms).
-//   - TPOT rising: p50 >= TPOTRiseFactor (1.5) x baseline and p50 -
-//     baseline >= TPOTMinDelta (2ms).
-//   - TPOT stable: p50 < TPOTStableFactor (1.3) x baseline, or not judged.
+//   - TTFT rising: p50 (window or recent) >= TTFTRiseFactor (2) x baseline
+//     and p50 - baseline >= TTFTMinDelta (50ms).
+//   - TPOT rising: p50 (window or recent) >= TPOTRiseFactor (1.5) x
+//     baseline and p50 - baseline >= TPOTMinDelta (2ms).
+//   - TPOT stable: window p50 < TPOTStableFactor (1.3) x baseline and not
+//     rising, or not judged.
 //   - A queue is growing when its least-squares slope over the window is >=
 //     GrowthPerMin (0.5 per minute), or its last value is >= QueueDepthHigh
 //     (4, gateway queue) or WaitingHigh (4, vLLM waiting).
@@ -128,7 +149,15 @@
 // needs a peer). An unsupported dtype, attention backend or compiled shape
 // that falls back silently shows up this way. Only slowness is flagged.
 //
-// Each verdict comes with Next, what to inspect next per the manual.
+// Each verdict comes with Next, what to inspect next per the manual, and
+// Said: its evidence in sentences (for latency: the p50, over what, against
+// which baseline and why that one), for the status page and for people.
+//
+// Engine.Series returns the window bucket by bucket (per backend: request
+// and failure counts by layer, TTFT and TPOT p50/p99, the last vLLM
+// waiting, running and KV usage; per model: the highest gateway queue
+// depth), what the status page draws. It only reads; a figure not observed
+// in a bucket is absent, not zero.
 //
 // # Evidence
 //
@@ -166,7 +195,10 @@
 // door_rejections, backend_rejections, door_share, rejection_rate;
 // client_failure_share, stalled_requests. Backend evidence adds ttft_warmup_ms,
 // ttft_moving_baseline_ms (and its coverage in seconds),
-// ttft_baseline_source ("warmup" or "moving"), the same for TPOT,
+// ttft_baseline_source ("warmup" or "moving"), ttft_baseline_words (which
+// baseline, its value and why that one, in a sentence), ttft_recent_p50_ms,
+// ttft_recent_samples and ttft_recent_ratio (the newest Recent), the same
+// for TPOT,
 // kv_usage_min, waiting_max, samples, not_ready_share and
 // last_sample_age_s.
 //

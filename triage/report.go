@@ -84,14 +84,17 @@ func Next(verdict string) []string {
 
 // Report is the triage of the current window.
 type Report struct {
-	Verdict     string         `json:"verdict"`
-	Evidence    map[string]any `json:"evidence"`
-	Next        []string       `json:"next"`
-	Window      string         `json:"window"`
-	Requests    int            `json:"requests"`
-	Models      []ModelReport  `json:"models"`
-	Others      []Finding      `json:"others,omitempty"`
-	GeneratedAt time.Time      `json:"generated_at"`
+	Verdict  string         `json:"verdict"`
+	Evidence map[string]any `json:"evidence"`
+	// Said is the verdict's evidence in sentences (the figures that made
+	// it, and for latency which baseline they were judged against).
+	Said        []string      `json:"said"`
+	Next        []string      `json:"next"`
+	Window      string        `json:"window"`
+	Requests    int           `json:"requests"`
+	Models      []ModelReport `json:"models"`
+	Others      []Finding     `json:"others,omitempty"`
+	GeneratedAt time.Time     `json:"generated_at"`
 	// Dropped counts observations and samples that arrived older than the
 	// window, since the engine started.
 	Dropped uint64 `json:"dropped,omitempty"`
@@ -101,6 +104,7 @@ type Report struct {
 type Finding struct {
 	Verdict  string         `json:"verdict"`
 	Evidence map[string]any `json:"evidence"`
+	Said     []string       `json:"said"`
 	Next     []string       `json:"next"`
 }
 
@@ -109,6 +113,7 @@ type ModelReport struct {
 	Model    string          `json:"model"`
 	Verdict  string          `json:"verdict"`
 	Evidence map[string]any  `json:"evidence"`
+	Said     []string        `json:"said"`
 	Next     []string        `json:"next"`
 	Requests int             `json:"requests"`
 	Backends []BackendReport `json:"backends"`
@@ -165,6 +170,8 @@ type beval struct {
 	ttftSrc, tpotSrc                   string
 	ttftRatio, tpotRatio               float64 // 0 unknown
 	ttftRising, tpotRising, tpotStable bool
+	// The newest Thresholds.Recent of the window, judged on its own.
+	ttftRecent, tpotRecent judged
 
 	running, waiting, kv gaugeStat
 	prePerMin            float64
@@ -244,11 +251,11 @@ func (e *Engine) Report() Report {
 	}
 
 	rep := Report{Window: e.cfg.Window.String(), GeneratedAt: now, Dropped: e.dropped}
-	rep.Verdict, rep.Evidence, rep.Others = e.evaluate(all, scopes, now)
+	rep.Verdict, rep.Evidence, rep.Said, rep.Others = e.evaluate(all, scopes, now)
 	rep.Next = Next(rep.Verdict)
 	for _, msc := range scopes {
 		mr := ModelReport{Model: msc.m.name, Requests: msc.requests}
-		mr.Verdict, mr.Evidence, mr.Others = e.evaluate(msc.bes, []*mscope{msc}, now)
+		mr.Verdict, mr.Evidence, mr.Said, mr.Others = e.evaluate(msc.bes, []*mscope{msc}, now)
 		mr.Next = Next(mr.Verdict)
 		rep.Requests += msc.requests
 		for _, be := range msc.bes {
@@ -291,6 +298,16 @@ func (e *Engine) evalSeries(be *beval, lo int64, origin time.Time, now time.Time
 	}
 	be.ttftP50, be.ttftP95 = a.ttft.quantile(0.5), a.ttft.quantile(0.95)
 	be.tpotP50, be.tpotP95 = a.tpot.quantile(0.5), a.tpot.quantile(0.95)
+	// The newest buckets on their own: a change shows there before it
+	// outweighs the rest of the window.
+	var rt, rp hist
+	for i := range s.buckets {
+		b := &s.buckets[i]
+		if b.used && b.idx >= lo && b.idx > lo+numBuckets-1-e.recentBuckets() {
+			rt.merge(&b.ttft)
+			rp.merge(&b.tpot)
+		}
+	}
 
 	var warmTTFT, warmTPOT float64
 	if s.warm {
@@ -299,15 +316,37 @@ func (e *Engine) evalSeries(be *beval, lo int64, origin time.Time, now time.Time
 	be.ttftBase, be.ttftSrc = pickBase(warmTTFT, &s.base.ttft, th.MinBaselineCoverage)
 	be.tpotBase, be.tpotSrc = pickBase(warmTPOT, &s.base.tpot, th.MinBaselineCoverage)
 	minN := uint32(th.MinSamples)
-	if a.ttft.n >= minN && be.ttftBase > 0 {
-		be.ttftRatio = be.ttftP50 / be.ttftBase
-		be.ttftRising = be.ttftP50 >= th.TTFTRiseFactor*be.ttftBase && be.ttftP50-be.ttftBase >= float64(th.TTFTMinDelta)
+	// Rising over the whole window, or over its newest part alone; the
+	// ratio reported is the larger of the two that could be judged.
+	rising := func(p50, base, factor float64, delta time.Duration) bool {
+		return p50 >= factor*base && p50-base >= float64(delta)
+	}
+	if be.ttftBase > 0 {
+		if a.ttft.n >= minN {
+			be.ttftRatio = be.ttftP50 / be.ttftBase
+			be.ttftRising = rising(be.ttftP50, be.ttftBase, th.TTFTRiseFactor, th.TTFTMinDelta)
+		}
+		if rt.n >= minN {
+			p := rt.quantile(0.5)
+			be.ttftRecent = judged{p50: p, n: int(rt.n), ratio: p / be.ttftBase, rising: rising(p, be.ttftBase, th.TTFTRiseFactor, th.TTFTMinDelta)}
+			be.ttftRatio = math.Max(be.ttftRatio, be.ttftRecent.ratio)
+			be.ttftRising = be.ttftRising || be.ttftRecent.rising
+		}
 	}
 	be.tpotStable = true
-	if a.tpot.n >= minN && be.tpotBase > 0 {
-		be.tpotRatio = be.tpotP50 / be.tpotBase
-		be.tpotRising = be.tpotP50 >= th.TPOTRiseFactor*be.tpotBase && be.tpotP50-be.tpotBase >= float64(th.TPOTMinDelta)
-		be.tpotStable = be.tpotP50 < th.TPOTStableFactor*be.tpotBase
+	if be.tpotBase > 0 {
+		if a.tpot.n >= minN {
+			be.tpotRatio = be.tpotP50 / be.tpotBase
+			be.tpotRising = rising(be.tpotP50, be.tpotBase, th.TPOTRiseFactor, th.TPOTMinDelta)
+			be.tpotStable = be.tpotP50 < th.TPOTStableFactor*be.tpotBase
+		}
+		if rp.n >= minN {
+			p := rp.quantile(0.5)
+			be.tpotRecent = judged{p50: p, n: int(rp.n), ratio: p / be.tpotBase, rising: rising(p, be.tpotBase, th.TPOTRiseFactor, th.TPOTMinDelta)}
+			be.tpotRatio = math.Max(be.tpotRatio, be.tpotRecent.ratio)
+			be.tpotRising = be.tpotRising || be.tpotRecent.rising
+			be.tpotStable = be.tpotStable && !be.tpotRecent.rising
+		}
 	}
 
 	be.running, be.waiting, be.kv = a.running.stat(), a.waiting.stat(), a.kv.stat()
@@ -329,6 +368,21 @@ func (e *Engine) evalSeries(be *beval, lo int64, origin time.Time, now time.Time
 			(be.waiting.N > 1 && be.waiting.SlopePerMin >= th.GrowthPerMin && be.running.SlopePerMin < th.GrowthPerMin))
 	be.decodeM = be.tpotRising
 	be.prefillM = (be.ms.queueGrowing || waitingGrowing) && be.ttftRising && be.tpotStable
+}
+
+// judged is a latency figure over the newest part of the window.
+type judged struct {
+	p50    float64 // ns
+	n      int     // samples
+	ratio  float64 // p50 / baseline
+	rising bool
+}
+
+// recentBuckets is the number of newest buckets Thresholds.Recent covers
+// (rounded up, at least one, at most the window).
+func (e *Engine) recentBuckets() int64 {
+	k := int64((e.cfg.Thresholds.Recent + e.width - 1) / e.width)
+	return min(max(k, 1), numBuckets)
 }
 
 // pickBase returns the lower of the warm-up figure and the moving baseline
@@ -518,7 +572,7 @@ func (e *Engine) figures(bes []*beval, scopes []*mscope) map[string]any {
 // returns the dominant verdict, the evidence (scope figures overlaid with
 // the dominant finding's) and the other matching findings in precedence
 // order.
-func (e *Engine) evaluate(bes []*beval, scopes []*mscope, now time.Time) (string, map[string]any, []Finding) {
+func (e *Engine) evaluate(bes []*beval, scopes []*mscope, now time.Time) (string, map[string]any, []string, []Finding) {
 	th := e.cfg.Thresholds
 	var requests, ok, stalled int
 	var layers [numLayers]int
@@ -631,8 +685,8 @@ func (e *Engine) evaluate(bes []*beval, scopes []*mscope, now time.Time) (string
 	}
 
 	var found []Finding
-	add := func(v string, ev map[string]any) {
-		found = append(found, Finding{Verdict: v, Evidence: ev, Next: Next(v)})
+	add := func(v string, ev map[string]any, said []string) {
+		found = append(found, Finding{Verdict: v, Evidence: ev, Said: said, Next: Next(v)})
 	}
 
 	// compatibility
@@ -654,7 +708,7 @@ func (e *Engine) evaluate(bes []*beval, scopes []*mscope, now time.Time) (string
 			"incompatible_backends": incompat,
 			"backends":              nb,
 			"backends_ready":        nready,
-		})
+		}, sayCompat(bes))
 	}
 
 	// backend_unavailable
@@ -707,20 +761,20 @@ func (e *Engine) evaluate(bes []*beval, scopes []*mscope, now time.Time) (string
 			"unavailable_backends":      downList,
 			"backends":                  nb,
 			"backends_ready":            nready,
-		})
+		}, sayUnavailable(bes, layers[layerUnready], layers[layerConnect], requests, now))
 	}
 
 	// kv_pressure
 	if aff, sh, okm := perBackend(func(b *beval) bool { return b.kvM }); okm {
 		ev := e.figures(aff, nil)
 		affected(ev, aff, sh)
-		add(VerdictKV, ev)
+		add(VerdictKV, ev, e.sayKV(aff))
 	}
 	// decode_pressure
 	if aff, sh, okm := perBackend(func(b *beval) bool { return b.decodeM }); okm {
 		ev := e.figures(aff, nil)
 		affected(ev, aff, sh)
-		add(VerdictDecode, ev)
+		add(VerdictDecode, ev, e.sayLatency(aff, false))
 	}
 	// admission_or_prefill_pressure
 	gq := layers[layerQueue]
@@ -738,7 +792,7 @@ func (e *Engine) evaluate(bes []*beval, scopes []*mscope, now time.Time) (string
 		}
 		ev["gateway_queue_failures"] = gq
 		ev["prefill_failures"] = np
-		add(VerdictPrefill, ev)
+		add(VerdictPrefill, ev, e.sayPrefill(aff, affScopes(aff, scopes), gq, np))
 	}
 	// boundary: requests refused at the door, or by the backend itself
 	// (its own 4xx: a shape the door does not check).
@@ -750,7 +804,7 @@ func (e *Engine) evaluate(bes []*beval, scopes []*mscope, now time.Time) (string
 			"door_share":           r3(share(nd+nb, failures)),
 			"rejection_rate":       r3(share(nd+nb, requests)),
 			"rejections_by_reason": rbr,
-		})
+		}, sayBoundary(nd, nb, failures, requests, rbr))
 	}
 	// client_side
 	nc := layers[layerClient]
@@ -763,11 +817,11 @@ func (e *Engine) evaluate(bes []*beval, scopes []*mscope, now time.Time) (string
 			"client_stall_share":    r3(clientStallShare),
 			"stalled_requests":      stalled,
 			"stalled_request_share": r3(stalledShare),
-		})
+		}, e.sayClient(clientFail, nc, failures, stallDom, stalled, requests))
 	}
 
 	if len(found) == 0 {
-		return VerdictHealthy, core, nil
+		return VerdictHealthy, core, e.sayHealthy(requests, failures), nil
 	}
 	for k, v := range found[0].Evidence {
 		core[k] = v
@@ -776,7 +830,7 @@ func (e *Engine) evaluate(bes []*beval, scopes []*mscope, now time.Time) (string
 	if len(found) > 1 {
 		others = found[1:]
 	}
-	return found[0].Verdict, core, others
+	return found[0].Verdict, core, found[0].Said, others
 }
 
 // affScopes returns the model scopes of the affected series.
@@ -846,6 +900,18 @@ func (e *Engine) backendReport(be *beval, now time.Time) BackendReport {
 	}
 	if be.tpotSrc != "" {
 		ev["tpot_baseline_source"] = be.tpotSrc
+	}
+	ev["ttft_baseline_words"] = e.baselineWords(be, false)
+	ev["tpot_baseline_words"] = e.baselineWords(be, true)
+	for _, r := range []struct {
+		k string
+		j judged
+	}{{"ttft", be.ttftRecent}, {"tpot", be.tpotRecent}} {
+		if r.j.n > 0 {
+			ev[r.k+"_recent_p50_ms"] = ms(r.j.p50)
+			ev[r.k+"_recent_samples"] = r.j.n
+			ev[r.k+"_recent_ratio"] = r3(r.j.ratio)
+		}
 	}
 	if s.warmTTFT > 0 {
 		ev["ttft_warmup_ms"] = ms(float64(s.warmTTFT))

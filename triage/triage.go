@@ -192,6 +192,12 @@ type Thresholds struct {
 	// The moving baseline is used once it covers MinBaselineCoverage of
 	// traffic. Default 2m.
 	MinBaselineCoverage time.Duration
+	// Recent is the newest part of the window whose latency is also judged
+	// on its own (rounded up to whole buckets, at most the window): a
+	// slowdown is named once it dominates the last Recent, not only once it
+	// dominates the whole window. Default 20s (two buckets of the default
+	// window: the current one and the one before).
+	Recent time.Duration
 }
 
 // DefaultThresholds returns the documented defaults.
@@ -217,6 +223,7 @@ func DefaultThresholds() Thresholds {
 		MinAffectedShare:    0.2,
 		SlowPathFactor:      3,
 		MinBaselineCoverage: 2 * time.Minute,
+		Recent:              20 * time.Second,
 	}
 }
 
@@ -310,6 +317,7 @@ func (c Config) withDefaults() Config {
 	setF(&t.MinAffectedShare, dt.MinAffectedShare)
 	setF(&t.SlowPathFactor, dt.SlowPathFactor)
 	setD(&t.MinBaselineCoverage, dt.MinBaselineCoverage)
+	setD(&t.Recent, dt.Recent)
 	return c
 }
 
