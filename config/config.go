@@ -45,6 +45,10 @@ type Config struct {
 	// all requests at once (read so far, or held for forwarding); a request
 	// whose body would pass it gets 503 server_busy (0: no cap).
 	MaxBodyBytesInFlight int64 `yaml:"max_body_bytes_in_flight"`
+	// CountCacheBytes bounds the memory of the count cache
+	// (tokenize.CountCache), which lets the next turn of a conversation be
+	// counted without tokenizing again the turns counted before (0: off).
+	CountCacheBytes int64 `yaml:"count_cache_bytes"`
 	// MaxAudioBodyBytes caps an audio upload (/v1/audio/transcriptions,
 	// /v1/audio/translations): the audio's bytes (OpenAI's and vLLM's
 	// limit is the file's), and the body may carry 1 MiB more for the
@@ -374,6 +378,10 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 // MarshalYAML writes Go duration syntax.
 func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
 
+// MinCountCacheBytes is the smallest count_cache_bytes other than 0: room
+// for about a thousand boundaries (a few long conversations).
+const MinCountCacheBytes = 64 << 10
+
 // Default returns a config holding every default and no models.
 func Default() Config {
 	return Config{
@@ -385,6 +393,7 @@ func Default() Config {
 		ReadBodyTimeout:      Duration(30 * time.Second),
 		MaxConnections:       4096,
 		MaxBodyBytesInFlight: 512 << 20,
+		CountCacheBytes:      64 << 20,
 		MaxAudioBodyBytes:    25 << 20,
 		ReadAudioBodyTimeout: Duration(300 * time.Second),
 		FirstByteTimeout:     Duration(300 * time.Second),
@@ -626,6 +635,9 @@ func (c *Config) Validate() error {
 		add("max_body_bytes_in_flight", "must be 0 (no cap) or positive, got %d", c.MaxBodyBytesInFlight)
 	} else if c.MaxBodyBytesInFlight > 0 && c.MaxBodyBytesInFlight < c.MaxBodyBytes {
 		add("max_body_bytes_in_flight", "must be 0 (no cap) or at least max_body_bytes (%d), got %d", c.MaxBodyBytes, c.MaxBodyBytesInFlight)
+	}
+	if c.CountCacheBytes < 0 || c.CountCacheBytes > 0 && c.CountCacheBytes < MinCountCacheBytes {
+		add("count_cache_bytes", "must be 0 (off) or at least %d, got %d", MinCountCacheBytes, c.CountCacheBytes)
 	}
 	if c.MaxAudioBodyBytes <= 0 {
 		add("max_audio_body_bytes", "must be positive, got %d", c.MaxAudioBodyBytes)

@@ -128,6 +128,34 @@ func TestParseRejects(t *testing.T) {
 	}
 }
 
+// TestCountCacheBytes: the count cache is on by default (64 MiB), 0 turns
+// it off, a budget too small for it is refused naming the key.
+func TestCountCacheBytes(t *testing.T) {
+	const models = "models: [{name: a, backends: [{url: 'http://h:1'}]}]\n"
+	for _, tt := range []struct {
+		yaml string
+		want int64
+		err  string
+	}{
+		{models, 64 << 20, ""},
+		{"count_cache_bytes: 0\n" + models, 0, ""},
+		{"count_cache_bytes: 1048576\n" + models, 1 << 20, ""},
+		{"count_cache_bytes: -1\n" + models, 0, "count_cache_bytes: must be 0 (off) or at least 65536, got -1"},
+		{"count_cache_bytes: 100\n" + models, 0, "count_cache_bytes: must be 0 (off) or at least 65536, got 100"},
+		{"count_cache_bytes: lots\n" + models, 0, "count_cache_bytes (line 1)"},
+	} {
+		cfg, err := Parse([]byte(tt.yaml))
+		switch {
+		case tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)):
+			t.Errorf("%q: error %v, want %q", tt.yaml, err, tt.err)
+		case tt.err == "" && err != nil:
+			t.Errorf("%q: %v", tt.yaml, err)
+		case tt.err == "" && cfg.CountCacheBytes != tt.want:
+			t.Errorf("%q: count_cache_bytes %d, want %d", tt.yaml, cfg.CountCacheBytes, tt.want)
+		}
+	}
+}
+
 func TestParseReportsEveryValidationError(t *testing.T) {
 	_, err := Parse([]byte("listen: nope\nmodels: [{name: a}]\n"))
 	if err == nil {

@@ -50,8 +50,9 @@
 //
 // A JSON request is read once (within max_body_bytes) and goes
 // through the door (admission.Door: strict parse, shape, chat template,
-// exact context check), then waits in its model's admission.Pool for a
-// backend with room, and its original bytes are forwarded unchanged through
+// exact context check; chat counts go through the count cache,
+// count_cache_bytes, countcache.go, which a reload keeps), then waits in
+// its model's admission.Pool for a backend with room, and its original bytes are forwarded unchanged through
 // a single httputil.ReverseProxy. GET /version and the uncountable
 // /tokenize pass through to a ready backend outside the queue. A
 // connection failure before anything reached a backend goes back to the

@@ -67,6 +67,9 @@ type SharedStore interface {
 // state is its lifecycle phase, its pools, its body budget, its metrics,
 // and the config in force (reload.go), swapped whole by Reload.
 type Gateway struct {
+	// countCache counts chats of the models it accepts (nil: off;
+	// countcache.go). Sized once: count_cache_bytes needs a restart.
+	countCache *tokenize.CountCache
 	// cfg is the config the gateway started with: the listener's and
 	// server's settings (Server, Listener) are read from it alone.
 	cfg     config.Config
@@ -159,6 +162,7 @@ func New(o Options) (*Gateway, error) {
 		g.shared = o.Shared
 	}
 	cfg := o.Config
+	g.useCountCache(o.Registry)
 	g.setState(&cfg, g.newRuntimes(&cfg, o.Tokenizers, nil))
 	g.noModel = g.metrics.forModel("")
 	if o.Triage == nil {

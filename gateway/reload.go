@@ -61,8 +61,9 @@ func (g *Gateway) setState(cfg *config.Config, models []*modelRuntime) {
 // restartOnly are the settings a running gateway cannot change: the
 // listener and server (listen, max_connections, max_header_bytes,
 // read_header_timeout, idle_timeout), what was sized or started once
-// (max_body_bytes_in_flight, backend_dial_timeout, scrape_interval,
-// health, resolver, store, tracing, the triage window and baseline), the
+// (max_body_bytes_in_flight, count_cache_bytes, backend_dial_timeout,
+// scrape_interval, health, resolver, store, tracing, the triage window and
+// baseline), the
 // shape of the queues (priority_classes, default_priority) and whether
 // keys are required at all (auth present or not).
 var restartOnly = []struct {
@@ -76,6 +77,7 @@ var restartOnly = []struct {
 	{"read_header_timeout", func(c *config.Config) any { return c.ReadHeaderTimeout }, func(d, s *config.Config) { d.ReadHeaderTimeout = s.ReadHeaderTimeout }},
 	{"idle_timeout", func(c *config.Config) any { return c.IdleTimeout }, func(d, s *config.Config) { d.IdleTimeout = s.IdleTimeout }},
 	{"max_body_bytes_in_flight", func(c *config.Config) any { return c.MaxBodyBytesInFlight }, func(d, s *config.Config) { d.MaxBodyBytesInFlight = s.MaxBodyBytesInFlight }},
+	{"count_cache_bytes", func(c *config.Config) any { return c.CountCacheBytes }, func(d, s *config.Config) { d.CountCacheBytes = s.CountCacheBytes }},
 	{"backend_dial_timeout", func(c *config.Config) any { return c.BackendDialTimeout }, func(d, s *config.Config) { d.BackendDialTimeout = s.BackendDialTimeout }},
 	{"scrape_interval", func(c *config.Config) any { return c.ScrapeInterval }, func(d, s *config.Config) { d.ScrapeInterval = s.ScrapeInterval }},
 	{"health", func(c *config.Config) any { return c.Health }, func(d, s *config.Config) { d.Health = s.Health }},

@@ -28,6 +28,9 @@ type modelRuntime struct {
 	// tok is the model's tokenizer and chat template; nil: none (requests
 	// are forwarded uncounted).
 	tok *tokenize.Model
+	// counter is the door's counter for tok: tok itself, or tok through
+	// the count cache (countcache.go); nil when tok is.
+	counter admission.Counter
 	// clamp: on_overflow is clamp.
 	clamp                 bool
 	firstByte, streamIdle time.Duration
@@ -46,7 +49,9 @@ type modelRuntime struct {
 // follows what backends report when the config sets none.
 func (rt *modelRuntime) admission() admission.Model {
 	am := admission.Model{Name: rt.name, Ref: rt.ref, MaxModelLen: rt.fm.MaxModelLen(), Clamp: rt.clamp}
-	if rt.tok != nil {
+	if rt.counter != nil {
+		am.Counter = rt.counter
+	} else if rt.tok != nil {
 		am.Counter = rt.tok // only a non-nil tokenizer: a typed nil would not read as "none"
 	}
 	return am
@@ -159,6 +164,7 @@ func (g *Gateway) newRuntimes(cfg *config.Config, toks map[string]*tokenize.Mode
 			affinity:       mc.PrefixAffinityTokens,
 			checkRate:      mc.TokenizeCheckRate,
 		}
+		rt.counter = g.counterFor(rt)
 		pc := g.poolConfig(cfg, mc)
 		if old := prev[mc.Name]; old != nil {
 			rt.pool, rt.metrics = old.pool, old.metrics

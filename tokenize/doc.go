@@ -66,8 +66,17 @@
 // is a [NotExactError] (or Count.Exact false), and the caller forwards the
 // request uncounted for vLLM to decide.
 //
+// A [CountCache] counts the next turn of a conversation without
+// tokenizing again what an earlier turn's count tokenized: the rendered
+// text is counted from the last added-token boundary it shares with a text
+// counted before (keyed by SHA-256, no text kept), which gives the same
+// count as a full count for every tokenizer it accepts (Register probes the
+// identity it relies on); its memory is bounded by a byte budget, least
+// recently used first.
+//
 // # Concurrency
 //
 // A loaded Model and Tokenizer are immutable and safe for concurrent use;
-// each render gets its own variables.
+// each render gets its own variables. A CountCache is safe for concurrent
+// use.
 package tokenize

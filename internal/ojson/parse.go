@@ -464,8 +464,11 @@ func (p *parser) strSlow(start, i int) (string, error) {
 		case c < 0x20:
 			return "", p.errorf(i, "control character %s in a string", quoteByte(c))
 		case c < utf8.RuneSelf:
-			buf = append(buf, c)
-			i++
+			// A plain run, copied whole (a prompt with newlines is
+			// escapes between long runs).
+			j := plainASCII(d, i+1)
+			buf = append(buf, d[i:j]...)
+			i = j
 		default:
 			r, size := utf8.DecodeRune(d[i:])
 			if r == utf8.RuneError && size == 1 {

@@ -231,3 +231,30 @@ func BenchmarkParseChat(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkParseChatEscaped: a chat whose contents are lines (escaped
+// newlines between plain runs) with some non-ASCII text, as code, logs and
+// prose are.
+func BenchmarkParseChatEscaped(b *testing.B) {
+	var sb strings.Builder
+	sb.WriteString(`{"model":"qwen3","max_tokens":256,"messages":[`)
+	for i := 0; i < 20; i++ {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		sb.WriteString(`{"role":"user","content":"`)
+		for range 40 {
+			sb.WriteString(`func (p *parser) str() (string, error) { return \"quoted\", nil }\n\tnaïve café — done\n`)
+		}
+		sb.WriteString(`"}`)
+	}
+	sb.WriteString(`]}`)
+	data := []byte(sb.String())
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Parse(data, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
