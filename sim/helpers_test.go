@@ -7,12 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -224,82 +221,6 @@ next:
 	}
 	return 0, false
 }
-
-// --- in-memory network for synctest ------------------------------------
-
-// memNet is a tiny in-memory network: Listen registers an address, Dial
-// connects to it through net.Pipe and fails with ECONNREFUSED when nothing
-// listens. Everything blocks durably, so it works inside synctest bubbles.
-type memNet struct {
-	mu  sync.Mutex
-	lns map[string]*memListener
-}
-
-func (n *memNet) Listen(_, addr string) (net.Listener, error) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.lns == nil {
-		n.lns = map[string]*memListener{}
-	}
-	if _, ok := n.lns[addr]; ok {
-		return nil, syscall.EADDRINUSE
-	}
-	l := &memListener{net: n, addr: memAddr(addr), conns: make(chan net.Conn), done: make(chan struct{})}
-	n.lns[addr] = l
-	return l, nil
-}
-
-func (n *memNet) Dial(ctx context.Context, _, addr string) (net.Conn, error) {
-	n.mu.Lock()
-	l := n.lns[addr]
-	n.mu.Unlock()
-	if l == nil {
-		return nil, &net.OpError{Op: "dial", Net: "mem", Err: syscall.ECONNREFUSED}
-	}
-	c, s := net.Pipe()
-	select {
-	case l.conns <- s:
-		return c, nil
-	case <-l.done:
-		return nil, &net.OpError{Op: "dial", Net: "mem", Err: syscall.ECONNREFUSED}
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-
-type memAddr string
-
-func (a memAddr) Network() string { return "mem" }
-func (a memAddr) String() string  { return string(a) }
-
-type memListener struct {
-	net   *memNet
-	addr  memAddr
-	conns chan net.Conn
-	done  chan struct{}
-	once  sync.Once
-}
-
-func (l *memListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.conns:
-		return c, nil
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
-}
-
-func (l *memListener) Close() error {
-	l.once.Do(func() {
-		close(l.done)
-		l.net.mu.Lock()
-		delete(l.net.lns, string(l.addr))
-		l.net.mu.Unlock()
-	})
-	return nil
-}
-
-func (l *memListener) Addr() net.Addr { return l.addr }
 
 func newBufReader(r io.Reader) *bufio.Reader { return bufio.NewReader(r) }
 

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/maitred-dev/maitred/internal/memnet"
 )
 
 // bubbleEnv runs a simulator with Run on an in-memory network inside a
@@ -24,9 +26,9 @@ type bubbleEnv struct {
 }
 
 func startBubble(t *testing.T, cfg Config) *bubbleEnv {
-	mn := &memNet{}
+	mn := &memnet.Network{}
 	s := New(cfg, nil)
-	s.listen = mn.Listen
+	s.listen = func(_, addr string) (net.Listener, error) { return mn.Listen(addr) }
 	tr := &http.Transport{DialContext: mn.Dial}
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &bubbleEnv{sim: s, client: &http.Client{Transport: tr}, tr: tr, cancel: cancel,

@@ -175,17 +175,7 @@ func TestRestartedStoreRefilled(t *testing.T) {
 	// The first operation on the new server either succeeds on a fresh
 	// connection or marks the store down; either way a heartbeat must
 	// bring the holding back.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		n, err := srv.Do("HLEN", backendKey("v"))
-		if err == nil && n == ":1" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("holding not written back after the restart: HLEN = %q, %v; store state %+v", n, err, a.State())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	awaitWrittenBack(t, srv, a.Store)
 	if _, err := a.Take(ctx, "v", 1, 0, 7); err == nil {
 		t.Fatal("the written-back holding did not count: a second take on max_in_flight 1 succeeded")
 	}
@@ -217,14 +207,21 @@ func TestStoreRestartedBeforeFirstHeartbeat(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Go(func() { s.Run(ctx) })
 	defer func() { cancel(); wg.Wait() }()
+	awaitWrittenBack(t, srv, s)
+}
+
+// awaitWrittenBack waits until backend v's hash holds one holding again
+// after the store restarted empty.
+func awaitWrittenBack(t *testing.T, srv *redistest.Server, s *Store) {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		n, err := srv.Do("HLEN", backendKey("v"))
 		if err == nil && n == ":1" {
-			break
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("holding not written back by the first heartbeat after the restart: HLEN = %q, %v", n, err)
+			t.Fatalf("holding not written back after the restart: HLEN = %q, %v; store state %+v", n, err, s.State())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
