@@ -2,7 +2,6 @@ package tokenize
 
 import (
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -414,64 +413,27 @@ func formatFilter(fv value, vals []value) (value, error) {
 	if fv.k != kStr {
 		return undef, errUnsupported("format of a non-string or with keyword arguments")
 	}
-	f := fv.s
-	var b strings.Builder
-	next := 0
-	for i := 0; i < len(f); i++ {
-		if f[i] != '%' {
-			b.WriteByte(f[i])
-			continue
-		}
-		i++
-		prec := -1
-		if i+1 < len(f) && f[i] == '.' && f[i+1] >= '0' && f[i+1] <= '9' {
-			prec = 0
-			for i++; i < len(f) && f[i] >= '0' && f[i] <= '9'; i++ {
-				prec = prec*10 + int(f[i]-'0')
-			}
-		}
-		if i >= len(f) {
-			return undef, errUnsupported("format string ending in %")
-		}
-		conv := f[i]
-		if conv == '%' && prec < 0 {
-			b.WriteByte('%')
-			continue
-		}
-		if next >= len(vals) {
-			return undef, errUnsupported("format with fewer arguments than conversions")
-		}
-		v := vals[next]
-		next++
+	out, err := pyPercent(fv.s, len(vals), func(b *strings.Builder, i int, conv byte, prec int) error {
+		v := vals[i]
 		switch {
 		case conv == 's' && prec < 0:
-			if err := writeStr(&b, v); err != nil {
-				return undef, err
-			}
+			return writeStr(b, v)
 		case conv == 'r' && prec < 0:
 			if v.k == kUndef {
-				return undef, errNotPython("%r of an undefined value")
+				return errNotPython("%r of an undefined value")
 			}
-			if err := writeRepr(&b, v); err != nil {
-				return undef, err
-			}
+			return writeRepr(b, v)
 		case (conv == 'd' || conv == 'i') && prec < 0 && (v.k == kBool || v.k == kInt):
 			b.WriteString(strconv.FormatInt(v.n, 10))
+			return nil
 		case conv == 'f' && (v.k == kInt || v.k == kFloat):
 			x, _ := v.num()
-			if prec < 0 {
-				prec = 6
-			}
-			if math.IsInf(x, 0) || math.IsNaN(x) {
-				return undef, errUnsupported("format of inf or nan")
-			}
-			b.WriteString(strconv.FormatFloat(x, 'f', prec, 64))
-		default:
-			return undef, errUnsupported(fmt.Sprintf("format conversion %%%c", conv))
+			return pyFixed(b, x, prec)
 		}
+		return errUnsupported(fmt.Sprintf("format conversion %%%c", conv))
+	})
+	if err != nil {
+		return undef, err
 	}
-	if next != len(vals) {
-		return undef, errUnsupported("format with more arguments than conversions")
-	}
-	return strV(b.String()), nil
+	return strV(out), nil
 }

@@ -432,7 +432,39 @@ func filterFormat(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Valu
 	if len(args) == 0 || !args[0].IsString() || len(kwargs) > 0 {
 		return jinja.Undefined(), errUnsupported("format of a non-string or with keyword arguments")
 	}
-	f, vals := args[0].AsString(), args[1:]
+	vals := args[1:]
+	out, err := pyPercent(args[0].AsString(), len(vals), func(b *strings.Builder, i int, conv byte, prec int) error {
+		v := vals[i]
+		switch {
+		case conv == 's' && prec < 0:
+			b.WriteString(pyStr(v))
+		case conv == 'r' && prec < 0:
+			pyRepr(b, v)
+		case (conv == 'd' || conv == 'i') && prec < 0 && v.IsBool():
+			b.WriteString(strconv.Itoa(boolInt(v.AsBool())))
+		case (conv == 'd' || conv == 'i') && prec < 0 && v.IsInt():
+			b.WriteString(strconv.FormatInt(v.AsInt(), 10))
+		case conv == 'f' && v.IsFloat():
+			return pyFixed(b, v.AsFloat(), prec)
+		case conv == 'f' && v.IsInt():
+			return pyFixed(b, float64(v.AsInt()), prec)
+		default:
+			return errUnsupported(fmt.Sprintf("format conversion %%%c", conv))
+		}
+		return nil
+	})
+	if err != nil {
+		return jinja.Undefined(), err
+	}
+	return jinja.NewString(out), nil
+}
+
+// pyPercent is Python's `f % args` for n arguments: it copies f, turns %%
+// into %, reads each other conversion's letter and optional .N precision,
+// and has conv write argument i. A count of conversions other than n, or
+// f ending in %, is unsupported (Python raises on the first; neither
+// appears in chat templates).
+func pyPercent(f string, n int, conv func(b *strings.Builder, i int, conv byte, prec int) error) (string, error) {
 	var b strings.Builder
 	next := 0
 	for i := 0; i < len(f); i++ {
@@ -449,49 +481,37 @@ func filterFormat(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Valu
 			}
 		}
 		if i >= len(f) {
-			return jinja.Undefined(), errUnsupported("format string ending in %")
+			return "", errUnsupported("format string ending in %")
 		}
-		conv := f[i]
-		if conv == '%' && prec < 0 {
+		if f[i] == '%' && prec < 0 {
 			b.WriteByte('%')
 			continue
 		}
-		if next >= len(vals) {
-			return jinja.Undefined(), errUnsupported("format with fewer arguments than conversions")
+		if next >= n {
+			return "", errUnsupported("format with fewer arguments than conversions")
 		}
-		v := vals[next]
+		if err := conv(&b, next, f[i], prec); err != nil {
+			return "", err
+		}
 		next++
-		switch {
-		case conv == 's' && prec < 0:
-			b.WriteString(pyStr(v))
-		case conv == 'r' && prec < 0:
-			pyRepr(&b, v)
-		case (conv == 'd' || conv == 'i') && prec < 0 && v.IsBool():
-			b.WriteString(strconv.Itoa(boolInt(v.AsBool())))
-		case (conv == 'd' || conv == 'i') && prec < 0 && v.IsInt():
-			b.WriteString(strconv.FormatInt(v.AsInt(), 10))
-		case conv == 'f' && (v.IsInt() || v.IsFloat()):
-			var x float64
-			if v.IsFloat() {
-				x = v.AsFloat()
-			} else {
-				x = float64(v.AsInt())
-			}
-			if prec < 0 {
-				prec = 6
-			}
-			if math.IsInf(x, 0) || math.IsNaN(x) {
-				return jinja.Undefined(), errUnsupported("format of inf or nan")
-			}
-			b.WriteString(strconv.FormatFloat(x, 'f', prec, 64))
-		default:
-			return jinja.Undefined(), errUnsupported(fmt.Sprintf("format conversion %%%c", conv))
-		}
 	}
-	if next != len(vals) {
-		return jinja.Undefined(), errUnsupported("format with more arguments than conversions")
+	if next != n {
+		return "", errUnsupported("format with more arguments than conversions")
 	}
-	return jinja.NewString(b.String()), nil
+	return b.String(), nil
+}
+
+// pyFixed writes x as %f (precision 6) or %.Nf; inf and nan are
+// unsupported (Python writes them its own way).
+func pyFixed(b *strings.Builder, x float64, prec int) error {
+	if prec < 0 {
+		prec = 6
+	}
+	if math.IsInf(x, 0) || math.IsNaN(x) {
+		return errUnsupported("format of inf or nan")
+	}
+	b.WriteString(strconv.FormatFloat(x, 'f', prec, 64))
+	return nil
 }
 
 func boolInt(b bool) int {
