@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/maitred-dev/maitred/fleet"
+	"github.com/maitred-dev/maitred/internal/dnstest"
 	"github.com/maitred-dev/maitred/sim"
 )
 
@@ -81,38 +81,16 @@ func (s *simBackend) beforeWarm() int {
 // addresses, the config the port.
 func simsOnOnePort(t *testing.T, n int, cfg sim.Config) (string, []*simBackend) {
 	t.Helper()
-	for try := 0; try < 50; try++ {
-		first, err := net.Listen("tcp", "127.0.0.2:0")
-		if err != nil {
-			t.Skipf("no 127.0.0.2 loopback address: %v", err)
-		}
-		_, port, _ := net.SplitHostPort(first.Addr().String())
-		lns := []net.Listener{first}
-		for i := 1; i < n; i++ {
-			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.%d:%s", i+2, port))
-			if err != nil {
-				break
-			}
-			lns = append(lns, ln)
-		}
-		if len(lns) < n {
-			for _, ln := range lns {
-				ln.Close()
-			}
-			continue
-		}
-		var out []*simBackend
-		for _, ln := range lns {
-			sb := &simBackend{sim: sim.New(cfg, nil), addr: ln.Addr().String()}
-			srv := &http.Server{Handler: sb.handler(sb.sim.Handler())}
-			go srv.Serve(ln)
-			t.Cleanup(func() { sb.sim.Close(); srv.Close() })
-			out = append(out, sb)
-		}
-		return port, out
+	port, lns := dnstest.ListenOnOnePort(t, n)
+	var out []*simBackend
+	for _, ln := range lns {
+		sb := &simBackend{sim: sim.New(cfg, nil), addr: ln.Addr().String()}
+		srv := &http.Server{Handler: sb.handler(sb.sim.Handler())}
+		go srv.Serve(ln)
+		t.Cleanup(func() { sb.sim.Close(); srv.Close() })
+		out = append(out, sb)
 	}
-	t.Fatal("no port free on every loopback address")
-	return "", nil
+	return port, out
 }
 
 // debugBackend is one record of GET /debug/backends.

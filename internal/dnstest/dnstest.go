@@ -7,6 +7,7 @@ package dnstest
 
 import (
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -152,4 +153,35 @@ func (s *Server) serve(w dns.ResponseWriter, req *dns.Msg) {
 	}
 	s.mu.Unlock()
 	w.WriteMsg(m)
+}
+
+// ListenOnOnePort listens on 127.0.0.2, 127.0.0.3, ... (n addresses) at one
+// port, as the pods behind a headless Service do: the DNS answer carries the
+// addresses, the config the port. It skips the test when 127.0.0.2 is not a
+// loopback address here, and fails it when no port is free on all n.
+func ListenOnOnePort(t testing.TB, n int) (port string, lns []net.Listener) {
+	t.Helper()
+	for range 50 {
+		first, err := net.Listen("tcp", "127.0.0.2:0")
+		if err != nil {
+			t.Skipf("no 127.0.0.2 loopback address: %v", err)
+		}
+		_, port, _ = net.SplitHostPort(first.Addr().String())
+		lns = []net.Listener{first}
+		for i := 1; i < n; i++ {
+			ln, err := net.Listen("tcp", "127.0.0."+strconv.Itoa(i+2)+":"+port)
+			if err != nil {
+				break
+			}
+			lns = append(lns, ln)
+		}
+		if len(lns) == n {
+			return port, lns
+		}
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}
+	t.Fatal("no port free on every loopback address")
+	return "", nil
 }

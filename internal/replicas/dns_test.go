@@ -23,38 +23,16 @@ import (
 func backendsOnOnePort(t *testing.T, n int, c sim.Config) (string, []*backend) {
 	t.Helper()
 	c.Model = "m"
-	for try := 0; try < 50; try++ {
-		first, err := net.Listen("tcp", "127.0.0.2:0")
-		if err != nil {
-			t.Skipf("no 127.0.0.2 loopback address: %v", err)
-		}
-		_, port, _ := net.SplitHostPort(first.Addr().String())
-		lns := []net.Listener{first}
-		for i := 1; i < n; i++ {
-			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.%d:%s", i+2, port))
-			if err != nil {
-				break
-			}
-			lns = append(lns, ln)
-		}
-		if len(lns) < n {
-			for _, ln := range lns {
-				ln.Close()
-			}
-			continue
-		}
-		var out []*backend
-		for _, ln := range lns {
-			s := sim.New(c, nil)
-			srv := &http.Server{Handler: s.Handler()}
-			go srv.Serve(ln)
-			t.Cleanup(func() { s.Close(); srv.Close() })
-			out = append(out, &backend{sim: s, addr: ln.Addr().String()})
-		}
-		return port, out
+	port, lns := dnstest.ListenOnOnePort(t, n)
+	var out []*backend
+	for _, ln := range lns {
+		s := sim.New(c, nil)
+		srv := &http.Server{Handler: s.Handler()}
+		go srv.Serve(ln)
+		t.Cleanup(func() { s.Close(); srv.Close() })
+		out = append(out, &backend{sim: s, addr: ln.Addr().String()})
 	}
-	t.Fatal("no port free on every loopback address")
-	return "", nil
+	return port, out
 }
 
 // dnsConfig is a replica's config: the shared store, the test's DNS
