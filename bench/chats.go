@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/maitred-dev/maitred/internal/fixtures"
 	"github.com/maitred-dev/maitred/sim"
@@ -87,6 +89,19 @@ func chatSizes() []chatSize {
 		{"short", shortChat},
 		{"1k", longChat},
 	}
+}
+
+// pickSizes returns the sizes list names ("short,1k"), in its order.
+func pickSizes(list string) ([]chatSize, error) {
+	var out []chatSize
+	for name := range strings.SplitSeq(list, ",") {
+		i := slices.IndexFunc(chatSizes(), func(s chatSize) bool { return s.name == strings.TrimSpace(name) })
+		if i < 0 {
+			return nil, fmt.Errorf("-sizes: unknown size %q (short, 1k)", name)
+		}
+		out = append(out, chatSizes()[i])
+	}
+	return out, nil
 }
 
 func shortChat(model string, n int64) []byte {

@@ -1,20 +1,40 @@
-// Command bench measures what maitred adds on top of the floor any Go proxy
-// pays, in one run with requests interleaved at a fixed rate across three
+// Command bench measures what maitred adds on top of the floor any proxy
+// pays, in one run with requests interleaved at a fixed rate across four
 // paths to the same simulated vLLM backend:
 //
 //	direct   client -> sim
+//	nginx    client -> nginx -> sim  (Debian's /usr/sbin/nginx; skipped, with a note, when not installed)
 //	bare     client -> net/http/httputil.ReverseProxy -> sim
 //	maitred  client -> maitred gateway -> sim
 //
-// Phases: (1) short non-streaming chat requests at -rate requests/s, the
-// three paths interleaved request by request, reporting p50/p99 latency and
-// maitred's margin over bare; (2) streaming requests, reporting each SSE
-// event's delay from the moment the simulator wrote it to the moment the
-// client read it; (3) maximum throughput of each path with -conc closed-loop
-// workers. Everything runs in this process on loopback, so the three paths
-// share the machine's cores equally.
+// maitred counts every request's prompt with a real tokenizer and chat
+// template (-tokenizer qwen3, the fixture `make fixtures` downloads; or the
+// built-in demo), and the simulator counts with the same one, as vLLM
+// would. Every request's chat names its own ticket number, so no two share
+// a rendered prefix and the gateway's count cache cannot answer one from
+// another.
 //
-// Usage: go run ./bench [-rate 300] [-duration 20s] [-json]
+// nginx runs as a child process with a config generated in a temp dir (see
+// nginxConf): one upstream with keep-alive connections, HTTP/1.1, no
+// buffering, no access log, -nginx-workers worker processes (default 1,
+// see nginxWorkersWhy), as the current user; it is stopped on exit.
+//
+// Phases: (1) for each size, a short chat and a ten-turn chat of about
+// 1,000 tokens, non-streaming requests at -rate requests/s per path, the
+// paths interleaved request by request, reporting p50/p99 latency, what
+// each proxy adds over direct, the verdicts of issue 17's target 1
+// (maitred's added p50 and p99 at most the bare proxy's) and its moonshot
+// (maitred's added p50 within 2x nginx's), and the mean of each of
+// maitred's request phases (gateway/triage.go); (2) streaming requests,
+// reporting each SSE event's delay from the moment the simulator wrote it
+// to the moment the client read it; (3) for each size, maximum throughput
+// of each path with -conc closed-loop workers, -max-duration per path in
+// one-second rounds, the paths taking turns, and maitred/bare against
+// target 5 (>= 95%). Everything but nginx runs in this process on
+// loopback, so the paths share the machine's cores. -cpuprofile writes a
+// CPU profile of the whole run.
+//
+// Usage: go run ./bench [-rate 300] [-duration 20s] [-tokenizer qwen3|demo] [-nginx-workers 1] [-cpuprofile FILE] [-json]
 //
 //	go run ./bench -scenario overload [-capacity 40] [-overload-3x 30s]
 //	go run ./bench -scenario soak [-streams 1000] [-hold 20s]
@@ -52,12 +72,12 @@ import (
 )
 
 var (
-	rate         = flag.Int("rate", 300, "non-streaming requests per second, all paths together x3 (each path gets this rate)")
-	duration     = flag.Duration("duration", 20*time.Second, "length of the fixed-rate phase")
+	rate         = flag.Int("rate", 300, "non-streaming requests per second per path (every path gets this rate)")
+	duration     = flag.Duration("duration", 20*time.Second, "length of each size's fixed-rate phase")
 	streamRate   = flag.Int("stream-rate", 30, "streaming requests per second per path")
 	streamDur    = flag.Duration("stream-duration", 10*time.Second, "length of the streaming phase")
 	events       = flag.Int("events", 20, "tokens per streamed answer")
-	maxDur       = flag.Duration("max-duration", 5*time.Second, "length of each path's throughput run")
+	maxDur       = flag.Duration("max-duration", 5*time.Second, "length of each path's throughput run, per size, in one-second rounds")
 	conc         = flag.Int("conc", 32, "closed-loop workers in the throughput phase")
 	jsonOut      = flag.Bool("json", false, "print results as JSON")
 	scenario     = flag.String("scenario", "proxy", "proxy: direct vs nginx vs bare vs maitred; overload: the admission queue at 1x and 3x capacity; soak: memory and goroutines per open stream; slowbody: memory and timeouts under declared-but-unsent bodies; quota: an API key's tokens_per_minute under concurrent clients; store: the shared store (a redis-server it starts) against in-process accounting")
@@ -74,6 +94,7 @@ var (
 	tokName      = flag.String("tokenizer", "qwen3", "proxy: the tokenizer maitred and the simulator count every request with: qwen3 (the fixture, see make fixtures) or demo (built in)")
 	fixturesDir  = flag.String("fixtures", "", "proxy: the folder holding the fixture models (default .fixtures/models under the repository root)")
 	nginxWorkers = flag.String("nginx-workers", "1", "proxy: nginx's worker_processes (a number or auto)")
+	sizesFlag    = flag.String("sizes", "short,1k", "proxy: the chat sizes to run, comma-separated (short, 1k)")
 	cpuProfile   = flag.String("cpuprofile", "", "proxy: write a CPU profile of the whole run (client, simulator, proxies) to this file")
 )
 
@@ -121,6 +142,9 @@ func run() error {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	// The client's goroutines (and its transport's) are "client" in the
+	// profile; each server labels its own (serveAs).
+	pprof.SetGoroutineLabels(pprof.WithLabels(context.Background(), pprof.Labels("server", "client")))
 	model := *tokName
 	stamps := &stampBook{m: map[string][]time.Time{}}
 
@@ -129,7 +153,7 @@ func run() error {
 	// gateway's warm-up probe (tokenizer_check enforce) passes.
 	backend := sim.New(sim.Config{Model: model, MaxModelLen: 4096, OutputTokens: 8, MaxNumSeqs: 100000, KVTokens: 1 << 30,
 		Tokenizer: sim.ModelTokenizer(tok)}, zap.NewNop())
-	simURL, stopSim, err := serve(stamps.wrap(backend.Handler()))
+	simURL, stopSim, err := serveAs("sim", stamps.wrap(backend.Handler()))
 	if err != nil {
 		return err
 	}
@@ -158,7 +182,7 @@ func run() error {
 		Transport:     poolTransport(),
 		FlushInterval: -1,
 	}
-	bareURL, stopBare, err := serve(bare)
+	bareURL, stopBare, err := serveAs("bare", bare)
 	if err != nil {
 		return err
 	}
@@ -179,7 +203,10 @@ func run() error {
 	paths = append(paths, path{"maitred", gwURL})
 
 	client := &http.Client{Transport: poolTransport()}
-	sizes := chatSizes()
+	sizes, err := pickSizes(*sizesFlag)
+	if err != nil {
+		return err
+	}
 
 	// Warm connection pools and code paths.
 	for _, p := range paths {
@@ -233,13 +260,29 @@ func nextID() int64 { return requestID.Add(1) }
 
 // serve runs h on a fresh loopback port.
 func serve(h http.Handler) (string, func(), error) {
+	return serveAs("", h)
+}
+
+// serveAs is serve with the profiler label server=name (none when "") on
+// every goroutine the server starts: its connections and, through them,
+// its outbound transport's. go tool pprof -tags then splits a -cpuprofile
+// by server.
+func serveAs(name string, h http.Handler) (string, func(), error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", nil, err
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	go srv.Serve(ln)
+	go servingAs(name, func() { srv.Serve(ln) })
 	return "http://" + ln.Addr().String(), func() { srv.Close() }, nil
+}
+
+// servingAs runs serve with the profiler label server=name (none when "").
+func servingAs(name string, serve func()) {
+	if name != "" {
+		pprof.SetGoroutineLabels(pprof.WithLabels(context.Background(), pprof.Labels("server", name)))
+	}
+	serve()
 }
 
 // serveGateway runs a gateway for cfg on loopback, probes its backends
@@ -288,7 +331,7 @@ func serveGatewayWith(cfg config.Config, log *zap.Logger, x gatewayExtras) (stri
 		return "", nil, nil, err
 	}
 	srv := gw.Server()
-	go srv.Serve(gw.Listener(ln))
+	go servingAs("maitred", func() { srv.Serve(gw.Listener(ln)) })
 	return "http://" + ln.Addr().String(), tr, func() { srv.Close(); tr.CloseIdleConnections(); gw.Close() }, nil
 }
 
