@@ -163,7 +163,7 @@ func run() error {
 	res := results{GOMAXPROCS: runtime.GOMAXPROCS(0), Tokenizer: model, Rate: *rate, Duration: duration.String()}
 	paths := []path{{"direct", simURL}}
 
-	nginxURL, stopNginx, ok, err := startNginx(target.Host, *nginxWorkers)
+	nginxURL, stopNginx, ok, err := startNginx(nginxBin, target.Host, *nginxWorkers)
 	switch {
 	case err != nil:
 		return fmt.Errorf("nginx: %w", err)

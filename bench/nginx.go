@@ -66,11 +66,11 @@ http {
 	return b.String()
 }
 
-// startNginx runs nginx in front of upstream (host:port) with workers
-// worker processes, on a free loopback port, until stop. ok is false, with
-// no error, when nginx is not installed.
-func startNginx(upstream, workers string) (url string, stop func(), ok bool, err error) {
-	if _, err := os.Stat(nginxBin); err != nil {
+// startNginx runs nginx (bin) in front of upstream (host:port) with
+// workers worker processes, on a free loopback port, until stop. ok is
+// false, with no error, when bin is not installed.
+func startNginx(bin, upstream, workers string) (url string, stop func(), ok bool, err error) {
+	if _, err := os.Stat(bin); err != nil {
 		return "", nil, false, nil
 	}
 	dir, err := os.MkdirTemp("", "bench-nginx")
@@ -91,7 +91,7 @@ func startNginx(upstream, workers string) (url string, stop func(), ok bool, err
 	}
 	// -e: the error log before the config is read (the compiled-in
 	// /var/log/nginx/error.log is not writable when not root).
-	cmd := exec.Command(nginxBin, "-p", dir, "-c", conf, "-e", filepath.Join(dir, "error.log"))
+	cmd := exec.Command(bin, "-p", dir, "-c", conf, "-e", filepath.Join(dir, "error.log"))
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	// Its own process group, so that stop reaches the workers too.

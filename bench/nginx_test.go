@@ -53,7 +53,7 @@ func TestStartNginx(t *testing.T) {
 	}))
 	defer up.Close()
 	u, _ := url.Parse(up.URL)
-	base, stop, ok, err := startNginx(u.Host, "1")
+	base, stop, ok, err := startNginx(nginxBin, u.Host, "1")
 	if err != nil || !ok {
 		t.Fatalf("startNginx: ok %v, %v", ok, err)
 	}
@@ -66,5 +66,12 @@ func TestStartNginx(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != 200 || string(b) != "up /x" {
 		t.Errorf("got %d %q, want 200 \"up /x\"", res.StatusCode, b)
+	}
+}
+
+func TestStartNginxNotInstalled(t *testing.T) {
+	_, _, ok, err := startNginx(t.TempDir()+"/nginx", "127.0.0.1:9", "1")
+	if ok || err != nil {
+		t.Errorf("ok %v, err %v; want false, nil (skipped)", ok, err)
 	}
 }
