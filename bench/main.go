@@ -53,11 +53,13 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"os/signal"
 	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -172,6 +174,10 @@ func run() error {
 		fmt.Fprintln(os.Stderr, "nginx: "+res.Nginx)
 	default:
 		defer stopNginx()
+		// Interrupted, the deferred stop would not run: stop nginx and
+		// remove its temp dir first. (Killed outright, the kernel still
+		// stops it: childAttr.)
+		stopOnSignal(stopNginx)
 		res.Nginx = fmt.Sprintf("%s, worker_processes %s", nginxVersion(), *nginxWorkers)
 		fmt.Fprintf(os.Stderr, "nginx: %s (%s)\n", res.Nginx, nginxWorkersWhy(*nginxWorkers))
 		paths = append(paths, path{"nginx", nginxURL})
@@ -251,6 +257,19 @@ func run() error {
 	}
 	res.Counting = countingOf(reg)
 	return report(res)
+}
+
+// stopOnSignal runs stop and exits when the process is interrupted or
+// terminated.
+func stopOnSignal(stop func()) {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		s := <-sig
+		fmt.Fprintf(os.Stderr, "bench: %v: stopping nginx\n", s)
+		stop()
+		os.Exit(1)
+	}()
 }
 
 var requestID atomic.Int64
