@@ -1,20 +1,40 @@
-// Command bench measures what maitred adds on top of the floor any Go proxy
-// pays, in one run with requests interleaved at a fixed rate across three
+// Command bench measures what maitred adds on top of the floor any proxy
+// pays, in one run with requests interleaved at a fixed rate across four
 // paths to the same simulated vLLM backend:
 //
 //	direct   client -> sim
+//	nginx    client -> nginx -> sim  (Debian's /usr/sbin/nginx; skipped, with a note, when not installed)
 //	bare     client -> net/http/httputil.ReverseProxy -> sim
 //	maitred  client -> maitred gateway -> sim
 //
-// Phases: (1) short non-streaming chat requests at -rate requests/s, the
-// three paths interleaved request by request, reporting p50/p99 latency and
-// maitred's margin over bare; (2) streaming requests, reporting each SSE
-// event's delay from the moment the simulator wrote it to the moment the
-// client read it; (3) maximum throughput of each path with -conc closed-loop
-// workers. Everything runs in this process on loopback, so the three paths
-// share the machine's cores equally.
+// maitred counts every request's prompt with a real tokenizer and chat
+// template (-tokenizer qwen3, the fixture `make fixtures` downloads; or the
+// built-in demo), and the simulator counts with the same one, as vLLM
+// would. Every request's chat names its own ticket number, so no two share
+// a rendered prefix and the gateway's count cache cannot answer one from
+// another.
 //
-// Usage: go run ./bench [-rate 300] [-duration 20s] [-json]
+// nginx runs as a child process with a config generated in a temp dir (see
+// nginxConf): one upstream with keep-alive connections, HTTP/1.1, no
+// buffering, no access log, -nginx-workers worker processes (default 1,
+// see nginxWorkersWhy), as the current user; it is stopped on exit.
+//
+// Phases: (1) for each size, a short chat and a ten-turn chat of about
+// 1,000 tokens, non-streaming requests at -rate requests/s per path, the
+// paths interleaved request by request, reporting p50/p99 latency, what
+// each proxy adds over direct, the verdicts of issue 17's target 1
+// (maitred's added p50 and p99 at most the bare proxy's) and its moonshot
+// (maitred's added p50 within 2x nginx's), and the mean of each of
+// maitred's request phases (gateway/triage.go); (2) streaming requests,
+// reporting each SSE event's delay from the moment the simulator wrote it
+// to the moment the client read it; (3) for each size, maximum throughput
+// of each path with -conc closed-loop workers, -max-duration per path in
+// one-second rounds, the paths taking turns, and maitred/bare against
+// target 5 (>= 95%). Everything but nginx runs in this process on
+// loopback, so the paths share the machine's cores. -cpuprofile writes a
+// CPU profile of the whole run.
+//
+// Usage: go run ./bench [-rate 300] [-duration 20s] [-tokenizer qwen3|demo] [-nginx-workers 1] [-cpuprofile FILE] [-json]
 //
 //	go run ./bench -scenario overload [-capacity 40] [-overload-3x 30s]
 //	go run ./bench -scenario soak [-streams 1000] [-hold 20s]
@@ -25,7 +45,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -34,11 +53,13 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"os/signal"
 	"runtime"
-	"slices"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -49,18 +70,19 @@ import (
 	"github.com/maitred-dev/maitred/fleet"
 	"github.com/maitred-dev/maitred/gateway"
 	"github.com/maitred-dev/maitred/sim"
+	"github.com/maitred-dev/maitred/tokenize"
 )
 
 var (
-	rate         = flag.Int("rate", 300, "non-streaming requests per second, all paths together x3 (each path gets this rate)")
-	duration     = flag.Duration("duration", 20*time.Second, "length of the fixed-rate phase")
+	rate         = flag.Int("rate", 300, "non-streaming requests per second per path (every path gets this rate)")
+	duration     = flag.Duration("duration", 20*time.Second, "length of each size's fixed-rate phase")
 	streamRate   = flag.Int("stream-rate", 30, "streaming requests per second per path")
 	streamDur    = flag.Duration("stream-duration", 10*time.Second, "length of the streaming phase")
 	events       = flag.Int("events", 20, "tokens per streamed answer")
-	maxDur       = flag.Duration("max-duration", 5*time.Second, "length of each path's throughput run")
+	maxDur       = flag.Duration("max-duration", 5*time.Second, "length of each path's throughput run, per size, in one-second rounds")
 	conc         = flag.Int("conc", 32, "closed-loop workers in the throughput phase")
 	jsonOut      = flag.Bool("json", false, "print results as JSON")
-	scenario     = flag.String("scenario", "proxy", "proxy: direct vs bare vs maitred; overload: the admission queue at 1x and 3x capacity; soak: memory and goroutines per open stream; slowbody: memory and timeouts under declared-but-unsent bodies; quota: an API key's tokens_per_minute under concurrent clients; store: the shared store (a redis-server it starts) against in-process accounting")
+	scenario     = flag.String("scenario", "proxy", "proxy: direct vs nginx vs bare vs maitred; overload: the admission queue at 1x and 3x capacity; soak: memory and goroutines per open stream; slowbody: memory and timeouts under declared-but-unsent bodies; quota: an API key's tokens_per_minute under concurrent clients; store: the shared store (a redis-server it starts) against in-process accounting")
 	quotaClients = flag.Int("quota-clients", 50, "quota scenario: concurrent clients on one key")
 	quotaTPM     = flag.Int64("quota-tpm", 20000, "quota scenario: the key's tokens_per_minute")
 	quotaDur     = flag.Duration("quota-duration", 2*time.Minute, "quota scenario: how long the clients run")
@@ -71,6 +93,11 @@ var (
 	soakHold     = flag.Duration("hold", 20*time.Second, "soak: how long each stream stays open")
 	slowN        = flag.Int("conns", 400, "slowbody: connections each declaring a large body and sending one byte")
 	slowDeclared = flag.Int64("declared", 8<<20, "slowbody: the Content-Length each declares")
+	tokName      = flag.String("tokenizer", "qwen3", "proxy: the tokenizer maitred and the simulator count every request with: qwen3 (the fixture, see make fixtures) or demo (built in)")
+	fixturesDir  = flag.String("fixtures", "", "proxy: the folder holding the fixture models (default .fixtures/models under the repository root)")
+	nginxWorkers = flag.String("nginx-workers", "1", "proxy: nginx's worker_processes (a number or auto)")
+	sizesFlag    = flag.String("sizes", "short,1k", "proxy: the chat sizes to run, comma-separated (short, 1k)")
+	cpuProfile   = flag.String("cpuprofile", "", "proxy: write a CPU profile of the whole run (client, simulator, proxies) to this file")
 )
 
 const chatBody = `{"model":"demo","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Say hello in five words."}],"max_tokens":8}`
@@ -102,100 +129,215 @@ func main() {
 }
 
 func run() error {
+	tok, err := loadTokenizer(*tokName, *fixturesDir)
+	if err != nil {
+		return err
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	// The client's goroutines (and its transport's) are "client" in the
+	// profile; each server labels its own (serveAs).
+	pprof.SetGoroutineLabels(pprof.WithLabels(context.Background(), pprof.Labels("server", "client")))
+	model := *tokName
 	stamps := &stampBook{m: map[string][]time.Time{}}
 
-	backend := sim.New(sim.Config{Model: "demo", MaxModelLen: 4096, OutputTokens: 8, MaxNumSeqs: 100000, KVTokens: 1 << 30}, zap.NewNop())
-	simURL, stopSim, err := serve(stamps.wrap(backend.Handler()))
+	// The simulator counts with the same tokenizer as maitred, as vLLM
+	// would: the answer's usage matches maitred's count, and the
+	// gateway's warm-up probe (tokenizer_check enforce) passes.
+	backend := sim.New(sim.Config{Model: model, MaxModelLen: 4096, OutputTokens: 8, MaxNumSeqs: 100000, KVTokens: 1 << 30,
+		Tokenizer: sim.ModelTokenizer(tok)}, zap.NewNop())
+	simURL, stopSim, err := serveAs("sim", stamps.wrap(backend.Handler()))
 	if err != nil {
 		return err
 	}
 	defer stopSim()
-
 	target, _ := url.Parse(simURL)
+
+	res := results{GOMAXPROCS: runtime.GOMAXPROCS(0), Tokenizer: model, Rate: *rate, Duration: duration.String()}
+	paths := []path{{"direct", simURL}}
+
+	nginxURL, stopNginx, ok, err := startNginx(nginxBin, target.Host, *nginxWorkers)
+	switch {
+	case err != nil:
+		return fmt.Errorf("nginx: %w", err)
+	case !ok:
+		res.Nginx = "skipped (not installed: apt-get install nginx)"
+		fmt.Fprintln(os.Stderr, "nginx: "+res.Nginx)
+	default:
+		defer stopNginx()
+		// Interrupted, the deferred stop would not run: stop nginx and
+		// remove its temp dir first. (Killed outright, the kernel still
+		// stops it: childAttr.)
+		stopOnSignal(stopNginx)
+		res.Nginx = fmt.Sprintf("%s, worker_processes %s", nginxVersion(), *nginxWorkers)
+		fmt.Fprintf(os.Stderr, "nginx: %s (%s)\n", res.Nginx, nginxWorkersWhy(*nginxWorkers))
+		paths = append(paths, path{"nginx", nginxURL})
+	}
+
 	bare := &httputil.ReverseProxy{
 		Rewrite:       func(pr *httputil.ProxyRequest) { pr.SetURL(target) },
 		Transport:     poolTransport(),
 		FlushInterval: -1,
 	}
-	bareURL, stopBare, err := serve(bare)
+	bareURL, stopBare, err := serveAs("bare", bare)
 	if err != nil {
 		return err
 	}
 	defer stopBare()
+	paths = append(paths, path{"bare", bareURL})
 
 	cfg := config.Default()
-	cfg.Models = []config.ModelConfig{{Name: "demo", Backends: []config.BackendConfig{{URL: simURL}}}}
+	cfg.Models = []config.ModelConfig{{Name: model, MaxModelLen: 4096, Backends: []config.BackendConfig{{URL: simURL}}}}
 	// The access log is on, at info, as in production; it is encoded as JSON
 	// and discarded so that the terminal is not the bottleneck.
 	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(io.Discard), zap.InfoLevel))
-	gwURL, _, stopGW, err := serveGateway(cfg, log)
+	reg := prometheus.NewRegistry()
+	gwURL, _, stopGW, err := serveGatewayWith(cfg, log, gatewayExtras{tokenizers: map[string]*tokenize.Model{model: tok}, registry: reg})
 	if err != nil {
 		return err
 	}
 	defer stopGW()
+	paths = append(paths, path{"maitred", gwURL})
 
-	paths := []path{{"direct", simURL}, {"bare", bareURL}, {"maitred", gwURL}}
 	client := &http.Client{Transport: poolTransport()}
-	res := results{GOMAXPROCS: runtime.GOMAXPROCS(0), Rate: *rate, Duration: duration.String()}
+	sizes, err := pickSizes(*sizesFlag)
+	if err != nil {
+		return err
+	}
 
 	// Warm connection pools and code paths.
 	for _, p := range paths {
-		for range 200 {
-			if _, err := doChat(client, p.url); err != nil {
-				return fmt.Errorf("%s warm-up: %w", p.name, err)
+		for _, sz := range sizes {
+			for range 100 {
+				if _, err := doPost(client, p.url, sz.body(model, nextID())); err != nil {
+					return fmt.Errorf("%s warm-up: %w", p.name, err)
+				}
 			}
 		}
 	}
 
-	fmt.Fprintf(os.Stderr, "phase 1: %d req/s per path for %s, interleaved\n", *rate, *duration)
-	lat, errs := fixedRate(client, paths, *rate, *duration)
-	for i, p := range paths {
-		res.Latency = append(res.Latency, summarize(p.name, lat[i], errs[i]))
+	for _, sz := range sizes {
+		n, err := promptTokens(tok, sz.body(model, 1))
+		if err != nil {
+			return fmt.Errorf("%s chat: %w", sz.name, err)
+		}
+		fmt.Fprintf(os.Stderr, "phase 1 (%s chat, %d prompt tokens): %d req/s per path for %s, interleaved\n", sz.name, n, *rate, *duration)
+		before := gatherPhases(reg)
+		lat, errs := fixedRate(client, paths, func() []byte { return sz.body(model, nextID()) }, *rate, *duration)
+		sr := sizeResult{Size: sz.name, PromptTokens: n}
+		for i, p := range paths {
+			sr.Latency = append(sr.Latency, summarize(p.name, lat[i], errs[i]))
+		}
+		sr.judge()
+		sr.MaitredPhasesUs = gatherPhases(reg).since(before)
+		res.Sizes = append(res.Sizes, sr)
 	}
-	b, m := res.Latency[1], res.Latency[2]
-	res.MarginP50ms, res.MarginP99ms = m.P50ms-b.P50ms, m.P99ms-b.P99ms
 
 	fmt.Fprintf(os.Stderr, "phase 2: streaming, %d req/s per path for %s, %d events each\n", *streamRate, *streamDur, *events)
 	backend.Update(func(c *sim.Config) { c.OutputTokens = *events; c.ITL = 2 * time.Millisecond })
-	for i, d := range streamDelays(client, paths, stamps, *streamRate, *streamDur, *events) {
+	for i, d := range streamDelays(client, paths, stamps, model, *streamRate, *streamDur, *events) {
 		res.Stream = append(res.Stream, summarize(paths[i].name, d, 0))
 	}
-	res.StreamMarginP99ms = res.Stream[2].P99ms - res.Stream[1].P99ms
+	res.StreamMarginP99ms = byPath(res.Stream, "maitred").P99ms - byPath(res.Stream, "bare").P99ms
 	backend.Update(func(c *sim.Config) { c.OutputTokens = 8; c.ITL = 0 })
 
-	fmt.Fprintf(os.Stderr, "phase 3: max throughput, %d workers, %s per path\n", *conc, *maxDur)
-	for _, p := range paths {
-		res.Throughput = append(res.Throughput, throughput(client, p, *conc, *maxDur))
+	rounds := max(1, int(*maxDur/time.Second))
+	fmt.Fprintf(os.Stderr, "phase 3: max throughput, %d workers, %s per path in %d rounds, paths rotating\n", *conc, *maxDur, rounds)
+	for _, sz := range sizes {
+		res.Throughput = append(res.Throughput, throughputAll(client, paths, sz.name, func() []byte { return sz.body(model, nextID()) }, *conc, *maxDur, rounds))
 	}
+	res.Counting = countingOf(reg)
 	return report(res)
 }
 
+// stopOnSignal runs stop and exits when the process is interrupted or
+// terminated.
+func stopOnSignal(stop func()) {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		s := <-sig
+		fmt.Fprintf(os.Stderr, "bench: %v: stopping nginx\n", s)
+		stop()
+		os.Exit(1)
+	}()
+}
+
+var requestID atomic.Int64
+
+// nextID numbers requests: each request's chat names its own ticket.
+func nextID() int64 { return requestID.Add(1) }
+
 // serve runs h on a fresh loopback port.
 func serve(h http.Handler) (string, func(), error) {
+	return serveAs("", h)
+}
+
+// serveAs is serve with the profiler label server=name (none when "") on
+// every goroutine the server starts: its connections and, through them,
+// its outbound transport's. go tool pprof -tags then splits a -cpuprofile
+// by server.
+func serveAs(name string, h http.Handler) (string, func(), error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", nil, err
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	go srv.Serve(ln)
+	go servingAs(name, func() { srv.Serve(ln) })
 	return "http://" + ln.Addr().String(), func() { srv.Close() }, nil
+}
+
+// servingAs runs serve with the profiler label server=name (none when "").
+func servingAs(name string, serve func()) {
+	if name != "" {
+		pprof.SetGoroutineLabels(pprof.WithLabels(context.Background(), pprof.Labels("server", name)))
+	}
+	serve()
 }
 
 // serveGateway runs a gateway for cfg on loopback, probes its backends
 // once and marks it serving. It returns its URL, the transport it reaches
 // backends with, and how to stop it.
 func serveGateway(cfg config.Config, log *zap.Logger) (string, *http.Transport, func(), error) {
-	return serveGatewayShared(cfg, log, nil)
+	return serveGatewayWith(cfg, log, gatewayExtras{})
 }
 
 // serveGatewayShared is serveGateway with a shared store (nil: none).
 func serveGatewayShared(cfg config.Config, log *zap.Logger, shared gateway.SharedStore) (string, *http.Transport, func(), error) {
-	fl, err := fleet.New(cfg, &http.Client{Transport: poolTransport()}, log, nil)
+	return serveGatewayWith(cfg, log, gatewayExtras{shared: shared})
+}
+
+// gatewayExtras are serveGatewayWith's optional parts; zero values are
+// none (no shared store, no tokenizers: requests forwarded uncounted, a
+// fresh registry).
+type gatewayExtras struct {
+	shared     gateway.SharedStore
+	tokenizers map[string]*tokenize.Model
+	registry   *prometheus.Registry
+}
+
+// serveGatewayWith is serveGateway with extras: the gateway counts each
+// model's requests with its tokenizer, and its backends' warm-up probes
+// compare their /tokenize with it.
+func serveGatewayWith(cfg config.Config, log *zap.Logger, x gatewayExtras) (string, *http.Transport, func(), error) {
+	fl, err := fleet.New(cfg, &http.Client{Transport: poolTransport()}, log, gateway.PromptCounters(x.tokenizers))
 	if err != nil {
 		return "", nil, nil, err
 	}
+	if x.registry == nil {
+		x.registry = prometheus.NewRegistry()
+	}
 	tr := gateway.NewTransport(cfg)
-	gw, err := gateway.New(gateway.Options{Config: cfg, Fleet: fl, Logger: log, Registry: prometheus.NewRegistry(), Transport: tr, Shared: shared})
+	gw, err := gateway.New(gateway.Options{Config: cfg, Fleet: fl, Logger: log, Registry: x.registry, Transport: tr, Shared: x.shared, Tokenizers: x.tokenizers})
 	if err != nil {
 		return "", nil, nil, err
 	}
@@ -208,7 +350,7 @@ func serveGatewayShared(cfg config.Config, log *zap.Logger, shared gateway.Share
 		return "", nil, nil, err
 	}
 	srv := gw.Server()
-	go srv.Serve(gw.Listener(ln))
+	go servingAs("maitred", func() { srv.Serve(gw.Listener(ln)) })
 	return "http://" + ln.Addr().String(), tr, func() { srv.Close(); tr.CloseIdleConnections(); gw.Close() }, nil
 }
 
@@ -216,9 +358,16 @@ func poolTransport() *http.Transport {
 	return &http.Transport{MaxIdleConns: 4096, MaxIdleConnsPerHost: 4096, IdleConnTimeout: time.Minute, DisableCompression: true}
 }
 
+// doChat posts the short demo chat (chatBody) to base.
 func doChat(c *http.Client, base string) (time.Duration, error) {
+	return doPost(c, base, []byte(chatBody))
+}
+
+// doPost posts a chat completion request to base and reads the answer
+// whole: its latency, or an error for anything but a 200.
+func doPost(c *http.Client, base string, body []byte) (time.Duration, error) {
 	start := time.Now()
-	res, err := c.Post(base+"/v1/chat/completions", "application/json", bytes.NewReader([]byte(chatBody)))
+	res, err := c.Post(base+"/v1/chat/completions", "application/json", bytes.NewReader(body))
 	if err != nil {
 		return 0, err
 	}
@@ -235,8 +384,8 @@ func doChat(c *http.Client, base string) (time.Duration, error) {
 
 // fixedRate sends one request to each path in turn (rotating which goes
 // first) every 1/rate seconds, open loop: a slow answer never delays the
-// next send.
-func fixedRate(c *http.Client, paths []path, rate int, d time.Duration) ([][]time.Duration, []int) {
+// next send. Each request's body is a fresh body().
+func fixedRate(c *http.Client, paths []path, body func() []byte, rate int, d time.Duration) ([][]time.Duration, []int) {
 	lat := make([][]time.Duration, len(paths))
 	errs := make([]int, len(paths))
 	var mu sync.Mutex
@@ -248,8 +397,9 @@ func fixedRate(c *http.Client, paths []path, rate int, d time.Duration) ([][]tim
 		<-tick.C
 		for k := range paths {
 			i := (n + k) % len(paths)
+			b := body()
 			wg.Go(func() {
-				l, err := doChat(c, paths[i].url)
+				l, err := doPost(c, paths[i].url, b)
 				mu.Lock()
 				if err != nil {
 					errs[i]++
@@ -323,11 +473,11 @@ var benchID atomic.Int64
 // streamDelays sends streaming requests at a fixed rate per path and returns,
 // per path, the delay of every event: read by the client minus flushed by
 // the simulator.
-func streamDelays(c *http.Client, paths []path, book *stampBook, rate int, d time.Duration, n int) [][]time.Duration {
+func streamDelays(c *http.Client, paths []path, book *stampBook, model string, rate int, d time.Duration, n int) [][]time.Duration {
 	out := make([][]time.Duration, len(paths))
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	body := fmt.Sprintf(`{"model":"demo","messages":[{"role":"user","content":"Count."}],"max_tokens":%d,"stream":true}`, n)
+	body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"Count."}],"max_tokens":%d,"stream":true}`, model, n)
 	tick := time.NewTicker(time.Second / time.Duration(rate))
 	defer tick.Stop()
 	deadline := time.Now().Add(d)
@@ -382,84 +532,50 @@ func readEvents(r io.Reader) []time.Time {
 	}
 }
 
-func throughput(c *http.Client, p path, workers int, d time.Duration) tput {
-	var ok, failed atomic.Int64
+// throughputAll measures each path's closed-loop throughput with workers
+// clients for d in all, run as rounds slices of d/rounds, the paths
+// taking turns (rotating which goes first) so that a busy spell on the
+// machine falls on all of them.
+func throughputAll(c *http.Client, paths []path, size string, body func() []byte, workers int, d time.Duration, rounds int) tputResult {
+	ok := make([]int64, len(paths))
+	failed := make([]int64, len(paths))
+	slice := d / time.Duration(rounds)
+	for r := range rounds {
+		for k := range paths {
+			i := (r + k) % len(paths)
+			o, f := closedLoop(c, paths[i].url, body, workers, slice)
+			ok[i] += o
+			failed[i] += f
+		}
+	}
+	out := tputResult{Size: size}
+	for i, p := range paths {
+		out.Paths = append(out.Paths, tput{Path: p.name, RPS: float64(ok[i]) / d.Seconds(), Errors: int(failed[i])})
+	}
+	if b := byTput(out.Paths, "bare").RPS; b > 0 {
+		out.MaitredOverBare = byTput(out.Paths, "maitred").RPS / b
+		out.MeetsTarget = out.MaitredOverBare >= 0.95
+	}
+	return out
+}
+
+// closedLoop runs workers clients against base for d, each sending its
+// next request when its last is answered.
+func closedLoop(c *http.Client, base string, body func() []byte, workers int, d time.Duration) (ok, failed int64) {
+	var nOK, nFailed atomic.Int64
 	deadline := time.Now().Add(d)
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
 			for time.Now().Before(deadline) {
-				if _, err := doChat(c, p.url); err != nil {
-					failed.Add(1)
+				if _, err := doPost(c, base, body()); err != nil {
+					nFailed.Add(1)
 				} else {
-					ok.Add(1)
+					nOK.Add(1)
 				}
 			}
 		})
 	}
 	wg.Wait()
-	return tput{Path: p.name, RPS: float64(ok.Load()) / d.Seconds(), Errors: int(failed.Load())}
-}
-
-type stat struct {
-	Path   string  `json:"path"`
-	N      int     `json:"n"`
-	Errors int     `json:"errors"`
-	P50ms  float64 `json:"p50_ms"`
-	P90ms  float64 `json:"p90_ms"`
-	P99ms  float64 `json:"p99_ms"`
-	Maxms  float64 `json:"max_ms"`
-}
-
-type tput struct {
-	Path   string  `json:"path"`
-	RPS    float64 `json:"rps"`
-	Errors int     `json:"errors"`
-}
-
-type results struct {
-	GOMAXPROCS        int     `json:"gomaxprocs"`
-	Rate              int     `json:"rate_per_path"`
-	Duration          string  `json:"duration"`
-	Latency           []stat  `json:"latency"`
-	MarginP50ms       float64 `json:"maitred_over_bare_p50_ms"`
-	MarginP99ms       float64 `json:"maitred_over_bare_p99_ms"`
-	Stream            []stat  `json:"stream_event_delay"`
-	StreamMarginP99ms float64 `json:"stream_maitred_over_bare_p99_ms"`
-	Throughput        []tput  `json:"max_throughput"`
-}
-
-func summarize(name string, d []time.Duration, errs int) stat {
-	slices.Sort(d)
-	q := func(p float64) float64 {
-		if len(d) == 0 {
-			return 0
-		}
-		return float64(d[min(len(d)-1, int(p*float64(len(d))))]) / 1e6
-	}
-	return stat{Path: name, N: len(d), Errors: errs, P50ms: q(.50), P90ms: q(.90), P99ms: q(.99), Maxms: q(1)}
-}
-
-func report(r results) error {
-	if *jsonOut {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(r)
-	}
-	fmt.Printf("GOMAXPROCS=%d, non-streaming chat at %d req/s per path for %s\n\n", r.GOMAXPROCS, r.Rate, r.Duration)
-	fmt.Printf("%-8s %7s %6s %8s %8s %8s %8s\n", "path", "n", "errors", "p50 ms", "p90 ms", "p99 ms", "max ms")
-	for _, s := range r.Latency {
-		fmt.Printf("%-8s %7d %6d %8.3f %8.3f %8.3f %8.3f\n", s.Path, s.N, s.Errors, s.P50ms, s.P90ms, s.P99ms, s.Maxms)
-	}
-	fmt.Printf("maitred over bare proxy: p50 %+.3f ms, p99 %+.3f ms\n\n", r.MarginP50ms, r.MarginP99ms)
-	fmt.Println("streamed event delay (simulator flush -> client read)")
-	for _, s := range r.Stream {
-		fmt.Printf("%-8s %7d %6s %8.3f %8.3f %8.3f %8.3f\n", s.Path, s.N, "", s.P50ms, s.P90ms, s.P99ms, s.Maxms)
-	}
-	fmt.Printf("maitred over bare proxy: p99 %+.3f ms per event\n\n", r.StreamMarginP99ms)
-	fmt.Println("max throughput (closed loop)")
-	for _, t := range r.Throughput {
-		fmt.Printf("%-8s %9.0f req/s  errors %d\n", t.Path, t.RPS, t.Errors)
-	}
-	return nil
+	return nOK.Load(), nFailed.Load()
 }

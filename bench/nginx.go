@@ -1,0 +1,158 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// nginxBin is Debian's nginx (apt-get install nginx).
+const nginxBin = "/usr/sbin/nginx"
+
+// nginxConf is the config the proxy scenario runs nginx with: one upstream
+// (the simulator) with keep-alive connections, HTTP/1.1 to it, no response
+// buffering (events pass as they come, as maitred and the bare proxy pass
+// them), no access log, and every file it writes (pid, error log, temp
+// paths) under dir. Request bodies stay in memory (client_body_buffer_size
+// above the largest chat), as the Go proxies keep them. asRoot: the bench
+// runs as root, and nginx would otherwise drop its worker to nobody; the
+// workers run as the current user either way.
+func nginxConf(dir, listen, upstream string, workers string, asRoot bool) string {
+	var b strings.Builder
+	if asRoot {
+		b.WriteString("user root;\n")
+	}
+	fmt.Fprintf(&b, `worker_processes %s;
+daemon off;
+pid %[2]s/nginx.pid;
+error_log %[2]s/error.log warn;
+events {
+	worker_connections 8192;
+}
+http {
+	access_log off;
+	client_body_temp_path %[2]s/client_body;
+	proxy_temp_path %[2]s/proxy;
+	fastcgi_temp_path %[2]s/fastcgi;
+	uwsgi_temp_path %[2]s/uwsgi;
+	scgi_temp_path %[2]s/scgi;
+	client_body_buffer_size 1m;
+	client_max_body_size 8m;
+	keepalive_requests 1000000;
+	keepalive_timeout 75s;
+	upstream sim {
+		server %[3]s;
+		keepalive 512;
+		keepalive_requests 1000000;
+	}
+	server {
+		listen %[4]s;
+		location / {
+			proxy_pass http://sim;
+			proxy_http_version 1.1;
+			proxy_set_header Connection "";
+			proxy_buffering off;
+			proxy_request_buffering off;
+		}
+	}
+}
+`, workers, dir, upstream, listen)
+	return b.String()
+}
+
+// startNginx runs nginx (bin) in front of upstream (host:port) with
+// workers worker processes, on a free loopback port, until stop. ok is
+// false, with no error, when bin is not installed.
+func startNginx(bin, upstream, workers string) (url string, stop func(), ok bool, err error) {
+	if _, err := os.Stat(bin); err != nil {
+		return "", nil, false, nil
+	}
+	dir, err := os.MkdirTemp("", "bench-nginx")
+	if err != nil {
+		return "", nil, false, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", nil, false, err
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	conf := filepath.Join(dir, "nginx.conf")
+	if err := os.WriteFile(conf, []byte(nginxConf(dir, addr, upstream, workers, os.Geteuid() == 0)), 0o644); err != nil {
+		os.RemoveAll(dir)
+		return "", nil, false, err
+	}
+	// -e: the error log before the config is read (the compiled-in
+	// /var/log/nginx/error.log is not writable when not root).
+	cmd := exec.Command(bin, "-p", dir, "-c", conf, "-e", filepath.Join(dir, "error.log"))
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	// Its own process group, so that stop reaches the workers too.
+	cmd.SysProcAttr = childAttr()
+	if err := cmd.Start(); err != nil {
+		os.RemoveAll(dir)
+		return "", nil, false, err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stop = func() {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(5 * time.Second):
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-exited
+		}
+		os.RemoveAll(dir)
+	}
+	url = "http://" + addr
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		select {
+		case err := <-exited:
+			log, _ := os.ReadFile(filepath.Join(dir, "error.log"))
+			os.RemoveAll(dir)
+			return "", nil, false, fmt.Errorf("nginx exited before it was ready (%v): %s%s", err, out.String(), log)
+		default:
+		}
+		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return url, stop, true, nil
+		}
+		if time.Now().After(deadline) {
+			stop()
+			return "", nil, false, fmt.Errorf("nginx not listening on %s after 10s", addr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// nginxVersion is nginx -v's answer ("nginx/1.22.1"), or "nginx".
+func nginxVersion() string {
+	out, err := exec.Command(nginxBin, "-v").CombinedOutput()
+	if err != nil {
+		return "nginx"
+	}
+	v := strings.TrimSpace(string(out))
+	if _, after, ok := strings.Cut(v, "version: "); ok {
+		return after
+	}
+	return v
+}
+
+// nginxWorkersWhy says why the run uses this many workers.
+func nginxWorkersWhy(workers string) string {
+	if workers == "1" {
+		return "one worker, one event loop on one core, as each Go proxy here serves from one process; " +
+			"on 2 shared cores a second worker only contends with the client and simulator in this process"
+	}
+	return "set by -nginx-workers"
+}

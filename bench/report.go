@@ -1,0 +1,255 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type stat struct {
+	Path   string  `json:"path"`
+	N      int     `json:"n"`
+	Errors int     `json:"errors"`
+	P50ms  float64 `json:"p50_ms"`
+	P90ms  float64 `json:"p90_ms"`
+	P99ms  float64 `json:"p99_ms"`
+	Maxms  float64 `json:"max_ms"`
+}
+
+type tput struct {
+	Path   string  `json:"path"`
+	RPS    float64 `json:"rps"`
+	Errors int     `json:"errors"`
+}
+
+// added is what a proxy adds over the direct path: the difference of the
+// quantiles.
+type added struct {
+	Path  string  `json:"path"`
+	P50ms float64 `json:"p50_ms"`
+	P99ms float64 `json:"p99_ms"`
+}
+
+// sizeResult is the fixed-rate phase for one chat size, and its verdicts
+// against issue 17's target 1 (maitred adds no more than the bare Go proxy)
+// and its moonshot (maitred's added p50 within 2x nginx's; nil when nginx
+// did not run).
+type sizeResult struct {
+	Size            string     `json:"size"`
+	PromptTokens    int        `json:"prompt_tokens"`
+	Latency         []stat     `json:"latency"`
+	Added           []added    `json:"added_over_direct"`
+	P50AtMostBare   bool       `json:"maitred_added_p50_le_bare"`
+	P99AtMostBare   bool       `json:"maitred_added_p99_le_bare"`
+	Moonshot        *bool      `json:"moonshot_maitred_added_p50_le_2x_nginx,omitempty"`
+	MaitredPhasesUs phaseMeans `json:"maitred_phase_mean_us"`
+}
+
+// tputResult is the closed-loop phase for one chat size, against issue
+// 17's target 5: maitred's throughput at least 95% of the bare proxy's.
+type tputResult struct {
+	Size            string  `json:"size"`
+	Paths           []tput  `json:"paths"`
+	MaitredOverBare float64 `json:"maitred_over_bare"`
+	MeetsTarget     bool    `json:"maitred_ge_95pct_bare"`
+}
+
+// counting is what maitred's metrics say it did with the run's requests:
+// every request counted is the point of the harness.
+type counting struct {
+	Requests  float64 `json:"requests"`
+	Uncounted float64 `json:"uncounted"`
+}
+
+type results struct {
+	GOMAXPROCS        int          `json:"gomaxprocs"`
+	Tokenizer         string       `json:"tokenizer"`
+	Nginx             string       `json:"nginx"`
+	Rate              int          `json:"rate_per_path"`
+	Duration          string       `json:"duration"`
+	Sizes             []sizeResult `json:"sizes"`
+	Stream            []stat       `json:"stream_event_delay"`
+	StreamMarginP99ms float64      `json:"stream_maitred_over_bare_p99_ms"`
+	Throughput        []tputResult `json:"max_throughput"`
+	Counting          counting     `json:"maitred_counting"`
+}
+
+func summarize(name string, d []time.Duration, errs int) stat {
+	slices.Sort(d)
+	q := func(p float64) float64 {
+		if len(d) == 0 {
+			return 0
+		}
+		return float64(d[min(len(d)-1, int(p*float64(len(d))))]) / 1e6
+	}
+	return stat{Path: name, N: len(d), Errors: errs, P50ms: q(.50), P90ms: q(.90), P99ms: q(.99), Maxms: q(1)}
+}
+
+func byPath(s []stat, name string) stat {
+	for _, x := range s {
+		if x.Path == name {
+			return x
+		}
+	}
+	return stat{}
+}
+
+func byTput(s []tput, name string) tput {
+	for _, x := range s {
+		if x.Path == name {
+			return x
+		}
+	}
+	return tput{}
+}
+
+// judge fills in what each proxy adds over direct and the verdicts.
+func (r *sizeResult) judge() {
+	d := byPath(r.Latency, "direct")
+	add := map[string]added{}
+	for _, s := range r.Latency {
+		if s.Path == "direct" {
+			continue
+		}
+		a := added{Path: s.Path, P50ms: s.P50ms - d.P50ms, P99ms: s.P99ms - d.P99ms}
+		r.Added = append(r.Added, a)
+		add[s.Path] = a
+	}
+	m, b := add["maitred"], add["bare"]
+	r.P50AtMostBare = m.P50ms <= b.P50ms
+	r.P99AtMostBare = m.P99ms <= b.P99ms
+	if n, ok := add["nginx"]; ok {
+		v := m.P50ms <= 2*n.P50ms
+		r.Moonshot = &v
+	}
+}
+
+// phaseSums is maitred_phase_seconds summed over models, by phase.
+type phaseSums map[string]struct {
+	sum float64
+	n   uint64
+}
+
+// phaseMeans is the mean time per request of each of maitred's phases
+// (gateway/triage.go: read, door, queue, connect, prefill, decode, tail),
+// in microseconds. prefill and decode include the backend's own time.
+type phaseMeans map[string]float64
+
+func gatherPhases(reg *prometheus.Registry) phaseSums {
+	out := phaseSums{}
+	mfs, err := reg.Gather()
+	if err != nil {
+		return out
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "maitred_phase_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "phase" {
+					x := out[l.GetValue()]
+					x.sum += m.GetHistogram().GetSampleSum()
+					x.n += m.GetHistogram().GetSampleCount()
+					out[l.GetValue()] = x
+				}
+			}
+		}
+	}
+	return out
+}
+
+// since is the mean of each phase over the requests observed after then.
+func (p phaseSums) since(then phaseSums) phaseMeans {
+	out := phaseMeans{}
+	for k, v := range p {
+		n := v.n - then[k].n
+		if n > 0 {
+			out[k] = (v.sum - then[k].sum) / float64(n) * 1e6
+		}
+	}
+	return out
+}
+
+// countingOf reads maitred_requests_total and
+// maitred_admission_uncounted_total from reg.
+func countingOf(reg *prometheus.Registry) counting {
+	var c counting
+	mfs, err := reg.Gather()
+	if err != nil {
+		return c
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			switch mf.GetName() {
+			case "maitred_requests_total":
+				c.Requests += m.GetCounter().GetValue()
+			case "maitred_admission_uncounted_total":
+				c.Uncounted += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return c
+}
+
+var phaseOrder = []string{"read", "door", "queue", "connect", "prefill", "decode", "tail"}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func report(r results) error {
+	if *jsonOut {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	}
+	fmt.Printf("GOMAXPROCS=%d, tokenizer %s (maitred and the simulator count every request), non-streaming chat at %d req/s per path for %s per size\n", r.GOMAXPROCS, r.Tokenizer, r.Rate, r.Duration)
+	fmt.Printf("nginx: %s\n", r.Nginx)
+	fmt.Printf("maitred: %.0f requests, %.0f uncounted\n", r.Counting.Requests, r.Counting.Uncounted)
+	for _, sz := range r.Sizes {
+		fmt.Printf("\n%s chat (%d prompt tokens)\n", sz.Size, sz.PromptTokens)
+		fmt.Printf("%-8s %7s %6s %8s %8s %8s %8s %10s %10s\n", "path", "n", "errors", "p50 ms", "p90 ms", "p99 ms", "max ms", "+p50 ms", "+p99 ms")
+		for _, s := range sz.Latency {
+			add50, add99 := "", ""
+			for _, x := range sz.Added {
+				if x.Path == s.Path {
+					add50, add99 = fmt.Sprintf("%+.3f", x.P50ms), fmt.Sprintf("%+.3f", x.P99ms)
+				}
+			}
+			fmt.Printf("%-8s %7d %6d %8.3f %8.3f %8.3f %8.3f %10s %10s\n", s.Path, s.N, s.Errors, s.P50ms, s.P90ms, s.P99ms, s.Maxms, add50, add99)
+		}
+		fmt.Printf("maitred added p50 <= bare: %s\n", yesNo(sz.P50AtMostBare))
+		fmt.Printf("maitred added p99 <= bare: %s\n", yesNo(sz.P99AtMostBare))
+		if sz.Moonshot != nil {
+			fmt.Printf("moonshot: maitred added p50 <= 2x nginx: %s\n", yesNo(*sz.Moonshot))
+		} else {
+			fmt.Printf("moonshot: maitred added p50 <= 2x nginx: n/a (nginx skipped)\n")
+		}
+		fmt.Printf("maitred phases, mean per request (us):")
+		for _, k := range phaseOrder {
+			fmt.Printf(" %s %.1f", k, sz.MaitredPhasesUs[k])
+		}
+		fmt.Println()
+	}
+	fmt.Println("\nstreamed event delay (simulator flush -> client read)")
+	for _, s := range r.Stream {
+		fmt.Printf("%-8s %7d %6s %8.3f %8.3f %8.3f %8.3f\n", s.Path, s.N, "", s.P50ms, s.P90ms, s.P99ms, s.Maxms)
+	}
+	fmt.Printf("maitred over bare proxy: p99 %+.3f ms per event\n", r.StreamMarginP99ms)
+	for _, t := range r.Throughput {
+		fmt.Printf("\nmax throughput (closed loop), %s chat\n", t.Size)
+		for _, p := range t.Paths {
+			fmt.Printf("%-8s %9.0f req/s  errors %d\n", p.Path, p.RPS, p.Errors)
+		}
+		fmt.Printf("maitred/bare = %.1f%% (target >= 95%%): %s\n", 100*t.MaitredOverBare, yesNo(t.MeetsTarget))
+	}
+	return nil
+}
