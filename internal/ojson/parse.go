@@ -405,9 +405,9 @@ func (p *parser) object() (*Value, error) {
 func (p *parser) str() (string, error) {
 	d := p.data
 	start := p.pos + 1
-	j, wide := plainRun(d, start)
-	if wide && !utf8.Valid(d[start:j]) {
-		return "", p.errorf(firstInvalid(d, start), "invalid UTF-8 in a string")
+	j := plainRun(d, start)
+	if !utf8.Valid(d[start:j]) {
+		return "", p.errorf(firstInvalid(d, start, j), "invalid UTF-8 in a string")
 	}
 	if j >= len(d) {
 		return "", p.errorf(len(d), "unexpected end of JSON input in a string")
@@ -494,16 +494,14 @@ func common(b []byte) string {
 
 // plainRun returns the index of the first byte at or after i that ends a
 // plain run of string bytes: a quote, a backslash or a control character
-// (len(d) when none), and whether the run holds non-ASCII bytes (which
-// the caller validates as UTF-8, in bulk). It tests eight bytes at a time
-// (prompts are mostly long plain runs; this is the door's hottest loop on
-// a large body).
-func plainRun(d []byte, i int) (int, bool) {
+// (len(d) when none). Non-ASCII bytes do not end a run: the caller
+// validates UTF-8 in bulk. It tests eight bytes at a time (prompts are
+// mostly long plain runs; this is the door's hottest loop on a large body).
+func plainRun(d []byte, i int) int {
 	const (
 		ones  = 0x0101010101010101
 		highs = 0x8080808080808080
 	)
-	var wide uint64
 	for ; i+8 <= len(d); i += 8 {
 		x := binary.LittleEndian.Uint64(d[i:])
 		q := x ^ ('"' * ones)
@@ -511,30 +509,24 @@ func plainRun(d []byte, i int) (int, bool) {
 		// Each term flags, exactly, whether some byte is below 0x20, a
 		// quote or a backslash (flags above the first may be spurious:
 		// borrows only run upwards, so the lowest flag is true).
-		special := ((x - 0x20*ones) &^ x) | ((q - ones) &^ q) | ((b - ones) &^ b)
-		if special &= highs; special != 0 {
-			k := i + bits.TrailingZeros64(special)/8
-			// Non-ASCII bytes before the special one.
-			wide |= x & highs & (1<<(8*(k-i)) - 1)
-			return k, wide != 0
+		if special := (((x - 0x20*ones) &^ x) | ((q - ones) &^ q) | ((b - ones) &^ b)) & highs; special != 0 {
+			return i + bits.TrailingZeros64(special)/8
 		}
-		wide |= x & highs
 	}
 	for ; i < len(d); i++ {
-		c := d[i]
-		if c == '"' || c == '\\' || c < 0x20 {
-			return i, wide != 0
+		if c := d[i]; c == '"' || c == '\\' || c < 0x20 {
+			return i
 		}
-		wide |= uint64(c) & 0x80
 	}
-	return i, wide != 0
+	return i
 }
 
-// firstInvalid returns the offset of the first byte at or after i that
-// does not start a valid UTF-8 sequence, the string scan's error offset
-// (i is at a plain run that utf8.Valid refused).
-func firstInvalid(d []byte, i int) int {
-	for i < len(d) {
+// firstInvalid returns the offset of the first byte in d[i:end] that does
+// not start a valid UTF-8 sequence, or end when there is none: where a
+// byte-by-byte scan of a string from i meets invalid UTF-8. Escapes are
+// ASCII, so it may run over them.
+func firstInvalid(d []byte, i, end int) int {
+	for i < end {
 		if d[i] < utf8.RuneSelf {
 			i++
 			continue
@@ -545,7 +537,7 @@ func firstInvalid(d []byte, i int) int {
 		}
 		i += size
 	}
-	return i
+	return end
 }
 
 // closingQuote returns the index of the quote that ends a string whose
@@ -573,7 +565,11 @@ func closingQuote(d []byte, i int) int {
 
 // strSlow unescapes a string whose first escape is at i, in one pass into
 // one buffer of the escaped length (an upper bound of the unescaped one),
-// which becomes the string without a second copy.
+// which becomes the string without a second copy. UTF-8 is validated once,
+// on the result: unescaping only adds whole, valid sequences, so the result
+// is valid exactly when every plain run is. An error found on the way is
+// reported only if no invalid UTF-8 comes before it (strError), as a scan
+// byte by byte would.
 func (p *parser) strSlow(start, i int) (string, error) {
 	d := p.data
 	buf := make([]byte, 0, closingQuote(d, i)-start)
@@ -582,11 +578,14 @@ func (p *parser) strSlow(start, i int) (string, error) {
 		c := d[i]
 		switch {
 		case c == '"':
+			if !utf8.Valid(buf) {
+				return "", p.errorf(firstInvalid(d, start, i), "invalid UTF-8 in a string")
+			}
 			p.pos = i + 1
 			return unsafe.String(unsafe.SliceData(buf), len(buf)), nil
 		case c == '\\':
 			if i+1 >= len(d) {
-				return "", p.errorf(i, "unexpected end of JSON input in a string")
+				return "", p.strError(start, i, "unexpected end of JSON input in a string")
 			}
 			e := d[i+1]
 			i += 2
@@ -606,7 +605,7 @@ func (p *parser) strSlow(start, i int) (string, error) {
 			case 'u':
 				r, ok := hex4(d, i)
 				if !ok {
-					return "", p.errorf(i-2, "invalid \\u escape")
+					return "", p.strError(start, i-2, "invalid \\u escape")
 				}
 				i += 4
 				if utf16.IsSurrogate(r) {
@@ -619,29 +618,35 @@ func (p *parser) strSlow(start, i int) (string, error) {
 					}
 					dec := utf16.DecodeRune(r, r2)
 					if dec == utf8.RuneError {
-						return "", p.errorf(i-6, "invalid \\u escape: unpaired surrogate")
+						return "", p.strError(start, i-6, "invalid \\u escape: unpaired surrogate")
 					}
 					i += 6
 					r = dec
 				}
 				buf = utf8.AppendRune(buf, r)
 			default:
-				return "", p.errorf(i-2, "invalid escape %s in a string", quoteByte(e))
+				return "", p.strError(start, i-2, fmt.Sprintf("invalid escape %s in a string", quoteByte(e)))
 			}
 		case c < 0x20:
-			return "", p.errorf(i, "control character %s in a string", quoteByte(c))
+			return "", p.strError(start, i, fmt.Sprintf("control character %s in a string", quoteByte(c)))
 		default:
-			// A plain run, validated and copied whole (a prompt with
-			// newlines is escapes between long runs).
-			j, wide := plainRun(d, i)
-			if wide && !utf8.Valid(d[i:j]) {
-				return "", p.errorf(firstInvalid(d, i), "invalid UTF-8 in a string")
-			}
+			// A plain run, copied whole (a prompt with newlines is
+			// escapes between long runs).
+			j := plainRun(d, i)
 			buf = append(buf, d[i:j]...)
 			i = j
 		}
 	}
-	return "", p.errorf(len(d), "unexpected end of JSON input in a string")
+	return "", p.strError(start, len(d), "unexpected end of JSON input in a string")
+}
+
+// strError is the error msg at off in the string that starts at start, or
+// the invalid UTF-8 before off that a byte-by-byte scan would meet first.
+func (p *parser) strError(start, off int, msg string) *SyntaxError {
+	if k := firstInvalid(p.data, start, off); k < off {
+		return p.errorf(k, "invalid UTF-8 in a string")
+	}
+	return p.errorf(off, "%s", msg)
 }
 
 func hex4(d []byte, i int) (rune, bool) {

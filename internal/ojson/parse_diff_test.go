@@ -44,6 +44,7 @@ var diffDocs = []string{
 	`{"s":"naïve café — 数字 😀 done\n\tline two \"q\" \u003cb\u003e \ud83d\ude00 end","t":"ab"}`,
 	`["", "a", "ab\\", "abcdefg\"", "abcdefgh", "abcdefghi\\n", "\u0000\u001f", "é", "éé\u00e9"]`,
 	"{\"k\u00e9y\":{\"nested\":[{\"x\":\"\\/\\b\\f\\r\\t\"}]},\"role\":\"assistant\",\"content\":\"\"}",
+	"[\"ab\xffcd\\q\", \"é\xe2\x82\\u00zz\", \"x\xc3\\n\x01\"]",
 	`{"role":"user","role ":"x","content":{"type":"text","text":"t"},"tools":[],"n":01}`,
 }
 
