@@ -8,7 +8,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/maitred-dev/maitred/internal/fixtures"
 	"github.com/maitred-dev/maitred/internal/ojson"
@@ -80,6 +82,22 @@ func conversationBody(msgs []string) []byte {
 	return []byte(b.String())
 }
 
+// cpuTime is the process's user and system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCPU adds cpu-ns/op, the process's CPU time per iteration since
+// t0 (its GC included): steadier than ns/op on a machine shared with
+// other work, for side-by-side comparisons.
+func reportCPU(b *testing.B, t0 time.Duration, n int) {
+	if n > 0 {
+		b.ReportMetric(float64(cpuTime()-t0)/float64(n), "cpu-ns/op")
+	}
+}
+
 // BenchmarkDoorNextTurn is the door (Check) of the gateway's
 // BenchmarkCountCacheNextTurnDoor without HTTP: the next turn of a 50-turn
 // conversation of ~120k tokens (~400 kB body) whose previous turn was
@@ -105,24 +123,61 @@ func BenchmarkDoorNextTurn(b *testing.B) {
 			i := 0
 			b.SetBytes(int64(len(next)))
 			b.ReportAllocs()
+			var cpu time.Duration
 			for b.Loop() {
 				b.StopTimer()
 				i++
 				turn[99] = fmt.Sprintf("%s (%d)", msgs[99], i)
 				turn[100] = fmt.Sprintf("%s (%d)", msgs[100], i)
 				body := conversationBody(turn)
+				t0 := cpuTime()
 				b.StartTimer()
 				if _, rej := d.Check(Chat, body); rej != nil {
 					b.Fatal(rej)
 				}
+				b.StopTimer()
+				cpu += cpuTime() - t0
+				b.StartTimer()
 			}
+			reportCPU(b, cpuTime()-cpu, i)
 		})
 	}
 	b.Run("parse", func(b *testing.B) {
 		b.SetBytes(int64(len(next)))
 		b.ReportAllocs()
+		t0, n := cpuTime(), 0
 		for b.Loop() {
 			ojson.Parse(next, ojson.DefaultMaxDepth)
+			n++
 		}
+		reportCPU(b, t0, n)
+	})
+}
+
+// BenchmarkDoorChat1kCPU is BenchmarkDoorChat1k and BenchmarkParseOnly
+// with cpu-ns/op, for side-by-side runs on a busy machine.
+func BenchmarkDoorChat1kCPU(b *testing.B) {
+	body := []byte(chat1k())
+	for _, name := range []string{"qwen3", "llama3_1"} {
+		b.Run(name, func(b *testing.B) {
+			m := loadModel(b, name)
+			d := NewDoor(catalog{"m": {Name: "m", Counter: m, MaxModelLen: 32768}})
+			b.ReportAllocs()
+			t0, n := cpuTime(), 0
+			for b.Loop() {
+				d.Check(Chat, body)
+				n++
+			}
+			reportCPU(b, t0, n)
+		})
+	}
+	b.Run("parse", func(b *testing.B) {
+		b.ReportAllocs()
+		t0, n := cpuTime(), 0
+		for b.Loop() {
+			ojson.Parse(body, ojson.DefaultMaxDepth)
+			n++
+		}
+		reportCPU(b, t0, n)
 	})
 }

@@ -563,16 +563,120 @@ func closingQuote(d []byte, i int) int {
 	}
 }
 
-// strSlow unescapes a string whose first escape is at i, in one pass into
-// one buffer of the escaped length (an upper bound of the unescaped one),
-// which becomes the string without a second copy. UTF-8 is validated once,
-// on the result: unescaping only adds whole, valid sequences, so the result
-// is valid exactly when every plain run is. An error found on the way is
-// reported only if no invalid UTF-8 comes before it (strError), as a scan
-// byte by byte would.
+// strSlow reads a string whose first escape is at i. A string that ends
+// and holds no control character and only valid UTF-8 (the usual case,
+// each checked over the whole string at once) is unescaped by unescape;
+// any other, or one with an escape unescape does not take, by strExact,
+// which finds the first error as a scan byte by byte would.
 func (p *parser) strSlow(start, i int) (string, error) {
 	d := p.data
-	buf := make([]byte, 0, closingQuote(d, i)-start)
+	end := closingQuote(d, i)
+	if end < len(d) && !hasControl(d[start:end]) && utf8.Valid(d[start:end]) {
+		if s, ok := unescape(d, start, i, end); ok {
+			p.pos = end + 1
+			return s, nil
+		}
+	}
+	return p.strExact(start, i, end)
+}
+
+// hasControl reports whether b holds a byte below 0x20, eight at a time.
+func hasControl(b []byte) bool {
+	const (
+		ones  = 0x0101010101010101
+		highs = 0x8080808080808080
+	)
+	i := 0
+	for ; i+8 <= len(b); i += 8 {
+		x := binary.LittleEndian.Uint64(b[i:])
+		if (x-0x20*ones)&^x&highs != 0 {
+			return true
+		}
+	}
+	for ; i < len(b); i++ {
+		if b[i] < 0x20 {
+			return true
+		}
+	}
+	return false
+}
+
+// unescape returns the string d[start:end], whose first escape is at i,
+// unescaped into one buffer of the escaped length, which becomes the
+// string without a second copy. The caller has checked that the string
+// is valid UTF-8 without control characters; escapes are found with a
+// vectorised search and the runs between them copied whole. It returns
+// false at an escape that is not well formed, for strExact to report.
+func unescape(d []byte, start, i, end int) (string, bool) {
+	buf := make([]byte, 0, end-start)
+	buf = append(buf, d[start:i]...)
+	for {
+		// d[i] is a backslash; the byte after it is before end (the
+		// closing quote is not escaped).
+		if i+1 >= end {
+			return "", false
+		}
+		e := d[i+1]
+		i += 2
+		switch e {
+		case '"', '\\', '/':
+			buf = append(buf, e)
+		case 'b':
+			buf = append(buf, '\b')
+		case 'f':
+			buf = append(buf, '\f')
+		case 'n':
+			buf = append(buf, '\n')
+		case 'r':
+			buf = append(buf, '\r')
+		case 't':
+			buf = append(buf, '\t')
+		case 'u':
+			if i+4 > end {
+				return "", false
+			}
+			r, ok := hex4(d, i)
+			if !ok {
+				return "", false
+			}
+			i += 4
+			if utf16.IsSurrogate(r) {
+				if i+6 > end || d[i] != '\\' || d[i+1] != 'u' {
+					return "", false
+				}
+				r2, ok := hex4(d, i+2)
+				if !ok {
+					return "", false
+				}
+				if r = utf16.DecodeRune(r, r2); r == utf8.RuneError {
+					return "", false
+				}
+				i += 6
+			}
+			buf = utf8.AppendRune(buf, r)
+		default:
+			return "", false
+		}
+		k := bytes.IndexByte(d[i:end], '\\')
+		if k < 0 {
+			buf = append(buf, d[i:end]...)
+			return unsafe.String(unsafe.SliceData(buf), len(buf)), true
+		}
+		buf = append(buf, d[i:i+k]...)
+		i += k
+	}
+}
+
+// strExact unescapes a string whose first escape is at i and whose
+// closing quote closingQuote found at end, in one pass into one buffer of
+// the escaped length (an upper bound of the unescaped one), stopping at
+// the first error. UTF-8 is validated once, on the result: unescaping
+// only adds whole, valid sequences, so the result is valid exactly when
+// every plain run is. An error found on the way is reported only if no
+// invalid UTF-8 comes before it (strError), as a scan byte by byte would.
+func (p *parser) strExact(start, i, end int) (string, error) {
+	d := p.data
+	buf := make([]byte, 0, end-start)
 	buf = append(buf, d[start:i]...)
 	for i < len(d) {
 		c := d[i]
