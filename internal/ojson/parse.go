@@ -571,7 +571,7 @@ func closingQuote(d []byte, i int) int {
 func (p *parser) strSlow(start, i int) (string, error) {
 	d := p.data
 	end := closingQuote(d, i)
-	if end < len(d) && !hasControl(d[start:end]) && utf8.Valid(d[start:end]) {
+	if end < len(d) && plainText(d[start:end]) {
 		if s, ok := unescape(d, start, i, end); ok {
 			p.pos = end + 1
 			return s, nil
@@ -580,36 +580,51 @@ func (p *parser) strSlow(start, i int) (string, error) {
 	return p.strExact(start, i, end)
 }
 
-// hasControl reports whether b holds a byte below 0x20, eight at a time.
-func hasControl(b []byte) bool {
+// plainText reports whether b holds no byte below 0x20 and is valid
+// UTF-8: one pass eight bytes at a time, then utf8.Valid only if some byte
+// is not ASCII.
+func plainText(b []byte) bool {
 	const (
 		ones  = 0x0101010101010101
 		highs = 0x8080808080808080
 	)
+	var ctl, wide uint64
 	i := 0
 	for ; i+8 <= len(b); i += 8 {
 		x := binary.LittleEndian.Uint64(b[i:])
-		if (x-0x20*ones)&^x&highs != 0 {
-			return true
-		}
+		ctl |= (x - 0x20*ones) &^ x
+		wide |= x
 	}
 	for ; i < len(b); i++ {
 		if b[i] < 0x20 {
-			return true
+			return false
 		}
+		wide |= uint64(b[i])
 	}
-	return false
+	if ctl&highs != 0 {
+		return false
+	}
+	return wide&highs == 0 || utf8.Valid(b)
 }
 
 // unescape returns the string d[start:end], whose first escape is at i,
-// unescaped into one buffer of the escaped length, which becomes the
-// string without a second copy. The caller has checked that the string
-// is valid UTF-8 without control characters; escapes are found with a
-// vectorised search and the runs between them copied whole. It returns
-// false at an escape that is not well formed, for strExact to report.
+// unescaped into one buffer of the escaped length (the unescaped text is
+// never longer), which becomes the string without a second copy. The
+// caller has checked that the string is valid UTF-8 without control
+// characters. Escapes are often a few dozen bytes apart (a newline per
+// line of code), so the runs between them are scanned and copied in the
+// same pass, eight bytes at a time: each word is stored whole and the
+// write offset advances to the backslash in it, if any. It returns false
+// at an escape that is not well formed, for strExact to report.
 func unescape(d []byte, start, i, end int) (string, bool) {
-	buf := make([]byte, 0, end-start)
-	buf = append(buf, d[start:i]...)
+	const (
+		ones  = 0x0101010101010101
+		highs = 0x8080808080808080
+	)
+	buf := make([]byte, end-start)
+	// w <= i-start throughout (an escape is never shorter than what it
+	// stands for), so a word stored at w fits whenever i+8 <= end.
+	w := copy(buf, d[start:i])
 	for {
 		// d[i] is a backslash; the byte after it is before end (the
 		// closing quote is not escaped).
@@ -620,17 +635,17 @@ func unescape(d []byte, start, i, end int) (string, bool) {
 		i += 2
 		switch e {
 		case '"', '\\', '/':
-			buf = append(buf, e)
+			buf[w] = e
 		case 'b':
-			buf = append(buf, '\b')
+			buf[w] = '\b'
 		case 'f':
-			buf = append(buf, '\f')
+			buf[w] = '\f'
 		case 'n':
-			buf = append(buf, '\n')
+			buf[w] = '\n'
 		case 'r':
-			buf = append(buf, '\r')
+			buf[w] = '\r'
 		case 't':
-			buf = append(buf, '\t')
+			buf[w] = '\t'
 		case 'u':
 			if i+4 > end {
 				return "", false
@@ -653,17 +668,33 @@ func unescape(d []byte, start, i, end int) (string, bool) {
 				}
 				i += 6
 			}
-			buf = utf8.AppendRune(buf, r)
+			w += utf8.EncodeRune(buf[w:], r) - 1
 		default:
 			return "", false
 		}
-		k := bytes.IndexByte(d[i:end], '\\')
-		if k < 0 {
-			buf = append(buf, d[i:end]...)
-			return unsafe.String(unsafe.SliceData(buf), len(buf)), true
+		w++
+		// The run up to the next backslash or end.
+		for i+8 <= end {
+			x := binary.LittleEndian.Uint64(d[i:])
+			binary.LittleEndian.PutUint64(buf[w:], x)
+			y := x ^ ('\\' * ones)
+			if z := (y - ones) &^ y & highs; z != 0 {
+				t := bits.TrailingZeros64(z) / 8
+				w += t
+				i += t
+				break
+			}
+			w += 8
+			i += 8
 		}
-		buf = append(buf, d[i:i+k]...)
-		i += k
+		for i < end && d[i] != '\\' {
+			buf[w] = d[i]
+			w++
+			i++
+		}
+		if i == end {
+			return unsafe.String(unsafe.SliceData(buf), w), true
+		}
 	}
 }
 
