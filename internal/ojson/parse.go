@@ -40,6 +40,7 @@ func Parse(data []byte, maxDepth int) (*Value, error) {
 		maxDepth = DefaultMaxDepth
 	}
 	p := parser{data: data, maxDepth: maxDepth}
+	p.items, p.members = p.itemStack[:0], p.memberStack[:0]
 	p.skipSpace()
 	v, err := p.value()
 	if err != nil {
@@ -75,6 +76,9 @@ type parser struct {
 	memberSlab []Member
 	// The sizes of the last blocks allocated.
 	slabLen, itemLen, memberLen int
+	// The stacks' first blocks, enough for a chat's messages.
+	itemStack   [32]*Value
+	memberStack [16]Member
 }
 
 // grow is the size of the next block of nodes (Values, members or items)
