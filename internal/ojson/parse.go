@@ -568,14 +568,13 @@ func closingQuote(d []byte, i int) int {
 }
 
 // strSlow reads a string whose first escape is at i. A string that ends
-// and holds no control character and only valid UTF-8 (the usual case,
-// each checked over the whole string at once) is unescaped by unescape;
-// any other, or one with an escape unescape does not take, by strExact,
-// which finds the first error as a scan byte by byte would.
+// is unescaped by unescape, unless it finds something wrong; then (and for
+// a string that does not end) strExact reads it again and reports the
+// first error, as a scan byte by byte would.
 func (p *parser) strSlow(start, i int) (string, error) {
 	d := p.data
 	end := closingQuote(d, i)
-	if end < len(d) && plainText(d[start:end]) {
+	if end < len(d) {
 		if s, ok := unescape(d, start, i, end); ok {
 			p.pos = end + 1
 			return s, nil
@@ -584,42 +583,19 @@ func (p *parser) strSlow(start, i int) (string, error) {
 	return p.strExact(start, i, end)
 }
 
-// plainText reports whether b holds no byte below 0x20 and is valid
-// UTF-8: one pass eight bytes at a time, then utf8.Valid only if some byte
-// is not ASCII.
-func plainText(b []byte) bool {
-	const (
-		ones  = 0x0101010101010101
-		highs = 0x8080808080808080
-	)
-	var ctl, wide uint64
-	i := 0
-	for ; i+8 <= len(b); i += 8 {
-		x := binary.LittleEndian.Uint64(b[i:])
-		ctl |= (x - 0x20*ones) &^ x
-		wide |= x
-	}
-	for ; i < len(b); i++ {
-		if b[i] < 0x20 {
-			return false
-		}
-		wide |= uint64(b[i])
-	}
-	if ctl&highs != 0 {
-		return false
-	}
-	return wide&highs == 0 || utf8.Valid(b)
-}
-
-// unescape returns the string d[start:end], whose first escape is at i,
-// unescaped into one buffer of the escaped length (the unescaped text is
-// never longer), which becomes the string without a second copy. The
-// caller has checked that the string is valid UTF-8 without control
-// characters. Escapes are often a few dozen bytes apart (a newline per
-// line of code), so the runs between them are scanned and copied in the
-// same pass, eight bytes at a time: each word is stored whole and the
-// write offset advances to the backslash in it, if any. It returns false
-// at an escape that is not well formed, for strExact to report.
+// unescape returns the string d[start:end], whose first escape is at i
+// (d[start:i] is valid UTF-8 without control characters), unescaped into
+// one buffer of the escaped length (the unescaped text is never longer),
+// which becomes the string without a second copy. Escapes are often a few
+// dozen bytes apart (a newline per line of code), so the runs between
+// them are scanned, checked and copied in one pass, eight bytes at a time:
+// each word is stored whole, and the write offset advances to the
+// backslash in it, if any. The words also gather whether a control byte or
+// a non-ASCII byte was seen; utf8.Valid checks the result only in the
+// latter case (escapes add only valid UTF-8, so the result is valid
+// exactly when the runs are). It returns false for a string with an escape
+// that is not well formed, a control byte or invalid UTF-8, for strExact
+// to report.
 func unescape(d []byte, start, i, end int) (string, bool) {
 	const (
 		ones  = 0x0101010101010101
@@ -629,6 +605,10 @@ func unescape(d []byte, start, i, end int) (string, bool) {
 	// w <= i-start throughout (an escape is never shorter than what it
 	// stands for), so a word stored at w fits whenever i+8 <= end.
 	w := copy(buf, d[start:i])
+	// ctl and wide gather the words read (and the bytes, as words):
+	// (x-0x20*ones)&^x flags a byte below 0x20, x a byte above 0x7f,
+	// each in the byte's high bit.
+	var ctl, wide uint64
 	for {
 		// d[i] is a backslash; the byte after it is before end (the
 		// closing quote is not escaped).
@@ -681,6 +661,8 @@ func unescape(d []byte, start, i, end int) (string, bool) {
 		for i+8 <= end {
 			x := binary.LittleEndian.Uint64(d[i:])
 			binary.LittleEndian.PutUint64(buf[w:], x)
+			ctl |= (x - 0x20*ones) &^ x
+			wide |= x
 			y := x ^ ('\\' * ones)
 			if z := (y - ones) &^ y & highs; z != 0 {
 				t := bits.TrailingZeros64(z) / 8
@@ -692,11 +674,17 @@ func unescape(d []byte, start, i, end int) (string, bool) {
 			i += 8
 		}
 		for i < end && d[i] != '\\' {
-			buf[w] = d[i]
+			c := d[i]
+			ctl |= uint64(c-0x20) & 0x80 &^ uint64(c)
+			wide |= uint64(c)
+			buf[w] = c
 			w++
 			i++
 		}
 		if i == end {
+			if ctl&highs != 0 || wide&highs != 0 && !utf8.Valid(buf[:w]) {
+				return "", false
+			}
 			return unsafe.String(unsafe.SliceData(buf), w), true
 		}
 	}
