@@ -409,8 +409,8 @@ func (p *parser) object() (*Value, error) {
 func (p *parser) str() (string, error) {
 	d := p.data
 	start := p.pos + 1
-	j := plainRun(d, start)
-	if !utf8.Valid(d[start:j]) {
+	j, wide := plainRun(d, start)
+	if wide && !utf8.Valid(d[start:j]) {
 		return "", p.errorf(firstInvalid(d, start, j), "invalid UTF-8 in a string")
 	}
 	if j >= len(d) {
@@ -499,30 +499,36 @@ func common(b []byte) string {
 // plainRun returns the index of the first byte at or after i that ends a
 // plain run of string bytes: a quote, a backslash or a control character
 // (len(d) when none). Non-ASCII bytes do not end a run: the caller
-// validates UTF-8 in bulk. It tests eight bytes at a time (prompts are
-// mostly long plain runs; this is the door's hottest loop on a large body).
-func plainRun(d []byte, i int) int {
+// validates UTF-8 in bulk, when wide says some byte of the run (or of the
+// word that ends it) is not ASCII. It tests eight bytes at a time
+// (prompts are mostly long plain runs; this is the door's hottest loop on
+// a large body).
+func plainRun(d []byte, i int) (int, bool) {
 	const (
 		ones  = 0x0101010101010101
 		highs = 0x8080808080808080
 	)
+	var wide uint64
 	for ; i+8 <= len(d); i += 8 {
 		x := binary.LittleEndian.Uint64(d[i:])
+		wide |= x
 		q := x ^ ('"' * ones)
 		b := x ^ ('\\' * ones)
 		// Each term flags, exactly, whether some byte is below 0x20, a
 		// quote or a backslash (flags above the first may be spurious:
 		// borrows only run upwards, so the lowest flag is true).
 		if special := (((x - 0x20*ones) &^ x) | ((q - ones) &^ q) | ((b - ones) &^ b)) & highs; special != 0 {
-			return i + bits.TrailingZeros64(special)/8
+			return i + bits.TrailingZeros64(special)/8, wide&highs != 0
 		}
 	}
 	for ; i < len(d); i++ {
-		if c := d[i]; c == '"' || c == '\\' || c < 0x20 {
-			return i
+		c := d[i]
+		if c == '"' || c == '\\' || c < 0x20 {
+			break
 		}
+		wide |= uint64(c)
 	}
-	return i
+	return i, wide&highs != 0
 }
 
 // firstInvalid returns the offset of the first byte in d[i:end] that does
@@ -759,7 +765,7 @@ func (p *parser) strExact(start, i, end int) (string, error) {
 		default:
 			// A plain run, copied whole (a prompt with newlines is
 			// escapes between long runs).
-			j := plainRun(d, i)
+			j, _ := plainRun(d, i)
 			buf = append(buf, d[i:j]...)
 			i = j
 		}
