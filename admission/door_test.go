@@ -301,3 +301,37 @@ func mustParse(t *testing.T, s string) *ojson.Value {
 	}
 	return v
 }
+
+// TestPlainMessageIsAccepted: the shortcut plainMessage takes only messages
+// that checkMessage accepts, and takes the common ones.
+func TestPlainMessageIsAccepted(t *testing.T) {
+	tests := []struct {
+		msg   string
+		plain bool
+	}{
+		{`{"role":"user","content":"hi"}`, true},
+		{`{"content":"hi","role":"assistant"}`, true},
+		{`{"role":"system","content":""}`, true},
+		{`{"role":"tool","content":"x"}`, false},
+		{`{"role":"User","content":"x"}`, false},
+		{`{"role":"user","content":null}`, false},
+		{`{"role":"user","content":[{"type":"text","text":"x"}]}`, false},
+		{`{"role":"user","Content":"x"}`, false},
+		{`{"role":"user","content":"x","name":"n"}`, false},
+		{`{"role":1,"content":"x"}`, false},
+		{`{"role":"user"}`, false},
+		{`["role","content"]`, false},
+	}
+	for _, tt := range tests {
+		v, err := ojson.Parse([]byte(tt.msg), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := plainMessage(v); got != tt.plain {
+			t.Errorf("plainMessage(%s) = %v, want %v", tt.msg, got, tt.plain)
+		}
+		if plainMessage(v) && checkMessage(v, "messages[0]") != nil {
+			t.Errorf("plainMessage(%s) but checkMessage rejects it", tt.msg)
+		}
+	}
+}

@@ -31,11 +31,38 @@ func checkMessages(req *ojson.Value) *Rejection {
 		return badMessages("messages", codeInvalidValue, "messages must contain at least one message.")
 	}
 	for i, m := range msgs.Items {
+		if plainMessage(m) {
+			continue
+		}
 		if rej := checkMessage(m, fmt.Sprintf("messages[%d]", i)); rej != nil {
 			return rej
 		}
 	}
 	return nil
+}
+
+// plainMessage reports whether m is the common message that checkMessage
+// accepts at once: an object of exactly "role" (a role of roles other than
+// "tool", which needs tool_call_id) and "content" (a string). It spares
+// the chat's messages their path, which is only formatted for a message
+// that checkMessage looks at in full.
+func plainMessage(m *ojson.Value) bool {
+	if m.Kind != ojson.Object || len(m.Members) != 2 {
+		return false
+	}
+	var role, content *ojson.Value
+	for _, mem := range m.Members {
+		switch mem.Key {
+		case "role":
+			role = mem.Value
+		case "content":
+			content = mem.Value
+		default:
+			return false
+		}
+	}
+	return role != nil && content != nil && role.Kind == ojson.String && role.Str != "tool" &&
+		slices.Contains(roles, role.Str) && content.Kind == ojson.String
 }
 
 func badMessages(param, code, format string, args ...any) *Rejection {

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/maitred-dev/maitred/internal/ojson"
 )
@@ -272,7 +273,6 @@ type countScratch struct {
 	keys   []nodeKey
 	counts []int32
 	sum    []byte
-	buf    [4096]byte
 	h      hash.Hash
 }
 
@@ -374,12 +374,11 @@ func (c *CountCache) count(cm *cacheModel, text, salt string, addSpecial bool, l
 	return total, !over()
 }
 
-// write hashes s without converting it to a []byte whole.
+// write hashes s in place, without copying it: an io.Writer neither
+// modifies nor retains what it is given.
 func (sc *countScratch) write(s string) {
-	for len(s) > 0 {
-		n := copy(sc.buf[:], s)
-		sc.h.Write(sc.buf[:n])
-		s = s[n:]
+	if s != "" {
+		sc.h.Write(unsafe.Slice(unsafe.StringData(s), len(s)))
 	}
 }
 

@@ -8,7 +8,9 @@ import "strings"
 // wins. It is a byte trie; positions whose byte starts no token are skipped
 // with strings.IndexByte when every token starts with the same byte (text
 // without '<' costs a vectorised search for typical vocabularies), else
-// through a table, one lookup per byte.
+// through a table, one lookup per byte. The trie's nodes are rows of a
+// dense table over the bytes the tokens use (one load per byte of a
+// match), unless that table would be large; then they are a map.
 type addedMatcher struct {
 	first [256]bool
 	// only is the one byte every token starts with, or -1: then the
@@ -19,7 +21,16 @@ type addedMatcher struct {
 	edges map[uint32]uint32
 	// ids[node] is the token id ending at node, or -1.
 	ids []int32
+	// When next is set, it replaces edges: node's child on byte c is
+	// next[node*classes+class[c]] (0: none; the root is no child), and
+	// class[c] is 0 for a byte no token holds.
+	class   [256]uint8
+	classes int
+	next    []int32
 }
+
+// maxDenseTrie bounds the dense table's entries (4 bytes each).
+const maxDenseTrie = 1 << 18
 
 func newAddedMatcher(tokens map[string]int) *addedMatcher {
 	if len(tokens) == 0 {
@@ -44,6 +55,7 @@ func newAddedMatcher(tokens map[string]int) *addedMatcher {
 		m.ids[node] = int32(id)
 		m.first[s[0]] = true
 	}
+	m.dense(tokens)
 	m.only = -1
 	for c, ok := range m.first {
 		if ok && m.only == -1 {
@@ -56,9 +68,54 @@ func newAddedMatcher(tokens map[string]int) *addedMatcher {
 	return m
 }
 
+// dense builds next from edges when the table is small enough.
+func (m *addedMatcher) dense(tokens map[string]int) {
+	classes := 1
+	for s := range tokens {
+		for i := 0; i < len(s); i++ {
+			if m.class[s[i]] == 0 {
+				if classes == 256 {
+					m.class = [256]uint8{}
+					return
+				}
+				m.class[s[i]] = uint8(classes)
+				classes++
+			}
+		}
+	}
+	if len(m.ids)*classes > maxDenseTrie {
+		m.class = [256]uint8{}
+		return
+	}
+	m.classes = classes
+	m.next = make([]int32, len(m.ids)*classes)
+	for k, child := range m.edges {
+		m.next[int(k>>8)*classes+int(m.class[k&0xff])] = int32(child)
+	}
+	m.edges = nil
+}
+
 // longest returns the length and id of the longest token that starts at
 // s[i:], or 0, -1.
 func (m *addedMatcher) longest(s string, i int) (int, int) {
+	if m.next != nil {
+		bestLen, bestID := 0, -1
+		node := 0
+		for j := i; j < len(s); j++ {
+			c := m.class[s[j]]
+			if c == 0 {
+				break
+			}
+			node = int(m.next[node*m.classes+int(c)])
+			if node == 0 {
+				break
+			}
+			if id := m.ids[node]; id >= 0 {
+				bestLen, bestID = j+1-i, int(id)
+			}
+		}
+		return bestLen, bestID
+	}
 	node := uint32(0)
 	bestLen, bestID := 0, -1
 	for j := i; j < len(s); j++ {

@@ -1,12 +1,15 @@
 package ojson
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
+	"math/bits"
 	"strconv"
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // DefaultMaxDepth is the nesting limit Parse applies when given 0.
@@ -37,6 +40,7 @@ func Parse(data []byte, maxDepth int) (*Value, error) {
 		maxDepth = DefaultMaxDepth
 	}
 	p := parser{data: data, maxDepth: maxDepth}
+	p.items, p.members = p.itemStack[:0], p.memberStack[:0]
 	p.skipSpace()
 	v, err := p.value()
 	if err != nil {
@@ -62,23 +66,69 @@ type parser struct {
 	maxDepth int
 	path     []pathElem
 	slab     []Value
+	// items and members are stacks of the elements of the arrays and
+	// objects being read (nested ones above their parents'); a finished
+	// container's are copied out to an exact-size slice carved from
+	// itemSlab or memberSlab.
+	items      []*Value
+	members    []Member
+	itemSlab   []*Value
+	memberSlab []Member
+	// The sizes of the last blocks allocated.
+	slabLen, itemLen, memberLen int
+	// The stacks' first blocks, enough for a chat's messages.
+	itemStack   [32]*Value
+	memberStack [16]Member
+}
+
+// grow is the size of the next block of nodes (Values, members or items)
+// after one of size last: blocks double from 16 up to 256, so that a small
+// document allocates little and a large one a few blocks.
+func grow(last, need int) int {
+	return max(need, min(max(2*last, 16), 256))
 }
 
 // alloc hands out Values from a block so a document costs a few allocations
 // rather than one per node.
 func (p *parser) alloc() *Value {
 	if len(p.slab) == 0 {
-		n := len(p.data) / 16
-		if n < 8 {
-			n = 8
-		} else if n > 256 {
-			n = 256
-		}
-		p.slab = make([]Value, n)
+		p.slabLen = grow(p.slabLen, 1)
+		p.slab = make([]Value, p.slabLen)
 	}
 	v := &p.slab[0]
 	p.slab = p.slab[1:]
 	return v
+}
+
+// finishItems moves the items stacked since base into an exact-size
+// slice (capacity = length: an append by a caller copies) and pops them.
+func (p *parser) finishItems(base int) []*Value {
+	n := len(p.items) - base
+	if n > len(p.itemSlab) {
+		p.itemLen = grow(p.itemLen, n)
+		p.itemSlab = make([]*Value, p.itemLen)
+	}
+	out := p.itemSlab[:n:n]
+	p.itemSlab = p.itemSlab[n:]
+	copy(out, p.items[base:])
+	clear(p.items[base:])
+	p.items = p.items[:base]
+	return out
+}
+
+// finishMembers is finishItems for an object's members.
+func (p *parser) finishMembers(base int) []Member {
+	n := len(p.members) - base
+	if n > len(p.memberSlab) {
+		p.memberLen = grow(p.memberLen, n)
+		p.memberSlab = make([]Member, p.memberLen)
+	}
+	out := p.memberSlab[:n:n]
+	p.memberSlab = p.memberSlab[n:]
+	copy(out, p.members[base:])
+	clear(p.members[base:])
+	p.members = p.members[:base]
+	return out
 }
 
 func (p *parser) pathString() string {
@@ -229,14 +279,15 @@ func (p *parser) array() (*Value, error) {
 		return v, nil
 	}
 	p.path = append(p.path, pathElem{index: 0})
+	base := len(p.items)
 	for {
-		p.path[len(p.path)-1].index = len(v.Items)
+		p.path[len(p.path)-1].index = len(p.items) - base
 		p.skipSpace()
 		item, err := p.value()
 		if err != nil {
 			return nil, err
 		}
-		v.Items = append(v.Items, item)
+		p.items = append(p.items, item)
 		p.skipSpace()
 		if p.pos >= len(p.data) {
 			return nil, p.errorf(p.pos, "unexpected end of JSON input in an array")
@@ -247,6 +298,7 @@ func (p *parser) array() (*Value, error) {
 		case ']':
 			p.pos++
 			p.path = p.path[:len(p.path)-1]
+			v.Items = p.finishItems(base)
 			v.End = p.pos
 			return v, nil
 		default:
@@ -300,6 +352,7 @@ func (p *parser) object() (*Value, error) {
 		return v, nil
 	}
 	p.path = append(p.path, pathElem{index: -1})
+	base := len(p.members)
 	var seen map[string]struct{}
 	for {
 		p.skipSpace()
@@ -314,7 +367,7 @@ func (p *parser) object() (*Value, error) {
 		if err != nil {
 			return nil, err
 		}
-		if duplicate(v.Members, &seen, key) {
+		if duplicate(p.members[base:], &seen, key) {
 			p.path[len(p.path)-1].key = key
 			return nil, p.errorf(keyStart, "duplicate key %q", key)
 		}
@@ -329,7 +382,7 @@ func (p *parser) object() (*Value, error) {
 		if err != nil {
 			return nil, err
 		}
-		v.Members = append(v.Members, Member{Key: key, KeyStart: keyStart, Value: val})
+		p.members = append(p.members, Member{Key: key, KeyStart: keyStart, Value: val})
 		p.skipSpace()
 		if p.pos >= len(p.data) {
 			return nil, p.errorf(p.pos, "unexpected end of JSON input in an object")
@@ -340,6 +393,7 @@ func (p *parser) object() (*Value, error) {
 		case '}':
 			p.pos++
 			p.path = p.path[:len(p.path)-1]
+			v.Members = p.finishMembers(base)
 			v.End = p.pos
 			return v, nil
 		default:
@@ -349,77 +403,322 @@ func (p *parser) object() (*Value, error) {
 }
 
 // str reads a string starting at the opening quote and returns its
-// unescaped value. Strings without escapes are copied in one step.
+// unescaped value. A string without escapes is copied in one step (or not
+// at all when it is a common key or role); one with escapes is unescaped
+// by strSlow.
 func (p *parser) str() (string, error) {
 	d := p.data
 	start := p.pos + 1
-	// plainASCII stops only at a quote, a backslash, a control character
-	// or a non-ASCII byte.
-	for i := plainASCII(d, start); i < len(d); i = plainASCII(d, i) {
-		c := d[i]
-		switch {
-		case c == '"':
-			p.pos = i + 1
-			return string(d[start:i]), nil
-		case c == '\\':
-			return p.strSlow(start, i)
-		case c < 0x20:
-			return "", p.errorf(i, "control character %s in a string", quoteByte(c))
-		default:
-			r, size := utf8.DecodeRune(d[i:])
-			if r == utf8.RuneError && size == 1 {
-				return "", p.errorf(i, "invalid UTF-8 in a string")
-			}
-			i += size
-		}
+	j, wide := plainRun(d, start)
+	if wide && !utf8.Valid(d[start:j]) {
+		return "", p.errorf(firstInvalid(d, start, j), "invalid UTF-8 in a string")
 	}
-	return "", p.errorf(len(d), "unexpected end of JSON input in a string")
+	if j >= len(d) {
+		return "", p.errorf(len(d), "unexpected end of JSON input in a string")
+	}
+	switch c := d[j]; c {
+	case '"':
+		p.pos = j + 1
+		return common(d[start:j]), nil
+	case '\\':
+		return p.strSlow(start, j)
+	default:
+		return "", p.errorf(j, "control character %s in a string", quoteByte(c))
+	}
 }
 
-// plainASCII returns the index of the first byte at or after i that a
-// string scan must look at: a quote, a backslash, a control character or a
-// non-ASCII byte. It tests eight bytes at a time (prompts are mostly long
-// plain runs; this is the door's hottest loop on a large body).
-func plainASCII(d []byte, i int) int {
+// common returns b as a string, without allocating when it is one of the
+// keys and values most chat requests repeat.
+func common(b []byte) string {
+	if len(b) > 21 {
+		return string(b)
+	}
+	switch string(b) {
+	case "role":
+		return "role"
+	case "content":
+		return "content"
+	case "user":
+		return "user"
+	case "assistant":
+		return "assistant"
+	case "system":
+		return "system"
+	case "model":
+		return "model"
+	case "messages":
+		return "messages"
+	case "type":
+		return "type"
+	case "text":
+		return "text"
+	case "name":
+		return "name"
+	case "tool":
+		return "tool"
+	case "developer":
+		return "developer"
+	case "max_tokens":
+		return "max_tokens"
+	case "max_completion_tokens":
+		return "max_completion_tokens"
+	case "stream":
+		return "stream"
+	case "temperature":
+		return "temperature"
+	case "top_p":
+		return "top_p"
+	case "tools":
+		return "tools"
+	case "tool_calls":
+		return "tool_calls"
+	case "tool_call_id":
+		return "tool_call_id"
+	case "function":
+		return "function"
+	case "arguments":
+		return "arguments"
+	case "parameters":
+		return "parameters"
+	case "description":
+		return "description"
+	case "properties":
+		return "properties"
+	case "required":
+		return "required"
+	case "id":
+		return "id"
+	case "prompt":
+		return "prompt"
+	case "input":
+		return "input"
+	}
+	return string(b)
+}
+
+// plainRun returns the index of the first byte at or after i that ends a
+// plain run of string bytes: a quote, a backslash or a control character
+// (len(d) when none). Non-ASCII bytes do not end a run: the caller
+// validates UTF-8 in bulk, when wide says some byte of the run (or of the
+// word that ends it) is not ASCII. It tests eight bytes at a time
+// (prompts are mostly long plain runs; this is the door's hottest loop on
+// a large body).
+func plainRun(d []byte, i int) (int, bool) {
 	const (
 		ones  = 0x0101010101010101
 		highs = 0x8080808080808080
 	)
+	var wide uint64
 	for ; i+8 <= len(d); i += 8 {
 		x := binary.LittleEndian.Uint64(d[i:])
+		wide |= x
 		q := x ^ ('"' * ones)
 		b := x ^ ('\\' * ones)
-		special := x | // any byte >= 0x80
-			((x - 0x20*ones) &^ x) | // any byte < 0x20
-			((q - ones) &^ q) | // any '"'
-			((b - ones) &^ b) // any '\\'
-		if special&highs != 0 {
+		// Each term flags, exactly, whether some byte is below 0x20, a
+		// quote or a backslash (flags above the first may be spurious:
+		// borrows only run upwards, so the lowest flag is true).
+		if special := (((x - 0x20*ones) &^ x) | ((q - ones) &^ q) | ((b - ones) &^ b)) & highs; special != 0 {
+			return i + bits.TrailingZeros64(special)/8, wide&highs != 0
+		}
+	}
+	for ; i < len(d); i++ {
+		c := d[i]
+		if c == '"' || c == '\\' || c < 0x20 {
 			break
 		}
+		wide |= uint64(c)
 	}
-	for i < len(d) {
-		c := d[i]
-		if c == '"' || c == '\\' || c < 0x20 || c >= utf8.RuneSelf {
-			return i
-		}
-		i++
-	}
-	return i
+	return i, wide&highs != 0
 }
 
+// firstInvalid returns the offset of the first byte in d[i:end] that does
+// not start a valid UTF-8 sequence, or end when there is none: where a
+// byte-by-byte scan of a string from i meets invalid UTF-8. Escapes are
+// ASCII, so it may run over them.
+func firstInvalid(d []byte, i, end int) int {
+	for i < end {
+		if d[i] < utf8.RuneSelf {
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRune(d[i:])
+		if r == utf8.RuneError && size == 1 {
+			return i
+		}
+		i += size
+	}
+	return end
+}
+
+// closingQuote returns the index of the quote that ends a string whose
+// first escape is at i (len(d) when there is none): the first quote
+// preceded by an even run of backslashes (each backslash escapes the byte
+// after it). It bounds the unescaped length at the cost of a vectorised
+// search, so the string is unescaped into one buffer.
+func closingQuote(d []byte, i int) int {
+	for {
+		q := bytes.IndexByte(d[i:], '"')
+		if q < 0 {
+			return len(d)
+		}
+		q += i
+		k := q
+		for d[k-1] == '\\' { // d[i] is a backslash: k > i
+			k--
+		}
+		if (q-k)%2 == 0 {
+			return q
+		}
+		i = q + 1
+	}
+}
+
+// strSlow reads a string whose first escape is at i. A string that ends
+// is unescaped by unescape, unless it finds something wrong; then (and for
+// a string that does not end) strExact reads it again and reports the
+// first error, as a scan byte by byte would.
 func (p *parser) strSlow(start, i int) (string, error) {
 	d := p.data
-	buf := make([]byte, 0, i-start+16)
+	end := closingQuote(d, i)
+	if end < len(d) {
+		if s, ok := unescape(d, start, i, end); ok {
+			p.pos = end + 1
+			return s, nil
+		}
+	}
+	return p.strExact(start, i, end)
+}
+
+// unescape returns the string d[start:end], whose first escape is at i
+// (d[start:i] is valid UTF-8 without control characters), unescaped into
+// one buffer of the escaped length (the unescaped text is never longer),
+// which becomes the string without a second copy. Escapes are often a few
+// dozen bytes apart (a newline per line of code), so the runs between
+// them are scanned, checked and copied in one pass, eight bytes at a time:
+// each word is stored whole, and the write offset advances to the
+// backslash in it, if any. The words also gather whether a control byte or
+// a non-ASCII byte was seen; utf8.Valid checks the result only in the
+// latter case (escapes add only valid UTF-8, so the result is valid
+// exactly when the runs are). It returns false for a string with an escape
+// that is not well formed, a control byte or invalid UTF-8, for strExact
+// to report.
+func unescape(d []byte, start, i, end int) (string, bool) {
+	const (
+		ones  = 0x0101010101010101
+		highs = 0x8080808080808080
+	)
+	buf := make([]byte, end-start)
+	// w <= i-start throughout (an escape is never shorter than what it
+	// stands for), so a word stored at w fits whenever i+8 <= end.
+	w := copy(buf, d[start:i])
+	// ctl and wide gather the words read (and the bytes, as words):
+	// (x-0x20*ones)&^x flags a byte below 0x20, x a byte above 0x7f,
+	// each in the byte's high bit.
+	var ctl, wide uint64
+	for {
+		// d[i] is a backslash; the byte after it is before end (the
+		// closing quote is not escaped).
+		if i+1 >= end {
+			return "", false
+		}
+		e := d[i+1]
+		i += 2
+		switch e {
+		case '"', '\\', '/':
+			buf[w] = e
+		case 'b':
+			buf[w] = '\b'
+		case 'f':
+			buf[w] = '\f'
+		case 'n':
+			buf[w] = '\n'
+		case 'r':
+			buf[w] = '\r'
+		case 't':
+			buf[w] = '\t'
+		case 'u':
+			if i+4 > end {
+				return "", false
+			}
+			r, ok := hex4(d, i)
+			if !ok {
+				return "", false
+			}
+			i += 4
+			if utf16.IsSurrogate(r) {
+				if i+6 > end || d[i] != '\\' || d[i+1] != 'u' {
+					return "", false
+				}
+				r2, ok := hex4(d, i+2)
+				if !ok {
+					return "", false
+				}
+				if r = utf16.DecodeRune(r, r2); r == utf8.RuneError {
+					return "", false
+				}
+				i += 6
+			}
+			w += utf8.EncodeRune(buf[w:], r) - 1
+		default:
+			return "", false
+		}
+		w++
+		// The run up to the next backslash or end.
+		for i+8 <= end {
+			x := binary.LittleEndian.Uint64(d[i:])
+			binary.LittleEndian.PutUint64(buf[w:], x)
+			ctl |= (x - 0x20*ones) &^ x
+			wide |= x
+			y := x ^ ('\\' * ones)
+			if z := (y - ones) &^ y & highs; z != 0 {
+				t := bits.TrailingZeros64(z) / 8
+				w += t
+				i += t
+				break
+			}
+			w += 8
+			i += 8
+		}
+		for i < end && d[i] != '\\' {
+			c := d[i]
+			ctl |= uint64(c-0x20) & 0x80 &^ uint64(c)
+			wide |= uint64(c)
+			buf[w] = c
+			w++
+			i++
+		}
+		if i == end {
+			if ctl&highs != 0 || wide&highs != 0 && !utf8.Valid(buf[:w]) {
+				return "", false
+			}
+			return unsafe.String(unsafe.SliceData(buf), w), true
+		}
+	}
+}
+
+// strExact unescapes a string whose first escape is at i and whose
+// closing quote closingQuote found at end, in one pass into one buffer of
+// the escaped length (an upper bound of the unescaped one), stopping at
+// the first error. UTF-8 is validated once, on the result: unescaping
+// only adds whole, valid sequences, so the result is valid exactly when
+// every plain run is. An error found on the way is reported only if no
+// invalid UTF-8 comes before it (strError), as a scan byte by byte would.
+func (p *parser) strExact(start, i, end int) (string, error) {
+	d := p.data
+	buf := make([]byte, 0, end-start)
 	buf = append(buf, d[start:i]...)
 	for i < len(d) {
 		c := d[i]
 		switch {
 		case c == '"':
+			if !utf8.Valid(buf) {
+				return "", p.errorf(firstInvalid(d, start, i), "invalid UTF-8 in a string")
+			}
 			p.pos = i + 1
-			return string(buf), nil
+			return unsafe.String(unsafe.SliceData(buf), len(buf)), nil
 		case c == '\\':
 			if i+1 >= len(d) {
-				return "", p.errorf(i, "unexpected end of JSON input in a string")
+				return "", p.strError(start, i, "unexpected end of JSON input in a string")
 			}
 			e := d[i+1]
 			i += 2
@@ -439,7 +738,7 @@ func (p *parser) strSlow(start, i int) (string, error) {
 			case 'u':
 				r, ok := hex4(d, i)
 				if !ok {
-					return "", p.errorf(i-2, "invalid \\u escape")
+					return "", p.strError(start, i-2, "invalid \\u escape")
 				}
 				i += 4
 				if utf16.IsSurrogate(r) {
@@ -452,33 +751,35 @@ func (p *parser) strSlow(start, i int) (string, error) {
 					}
 					dec := utf16.DecodeRune(r, r2)
 					if dec == utf8.RuneError {
-						return "", p.errorf(i-6, "invalid \\u escape: unpaired surrogate")
+						return "", p.strError(start, i-6, "invalid \\u escape: unpaired surrogate")
 					}
 					i += 6
 					r = dec
 				}
 				buf = utf8.AppendRune(buf, r)
 			default:
-				return "", p.errorf(i-2, "invalid escape %s in a string", quoteByte(e))
+				return "", p.strError(start, i-2, fmt.Sprintf("invalid escape %s in a string", quoteByte(e)))
 			}
 		case c < 0x20:
-			return "", p.errorf(i, "control character %s in a string", quoteByte(c))
-		case c < utf8.RuneSelf:
+			return "", p.strError(start, i, fmt.Sprintf("control character %s in a string", quoteByte(c)))
+		default:
 			// A plain run, copied whole (a prompt with newlines is
 			// escapes between long runs).
-			j := plainASCII(d, i+1)
+			j, _ := plainRun(d, i)
 			buf = append(buf, d[i:j]...)
 			i = j
-		default:
-			r, size := utf8.DecodeRune(d[i:])
-			if r == utf8.RuneError && size == 1 {
-				return "", p.errorf(i, "invalid UTF-8 in a string")
-			}
-			buf = append(buf, d[i:i+size]...)
-			i += size
 		}
 	}
-	return "", p.errorf(len(d), "unexpected end of JSON input in a string")
+	return "", p.strError(start, len(d), "unexpected end of JSON input in a string")
+}
+
+// strError is the error msg at off in the string that starts at start, or
+// the invalid UTF-8 before off that a byte-by-byte scan would meet first.
+func (p *parser) strError(start, off int, msg string) *SyntaxError {
+	if k := firstInvalid(p.data, start, off); k < off {
+		return p.errorf(k, "invalid UTF-8 in a string")
+	}
+	return p.errorf(off, "%s", msg)
 }
 
 func hex4(d []byte, i int) (rune, bool) {
