@@ -36,10 +36,16 @@ func (e *SyntaxError) Error() string {
 // Parse reads exactly one JSON value from data. maxDepth bounds the nesting
 // of arrays and objects (0 means DefaultMaxDepth).
 func Parse(data []byte, maxDepth int) (*Value, error) {
+	return parse(data, maxDepth, nil)
+}
+
+// parse is Parse with strings read by strRead when it is not nil (the
+// tests' byte-by-byte reference reader).
+func parse(data []byte, maxDepth int, strRead func(*parser) (string, error)) (*Value, error) {
 	if maxDepth <= 0 {
 		maxDepth = DefaultMaxDepth
 	}
-	p := parser{data: data, maxDepth: maxDepth}
+	p := parser{data: data, maxDepth: maxDepth, strRead: strRead}
 	p.items, p.members = p.itemStack[:0], p.memberStack[:0]
 	p.skipSpace()
 	v, err := p.value()
@@ -79,6 +85,9 @@ type parser struct {
 	// The stacks' first blocks, enough for a chat's messages.
 	itemStack   [32]*Value
 	memberStack [16]Member
+	// strRead, when set, reads every string instead of str's scans: the
+	// tests compare the scans with a byte-by-byte reader through it.
+	strRead func(*parser) (string, error)
 }
 
 // grow is the size of the next block of nodes (Values, members or items)
@@ -407,6 +416,9 @@ func (p *parser) object() (*Value, error) {
 // at all when it is a common key or role); one with escapes is unescaped
 // by strSlow.
 func (p *parser) str() (string, error) {
+	if p.strRead != nil {
+		return p.strRead(p)
+	}
 	d := p.data
 	start := p.pos + 1
 	j, wide := plainRun(d, start)
