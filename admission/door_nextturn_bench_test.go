@@ -1,13 +1,7 @@
 package admission
 
 import (
-	"compress/gzip"
-	"encoding/json"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -28,59 +22,19 @@ func (c cacheCounter) CountChat(body *ojson.Value, limit int) (tokenize.Count, e
 	return c.cache.CountChat(c.Model, body, limit)
 }
 
-// benchMessages cuts the tokenizer benchmark's mix (code, prose in many
-// scripts, JSON, logs) into n messages of at least size bytes each.
+// benchMessages are n messages of at least size bytes each, cut from the
+// tokenizer benchmark's mix (code, prose in many scripts, JSON, logs).
 func benchMessages(b *testing.B, n, size int) []string {
-	f, err := os.Open(filepath.Join(fixtures.Root(), "tokenize", "testdata", "tok", "benchmix.txt.gz"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		b.Fatal(err)
-	}
-	raw, err := io.ReadAll(zr)
-	if err != nil {
-		b.Fatal(err)
-	}
-	var docs []string
-	for _, d := range strings.Split(string(raw), "\n\n") {
-		if strings.TrimSpace(d) != "" {
-			docs = append(docs, d)
-		}
-	}
+	docs := fixtures.BenchDocs(b)
 	msgs := make([]string, n)
 	k := 0
 	for i := range msgs {
-		var sb strings.Builder
-		for sb.Len() < size {
-			sb.WriteString(docs[k%len(docs)])
-			sb.WriteString("\n\n")
-			k++
-		}
-		msgs[i] = sb.String()
+		msgs[i] = fixtures.Message(docs, &k, size)
 	}
 	return msgs
 }
 
-func conversationBody(msgs []string) []byte {
-	var b strings.Builder
-	b.WriteString(`{"model":"m","messages":[`)
-	for i, s := range msgs {
-		role := "user"
-		if i%2 == 1 {
-			role = "assistant"
-		}
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		q, _ := json.Marshal(s)
-		fmt.Fprintf(&b, `{"role":%q,"content":%s}`, role, q)
-	}
-	b.WriteString(`]}`)
-	return []byte(b.String())
-}
+func conversationBody(msgs []string) []byte { return []byte(fixtures.Conversation(msgs, "")) }
 
 // cpuTime is the process's user and system CPU time so far.
 func cpuTime() time.Duration {

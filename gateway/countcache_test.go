@@ -1,15 +1,12 @@
 package gateway
 
 import (
-	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -28,67 +25,13 @@ import (
 	"github.com/maitred-dev/maitred/tokenize"
 )
 
-// benchDocs are varied texts (code, prose in many scripts, JSON, logs):
-// the tokenizer benchmark's mix.
-func benchDocs(tb testing.TB) []string {
-	tb.Helper()
-	f, err := os.Open(filepath.Join(fixtures.Root(), "tokenize", "testdata", "tok", "benchmix.txt.gz"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	b, err := io.ReadAll(zr)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var out []string
-	for _, d := range strings.Split(string(b), "\n\n") {
-		if strings.TrimSpace(d) != "" {
-			out = append(out, d)
-		}
-	}
-	return out
-}
-
-// message joins docs from *k on (wrapping) until it holds at least n
-// bytes, and moves *k past them: varied text, no paragraph repeated until
-// the mix runs out.
-func message(docs []string, k *int, n int) string {
-	var b strings.Builder
-	for b.Len() < n {
-		b.WriteString(docs[*k%len(docs)])
-		b.WriteString("\n\n")
-		*k++
-	}
-	return b.String()
-}
-
-// conversation writes a chat body over msgs (user first, alternating),
-// with max_tokens when > 0.
+// conversation is a chat body over msgs, with max_tokens when > 0.
 func conversation(msgs []string, maxTokens int) string {
-	var b strings.Builder
-	b.WriteString(`{"model":"m"`)
+	extra := ""
 	if maxTokens > 0 {
-		fmt.Fprintf(&b, `,"max_tokens":%d`, maxTokens)
+		extra = fmt.Sprintf(`,"max_tokens":%d`, maxTokens)
 	}
-	b.WriteString(`,"messages":[`)
-	for i, s := range msgs {
-		role := "user"
-		if i%2 == 1 {
-			role = "assistant"
-		}
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		q, _ := json.Marshal(s)
-		fmt.Fprintf(&b, `{"role":%q,"content":%s}`, role, q)
-	}
-	b.WriteString(`]}`)
-	return b.String()
+	return fixtures.Conversation(msgs, extra)
 }
 
 // metricValue reads one sample of the exposition text (-1: absent).
@@ -124,7 +67,7 @@ func TestCountCacheConversationOverHTTP(t *testing.T) {
 		zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
 	tg := startGatewayToks(t, tok, func(c *config.Config) { c.Models[0].MaxModelLen = maxLen }, httptestServer(t, s))
 
-	docs := benchDocs(t)
+	docs := fixtures.BenchDocs(t)
 	// exact checks the door's count of msgs against the simulator's.
 	exact := func(what string, msgs []string) {
 		t.Helper()
@@ -161,7 +104,7 @@ func TestCountCacheConversationOverHTTP(t *testing.T) {
 	var msgs []string
 	k := 0
 	for turn := range 6 {
-		msgs = append(msgs, message(docs, &k, 3000))
+		msgs = append(msgs, fixtures.Message(docs, &k, 3000))
 		exact(fmt.Sprintf("turn %d", turn), msgs)
 	}
 	hits := metricValue(t, scrape(t, tg), `maitred_count_cache_lookups_total{result="hit"}`)
@@ -196,9 +139,9 @@ func TestCountCacheOff(t *testing.T) {
 		c.Models[0].MaxModelLen = 1 << 16
 		c.CountCacheBytes = 0
 	}, httptestServer(t, s))
-	docs := benchDocs(t)
+	docs := fixtures.BenchDocs(t)
 	k := 0
-	msgs := []string{message(docs, &k, 3000), message(docs, &k, 3000)} // long enough for the cache, were it on
+	msgs := []string{fixtures.Message(docs, &k, 3000), fixtures.Message(docs, &k, 3000)} // long enough for the cache, were it on
 	res := tg.post(t, "/v1/chat/completions", conversation(msgs, 0))
 	if body := readBodyT(t, res); res.StatusCode != 200 {
 		t.Fatalf("%d %s", res.StatusCode, body)
@@ -220,13 +163,13 @@ func TestCountCacheOff(t *testing.T) {
 // door-ms-first-changed), their ratio (x-faster; target >= 5) and the
 // prompt's tokens.
 func BenchmarkCountCacheNextTurnDoor(b *testing.B) {
-	docs := benchDocs(b)
+	docs := fixtures.BenchDocs(b)
 	k := 0
 	msgs := make([]string, 100)
 	for i := range msgs {
-		msgs[i] = message(docs, &k, 3700)
+		msgs[i] = fixtures.Message(docs, &k, 3700)
 	}
-	question := message(docs, &k, 3700)
+	question := fixtures.Message(docs, &k, 3700)
 	for _, model := range []string{"qwen3", "llama3_1"} {
 		b.Run(model, func(b *testing.B) {
 			tok, err := tokenize.LoadDir(fixtures.ModelDir(b, model), tokenize.LoadOptions{})
@@ -335,9 +278,9 @@ func TestCountCacheAcrossReload(t *testing.T) {
 		c.Models[0].MaxModelLen = 1 << 16
 		cfg = *c
 	}, httptestServer(t, s))
-	docs := benchDocs(t)
+	docs := fixtures.BenchDocs(t)
 	k := 0
-	msgs := []string{message(docs, &k, 3000), message(docs, &k, 3000)}
+	msgs := []string{fixtures.Message(docs, &k, 3000), fixtures.Message(docs, &k, 3000)}
 	post := func(n int) {
 		t.Helper()
 		res := tg.post(t, "/v1/chat/completions", conversation(msgs[:n], 0))

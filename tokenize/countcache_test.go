@@ -230,26 +230,6 @@ func convDocs(tb testing.TB) []string {
 	return out
 }
 
-// chatBody is a chat request over msgs (alternating user and assistant,
-// from the first), with extra top-level fields.
-func chatBody(msgs []string, extra string) string {
-	var b strings.Builder
-	b.WriteString(`{"model":"m"` + extra + `,"messages":[`)
-	for i, s := range msgs {
-		role := "user"
-		if i%2 == 1 {
-			role = "assistant"
-		}
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		q, _ := json.Marshal(s)
-		fmt.Fprintf(&b, `{"role":%q,"content":%s}`, role, q)
-	}
-	b.WriteString(`]}`)
-	return b.String()
-}
-
 // conversationCheck grows a conversation through one cache and compares
 // every count with the uncached one: new turns, edits of earlier turns
 // (a word changed, an added token typed into the text), retries, limits.
@@ -296,7 +276,7 @@ func conversationCheck(t testing.TB, m *Model, c *CountCache, docs []string, ops
 		if op%8 == 7 {
 			limit = 1 + arg%4000 // some counts stop at a limit
 		}
-		v := mustParse(t, chatBody(msgs, extra))
+		v := mustParse(t, fixtures.Conversation(msgs, extra))
 		got, gerr := c.CountChat(m, v, limit)
 		want, werr := m.CountChat(v, limit)
 		sameCount(t, fmt.Sprintf("step %d (op %d, %d turns, limit %d)", i, op%8, len(msgs), limit), got, gerr, want, werr)
@@ -358,7 +338,7 @@ func TestCountCacheConcurrent(t *testing.T) {
 				if turn == 5 { // an earlier turn edited
 					msgs[1] = "changed " + msgs[1]
 				}
-				v, err := ojson.Parse([]byte(chatBody(msgs, "")), ojson.DefaultMaxDepth)
+				v, err := ojson.Parse([]byte(fixtures.Conversation(msgs, "")), ojson.DefaultMaxDepth)
 				if err != nil {
 					errs <- err
 					return
@@ -392,7 +372,7 @@ func TestCountCacheSalt(t *testing.T) {
 	}
 	msgs := []string{"Tell me about tides.", "They follow the moon.", "And the sun?"}
 	count := func(extra string, n int) Count {
-		v := mustParse(t, chatBody(msgs[:n], extra))
+		v := mustParse(t, fixtures.Conversation(msgs[:n], extra))
 		got, gerr := c.CountChat(m, v, 0)
 		want, werr := m.CountChat(v, 0)
 		sameCount(t, extra, got, gerr, want, werr)
@@ -419,7 +399,7 @@ func TestCountCacheEviction(t *testing.T) {
 		t.Fatal(err)
 	}
 	count := func(msgs ...string) {
-		v := mustParse(t, chatBody(msgs, ""))
+		v := mustParse(t, fixtures.Conversation(msgs, ""))
 		got, gerr := c.CountChat(m, v, 0)
 		want, werr := m.CountChat(v, 0)
 		sameCount(t, strings.Join(msgs, "|"), got, gerr, want, werr)
@@ -450,7 +430,7 @@ func TestCountCacheNil(t *testing.T) {
 	if err := c.Register(m); err == nil {
 		t.Error("a nil cache registered a model")
 	}
-	v := mustParse(t, chatBody([]string{"hi"}, ""))
+	v := mustParse(t, fixtures.Conversation([]string{"hi"}, ""))
 	got, gerr := c.CountChat(m, v, 0)
 	want, werr := m.CountChat(v, 0)
 	sameCount(t, "nil", got, gerr, want, werr)
@@ -524,10 +504,10 @@ func BenchmarkCountCacheNextTurn(b *testing.B) {
 				}
 				// The previous turn: the conversation up to the last
 				// question, whose answer is msgs[99].
-				if _, err := c.CountChat(m, mustParse(b, chatBody(msgs[:99], "")), 0); err != nil {
+				if _, err := c.CountChat(m, mustParse(b, fixtures.Conversation(msgs[:99], "")), 0); err != nil {
 					b.Fatal(err)
 				}
-				body := mustParse(b, chatBody(append(msgs[:100:100], question), ""))
+				body := mustParse(b, fixtures.Conversation(append(msgs[:100:100], question), ""))
 				items := body.Get("messages").Items
 				first, answer, last := items[0].Get("content"), items[99].Get("content"), items[100].Get("content")
 				tokens := 0
@@ -601,7 +581,7 @@ func TestCountCacheLongConversations(t *testing.T) {
 			}
 			check := func(what string, msgs []string) {
 				t.Helper()
-				v := mustParse(t, chatBody(msgs, ""))
+				v := mustParse(t, fixtures.Conversation(msgs, ""))
 				got, gerr := c.CountChat(m, v, 0)
 				want, werr := m.CountChat(v, 0)
 				sameCount(t, what, got, gerr, want, werr)
