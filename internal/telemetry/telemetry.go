@@ -22,8 +22,24 @@
 //   - service name: tracing.service_name, OTEL_SERVICE_NAME; default
 //     "maitred".
 //
-// The exporters read their other settings (OTEL_EXPORTER_OTLP_HEADERS,
-// _TIMEOUT, _COMPRESSION, _CERTIFICATE) from the environment themselves.
+// The exporters read their other settings from the environment:
+// OTEL_EXPORTER_OTLP_HEADERS, _TIMEOUT, _COMPRESSION, _CERTIFICATE,
+// _CLIENT_CERTIFICATE, _CLIENT_KEY and their _TRACES_ forms.
+//
+// # Exporters
+//
+// gRPC uses OpenTelemetry's otlptracegrpc. HTTP/protobuf uses this
+// package's own exporter (otlphttp.go): it writes the
+// ExportTraceServiceRequest in the protobuf wire format straight from the
+// SDK's spans into one reused buffer (otlpwire.go), the message the
+// standard otlptracehttp exporter sends, field for field (a differential
+// test holds them equal), at a fraction of its CPU: that one builds the
+// request's messages span by span and marshals them by reflection. It
+// keeps that exporter's behaviour: the settings above (a malformed one is
+// an error here, where that one logged and ignored it), gzip, a proxy from
+// the environment, retries of 429, 502, 503 and 504 honouring Retry-After
+// with bounded backoff, and it runs on the batcher's goroutine, never a
+// request's.
 package telemetry
 
 import (
@@ -31,12 +47,12 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
@@ -180,6 +196,9 @@ type Options struct {
 	Version string
 	// Sync exports each span as it ends instead of in batches (tests).
 	Sync bool
+	// Getenv reads the OTLP/HTTP exporter's OTEL_EXPORTER_OTLP_*
+	// settings; nil is os.Getenv.
+	Getenv func(string) string
 }
 
 // New starts the trace pipeline the settings describe, or returns nil
@@ -198,7 +217,18 @@ func New(ctx context.Context, s Settings, o Options) (*Provider, error) {
 	case ProtocolGRPC:
 		exp, err = otlptracegrpc.New(ctx, otlptracegrpc.WithEndpointURL(s.Endpoint))
 	case ProtocolHTTP:
-		exp, err = otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(s.Endpoint))
+		getenv := o.Getenv
+		if getenv == nil {
+			getenv = os.Getenv
+		}
+		var hs httpSettings
+		if hs, err = readHTTPSettings(getenv, os.ReadFile); err == nil {
+			ua := "maitred"
+			if o.Version != "" {
+				ua += "/" + o.Version
+			}
+			exp, err = newHTTPExporter(s.Endpoint, hs, ua)
+		}
 	default:
 		err = fmt.Errorf("unknown protocol %q", s.Protocol)
 	}
