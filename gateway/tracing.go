@@ -5,11 +5,13 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/maitred-dev/maitred/admission"
@@ -31,6 +33,33 @@ import (
 type tracer struct {
 	t    trace.Tracer
 	prop propagation.TraceContext
+	// attrs holds attribute buffers (*[]attribute.KeyValue) for the
+	// SetAttributes of a span's end: the SDK copies what it is given, so
+	// a request's attributes need not cost an allocation of their own.
+	attrs sync.Pool
+}
+
+// attrBuf is an empty attribute buffer, from the pool when there is one.
+func (t *tracer) attrBuf() *[]attribute.KeyValue {
+	if p, ok := t.attrs.Get().(*[]attribute.KeyValue); ok {
+		return p
+	}
+	b := make([]attribute.KeyValue, 0, 24)
+	return &b
+}
+
+// setAttributes sets the buffer's attributes on sp and gives the buffer
+// back to the pool when sp is the SDK's, which copies them; a span of
+// another TracerProvider may keep the slice, so the buffer is then left
+// to it.
+func (t *tracer) setAttributes(sp trace.Span, p *[]attribute.KeyValue) {
+	sp.SetAttributes(*p...)
+	if _, copied := sp.(sdktrace.ReadWriteSpan); !copied || cap(*p) > 64 {
+		return
+	}
+	clear(*p)
+	*p = (*p)[:0]
+	t.attrs.Put(p)
 }
 
 func newTracer(tp trace.TracerProvider) *tracer {
@@ -130,22 +159,23 @@ func (t *tracer) end(x *exchange, status int, layer triage.Layer, end time.Time)
 	}
 	if !x.doorDone.IsZero() {
 		_, door := t.t.Start(x.tr.ctx, "door", trace.WithTimestamp(x.readDone))
-		door.SetAttributes(
+		p := t.attrBuf()
+		*p = append(*p,
 			attribute.Int("maitred.door.prompt_tokens", x.promptTokens),
-			attribute.Bool("maitred.door.counted", x.uncounted == ""),
-		)
+			attribute.Bool("maitred.door.counted", x.uncounted == ""))
 		if x.uncounted != "" {
-			door.SetAttributes(attribute.String("maitred.door.uncounted", x.uncounted))
+			*p = append(*p, attribute.String("maitred.door.uncounted", x.uncounted))
 		}
 		if x.tr.rejection != "" {
-			door.SetAttributes(attribute.String(attrRejection, x.tr.rejection))
+			*p = append(*p, attribute.String(attrRejection, x.tr.rejection))
 			door.SetStatus(codes.Error, x.tr.rejection)
 		}
+		t.setAttributes(door, p)
 		door.End(trace.WithTimestamp(x.doorDone))
 	}
 	// The attributes are set once, at the end: one copy into the span.
-	attrs := make([]attribute.KeyValue, 0, 20)
-	attrs = append(attrs,
+	p := t.attrBuf()
+	attrs := append(*p,
 		attribute.String("http.request.method", x.tr.method),
 		attribute.String("http.route", x.endpoint),
 		attribute.String("maitred.request_id", x.id),
@@ -187,7 +217,8 @@ func (t *tracer) end(x *exchange, status int, layer triage.Layer, end time.Time)
 	if k := keyName(x); k != "" {
 		attrs = append(attrs, attribute.String(attrKey, k))
 	}
-	sp.SetAttributes(attrs...)
+	*p = attrs
+	t.setAttributes(sp, p)
 	if !x.firstEventAt.IsZero() {
 		sp.AddEvent("first_token", trace.WithTimestamp(x.firstEventAt))
 	}
@@ -232,11 +263,12 @@ func (t *tracer) queued(x *exchange, since time.Time, o admission.Outcome, lease
 	now := time.Now()
 	x.tr.queueWait += now.Sub(since)
 	_, sp := t.t.Start(x.tr.ctx, "queue", trace.WithTimestamp(since))
-	attrs := []attribute.KeyValue{attribute.String("maitred.queue.outcome", o.String())}
+	p := t.attrBuf()
+	*p = append(*p, attribute.String("maitred.queue.outcome", o.String()))
 	if lease != nil {
-		attrs = append(attrs, attribute.String("maitred.queue.policy", lease.Policy))
+		*p = append(*p, attribute.String("maitred.queue.policy", lease.Policy))
 	}
-	sp.SetAttributes(attrs...)
+	t.setAttributes(sp, p)
 	if o != admission.Admitted {
 		sp.SetStatus(codes.Error, o.String())
 	}
@@ -244,15 +276,14 @@ func (t *tracer) queued(x *exchange, since time.Time, o admission.Outcome, lease
 }
 
 // attempt starts attempt a's CLIENT span, whose context the proxy sends
-// to the backend in traceparent, and returns the function that ends it
-// once the attempt is over (its answer copied, or failed).
-func (t *tracer) attempt(x *exchange, a *attempt, r *http.Request) func() {
+// to the backend in traceparent; endAttempt ends it once the attempt is
+// over (its answer copied, or failed).
+func (t *tracer) attempt(x *exchange, a *attempt, r *http.Request) {
 	name := r.Method + " " + r.URL.Path
 	if op := genAIOperation(x.endpoint); op != "" && x.rt != nil {
 		name = op + " " + x.rt.name
 	}
 	_, a.span = t.t.Start(x.tr.ctx, name, trace.WithSpanKind(trace.SpanKindClient))
-	return func() { t.endAttempt(x, a, r) }
 }
 
 func (t *tracer) endAttempt(x *exchange, a *attempt, r *http.Request) {
@@ -262,8 +293,8 @@ func (t *tracer) endAttempt(x *exchange, a *attempt, r *http.Request) {
 		return
 	}
 	u := a.backend.URL
-	attrs := make([]attribute.KeyValue, 0, 14)
-	attrs = append(attrs,
+	p := t.attrBuf()
+	attrs := append(*p,
 		attribute.String("http.request.method", r.Method),
 		attribute.String("server.address", u.Hostname()),
 		attribute.String("url.full", u.Scheme+"://"+u.Host+r.URL.Path))
@@ -307,7 +338,8 @@ func (t *tracer) endAttempt(x *exchange, a *attempt, r *http.Request) {
 		attrs = append(attrs, attribute.String("error.type", errType))
 		sp.SetStatus(codes.Error, errType)
 	}
-	sp.SetAttributes(attrs...)
+	*p = attrs
+	t.setAttributes(sp, p)
 	sp.End()
 }
 
