@@ -46,7 +46,7 @@ func TestReadHTTPSettings(t *testing.T) {
 	}{
 		{name: "defaults", env: env(), want: httpSettings{timeout: 10 * time.Second}},
 		{name: "headers, per-signal keys winning, values unescaped and trimmed",
-			env: env("OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Basic%20abc, x-a = 1", "OTEL_EXPORTER_OTLP_TRACES_HEADERS", "x-a=2"),
+			env:  env("OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Basic%20abc, x-a = 1", "OTEL_EXPORTER_OTLP_TRACES_HEADERS", "x-a=2"),
 			want: httpSettings{timeout: 10 * time.Second, headers: map[string]string{"Authorization": "Basic abc", "x-a": "2"}}},
 		{name: "timeout and gzip, per-signal winning",
 			env:  env("OTEL_EXPORTER_OTLP_TIMEOUT", "500", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "2500", "OTEL_EXPORTER_OTLP_COMPRESSION", "gzip"),

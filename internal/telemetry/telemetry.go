@@ -40,6 +40,12 @@
 // the environment, retries of 429, 502, 503 and 504 honouring Retry-After
 // with bounded backoff, and it runs on the batcher's goroutine, never a
 // request's.
+//
+// Spans are batched by this package's batcher (batcher.go), for either
+// protocol: the SDK's batch span processor's settings (OTEL_BSP_SCHEDULE_DELAY,
+// _EXPORT_TIMEOUT, _MAX_QUEUE_SIZE, _MAX_EXPORT_BATCH_SIZE) and behaviour
+// (a full queue drops spans), but a span's end appends it under a mutex
+// instead of waking the exporting goroutine for each span.
 package telemetry
 
 import (
@@ -197,7 +203,7 @@ type Options struct {
 	// Sync exports each span as it ends instead of in batches (tests).
 	Sync bool
 	// Getenv reads the OTLP/HTTP exporter's OTEL_EXPORTER_OTLP_*
-	// settings; nil is os.Getenv.
+	// settings and the batcher's OTEL_BSP_*; nil is os.Getenv.
 	Getenv func(string) string
 }
 
@@ -213,14 +219,18 @@ func New(ctx context.Context, s Settings, o Options) (*Provider, error) {
 		exp sdktrace.SpanExporter
 		err error
 	)
+	getenv := o.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	bs, err := readBatchSettings(getenv)
+	if err != nil {
+		return nil, fmt.Errorf("tracing: %w", err)
+	}
 	switch s.Protocol {
 	case ProtocolGRPC:
 		exp, err = otlptracegrpc.New(ctx, otlptracegrpc.WithEndpointURL(s.Endpoint))
 	case ProtocolHTTP:
-		getenv := o.Getenv
-		if getenv == nil {
-			getenv = os.Getenv
-		}
 		var hs httpSettings
 		if hs, err = readHTTPSettings(getenv, os.ReadFile); err == nil {
 			ua := "maitred"
@@ -249,7 +259,7 @@ func New(ctx context.Context, s Settings, o Options) (*Provider, error) {
 	if o.Sync {
 		opts = append(opts, sdktrace.WithSyncer(exp))
 	} else {
-		opts = append(opts, sdktrace.WithBatcher(exp))
+		opts = append(opts, sdktrace.WithSpanProcessor(newBatcher(exp, bs)))
 	}
 	return &Provider{TracerProvider: sdktrace.NewTracerProvider(opts...), Settings: s}, nil
 }
