@@ -306,6 +306,9 @@ func clampUint32(v int) uint32 {
 
 // keyValue writes kv as a KeyValue in field num.
 func (e *spanEncoder) keyValue(num protowire.Number, kv attribute.KeyValue) {
+	if e.scalarKeyValue(num, kv) {
+		return
+	}
 	m := e.open(num)
 	e.string(fKeyValueKey, string(kv.Key))
 	e.value(fKeyValueValue, kv.Value)
@@ -438,4 +441,48 @@ func (e *spanEncoder) fixed32(num protowire.Number, v uint32) {
 	}
 	e.b = protowire.AppendTag(e.b, num, protowire.Fixed32Type)
 	e.b = protowire.AppendFixed32(e.b, v)
+}
+
+// scalarKeyValue writes kv, whose value is a string, bool, int64 or
+// float64 (nearly every attribute), with its lengths worked out first
+// instead of written after; false for any other kind of value.
+func (e *spanEncoder) scalarKeyValue(num protowire.Number, kv attribute.KeyValue) bool {
+	var inner int // the AnyValue's content: its one field
+	switch kv.Value.Type() {
+	case attribute.STRING:
+		n := len(kv.Value.AsString())
+		inner = 1 + protowire.SizeVarint(uint64(n)) + n
+	case attribute.BOOL:
+		inner = 2
+	case attribute.INT64:
+		inner = 1 + protowire.SizeVarint(uint64(kv.Value.AsInt64()))
+	case attribute.FLOAT64:
+		inner = 9
+	default:
+		return false
+	}
+	kvLen := 1 + protowire.SizeVarint(uint64(inner)) + inner // the value field
+	if k := len(kv.Key); k > 0 {
+		kvLen += 1 + protowire.SizeVarint(uint64(k)) + k
+	}
+	e.b = protowire.AppendTag(e.b, num, protowire.BytesType)
+	e.b = protowire.AppendVarint(e.b, uint64(kvLen))
+	e.string(fKeyValueKey, string(kv.Key))
+	e.b = protowire.AppendTag(e.b, fKeyValueValue, protowire.BytesType)
+	e.b = protowire.AppendVarint(e.b, uint64(inner))
+	switch kv.Value.Type() {
+	case attribute.STRING:
+		e.b = protowire.AppendTag(e.b, fAnyString, protowire.BytesType)
+		e.b = protowire.AppendString(e.b, kv.Value.AsString())
+	case attribute.BOOL:
+		e.b = protowire.AppendTag(e.b, fAnyBool, protowire.VarintType)
+		e.b = protowire.AppendVarint(e.b, protowire.EncodeBool(kv.Value.AsBool()))
+	case attribute.INT64:
+		e.b = protowire.AppendTag(e.b, fAnyInt, protowire.VarintType)
+		e.b = protowire.AppendVarint(e.b, uint64(kv.Value.AsInt64()))
+	case attribute.FLOAT64:
+		e.b = protowire.AppendTag(e.b, fAnyDouble, protowire.Fixed64Type)
+		e.b = protowire.AppendFixed64(e.b, math.Float64bits(kv.Value.AsFloat64()))
+	}
+	return true
 }
