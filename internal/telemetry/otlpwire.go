@@ -103,10 +103,9 @@ type spanEncoder struct {
 
 // resourceGroup is one resource of a request and its scope groups.
 type resourceGroup struct {
-	res    *resource.Resource
-	key    attribute.Distinct
-	first  int32 // its first scope group
-	scopes int32 // how many
+	res   *resource.Resource
+	key   attribute.Distinct
+	first int32 // its first scope group
 }
 
 // scopeGroup is the spans of one resource and scope.
