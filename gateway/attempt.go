@@ -180,7 +180,8 @@ func (g *Gateway) forwardLease(w http.ResponseWriter, r *http.Request, a *attemp
 func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, a *attempt, body []byte) attemptResult {
 	x := a.x
 	if x.tr != nil {
-		defer g.tr.attempt(x, a, r)()
+		g.tr.attempt(x, a, r)
+		defer g.tr.endAttempt(x, a, r)
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()

@@ -180,3 +180,83 @@ func cpuTime() time.Duration {
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// BenchmarkServeTracedAlternating is BenchmarkServeTraced's off and
+// ratio=1.0 served in alternating chunks of 128 requests within one run,
+// so that a loaded machine's swings weigh on both alike: it reports each
+// one's ns/op and cpu-ns/op (process CPU, as there) and the differences,
+// tracing's cost. A traced chunk ends with a flush, so its spans' export
+// is charged to it; a GC cycle is charged to whichever chunk it runs in,
+// so the differences understate tracing's share of the GC a little.
+func BenchmarkServeTracedAlternating(b *testing.B) {
+	backend := newFakeBackend(b, "m", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, benchAnswer)
+	})
+	coll := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	defer coll.Close()
+	one := 1.0
+	s, err := telemetry.Resolve(config.TracingConfig{Endpoint: coll.URL, SamplingRatio: &one}, func(string) string { return "" })
+	if err != nil {
+		b.Fatal(err)
+	}
+	otlp, err := telemetry.New(context.Background(), s, telemetry.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer otlp.Shutdown(context.Background())
+	cfg := config.Default()
+	cfg.Models = []config.ModelConfig{{Name: "m", Backends: []config.BackendConfig{{URL: backend.URL}}}}
+	gtr := NewTransport(cfg)
+	defer gtr.CloseIdleConnections()
+	var hs [2]http.Handler
+	for i, tp := range []trace.TracerProvider{nil, otlp} {
+		fl, _ := fleet.New(cfg, &http.Client{Transport: gtr}, zap.NewNop(), nil)
+		g, _ := New(Options{Config: cfg, Fleet: fl, Registry: prometheus.NewRegistry(), Transport: gtr, TracerProvider: tp})
+		defer g.Close()
+		fl.ProbeAll(context.Background())
+		hs[i] = g.Handler()
+	}
+	const chunk = 128
+	var wall, cpu [2]time.Duration
+	var n [2]int
+	b.ReportAllocs()
+	t0, c0 := time.Now(), cpuTime()
+	for i := 0; b.Loop(); i++ {
+		v := i / chunk % 2
+		req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", bytes.NewReader([]byte(benchChat)))
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		hs[v].ServeHTTP(rec, req)
+		if rec.Code != 200 {
+			b.Fatalf("status %d", rec.Code)
+		}
+		n[v]++
+		if (i+1)%chunk == 0 { // the chunk's end: charge it to its variant
+			if v == 1 {
+				otlp.ForceFlush(context.Background()) // its export too
+			}
+			t1, c1 := time.Now(), cpuTime()
+			wall[v] += t1.Sub(t0)
+			cpu[v] += c1 - c0
+			t0, c0 = t1, c1
+		}
+	}
+	if v := b.N / chunk % 2; b.N%chunk != 0 {
+		wall[v] += time.Since(t0)
+		cpu[v] += cpuTime() - c0
+	}
+	if n[0] == 0 || n[1] == 0 {
+		return
+	}
+	per := func(d time.Duration, n int) float64 { return float64(d.Nanoseconds()) / float64(n) }
+	b.ReportMetric(per(wall[0], n[0]), "off-ns/op")
+	b.ReportMetric(per(wall[1], n[1]), "traced-ns/op")
+	b.ReportMetric(per(wall[1], n[1])-per(wall[0], n[0]), "delta-ns/op")
+	b.ReportMetric(per(cpu[0], n[0]), "off-cpu-ns/op")
+	b.ReportMetric(per(cpu[1], n[1]), "traced-cpu-ns/op")
+	b.ReportMetric(per(cpu[1], n[1])-per(cpu[0], n[0]), "delta-cpu-ns/op")
+}

@@ -129,7 +129,11 @@
 // attributes are the attempt's usageMeter's (usageMeter.parts: reported,
 // else counted, said by maitred.usage.from). Off, a client's traceparent
 // passes through untouched. Spans carry no prompt or completion text and
-// no key: maitred.key is the key's configured name.
+// no key: maitred.key is the key's configured name. Each span's
+// attributes are set once, at its end, from a pooled buffer (the SDK
+// copies them), and what repeats from request to request (span-kind
+// options, span names, url.full) is made once, to keep tracing's cost
+// per request to the SDK's own.
 //
 // Each request carries a phase clock (read, door, queue, connect, prefill,
 // decode, tail) whose phases add up to its duration; they go to the access

@@ -5,11 +5,13 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/maitred-dev/maitred/admission"
@@ -31,13 +33,80 @@ import (
 type tracer struct {
 	t    trace.Tracer
 	prop propagation.TraceContext
+	// attrs holds attribute buffers (*[]attribute.KeyValue) for the
+	// SetAttributes of a span's end: the SDK copies what it is given, so
+	// a request's attributes need not cost an allocation of their own.
+	attrs sync.Pool
+	// server and client are the span-kind options, made once: an option
+	// is a value, and a new one costs an allocation.
+	server, client trace.SpanStartOption
+	// names joins the parts of span names and URLs that repeat from one
+	// request to the next (method and route; operation and model; a
+	// backend and path) once.
+	names joined
+}
+
+// joined caches the concatenations of four strings, up to maxJoined of
+// them (then it concatenates each time); safe for concurrent use.
+type joined struct {
+	mu sync.RWMutex
+	m  map[[4]string]string
+}
+
+const maxJoined = 1024
+
+func (j *joined) join(a, b, c, d string) string {
+	k := [4]string{a, b, c, d}
+	j.mu.RLock()
+	s, ok := j.m[k]
+	j.mu.RUnlock()
+	if ok {
+		return s
+	}
+	s = a + b + c + d
+	j.mu.Lock()
+	if j.m == nil {
+		j.m = map[[4]string]string{}
+	}
+	if len(j.m) < maxJoined {
+		j.m[k] = s
+	}
+	j.mu.Unlock()
+	return s
+}
+
+// attrBuf is an empty attribute buffer, from the pool when there is one.
+func (t *tracer) attrBuf() *[]attribute.KeyValue {
+	if p, ok := t.attrs.Get().(*[]attribute.KeyValue); ok {
+		return p
+	}
+	b := make([]attribute.KeyValue, 0, 24)
+	return &b
+}
+
+// setAttributes sets the buffer's attributes on sp and gives the buffer
+// back to the pool when sp is the SDK's, which copies them; a span of
+// another TracerProvider may keep the slice, so the buffer is then left
+// to it.
+func (t *tracer) setAttributes(sp trace.Span, p *[]attribute.KeyValue) {
+	sp.SetAttributes(*p...)
+	if _, copied := sp.(sdktrace.ReadWriteSpan); !copied || cap(*p) > 64 {
+		return
+	}
+	clear(*p)
+	*p = (*p)[:0]
+	t.attrs.Put(p)
 }
 
 func newTracer(tp trace.TracerProvider) *tracer {
 	if tp == nil {
 		return nil
 	}
-	return &tracer{t: tp.Tracer("github.com/maitred-dev/maitred/gateway")}
+	return &tracer{
+		t:      tp.Tracer("github.com/maitred-dev/maitred/gateway"),
+		server: trace.WithSpanKind(trace.SpanKindServer),
+		client: trace.WithSpanKind(trace.SpanKindClient),
+	}
 }
 
 // spans is what a traced request carries: its server span and what its
@@ -52,6 +121,24 @@ type spans struct {
 	queueWait time.Duration
 	// rejection is the door's Reason when the door rejected the request.
 	rejection string
+	// Room for the options of one Start or End call: passed in a slice
+	// of its own, they would cost an allocation each call.
+	startOpts [2]trace.SpanStartOption
+	endOpts   [1]trace.SpanEndOption
+}
+
+// at is the options of a Start: its kind, if not nil, and its time.
+func (s *spans) at(kind trace.SpanStartOption, ts time.Time) []trace.SpanStartOption {
+	o := append(s.startOpts[:0], trace.WithTimestamp(ts))
+	if kind != nil {
+		o = append(o, kind)
+	}
+	return o
+}
+
+// endAt is the options of an End at ts.
+func (s *spans) endAt(ts time.Time) []trace.SpanEndOption {
+	return append(s.endOpts[:0], trace.WithTimestamp(ts))
 }
 
 // Attribute keys: OpenTelemetry's GenAI and HTTP semantic conventions,
@@ -114,7 +201,7 @@ func keyName(x *exchange) string {
 func (t *tracer) start(r *http.Request, x *exchange) {
 	ctx := t.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
 	x.tr = &spans{}
-	x.tr.ctx, x.tr.server = t.t.Start(ctx, r.Method+" "+x.endpoint, trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(x.start))
+	x.tr.ctx, x.tr.server = t.t.Start(ctx, t.names.join(r.Method, " ", x.endpoint, ""), x.tr.at(t.server, x.start)...)
 	x.tr.method = r.Method
 }
 
@@ -129,23 +216,24 @@ func (t *tracer) end(x *exchange, status int, layer triage.Layer, end time.Time)
 		return
 	}
 	if !x.doorDone.IsZero() {
-		_, door := t.t.Start(x.tr.ctx, "door", trace.WithTimestamp(x.readDone))
-		door.SetAttributes(
+		_, door := t.t.Start(x.tr.ctx, "door", x.tr.at(nil, x.readDone)...)
+		p := t.attrBuf()
+		*p = append(*p,
 			attribute.Int("maitred.door.prompt_tokens", x.promptTokens),
-			attribute.Bool("maitred.door.counted", x.uncounted == ""),
-		)
+			attribute.Bool("maitred.door.counted", x.uncounted == ""))
 		if x.uncounted != "" {
-			door.SetAttributes(attribute.String("maitred.door.uncounted", x.uncounted))
+			*p = append(*p, attribute.String("maitred.door.uncounted", x.uncounted))
 		}
 		if x.tr.rejection != "" {
-			door.SetAttributes(attribute.String(attrRejection, x.tr.rejection))
+			*p = append(*p, attribute.String(attrRejection, x.tr.rejection))
 			door.SetStatus(codes.Error, x.tr.rejection)
 		}
-		door.End(trace.WithTimestamp(x.doorDone))
+		t.setAttributes(door, p)
+		door.End(x.tr.endAt(x.doorDone)...)
 	}
 	// The attributes are set once, at the end: one copy into the span.
-	attrs := make([]attribute.KeyValue, 0, 20)
-	attrs = append(attrs,
+	p := t.attrBuf()
+	attrs := append(*p,
 		attribute.String("http.request.method", x.tr.method),
 		attribute.String("http.route", x.endpoint),
 		attribute.String("maitred.request_id", x.id),
@@ -187,7 +275,8 @@ func (t *tracer) end(x *exchange, status int, layer triage.Layer, end time.Time)
 	if k := keyName(x); k != "" {
 		attrs = append(attrs, attribute.String(attrKey, k))
 	}
-	sp.SetAttributes(attrs...)
+	*p = attrs
+	t.setAttributes(sp, p)
 	if !x.firstEventAt.IsZero() {
 		sp.AddEvent("first_token", trace.WithTimestamp(x.firstEventAt))
 	}
@@ -197,7 +286,7 @@ func (t *tracer) end(x *exchange, status int, layer triage.Layer, end time.Time)
 		}
 		sp.SetStatus(codes.Error, outcome)
 	}
-	sp.End(trace.WithTimestamp(end))
+	sp.End(x.tr.endAt(end)...)
 }
 
 // usageAttributes appends the GenAI usage attributes of an attempt's
@@ -231,28 +320,31 @@ func usageAttributes(attrs []attribute.KeyValue, m *usageMeter) []attribute.KeyV
 func (t *tracer) queued(x *exchange, since time.Time, o admission.Outcome, lease *admission.Lease) {
 	now := time.Now()
 	x.tr.queueWait += now.Sub(since)
-	_, sp := t.t.Start(x.tr.ctx, "queue", trace.WithTimestamp(since))
-	attrs := []attribute.KeyValue{attribute.String("maitred.queue.outcome", o.String())}
+	_, sp := t.t.Start(x.tr.ctx, "queue", x.tr.at(nil, since)...)
+	p := t.attrBuf()
+	*p = append(*p, attribute.String("maitred.queue.outcome", o.String()))
 	if lease != nil {
-		attrs = append(attrs, attribute.String("maitred.queue.policy", lease.Policy))
+		*p = append(*p, attribute.String("maitred.queue.policy", lease.Policy))
 	}
-	sp.SetAttributes(attrs...)
+	t.setAttributes(sp, p)
 	if o != admission.Admitted {
 		sp.SetStatus(codes.Error, o.String())
 	}
-	sp.End(trace.WithTimestamp(now))
+	sp.End(x.tr.endAt(now)...)
 }
 
 // attempt starts attempt a's CLIENT span, whose context the proxy sends
-// to the backend in traceparent, and returns the function that ends it
-// once the attempt is over (its answer copied, or failed).
-func (t *tracer) attempt(x *exchange, a *attempt, r *http.Request) func() {
-	name := r.Method + " " + r.URL.Path
+// to the backend in traceparent; endAttempt ends it once the attempt is
+// over (its answer copied, or failed).
+func (t *tracer) attempt(x *exchange, a *attempt, r *http.Request) {
+	var name string
 	if op := genAIOperation(x.endpoint); op != "" && x.rt != nil {
-		name = op + " " + x.rt.name
+		name = t.names.join(op, " ", x.rt.name, "")
+	} else {
+		name = t.names.join(r.Method, " ", r.URL.Path, "")
 	}
-	_, a.span = t.t.Start(x.tr.ctx, name, trace.WithSpanKind(trace.SpanKindClient))
-	return func() { t.endAttempt(x, a, r) }
+	opts := append(x.tr.startOpts[:0], t.client)
+	_, a.span = t.t.Start(x.tr.ctx, name, opts...)
 }
 
 func (t *tracer) endAttempt(x *exchange, a *attempt, r *http.Request) {
@@ -262,11 +354,11 @@ func (t *tracer) endAttempt(x *exchange, a *attempt, r *http.Request) {
 		return
 	}
 	u := a.backend.URL
-	attrs := make([]attribute.KeyValue, 0, 14)
-	attrs = append(attrs,
+	p := t.attrBuf()
+	attrs := append(*p,
 		attribute.String("http.request.method", r.Method),
 		attribute.String("server.address", u.Hostname()),
-		attribute.String("url.full", u.Scheme+"://"+u.Host+r.URL.Path))
+		attribute.String("url.full", t.names.join(u.Scheme, "://", u.Host, r.URL.Path)))
 	if p, err := strconv.Atoi(u.Port()); err == nil {
 		attrs = append(attrs, attribute.Int("server.port", p))
 	} else if port, err := net.LookupPort("tcp", u.Scheme); err == nil {
@@ -307,7 +399,8 @@ func (t *tracer) endAttempt(x *exchange, a *attempt, r *http.Request) {
 		attrs = append(attrs, attribute.String("error.type", errType))
 		sp.SetStatus(codes.Error, errType)
 	}
-	sp.SetAttributes(attrs...)
+	*p = attrs
+	t.setAttributes(sp, p)
 	sp.End()
 }
 

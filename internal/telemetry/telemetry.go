@@ -22,8 +22,30 @@
 //   - service name: tracing.service_name, OTEL_SERVICE_NAME; default
 //     "maitred".
 //
-// The exporters read their other settings (OTEL_EXPORTER_OTLP_HEADERS,
-// _TIMEOUT, _COMPRESSION, _CERTIFICATE) from the environment themselves.
+// The exporters read their other settings from the environment:
+// OTEL_EXPORTER_OTLP_HEADERS, _TIMEOUT, _COMPRESSION, _CERTIFICATE,
+// _CLIENT_CERTIFICATE, _CLIENT_KEY and their _TRACES_ forms.
+//
+// # Exporters
+//
+// gRPC uses OpenTelemetry's otlptracegrpc. HTTP/protobuf uses this
+// package's own exporter (otlphttp.go): it writes the
+// ExportTraceServiceRequest in the protobuf wire format straight from the
+// SDK's spans into one reused buffer (otlpwire.go), the message the
+// standard otlptracehttp exporter sends, field for field (a differential
+// test holds them equal), at a fraction of its CPU: that one builds the
+// request's messages span by span and marshals them by reflection. It
+// keeps that exporter's behaviour: the settings above (a malformed one is
+// an error here, where that one logged and ignored it), gzip, a proxy from
+// the environment, retries of 429, 502, 503 and 504 honouring Retry-After
+// with bounded backoff, and it runs on the batcher's goroutine, never a
+// request's.
+//
+// Spans are batched by this package's batcher (batcher.go), for either
+// protocol: the SDK's batch span processor's settings (OTEL_BSP_SCHEDULE_DELAY,
+// _EXPORT_TIMEOUT, _MAX_QUEUE_SIZE, _MAX_EXPORT_BATCH_SIZE) and behaviour
+// (a full queue drops spans), but a span's end appends it under a mutex
+// instead of waking the exporting goroutine for each span.
 package telemetry
 
 import (
@@ -31,12 +53,12 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
@@ -180,6 +202,9 @@ type Options struct {
 	Version string
 	// Sync exports each span as it ends instead of in batches (tests).
 	Sync bool
+	// Getenv reads the OTLP/HTTP exporter's OTEL_EXPORTER_OTLP_*
+	// settings and the batcher's OTEL_BSP_*; nil is os.Getenv.
+	Getenv func(string) string
 }
 
 // New starts the trace pipeline the settings describe, or returns nil
@@ -194,11 +219,26 @@ func New(ctx context.Context, s Settings, o Options) (*Provider, error) {
 		exp sdktrace.SpanExporter
 		err error
 	)
+	getenv := o.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	bs, err := readBatchSettings(getenv)
+	if err != nil {
+		return nil, fmt.Errorf("tracing: %w", err)
+	}
 	switch s.Protocol {
 	case ProtocolGRPC:
 		exp, err = otlptracegrpc.New(ctx, otlptracegrpc.WithEndpointURL(s.Endpoint))
 	case ProtocolHTTP:
-		exp, err = otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(s.Endpoint))
+		var hs httpSettings
+		if hs, err = readHTTPSettings(getenv, os.ReadFile); err == nil {
+			ua := "maitred"
+			if o.Version != "" {
+				ua += "/" + o.Version
+			}
+			exp, err = newHTTPExporter(s.Endpoint, hs, ua)
+		}
 	default:
 		err = fmt.Errorf("unknown protocol %q", s.Protocol)
 	}
@@ -219,7 +259,7 @@ func New(ctx context.Context, s Settings, o Options) (*Provider, error) {
 	if o.Sync {
 		opts = append(opts, sdktrace.WithSyncer(exp))
 	} else {
-		opts = append(opts, sdktrace.WithBatcher(exp))
+		opts = append(opts, sdktrace.WithSpanProcessor(newBatcher(exp, bs)))
 	}
 	return &Provider{TracerProvider: sdktrace.NewTracerProvider(opts...), Settings: s}, nil
 }
