@@ -374,8 +374,24 @@ var (
 	errContinueLoop = errors.New("continue")
 )
 
+// varSource gives the render variables by name.
+type varSource interface {
+	lookup(name string) (value, bool)
+}
+
+// engineVars are render variables given as the engine's values.
+type engineVars map[string]jinja.Value
+
+func (vars engineVars) lookup(name string) (value, bool) {
+	j, ok := vars[name]
+	if !ok {
+		return undef, false
+	}
+	return fromJ(j), true
+}
+
 // render renders the template with vars (read, never written).
-func (t *ownedTemplate) render(vars map[string]jinja.Value, now func() time.Time) (string, error) {
+func (t *ownedTemplate) render(vars varSource, now func() time.Time) (string, error) {
 	r, _ := t.pool.Get().(*renderer)
 	if r == nil {
 		r = &renderer{t: t, frames: [2][]value{make([]value, len(t.top))}}
@@ -389,8 +405,8 @@ func (t *ownedTemplate) render(vars map[string]jinja.Value, now func() time.Time
 	}()
 	r.now = now
 	for i, name := range t.top {
-		if j, ok := vars[name]; ok {
-			r.frames[0][i] = fromJ(j)
+		if v, ok := vars.lookup(name); ok {
+			r.frames[0][i] = v
 			continue
 		}
 		switch name {
