@@ -44,6 +44,7 @@ func compileOwned(lx *lexed) (*ownedTemplate, error) {
 	if err := rs.stmts(body, top); err != nil {
 		return nil, err
 	}
+	compileBody(body)
 	names := make([]string, rs.topN)
 	for n, r := range top.names {
 		names[r.slot] = n
@@ -452,17 +453,17 @@ func (r *renderer) exec(body []stmt) error {
 		case *textStmt:
 			r.out.WriteString(n.s)
 		case *outStmt:
-			if err := r.write(n.e); err != nil {
+			if err := n.w(r); err != nil {
 				return err
 			}
 		case *ifStmt:
 			done := false
-			for i, c := range n.conds {
-				v, err := r.ev(c)
+			for i, c := range n.cc {
+				ok, err := c(r)
 				if err != nil {
 					return err
 				}
-				if v.truth() {
+				if ok {
 					if err := r.exec(n.bodies[i]); err != nil {
 						return err
 					}
@@ -480,7 +481,7 @@ func (r *renderer) exec(body []stmt) error {
 				return err
 			}
 		case *setStmt:
-			v, err := r.eval(n.e)
+			v, err := n.f(r)
 			if err != nil {
 				return err
 			}
@@ -490,7 +491,7 @@ func (r *renderer) exec(body []stmt) error {
 			if ns.k != kNS {
 				return errPyRaises("TemplateRuntimeError: cannot assign attribute on non-namespace object")
 			}
-			v, err := r.eval(n.e)
+			v, err := n.f(r)
 			if err != nil {
 				return err
 			}
@@ -566,7 +567,7 @@ func iterate(v value) (loopState, error) {
 }
 
 func (r *renderer) execFor(n *forStmt) error {
-	it, err := r.eval(n.iter)
+	it, err := n.iterF(r)
 	if err != nil {
 		return err
 	}
@@ -581,11 +582,11 @@ func (r *renderer) execFor(n *forStmt) error {
 			if err := r.bindTargets(n, item); err != nil {
 				return err
 			}
-			c, err := r.eval(n.cond)
+			c, err := n.condF(r)
 			if err != nil {
 				return err
 			}
-			if c.truth() {
+			if c {
 				kept = append(kept, item)
 			}
 		}

@@ -1,0 +1,527 @@
+package tokenize
+
+import "strings"
+
+// The owned evaluator's compiled form: after name resolution, every
+// statement's expressions are turned into closures (compileBody), so a
+// render does not dispatch on the tree's node types, and the shapes chat
+// templates are made of run without the generic path's layers: a
+// variable, an item or attribute of a variable read in place
+// (message['role'], ns.flag, loop.index0), comparison with a string
+// literal, and/or/not and tests evaluated as conditions (to a bool, no
+// value built), + chains written as they come. Every other expression is
+// the generic evaluator (jinja_eval.go) called on its node; each closure
+// has exactly the generic path's semantics and errors.
+
+type (
+	valFn   func(r *renderer) (value, error)
+	condFn  func(r *renderer) (bool, error)
+	writeFn func(r *renderer) error
+)
+
+// compileBody compiles the expressions of body's statements, nested
+// bodies and macro bodies included.
+func compileBody(body []stmt) {
+	for _, st := range body {
+		switch n := st.(type) {
+		case *outStmt:
+			n.w = compileWrite(n.e)
+		case *ifStmt:
+			n.cc = make([]condFn, len(n.conds))
+			for i, c := range n.conds {
+				n.cc[i] = compileCond(c)
+			}
+			for _, b := range n.bodies {
+				compileBody(b)
+			}
+			compileBody(n.els)
+		case *forStmt:
+			n.iterF = compileExpr(n.iter)
+			if n.cond != nil {
+				n.condF = compileCond(n.cond)
+			}
+			compileBody(n.body)
+			compileBody(n.els)
+		case *setStmt:
+			n.f = compileExpr(n.e)
+		case *setAttrStmt:
+			n.f = compileExpr(n.e)
+		case *setBlockStmt:
+			compileBody(n.body)
+		case *macroStmt:
+			compileBody(n.m.body)
+		}
+	}
+}
+
+// generic evaluates e with the tree walker.
+func generic(e expr) valFn {
+	return func(r *renderer) (value, error) { return r.eval(e) }
+}
+
+func compileExpr(e expr) valFn {
+	switch n := e.(type) {
+	case *litExpr:
+		v := n.v
+		return func(*renderer) (value, error) { return v, nil }
+	case *nameExpr:
+		l, s := n.ref.level, n.ref.slot
+		return func(r *renderer) (value, error) { return r.frames[l][s], nil }
+	case *attrExpr:
+		return compileAttr(n)
+	case *itemExpr:
+		if n.hasSKey {
+			return compileSKey(n)
+		}
+	case *notExpr, *andExpr, *orExpr, *cmpExpr, *testExpr:
+		if a, ok := n.(*andExpr); ok {
+			return compileAndOr(a.l, a.r, true)
+		}
+		if o, ok := n.(*orExpr); ok {
+			return compileAndOr(o.l, o.r, false)
+		}
+		c := compileCond(e)
+		return func(r *renderer) (value, error) {
+			ok, err := c(r)
+			return boolV(ok), err
+		}
+	case *binExpr:
+		l, rf, op := compileExpr(n.l), compileExpr(n.r), n.op
+		return func(r *renderer) (value, error) {
+			a, err := l(r)
+			if err != nil {
+				return undef, err
+			}
+			b, err := rf(r)
+			if err != nil {
+				return undef, err
+			}
+			return arith(op, a, b)
+		}
+	case *condExpr:
+		c, a := compileCond(n.cond), compileExpr(n.a)
+		var b valFn
+		if n.b != nil {
+			b = compileExpr(n.b)
+		}
+		return func(r *renderer) (value, error) {
+			ok, err := c(r)
+			if err != nil {
+				return undef, err
+			}
+			if ok {
+				return a(r)
+			}
+			if b == nil {
+				return undef, nil
+			}
+			return b(r)
+		}
+	case *addExpr:
+		return compileAdd(n)
+	}
+	return generic(e)
+}
+
+// compileAndOr is `l and r` (and) or `l or r`: the deciding operand's
+// value, as Python gives it.
+func compileAndOr(le, re expr, and bool) valFn {
+	l, rf := compileExpr(le), compileExpr(re)
+	return func(r *renderer) (value, error) {
+		v, err := l(r)
+		if err != nil || v.truth() != and {
+			return v, err
+		}
+		return rf(r)
+	}
+}
+
+// objRef compiles the object of an item or attribute access: a variable
+// is read in place.
+func withObj(obj expr, get func(o *value) (value, error)) valFn {
+	if nm, ok := obj.(*nameExpr); ok {
+		l, s := nm.ref.level, nm.ref.slot
+		return func(r *renderer) (value, error) { return get(&r.frames[l][s]) }
+	}
+	of := compileExpr(obj)
+	return func(r *renderer) (value, error) {
+		o, err := of(r)
+		if err != nil {
+			return undef, err
+		}
+		return get(&o)
+	}
+}
+
+// compileAttr is evalAttr: a request or template dict's field unless the
+// name is a dict method; a namespace's or loop's attribute; otherwise
+// getAttr.
+func compileAttr(n *attrExpr) valFn {
+	name, method := n.name, n.fl&flDictMethod != 0
+	la := loopAttrFn(name)
+	return withObj(n.obj, func(o *value) (value, error) {
+		switch o.k {
+		case kMap:
+			if !method {
+				v, _ := o.p.(*mapVal).get(name)
+				return v, nil
+			}
+		case kDict:
+			if !method {
+				return dictField(*o, name), nil
+			}
+		case kNS:
+			v, _ := o.p.(*nsVal).get(name)
+			return v, nil
+		case kLoop:
+			return la(o.p.(*loopState))
+		}
+		return getAttr(*o, name)
+	})
+}
+
+// compileSKey is evalItem with a string literal key.
+func compileSKey(n *itemExpr) valFn {
+	key, method := n.skey, n.fl&flDictMethod != 0
+	return withObj(n.obj, func(o *value) (value, error) {
+		switch o.k {
+		case kMap:
+			if v, ok := o.p.(*mapVal).get(key); ok {
+				return v, nil
+			}
+			if method {
+				return value{k: kFunc, p: &funcVal{name: key, recv: *o}}, nil
+			}
+			return undef, nil
+		case kDict:
+			if v := dictField(*o, key); v.k != kUndef || !method {
+				return v, nil
+			}
+		}
+		return getItem(*o, strV(key))
+	})
+}
+
+// loopAttrFn is loopAttr for one attribute name, decided once.
+func loopAttrFn(name string) func(l *loopState) (value, error) {
+	switch name {
+	case "index":
+		return func(l *loopState) (value, error) { return intV(int64(l.i + 1)), nil }
+	case "index0":
+		return func(l *loopState) (value, error) { return intV(int64(l.i)), nil }
+	case "first":
+		return func(l *loopState) (value, error) { return boolV(l.i == 0), nil }
+	case "last":
+		return func(l *loopState) (value, error) { return boolV(l.i == l.n-1), nil }
+	case "length":
+		return func(l *loopState) (value, error) { return intV(int64(l.n)), nil }
+	}
+	return func(l *loopState) (value, error) { return loopAttr(l, name) }
+}
+
+// compileCond compiles e for its truth value (an if's or a for's
+// condition, and's, or's and not's operands).
+func compileCond(e expr) condFn {
+	switch n := e.(type) {
+	case *notExpr:
+		x := compileCond(n.x)
+		return func(r *renderer) (bool, error) {
+			ok, err := x(r)
+			return !ok, err
+		}
+	case *andExpr:
+		l, rc := compileCond(n.l), compileCond(n.r)
+		return func(r *renderer) (bool, error) {
+			ok, err := l(r)
+			if err != nil || !ok {
+				return false, err
+			}
+			return rc(r)
+		}
+	case *orExpr:
+		l, rc := compileCond(n.l), compileCond(n.r)
+		return func(r *renderer) (bool, error) {
+			ok, err := l(r)
+			if err != nil || ok {
+				return ok, err
+			}
+			return rc(r)
+		}
+	case *cmpExpr:
+		return compileCmp(n)
+	case *testExpr:
+		return compileTest(n)
+	case *attrExpr:
+		if nm, ok := n.obj.(*nameExpr); ok && (n.name == "first" || n.name == "last") {
+			// loop.first, loop.last: no value built.
+			l, s, last, name := nm.ref.level, nm.ref.slot, n.name == "last", n.name
+			return func(r *renderer) (bool, error) {
+				o := &r.frames[l][s]
+				if o.k == kLoop {
+					ls := o.p.(*loopState)
+					if last {
+						return ls.i == ls.n-1, nil
+					}
+					return ls.i == 0, nil
+				}
+				v, err := getAttrOf(o, name)
+				return v.truth(), err
+			}
+		}
+	}
+	f := compileExpr(e)
+	return func(r *renderer) (bool, error) {
+		v, err := f(r)
+		return v.truth(), err
+	}
+}
+
+// getAttrOf is compileAttr's lookup for a name that is not a dict method.
+func getAttrOf(o *value, name string) (value, error) {
+	switch o.k {
+	case kMap:
+		v, _ := o.p.(*mapVal).get(name)
+		return v, nil
+	case kDict:
+		return dictField(*o, name), nil
+	}
+	return getAttr(*o, name)
+}
+
+// compileCmp is evalCmp; x == 'literal' and x != 'literal' compare in
+// place.
+func compileCmp(n *cmpExpr) condFn {
+	if len(n.ops) == 1 && (n.ops[0] == "==" || n.ops[0] == "!=") {
+		if lit, ok := n.rest[0].(*litExpr); ok && lit.v.k == kStr {
+			s, ne := lit.v.s, n.ops[0] == "!="
+			l := compileExpr(n.first)
+			return func(r *renderer) (bool, error) {
+				v, err := l(r)
+				if err != nil {
+					return false, err
+				}
+				return (v.k == kStr && v.s == s) != ne, nil
+			}
+		}
+	}
+	first := compileExpr(n.first)
+	rest := make([]valFn, len(n.rest))
+	for i, x := range n.rest {
+		rest[i] = compileExpr(x)
+	}
+	ops := n.ops
+	return func(r *renderer) (bool, error) {
+		l, err := first(r)
+		if err != nil {
+			return false, err
+		}
+		for i, op := range ops {
+			rv, err := rest[i](r)
+			if err != nil {
+				return false, err
+			}
+			ok, err := compare(op, l, rv)
+			if err != nil || !ok {
+				return false, err
+			}
+			l = rv
+		}
+		return true, nil
+	}
+}
+
+// compileTest is evalTest; the argument-less type tests are decided in
+// place.
+func compileTest(n *testExpr) condFn {
+	x := compileExpr(n.arg)
+	if len(n.args) == 0 {
+		var is func(k vkind) bool
+		switch n.name {
+		case "defined":
+			is = func(k vkind) bool { return k != kUndef }
+		case "undefined":
+			is = func(k vkind) bool { return k == kUndef }
+		case "none":
+			is = func(k vkind) bool { return k == kNone }
+		case "string":
+			is = func(k vkind) bool { return k == kStr }
+		}
+		if is != nil {
+			return func(r *renderer) (bool, error) {
+				v, err := x(r)
+				if err != nil {
+					return false, err
+				}
+				return is(v.k), nil
+			}
+		}
+	}
+	args := make([]valFn, len(n.args))
+	for i, a := range n.args {
+		args[i] = compileExpr(a)
+	}
+	name := n.name
+	return func(r *renderer) (bool, error) {
+		v, err := x(r)
+		if err != nil {
+			return false, err
+		}
+		var av [1]value
+		for i, a := range args {
+			if av[i], err = a(r); err != nil {
+				return false, err
+			}
+		}
+		return applyTest(name, v, av[:len(args)])
+	}
+}
+
+// compileAdd is evalAdd.
+func compileAdd(n *addExpr) valFn {
+	parts := make([]valFn, len(n.parts))
+	for i, p := range n.parts {
+		parts[i] = compileExpr(p)
+	}
+	return func(r *renderer) (value, error) {
+		first, err := parts[0](r)
+		if err != nil {
+			return undef, err
+		}
+		if first.k != kStr {
+			return addFromFns(r, first, parts[1:])
+		}
+		var buf [8]string
+		strs := append(buf[:0], first.s)
+		total := len(first.s)
+		for i, p := range parts[1:] {
+			v, err := p(r)
+			if err != nil {
+				return undef, err
+			}
+			if v.k != kStr {
+				acc := strV(strings.Join(strs, ""))
+				if acc, err = add(acc, v); err != nil {
+					return undef, err
+				}
+				return addFromFns(r, acc, parts[i+2:])
+			}
+			strs = append(strs, v.s)
+			total += len(v.s)
+		}
+		var b strings.Builder
+		b.Grow(total)
+		for _, s := range strs {
+			b.WriteString(s)
+		}
+		return strV(b.String()), nil
+	}
+}
+
+// addFromFns is addFrom over compiled operands.
+func addFromFns(r *renderer, acc value, rest []valFn) (value, error) {
+	for _, p := range rest {
+		v, err := p(r)
+		if err != nil {
+			return undef, err
+		}
+		if acc, err = add(acc, v); err != nil {
+			return undef, err
+		}
+	}
+	return acc, nil
+}
+
+// compileWrite is write: str() of e written out, + chains, ~ chains and
+// conditionals without their intermediate strings.
+func compileWrite(e expr) writeFn {
+	switch n := e.(type) {
+	case *litExpr:
+		if n.v.k == kStr {
+			s := n.v.s
+			return func(r *renderer) error {
+				r.out.WriteString(s)
+				return nil
+			}
+		}
+	case *concatExpr:
+		ws := make([]writeFn, len(n.parts))
+		for i, p := range n.parts {
+			ws[i] = compileWrite(p)
+		}
+		return func(r *renderer) error {
+			for _, w := range ws {
+				if err := w(r); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	case *condExpr:
+		c, a := compileCond(n.cond), compileWrite(n.a)
+		var b writeFn
+		if n.b != nil {
+			b = compileWrite(n.b)
+		}
+		return func(r *renderer) error {
+			ok, err := c(r)
+			if err != nil {
+				return err
+			}
+			if ok {
+				return a(r)
+			}
+			if b == nil {
+				return nil
+			}
+			return b(r)
+		}
+	case *addExpr:
+		return compileWriteAdd(n)
+	case *filterExpr:
+		if n.name == "tojson" {
+			return func(r *renderer) error { return r.write(e) }
+		}
+	}
+	f := compileExpr(e)
+	return func(r *renderer) error {
+		v, err := f(r)
+		if err != nil {
+			return err
+		}
+		return writeStr(r.out, v)
+	}
+}
+
+// compileWriteAdd is writeAdd.
+func compileWriteAdd(n *addExpr) writeFn {
+	parts := make([]valFn, len(n.parts))
+	for i, p := range n.parts {
+		parts[i] = compileExpr(p)
+	}
+	return func(r *renderer) error {
+		first, err := parts[0](r)
+		if err != nil {
+			return err
+		}
+		if first.k != kStr {
+			v, err := addFromFns(r, first, parts[1:])
+			if err != nil {
+				return err
+			}
+			return writeStr(r.out, v)
+		}
+		r.out.WriteString(first.s)
+		for _, p := range parts[1:] {
+			v, err := p(r)
+			if err != nil {
+				return err
+			}
+			if v.k != kStr {
+				_, err := add(first, v)
+				return err // always an error: str + non-str
+			}
+			r.out.WriteString(v.s)
+		}
+		return nil
+	}
+}
