@@ -37,6 +37,7 @@ func compileBody(body []stmt) {
 			compileBody(n.els)
 		case *forStmt:
 			n.iterF = compileExpr(n.iter)
+			n.rev = reversedName(n.iter)
 			if n.cond != nil {
 				n.condF = compileCond(n.cond)
 			}
@@ -72,6 +73,18 @@ func compileExpr(e expr) valFn {
 	case *itemExpr:
 		if n.hasSKey {
 			return compileSKey(n)
+		}
+		key := compileExpr(n.key)
+		return withObj(n.obj, func(r *renderer, o *value) (value, error) {
+			k, err := key(r)
+			if err != nil {
+				return undef, err
+			}
+			return getItem(*o, k)
+		})
+	case *filterExpr:
+		if f := compileFilter(n); f != nil {
+			return f
 		}
 	case *notExpr, *andExpr, *orExpr, *cmpExpr, *testExpr:
 		if a, ok := n.(*andExpr); ok {
@@ -136,12 +149,12 @@ func compileAndOr(le, re expr, and bool) valFn {
 	}
 }
 
-// objRef compiles the object of an item or attribute access: a variable
+// withObj compiles the object of an item or attribute access: a variable
 // is read in place.
-func withObj(obj expr, get func(o *value) (value, error)) valFn {
+func withObj(obj expr, get func(r *renderer, o *value) (value, error)) valFn {
 	if nm, ok := obj.(*nameExpr); ok {
 		l, s := nm.ref.level, nm.ref.slot
-		return func(r *renderer) (value, error) { return get(&r.frames[l][s]) }
+		return func(r *renderer) (value, error) { return get(r, &r.frames[l][s]) }
 	}
 	of := compileExpr(obj)
 	return func(r *renderer) (value, error) {
@@ -149,7 +162,7 @@ func withObj(obj expr, get func(o *value) (value, error)) valFn {
 		if err != nil {
 			return undef, err
 		}
-		return get(&o)
+		return get(r, &o)
 	}
 }
 
@@ -159,7 +172,7 @@ func withObj(obj expr, get func(o *value) (value, error)) valFn {
 func compileAttr(n *attrExpr) valFn {
 	name, method := n.name, n.fl&flDictMethod != 0
 	la := loopAttrFn(name)
-	return withObj(n.obj, func(o *value) (value, error) {
+	return withObj(n.obj, func(_ *renderer, o *value) (value, error) {
 		switch o.k {
 		case kMap:
 			if !method {
@@ -183,7 +196,7 @@ func compileAttr(n *attrExpr) valFn {
 // compileSKey is evalItem with a string literal key.
 func compileSKey(n *itemExpr) valFn {
 	key, method := n.skey, n.fl&flDictMethod != 0
-	return withObj(n.obj, func(o *value) (value, error) {
+	return withObj(n.obj, func(_ *renderer, o *value) (value, error) {
 		switch o.k {
 		case kMap:
 			if v, ok := o.p.(*mapVal).get(key); ok {
@@ -301,6 +314,19 @@ func compileCmp(n *cmpExpr) condFn {
 					return false, err
 				}
 				return (v.k == kStr && v.s == s) != ne, nil
+			}
+		}
+	}
+	if len(n.ops) == 1 && (n.ops[0] == "==" || n.ops[0] == "!=") {
+		if lit, ok := n.rest[0].(*litExpr); ok {
+			lv, ne := lit.v, n.ops[0] == "!="
+			l := compileExpr(n.first)
+			return func(r *renderer) (bool, error) {
+				v, err := l(r)
+				if err != nil {
+					return false, err
+				}
+				return pyEq(v, lv) != ne, nil
 			}
 		}
 	}
@@ -524,4 +550,72 @@ func compileWriteAdd(n *addExpr) writeFn {
 		}
 		return nil
 	}
+}
+
+// compileFilter is evalFilter for trim and length without arguments; nil
+// for any other filter.
+func compileFilter(n *filterExpr) valFn {
+	if len(n.call.args) > 0 || len(n.call.kwArgs) > 0 {
+		return nil
+	}
+	x := compileExpr(n.arg)
+	switch n.name {
+	case "trim":
+		return func(r *renderer) (value, error) {
+			v, err := x(r)
+			if err != nil {
+				return undef, err
+			}
+			if v.k != kStr {
+				s, err := pyStrV(v)
+				if err != nil {
+					return undef, err
+				}
+				v = strV(s)
+			}
+			return strV(strings.TrimFunc(v.s, pyIsSpace)), nil
+		}
+	case "length", "count":
+		return func(r *renderer) (value, error) {
+			v, err := x(r)
+			if err != nil {
+				return undef, err
+			}
+			switch v.k {
+			case kList:
+				return intV(int64(v.seqLen())), nil
+			case kSeq:
+				if !v.p.(*seqVal).lazy {
+					return intV(int64(v.seqLen())), nil
+				}
+			case kDict, kMap:
+				return intV(int64(v.mapLen())), nil
+			}
+			return filterLength(v)
+		}
+	}
+	return nil
+}
+
+// reversedName returns x when e is x[::-1] for a variable x.
+func reversedName(e expr) *nameExpr {
+	sl, ok := e.(*sliceExpr)
+	if !ok || sl.lo != nil || sl.hi != nil {
+		return nil
+	}
+	nm, ok := sl.obj.(*nameExpr)
+	if !ok {
+		return nil
+	}
+	switch st := sl.step.(type) {
+	case *litExpr:
+		if st.v.k == kInt && st.v.n == -1 {
+			return nm
+		}
+	case *negExpr:
+		if l, ok := st.x.(*litExpr); ok && st.neg && l.v.k == kInt && l.v.n == 1 {
+			return nm
+		}
+	}
+	return nil
 }

@@ -523,6 +523,7 @@ type loopState struct {
 	vals  []value // the items, when src does not hold them
 	n, i  int
 	cycle []value
+	rev   bool // src's items are read backwards
 }
 
 func (l *loopState) at(i int) value {
@@ -530,6 +531,9 @@ func (l *loopState) at(i int) value {
 	case l.vals != nil:
 		return l.vals[i]
 	case l.src.isSeq():
+		if l.rev {
+			i = l.n - 1 - i
+		}
 		return l.src.seqAt(i)
 	}
 	return strV(l.src.mapKey(i))
@@ -567,13 +571,18 @@ func iterate(v value) (loopState, error) {
 }
 
 func (r *renderer) execFor(n *forStmt) error {
-	it, err := n.iterF(r)
-	if err != nil {
-		return err
-	}
-	ls, err := iterate(it)
-	if err != nil {
-		return err
+	var ls loopState
+	if src := r.reversible(n.rev); src.k != kUndef {
+		// x[::-1] of a list: the same items, read backwards.
+		ls = loopState{src: src, n: src.seqLen(), rev: true}
+	} else {
+		it, err := n.iterF(r)
+		if err != nil {
+			return err
+		}
+		if ls, err = iterate(it); err != nil {
+			return err
+		}
 	}
 	if n.cond != nil {
 		var kept []value
@@ -619,6 +628,19 @@ func (r *renderer) execFor(n *forStmt) error {
 		}
 	}
 	return nil
+}
+
+// reversible returns the list x is, for a loop over x[::-1] (undef: not
+// such a loop, or not a list).
+func (r *renderer) reversible(x *nameExpr) value {
+	if x == nil {
+		return undef
+	}
+	v := r.get(x.ref)
+	if v.k == kList || v.k == kSeq && !v.p.(*seqVal).lazy {
+		return v
+	}
+	return undef
 }
 
 func (r *renderer) bindTargets(n *forStmt, item value) error {

@@ -145,6 +145,8 @@ type (
 		// iter and cond compiled
 		iterF valFn
 		condF condFn
+		// rev: iter is name[::-1], iterated in reverse without the copy.
+		rev *nameExpr
 	}
 	setStmt struct {
 		target *nameExpr
