@@ -20,6 +20,9 @@ type chatRequest struct {
 	continueFinal bool
 	final         finalContent
 	conv          convState
+	// room for the variables' usual count, without allocating
+	namesBuf [8]string
+	valsBuf  [8]value
 }
 
 // finalContent is the text transformers looks for with
@@ -221,6 +224,7 @@ func (m *Model) prepareChat(body *ojson.Value) (*chatRequest, error) {
 	// fields, which win. The model's special tokens are under all of them.
 	vars := &req.vars
 	vars.special = m.special
+	vars.names, vars.vals = req.namesBuf[:0], req.valsBuf[:0]
 	addKwargs := func(obj *ojson.Value, fromRequest bool) error {
 		for _, mb := range obj.Members {
 			k := mb.Key
@@ -370,6 +374,17 @@ var (
 	keysTypeText    = []string{"type", "text"}
 )
 
+// dictSlot is a request dict with room for two values.
+type dictSlot struct {
+	m mapVal
+	v [2]value
+}
+
+func (s *dictSlot) init(keys []string) *mapVal {
+	s.m.keys, s.m.vals = keys, s.v[:]
+	return &s.m
+}
+
 // conversation is vLLM's parse_chat_messages followed by
 // _postprocess_messages.
 func (m *Model) conversation(mv *ojson.Value, format ContentFormat, st *convState, req *chatRequest) (value, error) {
@@ -378,10 +393,11 @@ func (m *Model) conversation(mv *ojson.Value, format ContentFormat, st *convStat
 	}
 	n := len(mv.Items)
 	out := make([]value, n)
-	// The messages' dicts and their first two values, in one allocation
-	// each.
-	dicts := make([]mapVal, n)
-	slab := make([]value, 2*n)
+	// The messages' dicts with their first two values, in one
+	// allocation; content parts likewise, from one slab grown as needed.
+	dicts := make([]dictSlot, n)
+	var parts []dictSlot
+	var partVals []value
 	for i, msg := range mv.Items {
 		p := func() string { return fmt.Sprintf("messages[%d]", i) }
 		if msg.Kind != ojson.Object {
@@ -433,17 +449,25 @@ func (m *Model) conversation(mv *ojson.Value, format ContentFormat, st *convStat
 			return noneV, inputErr(p()+".content", "must be a string, an array of content parts or null")
 		}
 
-		d := &dicts[i]
-		d.keys = keysRoleContent
-		d.vals = slab[2*i : 2*i+2 : 2*i+2]
+		d := dicts[i].init(keysRoleContent)
 		d.vals[0] = strV(role)
 		var finalText finalContent
 		if format == ContentOpenAI && !(role == "tool" && len(texts) > 0) {
-			parts := make([]value, len(texts))
-			for j, t := range texts {
-				parts[j] = value{k: kMap, p: &mapVal{keys: keysTypeText, vals: []value{strV("text"), strV(t)}}}
+			if parts == nil && len(texts) > 0 {
+				parts, partVals = make([]dictSlot, 0, n), make([]value, 0, n)
 			}
-			d.vals[1] = listV(parts)
+			start := len(partVals)
+			for _, t := range texts {
+				parts = append(parts, dictSlot{})
+				pd := parts[len(parts)-1].init(keysTypeText)
+				pd.vals[0], pd.vals[1] = strV("text"), strV(t)
+				partVals = append(partVals, value{k: kMap, p: pd})
+			}
+			if len(texts) == 0 {
+				d.vals[1] = listV([]value{})
+			} else {
+				d.vals[1] = listV(partVals[start:len(partVals):len(partVals)])
+			}
 			if len(texts) > 0 {
 				finalText = finalContent{texts[len(texts)-1], true}
 			}

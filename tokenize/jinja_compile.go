@@ -17,7 +17,62 @@ type (
 	valFn   func(r *renderer) (value, error)
 	condFn  func(r *renderer) (bool, error)
 	writeFn func(r *renderer) error
+	// peekFn returns where the value of a field of a variable is stored,
+	// to be read in place, or nil when it is not stored (the valFn then
+	// gives it). Nothing writes through the pointer.
+	peekFn func(r *renderer) *value
 )
+
+// undefSlot is what a peek at a missing field points to.
+var undefSlot = value{}
+
+// compilePeek compiles name['key'] and name.attr (not a dict method's
+// name) as a peekFn; nil for any other expression.
+func compilePeek(e expr) peekFn {
+	var obj expr
+	var key string
+	switch n := e.(type) {
+	case *itemExpr:
+		if !n.hasSKey || n.fl&flDictMethod != 0 {
+			return nil
+		}
+		obj, key = n.obj, n.skey
+	case *attrExpr:
+		if n.fl&flDictMethod != 0 {
+			return nil
+		}
+		obj, key = n.obj, n.name
+	default:
+		return nil
+	}
+	nm, ok := obj.(*nameExpr)
+	if !ok {
+		return nil
+	}
+	l, s := nm.ref.level, nm.ref.slot
+	return func(r *renderer) *value {
+		o := &r.frames[l][s]
+		switch o.k {
+		case kMap:
+			m := o.p.(*mapVal)
+			for i, k := range m.keys {
+				if k == key {
+					return &m.vals[i]
+				}
+			}
+			return &undefSlot
+		case kNS:
+			ns := o.p.(*nsVal)
+			for i, k := range ns.keys {
+				if k == key {
+					return &ns.vals[i]
+				}
+			}
+			return &undefSlot
+		}
+		return nil
+	}
+}
 
 // compileBody compiles the expressions of body's statements, nested
 // bodies and macro bodies included.
@@ -69,10 +124,10 @@ func compileExpr(e expr) valFn {
 		l, s := n.ref.level, n.ref.slot
 		return func(r *renderer) (value, error) { return r.frames[l][s], nil }
 	case *attrExpr:
-		return compileAttr(n)
+		return withPeek(e, compileAttr(n))
 	case *itemExpr:
 		if n.hasSKey {
-			return compileSKey(n)
+			return withPeek(e, compileSKey(n))
 		}
 		key := compileExpr(n.key)
 		return withObj(n.obj, func(r *renderer, o *value) (value, error) {
@@ -283,6 +338,15 @@ func compileCond(e expr) condFn {
 		}
 	}
 	f := compileExpr(e)
+	if p := compilePeek(e); p != nil {
+		return func(r *renderer) (bool, error) {
+			if v := p(r); v != nil {
+				return v.truth(), nil
+			}
+			v, err := f(r)
+			return v.truth(), err
+		}
+	}
 	return func(r *renderer) (bool, error) {
 		v, err := f(r)
 		return v.truth(), err
@@ -308,6 +372,18 @@ func compileCmp(n *cmpExpr) condFn {
 		if lit, ok := n.rest[0].(*litExpr); ok && lit.v.k == kStr {
 			s, ne := lit.v.s, n.ops[0] == "!="
 			l := compileExpr(n.first)
+			if p := compilePeek(n.first); p != nil {
+				return func(r *renderer) (bool, error) {
+					if v := p(r); v != nil {
+						return (v.k == kStr && v.s == s) != ne, nil
+					}
+					v, err := l(r)
+					if err != nil {
+						return false, err
+					}
+					return (v.k == kStr && v.s == s) != ne, nil
+				}
+			}
 			return func(r *renderer) (bool, error) {
 				v, err := l(r)
 				if err != nil {
@@ -371,6 +447,18 @@ func compileTest(n *testExpr) condFn {
 			is = func(k vkind) bool { return k == kNone }
 		case "string":
 			is = func(k vkind) bool { return k == kStr }
+		}
+		if p := compilePeek(n.arg); is != nil && p != nil {
+			return func(r *renderer) (bool, error) {
+				if v := p(r); v != nil {
+					return is(v.k), nil
+				}
+				v, err := x(r)
+				if err != nil {
+					return false, err
+				}
+				return is(v.k), nil
+			}
 		}
 		if is != nil {
 			return func(r *renderer) (bool, error) {
@@ -524,6 +612,60 @@ func compileWriteAdd(n *addExpr) writeFn {
 	for i, p := range n.parts {
 		parts[i] = compileExpr(p)
 	}
+	// A chain of string literals and fields: each written in place.
+	type part struct {
+		lit  string
+		peek peekFn
+		f    valFn
+	}
+	simple := make([]part, len(n.parts))
+	for i, p := range n.parts {
+		simple[i].f = parts[i]
+		if l, ok := p.(*litExpr); ok && l.v.k == kStr {
+			simple[i].lit = l.v.s
+			continue
+		}
+		if simple[i].peek = compilePeek(p); simple[i].peek == nil {
+			simple = nil
+			break
+		}
+	}
+	if simple != nil {
+		slow := compileWriteAddSlow(parts)
+		return func(r *renderer) error {
+			for i := range simple {
+				pt := &simple[i]
+				if pt.peek == nil {
+					r.out.WriteString(pt.lit)
+					continue
+				}
+				v := pt.peek(r)
+				if v != nil && v.k == kStr {
+					r.out.WriteString(v.s)
+					continue
+				}
+				if i == 0 {
+					return slow(r) // nothing written yet
+				}
+				// A later operand: Python's str + it, as writeAdd does.
+				w, err := pt.f(r)
+				if err != nil {
+					return err
+				}
+				if w.k != kStr {
+					_, err := add(emptyS, w)
+					return err // always an error: str + non-str
+				}
+				r.out.WriteString(w.s)
+			}
+			return nil
+		}
+	}
+	return compileWriteAddSlow(parts)
+}
+
+// compileWriteAddSlow is writeAdd over compiled operands.
+func compileWriteAddSlow(parts []valFn) writeFn {
 	return func(r *renderer) error {
 		first, err := parts[0](r)
 		if err != nil {
@@ -618,4 +760,18 @@ func reversedName(e expr) *nameExpr {
 		}
 	}
 	return nil
+}
+
+// withPeek reads e in place when it can, else with f.
+func withPeek(e expr, f valFn) valFn {
+	p := compilePeek(e)
+	if p == nil {
+		return f
+	}
+	return func(r *renderer) (value, error) {
+		if v := p(r); v != nil {
+			return *v, nil
+		}
+		return f(r)
+	}
 }
