@@ -17,6 +17,7 @@ type (
 	valFn   func(r *renderer) (value, error)
 	condFn  func(r *renderer) (bool, error)
 	writeFn func(r *renderer) error
+	execFn  func(r *renderer) error
 	// peekFn returns where the value of a field of a variable is stored,
 	// to be read in place, or nil when it is not stored (the valFn then
 	// gives it). Nothing writes through the pointer.
@@ -86,10 +87,13 @@ func compileBody(body []stmt) {
 			for i, c := range n.conds {
 				n.cc[i] = compileCond(c)
 			}
-			for _, b := range n.bodies {
+			n.bodiesF = make([]execFn, len(n.bodies))
+			for i, b := range n.bodies {
 				compileBody(b)
+				n.bodiesF[i] = compileSeq(b)
 			}
 			compileBody(n.els)
+			n.elsF = compileSeq(n.els)
 		case *forStmt:
 			n.iterF = compileExpr(n.iter)
 			n.rev = reversedName(n.iter)
@@ -98,6 +102,7 @@ func compileBody(body []stmt) {
 			}
 			compileBody(n.body)
 			compileBody(n.els)
+			n.bodyF, n.elsF = compileSeq(n.body), compileSeq(n.els)
 		case *setStmt:
 			n.f = compileExpr(n.e)
 		case *setAttrStmt:
@@ -107,6 +112,68 @@ func compileBody(body []stmt) {
 		case *macroStmt:
 			compileBody(n.m.body)
 		}
+	}
+}
+
+// compileSeq compiles a body whose expressions compileBody compiled:
+// text, output, if, for and set run as closures, any other statement
+// through exec.
+func compileSeq(body []stmt) execFn {
+	fns := make([]execFn, len(body))
+	for i, st := range body {
+		switch n := st.(type) {
+		case *textStmt:
+			s := n.s
+			fns[i] = func(r *renderer) error {
+				r.out.WriteString(s)
+				return nil
+			}
+		case *outStmt:
+			fns[i] = execFn(n.w)
+		case *ifStmt:
+			cc, bodies, els := n.cc, n.bodiesF, n.elsF
+			fns[i] = func(r *renderer) error {
+				for i, c := range cc {
+					ok, err := c(r)
+					if err != nil {
+						return err
+					}
+					if ok {
+						return bodies[i](r)
+					}
+				}
+				return els(r)
+			}
+		case *forStmt:
+			fns[i] = func(r *renderer) error { return r.execFor(n) }
+		case *setStmt:
+			l, s, f := n.target.ref.level, n.target.ref.slot, n.f
+			fns[i] = func(r *renderer) error {
+				v, err := f(r)
+				if err != nil {
+					return err
+				}
+				r.frames[l][s] = v
+				return nil
+			}
+		default:
+			one := body[i : i+1 : i+1]
+			fns[i] = func(r *renderer) error { return r.exec(one) }
+		}
+	}
+	switch len(fns) {
+	case 0:
+		return func(*renderer) error { return nil }
+	case 1:
+		return fns[0]
+	}
+	return func(r *renderer) error {
+		for _, f := range fns {
+			if err := f(r); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 }
 

@@ -23,6 +23,7 @@ import (
 // ownedTemplate is a template the owned evaluator renders.
 type ownedTemplate struct {
 	body []stmt
+	run  execFn // body compiled (jinja_compile.go)
 	// top are the template frame's variables, by slot: each starts as the
 	// render variable of that name, else the global of that name.
 	top   []string
@@ -45,11 +46,12 @@ func compileOwned(lx *lexed) (*ownedTemplate, error) {
 		return nil, err
 	}
 	compileBody(body)
+	run := compileSeq(body)
 	names := make([]string, rs.topN)
 	for n, r := range top.names {
 		names[r.slot] = n
 	}
-	return &ownedTemplate{body: body, top: names}, nil
+	return &ownedTemplate{body: body, run: run, top: names}, nil
 }
 
 // Name resolution: every name becomes a frame slot, following jinja2's
@@ -433,7 +435,7 @@ func (t *ownedTemplate) render(vars varSource, now func() time.Time) (string, er
 	t.hintM.Unlock()
 	b.Grow(hint)
 	r.out = &b
-	if err := r.exec(t.body); err != nil {
+	if err := t.run(r); err != nil {
 		return "", err
 	}
 	if hint == 0 {
@@ -605,7 +607,7 @@ func (r *renderer) execFor(n *forStmt) error {
 		}
 	}
 	if ls.n == 0 {
-		return r.exec(n.els)
+		return n.elsF(r)
 	}
 	lp := &ls
 	r.set(n.loop, value{k: kLoop, p: lp})
@@ -617,7 +619,7 @@ func (r *renderer) execFor(n *forStmt) error {
 		for _, c := range n.inits {
 			r.set(c.inner, r.get(c.outer))
 		}
-		if err := r.exec(n.body); err != nil {
+		if err := n.bodyF(r); err != nil {
 			if err == errBreakLoop {
 				break
 			}

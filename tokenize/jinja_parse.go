@@ -131,6 +131,9 @@ type (
 		bodies [][]stmt
 		els    []stmt
 		cc     []condFn // conds compiled
+		// bodies and els compiled
+		bodiesF []execFn
+		elsF    execFn
 	}
 	forStmt struct {
 		targets   []*nameExpr
@@ -147,6 +150,8 @@ type (
 		condF condFn
 		// rev: iter is name[::-1], iterated in reverse without the copy.
 		rev *nameExpr
+		// body and els compiled
+		bodyF, elsF execFn
 	}
 	setStmt struct {
 		target *nameExpr
