@@ -33,6 +33,9 @@ func compilePeek(e expr) peekFn {
 	var obj expr
 	var key string
 	switch n := e.(type) {
+	case *nameExpr:
+		l, s := n.ref.level, n.ref.slot
+		return func(r *renderer) *value { return &r.frames[l][s] }
 	case *itemExpr:
 		if !n.hasSKey || n.fl&flDictMethod != 0 {
 			return nil
@@ -560,34 +563,41 @@ func compileTest(n *testExpr) condFn {
 // compileAdd is evalAdd.
 func compileAdd(n *addExpr) valFn {
 	parts := make([]valFn, len(n.parts))
+	ps := make([]strPart, len(n.parts))
 	for i, p := range n.parts {
 		parts[i] = compileExpr(p)
+		ps[i] = newStrPart(p, parts[i])
 	}
 	return func(r *renderer) (value, error) {
-		first, err := parts[0](r)
-		if err != nil {
-			return undef, err
-		}
-		if first.k != kStr {
-			return addFromFns(r, first, parts[1:])
-		}
 		var buf [8]string
-		strs := append(buf[:0], first.s)
-		total := len(first.s)
-		for i, p := range parts[1:] {
-			v, err := p(r)
-			if err != nil {
-				return undef, err
-			}
-			if v.k != kStr {
-				acc := strV(strings.Join(strs, ""))
-				if acc, err = add(acc, v); err != nil {
-					return undef, err
+		strs := buf[:0]
+		total := 0
+		for i := range ps {
+			pt := &ps[i]
+			s := pt.lit
+			if !pt.isLit {
+				if v := pt.peekStr(r); v != nil {
+					s = v.s
+				} else {
+					v, err := pt.f(r)
+					if err != nil {
+						return undef, err
+					}
+					if v.k != kStr {
+						if i == 0 {
+							return addFromFns(r, v, parts[1:])
+						}
+						acc := strV(strings.Join(strs, ""))
+						if acc, err = add(acc, v); err != nil {
+							return undef, err
+						}
+						return addFromFns(r, acc, parts[i+1:])
+					}
+					s = v.s
 				}
-				return addFromFns(r, acc, parts[i+2:])
 			}
-			strs = append(strs, v.s)
-			total += len(v.s)
+			strs = append(strs, s)
+			total += len(s)
 		}
 		var b strings.Builder
 		b.Grow(total)
@@ -596,6 +606,33 @@ func compileAdd(n *addExpr) valFn {
 		}
 		return strV(b.String()), nil
 	}
+}
+
+// strPart is an operand of a + chain: a string literal, a field read in
+// place, or any expression.
+type strPart struct {
+	lit   string
+	isLit bool
+	peek  peekFn
+	f     valFn
+}
+
+func newStrPart(e expr, f valFn) strPart {
+	if l, ok := e.(*litExpr); ok && l.v.k == kStr {
+		return strPart{lit: l.v.s, isLit: true, f: f}
+	}
+	return strPart{peek: compilePeek(e), f: f}
+}
+
+// peekStr returns the operand in place when it is a stored string.
+func (pt *strPart) peekStr(r *renderer) *value {
+	if pt.peek == nil {
+		return nil
+	}
+	if v := pt.peek(r); v != nil && v.k == kStr {
+		return v
+	}
+	return nil
 }
 
 // addFromFns is addFrom over compiled operands.
@@ -664,6 +701,22 @@ func compileWrite(e expr) writeFn {
 		}
 	}
 	f := compileExpr(e)
+	if p := compilePeek(e); p != nil {
+		return func(r *renderer) error {
+			if v := p(r); v != nil {
+				if v.k == kStr {
+					r.out.WriteString(v.s)
+					return nil
+				}
+				return writeStr(r.out, *v)
+			}
+			v, err := f(r)
+			if err != nil {
+				return err
+			}
+			return writeStr(r.out, v)
+		}
+	}
 	return func(r *renderer) error {
 		v, err := f(r)
 		if err != nil {
@@ -770,7 +823,11 @@ func compileFilter(n *filterExpr) valFn {
 	x := compileExpr(n.arg)
 	switch n.name {
 	case "trim":
+		arg := newStrPart(n.arg, x)
 		return func(r *renderer) (value, error) {
+			if v := arg.peekStr(r); v != nil {
+				return strV(strings.TrimFunc(v.s, pyIsSpace)), nil
+			}
 			v, err := x(r)
 			if err != nil {
 				return undef, err
