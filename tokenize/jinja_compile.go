@@ -106,6 +106,7 @@ func compileBody(body []stmt) {
 			compileBody(n.body)
 			compileBody(n.els)
 			n.bodyF, n.elsF = compileSeq(n.body), compileSeq(n.els)
+			n.loopLocal = loopLocal(n)
 		case *setStmt:
 			n.f = compileExpr(n.e)
 		case *setAttrStmt:
@@ -898,4 +899,74 @@ func withPeek(e expr, f valFn) valFn {
 		}
 		return f(r)
 	}
+}
+
+// loopLocal reports whether every read of n's loop variable in its body
+// is the object of an attribute, item or method access (macros have their
+// own frames and cannot see it).
+func loopLocal(n *forStmt) bool {
+	uses, accesses := 0, 0
+	isLoop := func(e expr) bool {
+		nm, ok := e.(*nameExpr)
+		return ok && nm.ref == n.loop
+	}
+	ex := func(e expr) {
+		if e == nil {
+			return
+		}
+		walkExpr(e, func(x expr) {
+			switch x := x.(type) {
+			case *nameExpr:
+				if x.ref == n.loop {
+					uses++
+				}
+			case *attrExpr:
+				if isLoop(x.obj) {
+					accesses++
+				}
+			case *itemExpr:
+				if isLoop(x.obj) {
+					accesses++
+				}
+			case *methodExpr:
+				if isLoop(x.obj) {
+					accesses++
+				}
+			}
+		})
+	}
+	var st func(b []stmt)
+	st = func(b []stmt) {
+		for _, s := range b {
+			switch s := s.(type) {
+			case *outStmt:
+				ex(s.e)
+			case *ifStmt:
+				for i, c := range s.conds {
+					ex(c)
+					st(s.bodies[i])
+				}
+				st(s.els)
+			case *forStmt:
+				ex(s.iter)
+				ex(s.cond)
+				st(s.body)
+				st(s.els)
+			case *setStmt:
+				ex(s.e)
+			case *setAttrStmt:
+				ex(s.e)
+				if s.ns.ref == n.loop {
+					uses++
+				}
+			case *setBlockStmt:
+				st(s.body)
+			case *textStmt, *macroStmt, *breakStmt, *continueStmt:
+			default:
+				uses++ // a statement this scan does not know: not local
+			}
+		}
+	}
+	st(n.body)
+	return uses == accesses
 }

@@ -370,6 +370,7 @@ type renderer struct {
 	out    *strings.Builder
 	now    func() time.Time
 	args   []value // scratch for call arguments
+	loops  []*loopState // free loop states (forStmt.loopLocal)
 }
 
 var (
@@ -609,7 +610,27 @@ func (r *renderer) execFor(n *forStmt) error {
 	if ls.n == 0 {
 		return n.elsF(r)
 	}
-	lp := &ls
+	if !n.loopLocal {
+		lp := new(loopState)
+		*lp = ls
+		return r.runLoop(n, lp)
+	}
+	// The loop object never leaves the loop: its state is reused.
+	var lp *loopState
+	if k := len(r.loops); k > 0 {
+		lp, r.loops = r.loops[k-1], r.loops[:k-1]
+	} else {
+		lp = new(loopState)
+	}
+	*lp = ls
+	err := r.runLoop(n, lp)
+	*lp = loopState{}
+	r.loops = append(r.loops, lp)
+	return err
+}
+
+// runLoop runs a for loop's body over lp's items.
+func (r *renderer) runLoop(n *forStmt, lp *loopState) error {
 	r.set(n.loop, value{k: kLoop, p: lp})
 	for i := 0; i < lp.n; i++ {
 		lp.i = i

@@ -152,6 +152,9 @@ type (
 		rev *nameExpr
 		// body and els compiled
 		bodyF, elsF execFn
+		// loopLocal: the body reads loop only as loop.attr, loop[key]
+		// or loop.method(...), so the loop object cannot outlive the loop.
+		loopLocal bool
 	}
 	setStmt struct {
 		target *nameExpr
