@@ -518,6 +518,16 @@ func compileTest(n *testExpr) condFn {
 			is = func(k vkind) bool { return k == kNone }
 		case "string":
 			is = func(k vkind) bool { return k == kStr }
+		case "mapping":
+			is = func(k vkind) bool { return k == kDict || k == kMap }
+		case "iterable":
+			is = func(k vkind) bool {
+				switch k {
+				case kStr, kList, kSeq, kDict, kMap, kUndef, kLoop:
+					return true
+				}
+				return false
+			}
 		}
 		if p := compilePeek(n.arg); is != nil && p != nil {
 			return func(r *renderer) (bool, error) {
