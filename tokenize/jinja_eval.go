@@ -369,7 +369,7 @@ type renderer struct {
 	frames [2][]value
 	out    *strings.Builder
 	now    func() time.Time
-	args   []value // scratch for call arguments
+	args   []value      // scratch for call arguments
 	loops  []*loopState // free loop states (forStmt.loopLocal)
 }
 
