@@ -26,10 +26,11 @@ type ownedTemplate struct {
 	run  execFn // body compiled (jinja_compile.go)
 	// top are the template frame's variables, by slot: each starts as the
 	// render variable of that name, else the global of that name.
-	top   []string
-	pool  sync.Pool // *renderer
-	hint  int       // output size of the first render, as a capacity hint
-	hintM sync.Mutex
+	top     []string
+	topInit []topSlot
+	pool    sync.Pool // *renderer
+	hint    int       // output size of the first render, as a capacity hint
+	hintM   sync.Mutex
 }
 
 // compileOwned parses and resolves a lexed template, or says why the
@@ -51,7 +52,30 @@ func compileOwned(lx *lexed) (*ownedTemplate, error) {
 	for n, r := range top.names {
 		names[r.slot] = n
 	}
-	return &ownedTemplate{body: body, run: run, top: names}, nil
+	inits := make([]topSlot, len(names))
+	for i, name := range names {
+		switch name {
+		// The package's helpers win over render variables, as on the
+		// engine path (Template.Render sets them last).
+		case "raise_exception":
+			inits[i] = topSlot{helper: true, v: fnRaise}
+		case "strftime_now":
+			inits[i] = topSlot{helper: true, v: fnStrf}
+		// Globals, unless a render variable has the name.
+		case "namespace":
+			inits[i].v = fnNS
+		case "range":
+			inits[i].v = fnRange
+		}
+	}
+	return &ownedTemplate{body: body, run: run, top: names, topInit: inits}, nil
+}
+
+// topSlot is how a template-frame slot starts: a package helper, or the
+// render variable of its name, else v (a global, or Undefined).
+type topSlot struct {
+	helper bool
+	v      value
 }
 
 // Name resolution: every name becomes a frame slot, following jinja2's
@@ -409,26 +433,16 @@ func (t *ownedTemplate) render(vars varSource, now func() time.Time) (string, er
 	}()
 	r.now = now
 	for i, name := range t.top {
+		ts := &t.topInit[i]
+		if ts.helper {
+			r.frames[0][i] = ts.v
+			continue
+		}
 		if v, ok := vars.lookup(name); ok {
 			r.frames[0][i] = v
 			continue
 		}
-		switch name {
-		case "namespace":
-			r.frames[0][i] = fnNS
-		case "range":
-			r.frames[0][i] = fnRange
-		}
-	}
-	// The package's helpers win over render variables, as on the engine
-	// path (Template.Render sets them last).
-	for i, name := range t.top {
-		switch name {
-		case "raise_exception":
-			r.frames[0][i] = fnRaise
-		case "strftime_now":
-			r.frames[0][i] = fnStrf
-		}
+		r.frames[0][i] = ts.v
 	}
 	var b strings.Builder
 	t.hintM.Lock()
