@@ -1535,6 +1535,11 @@ func (r *renderer) evalSlice(n *sliceExpr) (value, error) {
 		return strV(sb.String()), nil
 	}
 	var items []value
+	if o.k == kSeq && step == 1 && start < stop {
+		// A list is never modified in place: the slice shares its items.
+		sv := o.p.(*seqVal)
+		return value{k: kSeq, p: &seqVal{items: sv.items[start:stop:stop], tuple: sv.tuple}}, nil
+	}
 	for i := start; (step > 0 && i < stop) || (step < 0 && i > stop); i += step {
 		items = append(items, o.seqAt(int(i)))
 	}
