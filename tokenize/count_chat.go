@@ -374,6 +374,11 @@ var (
 	keysTypeText    = []string{"type", "text"}
 )
 
+// msgFields are the members of a message that vLLM reads (nil: absent).
+type msgFields struct {
+	role, content, toolCalls, reasoning, reasoningContent, toolCallID, name *ojson.Value
+}
+
 // dictSlot is a request dict with room for two values.
 type dictSlot struct {
 	m mapVal
@@ -403,7 +408,27 @@ func (m *Model) conversation(mv *ojson.Value, format ContentFormat, st *convStat
 		if msg.Kind != ojson.Object {
 			return noneV, inputErr(p(), "must be an object")
 		}
-		rv := msg.Get("role")
+		// The fields read, in one pass over the members.
+		var f msgFields
+		for _, mb := range msg.Members {
+			switch mb.Key {
+			case "role":
+				f.role = mb.Value
+			case "content":
+				f.content = mb.Value
+			case "tool_calls":
+				f.toolCalls = mb.Value
+			case "reasoning":
+				f.reasoning = mb.Value
+			case "reasoning_content":
+				f.reasoningContent = mb.Value
+			case "tool_call_id":
+				f.toolCallID = mb.Value
+			case "name":
+				f.name = mb.Value
+			}
+		}
+		rv := f.role
 		if rv == nil || rv.Kind != ojson.String {
 			return noneV, inputErr(p()+".role", "is required and must be a string")
 		}
@@ -412,7 +437,7 @@ func (m *Model) conversation(mv *ojson.Value, format ContentFormat, st *convStat
 		// Content parts: null is [], a string is one text part.
 		var texts []string
 		var one [1]string
-		cv := msg.Get("content")
+		cv := f.content
 		switch {
 		case cv.IsNull():
 		case cv.Kind == ojson.String:
@@ -482,7 +507,7 @@ func (m *Model) conversation(mv *ojson.Value, format ContentFormat, st *convStat
 
 		switch role {
 		case "assistant":
-			if tc := msg.Get("tool_calls"); !tc.IsNull() {
+			if tc := f.toolCalls; !tc.IsNull() {
 				calls, err := toolCalls(tc, p()+".tool_calls", st)
 				if err != nil {
 					return noneV, err
@@ -491,9 +516,9 @@ func (m *Model) conversation(mv *ojson.Value, format ContentFormat, st *convStat
 					d.add("tool_calls", listV(calls))
 				}
 			}
-			r := msg.Get("reasoning")
+			r := f.reasoning
 			if r.IsNull() {
-				r = msg.Get("reasoning_content")
+				r = f.reasoningContent
 			}
 			if !r.IsNull() {
 				if r.Kind != ojson.String {
@@ -503,11 +528,11 @@ func (m *Model) conversation(mv *ojson.Value, format ContentFormat, st *convStat
 				d.add("reasoning_content", strV(r.Str))
 			}
 		case "tool":
-			if id := msg.Get("tool_call_id"); id != nil {
+			if id := f.toolCallID; id != nil {
 				d.add("tool_call_id", st.value(id))
 			}
 		}
-		if nv := msg.Get("name"); nv != nil && nv.Kind == ojson.String {
+		if nv := f.name; nv != nil && nv.Kind == ojson.String {
 			d.add("name", strV(nv.Str))
 		}
 		out[i] = value{k: kMap, p: d}
