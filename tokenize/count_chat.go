@@ -374,6 +374,13 @@ var (
 	keysTypeText    = []string{"type", "text"}
 )
 
+// msgPath and partPath name a message and a content part in errors
+// (not closures: a closure capturing the loop variables would move them
+// to the heap on every message).
+func msgPath(i int) string { return fmt.Sprintf("messages[%d]", i) }
+
+func partPath(i, j int) string { return fmt.Sprintf("messages[%d].content[%d]", i, j) }
+
 // msgFields are the members of a message that vLLM reads (nil: absent).
 type msgFields struct {
 	role, content, toolCalls, reasoning, reasoningContent, toolCallID, name *ojson.Value
@@ -403,10 +410,10 @@ func (m *Model) conversation(mv *ojson.Value, format ContentFormat, st *convStat
 	dicts := make([]dictSlot, n)
 	var parts []dictSlot
 	var partVals []value
+	var lists []seqVal // the content part lists
 	for i, msg := range mv.Items {
-		p := func() string { return fmt.Sprintf("messages[%d]", i) }
 		if msg.Kind != ojson.Object {
-			return noneV, inputErr(p(), "must be an object")
+			return noneV, inputErr(msgPath(i), "must be an object")
 		}
 		// The fields read, in one pass over the members.
 		var f msgFields
@@ -430,7 +437,7 @@ func (m *Model) conversation(mv *ojson.Value, format ContentFormat, st *convStat
 		}
 		rv := f.role
 		if rv == nil || rv.Kind != ojson.String {
-			return noneV, inputErr(p()+".role", "is required and must be a string")
+			return noneV, inputErr(msgPath(i)+".role", "is required and must be a string")
 		}
 		role := rv.Str
 
@@ -445,23 +452,22 @@ func (m *Model) conversation(mv *ojson.Value, format ContentFormat, st *convStat
 			texts = one[:]
 		case cv.Kind == ojson.Array:
 			for j, part := range cv.Items {
-				pp := func() string { return fmt.Sprintf("messages[%d].content[%d]", i, j) }
 				if part.Kind == ojson.String {
 					texts = append(texts, part.Str)
 					continue
 				}
 				if part.Kind != ojson.Object {
-					return noneV, inputErr(pp(), "must be an object")
+					return noneV, inputErr(partPath(i, j), "must be an object")
 				}
 				tv := part.Get("type")
 				if tv == nil || tv.Kind != ojson.String {
-					return noneV, inputErr(pp()+".type", "is required and must be a string")
+					return noneV, inputErr(partPath(i, j)+".type", "is required and must be a string")
 				}
 				switch {
 				case tv.Str == "text" || tv.Str == "input_text":
 					t := part.Get("text")
 					if t == nil || t.Kind != ojson.String {
-						return noneV, inputErr(pp()+".text", "is required and must be a string")
+						return noneV, inputErr(partPath(i, j)+".text", "is required and must be a string")
 					}
 					texts = append(texts, t.Str)
 				case mmPartTypes[tv.Str]:
@@ -471,7 +477,7 @@ func (m *Model) conversation(mv *ojson.Value, format ContentFormat, st *convStat
 				}
 			}
 		default:
-			return noneV, inputErr(p()+".content", "must be a string, an array of content parts or null")
+			return noneV, inputErr(msgPath(i)+".content", "must be a string, an array of content parts or null")
 		}
 
 		d := dicts[i].init(keysRoleContent)
@@ -488,11 +494,16 @@ func (m *Model) conversation(mv *ojson.Value, format ContentFormat, st *convStat
 				pd.vals[0], pd.vals[1] = strV("text"), strV(t)
 				partVals = append(partVals, value{k: kMap, p: pd})
 			}
-			if len(texts) == 0 {
-				d.vals[1] = listV([]value{})
-			} else {
-				d.vals[1] = listV(partVals[start:len(partVals):len(partVals)])
+			if lists == nil {
+				lists = make([]seqVal, n)
 			}
+			l := &lists[i]
+			if len(texts) == 0 {
+				l.items = []value{}
+			} else {
+				l.items = partVals[start:len(partVals):len(partVals)]
+			}
+			d.vals[1] = value{k: kSeq, p: l}
 			if len(texts) > 0 {
 				finalText = finalContent{texts[len(texts)-1], true}
 			}
@@ -508,7 +519,7 @@ func (m *Model) conversation(mv *ojson.Value, format ContentFormat, st *convStat
 		switch role {
 		case "assistant":
 			if tc := f.toolCalls; !tc.IsNull() {
-				calls, err := toolCalls(tc, p()+".tool_calls", st)
+				calls, err := toolCalls(tc, msgPath(i)+".tool_calls", st)
 				if err != nil {
 					return noneV, err
 				}
@@ -522,7 +533,7 @@ func (m *Model) conversation(mv *ojson.Value, format ContentFormat, st *convStat
 			}
 			if !r.IsNull() {
 				if r.Kind != ojson.String {
-					return noneV, inputErr(p()+".reasoning_content", "must be a string")
+					return noneV, inputErr(msgPath(i)+".reasoning_content", "must be a string")
 				}
 				d.add("reasoning", strV(r.Str))
 				d.add("reasoning_content", strV(r.Str))
