@@ -765,35 +765,23 @@ func compileWriteAdd(n *addExpr) writeFn {
 	for i, p := range n.parts {
 		parts[i] = compileExpr(p)
 	}
-	// A chain of string literals and fields: each written in place.
-	type part struct {
-		lit  string
-		peek peekFn
-		f    valFn
-	}
-	simple := make([]part, len(n.parts))
+	// Each operand written as it comes: string literals and fields in
+	// place. The first must be a literal or a field, so that when it is
+	// not a string the general path can evaluate it again.
+	ps := make([]strPart, len(n.parts))
 	for i, p := range n.parts {
-		simple[i].f = parts[i]
-		if l, ok := p.(*litExpr); ok && l.v.k == kStr {
-			simple[i].lit = l.v.s
-			continue
-		}
-		if simple[i].peek = compilePeek(p); simple[i].peek == nil {
-			simple = nil
-			break
-		}
+		ps[i] = newStrPart(p, parts[i])
 	}
-	if simple != nil {
+	if ps[0].isLit || ps[0].peek != nil {
 		slow := compileWriteAddSlow(parts)
 		return func(r *renderer) error {
-			for i := range simple {
-				pt := &simple[i]
-				if pt.peek == nil {
+			for i := range ps {
+				pt := &ps[i]
+				if pt.isLit {
 					r.out.WriteString(pt.lit)
 					continue
 				}
-				v := pt.peek(r)
-				if v != nil && v.k == kStr {
+				if v := pt.peekStr(r); v != nil {
 					r.out.WriteString(v.s)
 					continue
 				}

@@ -29,6 +29,8 @@ func TestCompiledFastPaths(t *testing.T) {
 		{src: `{{ 'a' + d.role + 'b' }}{{ 'a' + d.n }}`, vars: `{"d":{"role":"x","n":1}}`, notExact: true},
 		{src: `{% set c = 'a' + d.role + (d.t | trim) %}{{ c }}{{ d.n + 1 }}`, vars: `{"d":{"role":"x","t":"  y ","n":1}}`, want: "axy2"},
 		{src: `{% if d.role is string and d.x is not defined and d.n is not none %}ok{% endif %}`, vars: `{"d":{"role":"x","n":0}}`, want: "ok"},
+		{src: `{{ 'a' + d.role + (d.x if d.c else 'z') }}|{{ d.n + 1 }}|{{ d.role + d.role|upper }}`, vars: `{"d":{"role":"x","c":false,"n":1}}`, want: "axz|2|xX"},
+		{src: `{{ d.role + (d.n if d.c else 'z') }}`, vars: `{"d":{"role":"x","c":true,"n":1}}`, notExact: true},
 		// The loop object kept past its loop is not reused by the next.
 		{src: `{% set ns = namespace(l=none) %}{% for x in l %}{% set ns.l = loop %}{% endfor %}{% for x in l %}{% endfor %}{{ ns.l.index }}`, vars: `{"l":[1,2]}`, want: "2"},
 	} {
