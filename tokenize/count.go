@@ -254,7 +254,7 @@ func (m *Model) renderChat(body *ojson.Value) (string, bool, error) {
 	if err != nil {
 		return "", false, err
 	}
-	out, err := req.tmpl.Render(req.vars, m.now)
+	out, err := req.tmpl.renderChat(&req.vars, m.now)
 	if err != nil {
 		var te *TemplateError
 		switch {

@@ -15,10 +15,14 @@ import (
 
 type chatRequest struct {
 	tmpl          *Template
-	vars          map[string]jinja.Value
+	vars          chatVars
 	addSpecial    bool
 	continueFinal bool
 	final         finalContent
+	conv          convState
+	// room for the variables' usual count, without allocating
+	namesBuf [8]string
+	valsBuf  [8]value
 }
 
 // finalContent is the text transformers looks for with
@@ -28,53 +32,98 @@ type finalContent struct {
 	ok   bool
 }
 
+// chatVars are a chat request's template variables: the model's special
+// tokens, under the request's own (kwargs, tools, documents, messages,
+// add_generation_prompt), which are built as the owned evaluator's values
+// and converted for the engine path only when it renders.
+type chatVars struct {
+	special map[string]jinja.Value // the model's, shared and read-only
+	names   []string
+	vals    []value
+}
+
+func (cv *chatVars) set(name string, v value) {
+	for i, n := range cv.names {
+		if n == name {
+			cv.vals[i] = v
+			return
+		}
+	}
+	cv.names = append(cv.names, name)
+	cv.vals = append(cv.vals, v)
+}
+
+// own is the request's own variable name.
+func (cv *chatVars) own(name string) (value, bool) {
+	for i, n := range cv.names {
+		if n == name {
+			return cv.vals[i], true
+		}
+	}
+	return undef, false
+}
+
+func (cv *chatVars) lookup(name string) (value, bool) {
+	if v, ok := cv.own(name); ok {
+		return v, true
+	}
+	if j, ok := cv.special[name]; ok {
+		return fromJ(j), true
+	}
+	return undef, false
+}
+
+// engine returns the variables as the engine path takes them (a new map,
+// which the engine path adds to).
+func (cv *chatVars) engine() map[string]jinja.Value {
+	vars := make(map[string]jinja.Value, len(cv.special)+len(cv.names)+8) // room for Render's own
+	for k, v := range cv.special {
+		vars[k] = v
+	}
+	for i, n := range cv.names {
+		vars[n] = toJ(cv.vals[i])
+	}
+	return vars
+}
+
 // convState converts ojson values to template values and remembers the
 // first reason the result would not be exact.
 type convState struct{ reason string }
 
-func (s *convState) value(v *ojson.Value) jinja.Value {
+func (s *convState) value(v *ojson.Value) value {
 	switch v.Kind {
 	case ojson.Null:
-		return jinja.None()
+		return noneV
 	case ojson.Bool:
-		return jinja.NewBool(v.Bool)
+		return boolV(v.Bool)
 	case ojson.String:
-		return jinja.NewString(v.Str)
+		return strV(v.Str)
 	case ojson.Number:
 		if v.IsInt() {
 			if n, ok := v.Int(); ok {
-				return jinja.NewInt(n)
+				return intV(n)
 			}
 			if s.reason == "" {
 				s.reason = "an integer beyond 64 bits (Python keeps it exact)"
 			}
-			return jinja.NewFloat(v.Float())
+			return floatV(v.Float())
 		}
-		return jinja.NewFloat(v.Float())
+		return floatV(v.Float())
 	case ojson.Array:
-		items := make([]jinja.Value, len(v.Items))
+		items := make([]value, len(v.Items))
 		for i, it := range v.Items {
 			items[i] = s.value(it)
 		}
-		return jinja.NewList(items)
+		return listV(items)
 	case ojson.Object:
-		d := newDict(len(v.Members))
-		for _, mb := range v.Members {
-			d.AsDict().Set(mb.Key, s.value(mb.Value))
+		m := &mapVal{keys: make([]string, len(v.Members)), vals: make([]value, len(v.Members))}
+		for i, mb := range v.Members {
+			m.keys[i] = mb.Key
+			m.vals[i] = s.value(mb.Value)
 		}
-		return d
+		return value{k: kMap, p: m}
 	}
-	return jinja.Undefined()
-}
-
-func newDict(n int) jinja.Value {
-	d := jinja.NewDict()
-	dd := d.AsDict()
-	dd.Keys = make([]string, 0, n)
-	if n > 8 { // up to 8 entries, NewDict's map never grows
-		dd.Data = make(map[string]jinja.Value, n)
-	}
-	return d
+	return undef
 }
 
 func (s *convState) fail(reason string) {
@@ -82,6 +131,19 @@ func (s *convState) fail(reason string) {
 		s.reason = reason
 	}
 }
+
+// newMap returns an empty request dict with room for n entries; add
+// appends an entry (the callers never add a key twice).
+func newMap(n int) *mapVal {
+	return &mapVal{keys: make([]string, 0, n), vals: make([]value, 0, n)}
+}
+
+func (m *mapVal) add(k string, v value) {
+	m.keys = append(m.keys, k)
+	m.vals = append(m.vals, v)
+}
+
+func (m *mapVal) val() value { return value{k: kMap, p: m} }
 
 // apply_chat_template's own parameters: vLLM accepts them in
 // chat_template_kwargs even when the template does not reference them.
@@ -96,8 +158,8 @@ func (m *Model) prepareChat(body *ojson.Value) (*chatRequest, error) {
 	if body == nil || body.Kind != ojson.Object {
 		return nil, inputErr("", "the request body must be a JSON object")
 	}
-	st := &convState{}
 	req := &chatRequest{}
+	st := &req.conv
 
 	boolField := func(name string, def bool) (bool, error) {
 		v := body.Get(name)
@@ -128,7 +190,7 @@ func (m *Model) prepareChat(body *ojson.Value) (*chatRequest, error) {
 	}
 
 	// Tools, as [tool.model_dump() for tool in request.tools].
-	tools := jinja.None()
+	tools := noneV
 	if tv := body.Get("tools"); !tv.IsNull() {
 		tools, err = dumpTools(tv, st)
 		if err != nil {
@@ -138,7 +200,7 @@ func (m *Model) prepareChat(body *ojson.Value) (*chatRequest, error) {
 
 	// Template selection (transformers' get_chat_template).
 	switch {
-	case !tools.IsNone() && m.templates["tool_use"] != nil:
+	case tools.k != kNone && m.templates["tool_use"] != nil:
 		req.tmpl = m.templates["tool_use"]
 	case m.templates["default"] != nil:
 		req.tmpl = m.templates["default"]
@@ -159,12 +221,10 @@ func (m *Model) prepareChat(body *ojson.Value) (*chatRequest, error) {
 
 	// Keyword arguments: defaults, then the request's chat_template_kwargs
 	// (filtered as resolve_chat_template_kwargs does), then the top-level
-	// fields, which win.
-	vars := make(map[string]jinja.Value, len(m.special)+24) // room for Render's own
-	for k, v := range m.special {
-		vars[k] = v
-	}
-	kw := map[string]jinja.Value{}
+	// fields, which win. The model's special tokens are under all of them.
+	vars := &req.vars
+	vars.special = m.special
+	vars.names, vars.vals = req.namesBuf[:0], req.valsBuf[:0]
 	addKwargs := func(obj *ojson.Value, fromRequest bool) error {
 		for _, mb := range obj.Members {
 			k := mb.Key
@@ -184,7 +244,7 @@ func (m *Model) prepareChat(body *ojson.Value) (*chatRequest, error) {
 					continue
 				}
 			}
-			kw[k] = st.value(mb.Value)
+			vars.set(k, st.value(mb.Value))
 		}
 		return nil
 	}
@@ -205,29 +265,25 @@ func (m *Model) prepareChat(body *ojson.Value) (*chatRequest, error) {
 		if v.Kind != ojson.Array {
 			return nil, inputErr("documents", "must be an array of objects")
 		}
-		kw["documents"] = st.value(v)
+		vars.set("documents", st.value(v))
 	}
 	if v := body.Get("reasoning_effort"); !v.IsNull() {
-		kw["reasoning_effort"] = st.value(v)
+		vars.set("reasoning_effort", st.value(v))
 	}
-	if !tools.IsNone() {
-		kw["tools"] = tools
+	if tools.k != kNone {
+		vars.set("tools", tools)
 	}
-	if _, ok := kw["tools"]; !ok {
-		kw["tools"] = jinja.None()
+	if _, ok := vars.own("tools"); !ok {
+		vars.set("tools", noneV)
 	}
-	if _, ok := kw["documents"]; !ok {
-		kw["documents"] = jinja.None()
+	if _, ok := vars.own("documents"); !ok {
+		vars.set("documents", noneV)
 	}
-	for k, v := range kw {
-		vars[k] = v
-	}
-	vars["messages"] = msgs
-	vars["add_generation_prompt"] = jinja.NewBool(addGen)
+	vars.set("messages", msgs)
+	vars.set("add_generation_prompt", boolV(addGen))
 	if st.reason != "" {
 		return nil, &NotExactError{st.reason}
 	}
-	req.vars = vars
 	return req, nil
 }
 
@@ -242,69 +298,67 @@ func templateNames(ts map[string]*Template) string {
 // dumpTools is pydantic's model_dump of ChatCompletionToolsParam: type,
 // function{name, description, parameters, extra fields...}, extra fields;
 // unset optional fields are None.
-func dumpTools(tv *ojson.Value, st *convState) (jinja.Value, error) {
+func dumpTools(tv *ojson.Value, st *convState) (value, error) {
 	if tv.Kind != ojson.Array {
-		return jinja.None(), inputErr("tools", "must be an array")
+		return noneV, inputErr("tools", "must be an array")
 	}
-	items := make([]jinja.Value, 0, len(tv.Items))
+	items := make([]value, 0, len(tv.Items))
 	for i, t := range tv.Items {
 		p := fmt.Sprintf("tools[%d]", i)
 		if t.Kind != ojson.Object {
-			return jinja.None(), inputErr(p, "must be an object")
+			return noneV, inputErr(p, "must be an object")
 		}
 		if ty := t.Get("type"); ty != nil && !(ty.Kind == ojson.String && ty.Str == "function") {
-			return jinja.None(), inputErr(p+".type", "must be 'function'")
+			return noneV, inputErr(p+".type", "must be 'function'")
 		}
 		fn := t.Get("function")
 		if fn == nil || fn.Kind != ojson.Object {
-			return jinja.None(), inputErr(p+".function", "is required and must be an object")
+			return noneV, inputErr(p+".function", "is required and must be an object")
 		}
 		name := fn.Get("name")
 		if name == nil || name.Kind != ojson.String {
-			return jinja.None(), inputErr(p+".function.name", "is required and must be a string")
+			return noneV, inputErr(p+".function.name", "is required and must be a string")
 		}
-		f := newDict(len(fn.Members) + 3)
-		fd := f.AsDict()
-		fd.Set("name", jinja.NewString(name.Str))
+		f := newMap(len(fn.Members) + 3)
+		f.add("name", strV(name.Str))
 		desc := fn.Get("description")
 		switch {
 		case desc.IsNull():
-			fd.Set("description", jinja.None())
+			f.add("description", noneV)
 		case desc.Kind == ojson.String:
-			fd.Set("description", jinja.NewString(desc.Str))
+			f.add("description", strV(desc.Str))
 		default:
-			return jinja.None(), inputErr(p+".function.description", "must be a string")
+			return noneV, inputErr(p+".function.description", "must be a string")
 		}
 		params := fn.Get("parameters")
 		switch {
 		case params.IsNull():
-			fd.Set("parameters", jinja.None())
+			f.add("parameters", noneV)
 		case params.Kind == ojson.Object:
-			fd.Set("parameters", st.value(params))
+			f.add("parameters", st.value(params))
 		default:
-			return jinja.None(), inputErr(p+".function.parameters", "must be an object")
+			return noneV, inputErr(p+".function.parameters", "must be an object")
 		}
 		for _, mb := range fn.Members {
 			switch mb.Key {
 			case "name", "description", "parameters":
 			default:
-				fd.Set(mb.Key, st.value(mb.Value))
+				f.add(mb.Key, st.value(mb.Value))
 			}
 		}
-		d := newDict(len(t.Members) + 2)
-		dd := d.AsDict()
-		dd.Set("type", jinja.NewString("function"))
-		dd.Set("function", f)
+		d := newMap(len(t.Members) + 2)
+		d.add("type", strV("function"))
+		d.add("function", f.val())
 		for _, mb := range t.Members {
 			switch mb.Key {
 			case "type", "function":
 			default:
-				dd.Set(mb.Key, st.value(mb.Value))
+				d.add(mb.Key, st.value(mb.Value))
 			}
 		}
-		items = append(items, d)
+		items = append(items, d.val())
 	}
-	return jinja.NewList(items), nil
+	return listV(items), nil
 }
 
 var mmPartTypes = map[string]bool{
@@ -313,28 +367,84 @@ var mmPartTypes = map[string]bool{
 	"video_url": true, "video": true, "file": true,
 }
 
+// Shared key lists of the commonest message shapes (a dict's keys are
+// never modified in place).
+var (
+	keysRoleContent = []string{"role", "content"}
+	keysTypeText    = []string{"type", "text"}
+)
+
+// msgPath and partPath name a message and a content part in errors
+// (not closures: a closure capturing the loop variables would move them
+// to the heap on every message).
+func msgPath(i int) string { return fmt.Sprintf("messages[%d]", i) }
+
+func partPath(i, j int) string { return fmt.Sprintf("messages[%d].content[%d]", i, j) }
+
+// msgFields are the members of a message that vLLM reads (nil: absent).
+type msgFields struct {
+	role, content, toolCalls, reasoning, reasoningContent, toolCallID, name *ojson.Value
+}
+
+// dictSlot is a request dict with room for two values.
+type dictSlot struct {
+	m mapVal
+	v [2]value
+}
+
+func (s *dictSlot) init(keys []string) *mapVal {
+	s.m.keys, s.m.vals = keys, s.v[:]
+	return &s.m
+}
+
 // conversation is vLLM's parse_chat_messages followed by
 // _postprocess_messages.
-func (m *Model) conversation(mv *ojson.Value, format ContentFormat, st *convState, req *chatRequest) (jinja.Value, error) {
+func (m *Model) conversation(mv *ojson.Value, format ContentFormat, st *convState, req *chatRequest) (value, error) {
 	if mv == nil || mv.Kind != ojson.Array {
-		return jinja.None(), inputErr("messages", "must be an array of messages")
+		return noneV, inputErr("messages", "must be an array of messages")
 	}
-	out := make([]jinja.Value, 0, len(mv.Items))
+	n := len(mv.Items)
+	out := make([]value, n)
+	// The messages' dicts with their first two values, in one
+	// allocation; content parts likewise, from one slab grown as needed.
+	dicts := make([]dictSlot, n)
+	var parts []dictSlot
+	var partVals []value
+	var lists []seqVal // the content part lists
 	for i, msg := range mv.Items {
-		p := func() string { return fmt.Sprintf("messages[%d]", i) }
 		if msg.Kind != ojson.Object {
-			return jinja.None(), inputErr(p(), "must be an object")
+			return noneV, inputErr(msgPath(i), "must be an object")
 		}
-		rv := msg.Get("role")
+		// The fields read, in one pass over the members.
+		var f msgFields
+		for _, mb := range msg.Members {
+			switch mb.Key {
+			case "role":
+				f.role = mb.Value
+			case "content":
+				f.content = mb.Value
+			case "tool_calls":
+				f.toolCalls = mb.Value
+			case "reasoning":
+				f.reasoning = mb.Value
+			case "reasoning_content":
+				f.reasoningContent = mb.Value
+			case "tool_call_id":
+				f.toolCallID = mb.Value
+			case "name":
+				f.name = mb.Value
+			}
+		}
+		rv := f.role
 		if rv == nil || rv.Kind != ojson.String {
-			return jinja.None(), inputErr(p()+".role", "is required and must be a string")
+			return noneV, inputErr(msgPath(i)+".role", "is required and must be a string")
 		}
 		role := rv.Str
 
 		// Content parts: null is [], a string is one text part.
 		var texts []string
 		var one [1]string
-		cv := msg.Get("content")
+		cv := f.content
 		switch {
 		case cv.IsNull():
 		case cv.Kind == ojson.String:
@@ -342,103 +452,113 @@ func (m *Model) conversation(mv *ojson.Value, format ContentFormat, st *convStat
 			texts = one[:]
 		case cv.Kind == ojson.Array:
 			for j, part := range cv.Items {
-				pp := func() string { return fmt.Sprintf("messages[%d].content[%d]", i, j) }
 				if part.Kind == ojson.String {
 					texts = append(texts, part.Str)
 					continue
 				}
 				if part.Kind != ojson.Object {
-					return jinja.None(), inputErr(pp(), "must be an object")
+					return noneV, inputErr(partPath(i, j), "must be an object")
 				}
 				tv := part.Get("type")
 				if tv == nil || tv.Kind != ojson.String {
-					return jinja.None(), inputErr(pp()+".type", "is required and must be a string")
+					return noneV, inputErr(partPath(i, j)+".type", "is required and must be a string")
 				}
 				switch {
 				case tv.Str == "text" || tv.Str == "input_text":
 					t := part.Get("text")
 					if t == nil || t.Kind != ojson.String {
-						return jinja.None(), inputErr(pp()+".text", "is required and must be a string")
+						return noneV, inputErr(partPath(i, j)+".text", "is required and must be a string")
 					}
 					texts = append(texts, t.Str)
 				case mmPartTypes[tv.Str]:
-					return jinja.None(), &NotExactError{"multimodal content (" + tv.Str + ")"}
+					return noneV, &NotExactError{"multimodal content (" + tv.Str + ")"}
 				default:
-					return jinja.None(), &NotExactError{"content part type " + strconv.Quote(tv.Str)}
+					return noneV, &NotExactError{"content part type " + strconv.Quote(tv.Str)}
 				}
 			}
 		default:
-			return jinja.None(), inputErr(p()+".content", "must be a string, an array of content parts or null")
+			return noneV, inputErr(msgPath(i)+".content", "must be a string, an array of content parts or null")
 		}
 
-		d := newDict(6)
-		dd := d.AsDict()
-		dd.Set("role", jinja.NewString(role))
+		d := dicts[i].init(keysRoleContent)
+		d.vals[0] = strV(role)
 		var finalText finalContent
 		if format == ContentOpenAI && !(role == "tool" && len(texts) > 0) {
-			parts := make([]jinja.Value, len(texts))
-			for j, t := range texts {
-				pd := newDict(2)
-				pd.AsDict().Set("type", jinja.NewString("text"))
-				pd.AsDict().Set("text", jinja.NewString(t))
-				parts[j] = pd
+			if parts == nil && len(texts) > 0 {
+				parts, partVals = make([]dictSlot, 0, n), make([]value, 0, n)
 			}
-			dd.Set("content", jinja.NewList(parts))
+			start := len(partVals)
+			for _, t := range texts {
+				parts = append(parts, dictSlot{})
+				pd := parts[len(parts)-1].init(keysTypeText)
+				pd.vals[0], pd.vals[1] = strV("text"), strV(t)
+				partVals = append(partVals, value{k: kMap, p: pd})
+			}
+			if lists == nil {
+				lists = make([]seqVal, n)
+			}
+			l := &lists[i]
+			if len(texts) == 0 {
+				l.items = []value{}
+			} else {
+				l.items = partVals[start:len(partVals):len(partVals)]
+			}
+			d.vals[1] = value{k: kSeq, p: l}
 			if len(texts) > 0 {
 				finalText = finalContent{texts[len(texts)-1], true}
 			}
 		} else {
 			s := strings.Join(texts, "\n")
-			dd.Set("content", jinja.NewString(s))
+			d.vals[1] = strV(s)
 			finalText = finalContent{s, true}
 		}
-		if i == len(mv.Items)-1 {
+		if i == n-1 {
 			req.final = finalText
 		}
 
 		switch role {
 		case "assistant":
-			if tc := msg.Get("tool_calls"); !tc.IsNull() {
-				calls, err := toolCalls(tc, p()+".tool_calls", st)
+			if tc := f.toolCalls; !tc.IsNull() {
+				calls, err := toolCalls(tc, msgPath(i)+".tool_calls", st)
 				if err != nil {
-					return jinja.None(), err
+					return noneV, err
 				}
 				if len(calls) > 0 {
-					dd.Set("tool_calls", jinja.NewList(calls))
+					d.add("tool_calls", listV(calls))
 				}
 			}
-			r := msg.Get("reasoning")
+			r := f.reasoning
 			if r.IsNull() {
-				r = msg.Get("reasoning_content")
+				r = f.reasoningContent
 			}
 			if !r.IsNull() {
 				if r.Kind != ojson.String {
-					return jinja.None(), inputErr(p()+".reasoning_content", "must be a string")
+					return noneV, inputErr(msgPath(i)+".reasoning_content", "must be a string")
 				}
-				dd.Set("reasoning", jinja.NewString(r.Str))
-				dd.Set("reasoning_content", jinja.NewString(r.Str))
+				d.add("reasoning", strV(r.Str))
+				d.add("reasoning_content", strV(r.Str))
 			}
 		case "tool":
-			if id := msg.Get("tool_call_id"); id != nil {
-				dd.Set("tool_call_id", st.value(id))
+			if id := f.toolCallID; id != nil {
+				d.add("tool_call_id", st.value(id))
 			}
 		}
-		if n := msg.Get("name"); n != nil && n.Kind == ojson.String {
-			dd.Set("name", jinja.NewString(n.Str))
+		if nv := f.name; nv != nil && nv.Kind == ojson.String {
+			d.add("name", strV(nv.Str))
 		}
-		out = append(out, d)
+		out[i] = value{k: kMap, p: d}
 	}
-	return jinja.NewList(out), nil
+	return listV(out), nil
 }
 
 // toolCalls copies an assistant's tool_calls with string arguments parsed
 // into objects (_postprocess_messages: empty or missing arguments become
 // {}).
-func toolCalls(tc *ojson.Value, p string, st *convState) ([]jinja.Value, error) {
+func toolCalls(tc *ojson.Value, p string, st *convState) ([]value, error) {
 	if tc.Kind != ojson.Array {
 		return nil, inputErr(p, "must be an array")
 	}
-	calls := make([]jinja.Value, 0, len(tc.Items))
+	calls := make([]value, 0, len(tc.Items))
 	for k, call := range tc.Items {
 		cp := fmt.Sprintf("%s[%d]", p, k)
 		if call.Kind != ojson.Object {
@@ -448,35 +568,37 @@ func toolCalls(tc *ojson.Value, p string, st *convState) ([]jinja.Value, error) 
 		if fn == nil || fn.Kind != ojson.Object {
 			return nil, inputErr(cp+".function", "is required and must be an object")
 		}
-		cd := newDict(len(call.Members))
+		cd := newMap(len(call.Members))
 		for _, mb := range call.Members {
 			if mb.Key != "function" {
-				cd.AsDict().Set(mb.Key, st.value(mb.Value))
+				cd.add(mb.Key, st.value(mb.Value))
 				continue
 			}
-			fd := newDict(len(fn.Members) + 1)
+			fd := newMap(len(fn.Members) + 1)
+			hasArgs := false
 			for _, fm := range fn.Members {
 				if fm.Key != "arguments" {
-					fd.AsDict().Set(fm.Key, st.value(fm.Value))
+					fd.add(fm.Key, st.value(fm.Value))
 					continue
 				}
 				args, err := parseArguments(fm.Value, cp+".function.arguments", st)
 				if err != nil {
 					return nil, err
 				}
-				fd.AsDict().Set("arguments", args)
+				fd.add("arguments", args)
+				hasArgs = true
 			}
-			if !fd.AsDict().Has("arguments") {
-				fd.AsDict().Set("arguments", newDict(0))
+			if !hasArgs {
+				fd.add("arguments", newMap(0).val())
 			}
-			cd.AsDict().Set("function", fd)
+			cd.add("function", fd.val())
 		}
-		calls = append(calls, cd)
+		calls = append(calls, cd.val())
 	}
 	return calls, nil
 }
 
-func parseArguments(a *ojson.Value, p string, st *convState) (jinja.Value, error) {
+func parseArguments(a *ojson.Value, p string, st *convState) (value, error) {
 	truthy := false
 	switch a.Kind {
 	case ojson.String:
@@ -491,7 +613,7 @@ func parseArguments(a *ojson.Value, p string, st *convState) (jinja.Value, error
 		truthy = a.Float() != 0
 	}
 	if !truthy {
-		return newDict(0), nil
+		return newMap(0).val(), nil
 	}
 	switch a.Kind {
 	case ojson.Array, ojson.Object:
@@ -503,11 +625,11 @@ func parseArguments(a *ojson.Value, p string, st *convState) (jinja.Value, error
 			// keys (last wins); this parser does not.
 			if strings.Contains(err.Error(), "duplicate") || strings.Contains(a.Str, "NaN") || strings.Contains(a.Str, "Infinity") {
 				st.fail("tool call arguments that only Python's json.loads accepts")
-				return jinja.None(), nil
+				return noneV, nil
 			}
-			return jinja.None(), inputErr(p, "is not valid JSON: %v", err)
+			return noneV, inputErr(p, "is not valid JSON: %v", err)
 		}
 		return st.value(v), nil
 	}
-	return jinja.None(), inputErr(p, "must be a JSON string")
+	return noneV, inputErr(p, "must be a JSON string")
 }

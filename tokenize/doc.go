@@ -26,9 +26,15 @@
 // paths, chosen once at compile time:
 //
 //   - the package's own evaluator (jinja_lex.go, jinja_parse.go,
-//     jinja_eval.go, jinja_value.go): a tree with variables resolved to
-//     frame slots, evaluated over small values that read the request's
-//     data in place, into one pre-sized buffer; Python's semantics
+//     jinja_eval.go, jinja_compile.go, jinja_value.go): a tree with
+//     variables resolved to frame slots, compiled once into closures
+//     (the shapes chat templates are made of, such as message['role'] ==
+//     'user', loop.index0, a + chain of literals and fields, read fields
+//     in place without dispatch; anything else calls the tree walker on
+//     its node), run over small values into one pre-sized buffer. A chat
+//     request's variables are built directly as these values (ordered
+//     dicts, count_chat.go) and converted to the engine's only when the
+//     engine path renders; Python's semantics
 //     (str(), repr, float repr, tojson, Python's operators, tests and
 //     string methods, jinja2's scoping and Undefined). It takes every
 //     template it fully parses and implements; where Python would raise,

@@ -23,12 +23,14 @@ import (
 // ownedTemplate is a template the owned evaluator renders.
 type ownedTemplate struct {
 	body []stmt
+	run  execFn // body compiled (jinja_compile.go)
 	// top are the template frame's variables, by slot: each starts as the
 	// render variable of that name, else the global of that name.
-	top   []string
-	pool  sync.Pool // *renderer
-	hint  int       // output size of the first render, as a capacity hint
-	hintM sync.Mutex
+	top     []string
+	topInit []topSlot
+	pool    sync.Pool // *renderer
+	hint    int       // output size of the first render, as a capacity hint
+	hintM   sync.Mutex
 }
 
 // compileOwned parses and resolves a lexed template, or says why the
@@ -44,11 +46,36 @@ func compileOwned(lx *lexed) (*ownedTemplate, error) {
 	if err := rs.stmts(body, top); err != nil {
 		return nil, err
 	}
+	compileBody(body)
+	run := compileSeq(body)
 	names := make([]string, rs.topN)
 	for n, r := range top.names {
 		names[r.slot] = n
 	}
-	return &ownedTemplate{body: body, top: names}, nil
+	inits := make([]topSlot, len(names))
+	for i, name := range names {
+		switch name {
+		// The package's helpers win over render variables, as on the
+		// engine path (Template.Render sets them last).
+		case "raise_exception":
+			inits[i] = topSlot{helper: true, v: fnRaise}
+		case "strftime_now":
+			inits[i] = topSlot{helper: true, v: fnStrf}
+		// Globals, unless a render variable has the name.
+		case "namespace":
+			inits[i].v = fnNS
+		case "range":
+			inits[i].v = fnRange
+		}
+	}
+	return &ownedTemplate{body: body, run: run, top: names, topInit: inits}, nil
+}
+
+// topSlot is how a template-frame slot starts: a package helper, or the
+// render variable of its name, else v (a global, or Undefined).
+type topSlot struct {
+	helper bool
+	v      value
 }
 
 // Name resolution: every name becomes a frame slot, following jinja2's
@@ -366,7 +393,8 @@ type renderer struct {
 	frames [2][]value
 	out    *strings.Builder
 	now    func() time.Time
-	args   []value // scratch for call arguments
+	args   []value      // scratch for call arguments
+	loops  []*loopState // free loop states (forStmt.loopLocal)
 }
 
 var (
@@ -374,8 +402,24 @@ var (
 	errContinueLoop = errors.New("continue")
 )
 
+// varSource gives the render variables by name.
+type varSource interface {
+	lookup(name string) (value, bool)
+}
+
+// engineVars are render variables given as the engine's values.
+type engineVars map[string]jinja.Value
+
+func (vars engineVars) lookup(name string) (value, bool) {
+	j, ok := vars[name]
+	if !ok {
+		return undef, false
+	}
+	return fromJ(j), true
+}
+
 // render renders the template with vars (read, never written).
-func (t *ownedTemplate) render(vars map[string]jinja.Value, now func() time.Time) (string, error) {
+func (t *ownedTemplate) render(vars varSource, now func() time.Time) (string, error) {
 	r, _ := t.pool.Get().(*renderer)
 	if r == nil {
 		r = &renderer{t: t, frames: [2][]value{make([]value, len(t.top))}}
@@ -389,26 +433,16 @@ func (t *ownedTemplate) render(vars map[string]jinja.Value, now func() time.Time
 	}()
 	r.now = now
 	for i, name := range t.top {
-		if j, ok := vars[name]; ok {
-			r.frames[0][i] = fromJ(j)
+		ts := &t.topInit[i]
+		if ts.helper {
+			r.frames[0][i] = ts.v
 			continue
 		}
-		switch name {
-		case "namespace":
-			r.frames[0][i] = fnNS
-		case "range":
-			r.frames[0][i] = fnRange
+		if v, ok := vars.lookup(name); ok {
+			r.frames[0][i] = v
+			continue
 		}
-	}
-	// The package's helpers win over render variables, as on the engine
-	// path (Template.Render sets them last).
-	for i, name := range t.top {
-		switch name {
-		case "raise_exception":
-			r.frames[0][i] = fnRaise
-		case "strftime_now":
-			r.frames[0][i] = fnStrf
-		}
+		r.frames[0][i] = ts.v
 	}
 	var b strings.Builder
 	t.hintM.Lock()
@@ -416,7 +450,7 @@ func (t *ownedTemplate) render(vars map[string]jinja.Value, now func() time.Time
 	t.hintM.Unlock()
 	b.Grow(hint)
 	r.out = &b
-	if err := r.exec(t.body); err != nil {
+	if err := t.run(r); err != nil {
 		return "", err
 	}
 	if hint == 0 {
@@ -436,17 +470,17 @@ func (r *renderer) exec(body []stmt) error {
 		case *textStmt:
 			r.out.WriteString(n.s)
 		case *outStmt:
-			if err := r.write(n.e); err != nil {
+			if err := n.w(r); err != nil {
 				return err
 			}
 		case *ifStmt:
 			done := false
-			for i, c := range n.conds {
-				v, err := r.ev(c)
+			for i, c := range n.cc {
+				ok, err := c(r)
 				if err != nil {
 					return err
 				}
-				if v.truth() {
+				if ok {
 					if err := r.exec(n.bodies[i]); err != nil {
 						return err
 					}
@@ -464,7 +498,7 @@ func (r *renderer) exec(body []stmt) error {
 				return err
 			}
 		case *setStmt:
-			v, err := r.eval(n.e)
+			v, err := n.f(r)
 			if err != nil {
 				return err
 			}
@@ -474,7 +508,7 @@ func (r *renderer) exec(body []stmt) error {
 			if ns.k != kNS {
 				return errPyRaises("TemplateRuntimeError: cannot assign attribute on non-namespace object")
 			}
-			v, err := r.eval(n.e)
+			v, err := n.f(r)
 			if err != nil {
 				return err
 			}
@@ -506,6 +540,7 @@ type loopState struct {
 	vals  []value // the items, when src does not hold them
 	n, i  int
 	cycle []value
+	rev   bool // src's items are read backwards
 }
 
 func (l *loopState) at(i int) value {
@@ -513,6 +548,9 @@ func (l *loopState) at(i int) value {
 	case l.vals != nil:
 		return l.vals[i]
 	case l.src.isSeq():
+		if l.rev {
+			i = l.n - 1 - i
+		}
 		return l.src.seqAt(i)
 	}
 	return strV(l.src.mapKey(i))
@@ -550,13 +588,18 @@ func iterate(v value) (loopState, error) {
 }
 
 func (r *renderer) execFor(n *forStmt) error {
-	it, err := r.eval(n.iter)
-	if err != nil {
-		return err
-	}
-	ls, err := iterate(it)
-	if err != nil {
-		return err
+	var ls loopState
+	if src := r.reversible(n.rev); src.k != kUndef {
+		// x[::-1] of a list: the same items, read backwards.
+		ls = loopState{src: src, n: src.seqLen(), rev: true}
+	} else {
+		it, err := n.iterF(r)
+		if err != nil {
+			return err
+		}
+		if ls, err = iterate(it); err != nil {
+			return err
+		}
 	}
 	if n.cond != nil {
 		var kept []value
@@ -565,11 +608,11 @@ func (r *renderer) execFor(n *forStmt) error {
 			if err := r.bindTargets(n, item); err != nil {
 				return err
 			}
-			c, err := r.eval(n.cond)
+			c, err := n.condF(r)
 			if err != nil {
 				return err
 			}
-			if c.truth() {
+			if c {
 				kept = append(kept, item)
 			}
 		}
@@ -579,9 +622,29 @@ func (r *renderer) execFor(n *forStmt) error {
 		}
 	}
 	if ls.n == 0 {
-		return r.exec(n.els)
+		return n.elsF(r)
 	}
-	lp := &ls
+	if !n.loopLocal {
+		lp := new(loopState)
+		*lp = ls
+		return r.runLoop(n, lp)
+	}
+	// The loop object never leaves the loop: its state is reused.
+	var lp *loopState
+	if k := len(r.loops); k > 0 {
+		lp, r.loops = r.loops[k-1], r.loops[:k-1]
+	} else {
+		lp = new(loopState)
+	}
+	*lp = ls
+	err := r.runLoop(n, lp)
+	*lp = loopState{}
+	r.loops = append(r.loops, lp)
+	return err
+}
+
+// runLoop runs a for loop's body over lp's items.
+func (r *renderer) runLoop(n *forStmt, lp *loopState) error {
 	r.set(n.loop, value{k: kLoop, p: lp})
 	for i := 0; i < lp.n; i++ {
 		lp.i = i
@@ -591,7 +654,7 @@ func (r *renderer) execFor(n *forStmt) error {
 		for _, c := range n.inits {
 			r.set(c.inner, r.get(c.outer))
 		}
-		if err := r.exec(n.body); err != nil {
+		if err := n.bodyF(r); err != nil {
 			if err == errBreakLoop {
 				break
 			}
@@ -602,6 +665,19 @@ func (r *renderer) execFor(n *forStmt) error {
 		}
 	}
 	return nil
+}
+
+// reversible returns the list x is, for a loop over x[::-1] (undef: not
+// such a loop, or not a list).
+func (r *renderer) reversible(x *nameExpr) value {
+	if x == nil {
+		return undef
+	}
+	v := r.get(x.ref)
+	if v.k == kList || v.k == kSeq && !v.p.(*seqVal).lazy {
+		return v
+	}
+	return undef
 }
 
 func (r *renderer) bindTargets(n *forStmt, item value) error {
@@ -1459,6 +1535,11 @@ func (r *renderer) evalSlice(n *sliceExpr) (value, error) {
 		return strV(sb.String()), nil
 	}
 	var items []value
+	if o.k == kSeq && step == 1 && start < stop {
+		// A list is never modified in place: the slice shares its items.
+		sv := o.p.(*seqVal)
+		return value{k: kSeq, p: &seqVal{items: sv.items[start:stop:stop], tuple: sv.tuple}}, nil
+	}
 	for i := start; (step > 0 && i < stop) || (step < 0 && i > stop); i += step {
 		items = append(items, o.seqAt(int(i)))
 	}

@@ -202,24 +202,7 @@ func (r *renderer) evalFilter(n *filterExpr) (value, error) {
 	case "format":
 		return formatFilter(v, args)
 	case "length", "count":
-		switch v.k {
-		case kStr:
-			return intV(int64(utf8.RuneCountInString(v.s))), nil
-		case kList:
-			return intV(int64(v.seqLen())), nil
-		case kSeq:
-			if v.p.(*seqVal).lazy {
-				return undef, errPyRaises("TypeError: object of type 'generator' has no len()")
-			}
-			return intV(int64(v.seqLen())), nil
-		case kDict, kMap:
-			return intV(int64(v.mapLen())), nil
-		case kUndef:
-			return intV(0), nil
-		case kLoop:
-			return undef, errNotPython("length of loop")
-		}
-		return undef, errPyRaises("TypeError: object has no len()")
+		return filterLength(v)
 	case "default", "d":
 		def := emptyS
 		if d, ok := filterArg(c, args, kw, 0, "default_value"); ok {
@@ -436,4 +419,26 @@ func formatFilter(fv value, vals []value) (value, error) {
 		return undef, err
 	}
 	return strV(out), nil
+}
+
+// filterLength is the length filter.
+func filterLength(v value) (value, error) {
+	switch v.k {
+	case kStr:
+		return intV(int64(utf8.RuneCountInString(v.s))), nil
+	case kList:
+		return intV(int64(v.seqLen())), nil
+	case kSeq:
+		if v.p.(*seqVal).lazy {
+			return undef, errPyRaises("TypeError: object of type 'generator' has no len()")
+		}
+		return intV(int64(v.seqLen())), nil
+	case kDict, kMap:
+		return intV(int64(v.mapLen())), nil
+	case kUndef:
+		return intV(0), nil
+	case kLoop:
+		return undef, errNotPython("length of loop")
+	}
+	return undef, errPyRaises("TypeError: object has no len()")
 }

@@ -122,11 +122,18 @@ type stmt interface{ isStmt() }
 
 type (
 	textStmt struct{ s string }
-	outStmt  struct{ e expr }
-	ifStmt   struct {
+	outStmt  struct {
+		e expr
+		w writeFn // compiled (jinja_compile.go)
+	}
+	ifStmt struct {
 		conds  []expr
 		bodies [][]stmt
 		els    []stmt
+		cc     []condFn // conds compiled
+		// bodies and els compiled
+		bodiesF []execFn
+		elsF    execFn
 	}
 	forStmt struct {
 		targets   []*nameExpr
@@ -138,15 +145,27 @@ type (
 		// inits are the names the body assigns: each iteration starts
 		// them at the enclosing scope's value, as jinja2 does.
 		inits []slotCopy
+		// iter and cond compiled
+		iterF valFn
+		condF condFn
+		// rev: iter is name[::-1], iterated in reverse without the copy.
+		rev *nameExpr
+		// body and els compiled
+		bodyF, elsF execFn
+		// loopLocal: the body reads loop only as loop.attr, loop[key]
+		// or loop.method(...), so the loop object cannot outlive the loop.
+		loopLocal bool
 	}
 	setStmt struct {
 		target *nameExpr
 		e      expr
+		f      valFn // e compiled
 	}
 	setAttrStmt struct {
 		ns   *nameExpr
 		attr string
 		e    expr
+		f    valFn // e compiled
 	}
 	setBlockStmt struct {
 		target *nameExpr
@@ -224,7 +243,7 @@ func (p *parser) parseBody() ([]stmt, string, error) {
 			if err := p.expectEnd(); err != nil {
 				return nil, "", err
 			}
-			out = append(out, &outStmt{e})
+			out = append(out, &outStmt{e: e})
 			continue
 		}
 		if err := p.startTag(sg.text); err != nil {

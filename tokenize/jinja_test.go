@@ -63,7 +63,7 @@ func TestOwnedFeatures(t *testing.T) {
 			continue
 		}
 		owned++
-		o := outcome(tm.renderOwned(featureVars(t, g.Vars), goldenNow))
+		o := outcome(tm.renderOwned(engineVars(featureVars(t, g.Vars)), goldenNow))
 		want := renderOutcome{text: g.Text}
 		if g.ErrorType != "" {
 			want = renderOutcome{template: g.Error}
@@ -101,7 +101,7 @@ func featureVars(t testing.TB, s string) map[string]jinja.Value {
 	st := &convState{}
 	vars := map[string]jinja.Value{}
 	for _, mb := range v.Members {
-		vars[mb.Key] = st.value(mb.Value)
+		vars[mb.Key] = toJ(st.value(mb.Value))
 	}
 	return vars
 }
@@ -130,10 +130,10 @@ func outcome(s string, err error) renderOutcome {
 // exact. The one accepted difference: the owned evaluator declines (not
 // exact, notPythonPrefix) where the engine renders something Python
 // would not (Python raises, or prints differently).
-func compareRenders(t *testing.T, id string, tm *Template, vars func() map[string]jinja.Value) (declined bool) {
+func compareRenders(t *testing.T, id string, tm *Template, ownedVars func() varSource, vars func() map[string]jinja.Value) (declined bool) {
 	t.Helper()
 	now := func() time.Time { return time.Date(2026, 3, 5, 14, 7, 9, 0, time.UTC) }
-	o := outcome(tm.renderOwned(vars(), now))
+	o := outcome(tm.renderOwned(ownedVars(), now))
 	e := outcome(tm.renderEngine(vars(), now))
 	switch {
 	case o.notExact != "" && e.notExact != "", o == e:
@@ -195,17 +195,20 @@ func differential(t *testing.T, models []*Model, seed []byte, i int) (declined i
 		if err != nil {
 			continue // refused before rendering: the same on both paths
 		}
-		vars := func() map[string]jinja.Value {
+		if req.tmpl.owned == nil {
+			t.Fatalf("%s: template not owned", m.Name)
+		}
+		// The owned path renders the request's values as built; the
+		// engine path their conversion, as Model renders with each.
+		owned := func() varSource { return &req.vars }
+		engine := func() map[string]jinja.Value {
 			r, err := m.prepareChat(parsed)
 			if err != nil {
 				t.Fatal(err)
 			}
-			return r.vars
+			return r.vars.engine()
 		}
-		if req.tmpl.owned == nil {
-			t.Fatalf("%s: template not owned", m.Name)
-		}
-		if compareRenders(t, m.Name+" "+string(body), req.tmpl, vars) {
+		if compareRenders(t, m.Name+" "+string(body), req.tmpl, owned, engine) {
 			declined++
 		}
 	}

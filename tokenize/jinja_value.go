@@ -145,6 +145,45 @@ func fromJ(j jinja.Value) value {
 	return undef
 }
 
+// toJ converts a value the request's data is built of (count_chat.go)
+// to the engine's, for the engine path.
+func toJ(v value) jinja.Value {
+	switch v.k {
+	case kNone:
+		return jinja.None()
+	case kBool:
+		return jinja.NewBool(v.n != 0)
+	case kInt:
+		return jinja.NewInt(v.n)
+	case kFloat:
+		return jinja.NewFloat(v.f())
+	case kStr:
+		return jinja.NewString(v.s)
+	case kSeq:
+		sv := v.p.(*seqVal)
+		items := make([]jinja.Value, len(sv.items))
+		for i, it := range sv.items {
+			items[i] = toJ(it)
+		}
+		return jinja.NewList(items)
+	case kMap:
+		m := v.p.(*mapVal)
+		d := jinja.NewDict()
+		dd := d.AsDict()
+		dd.Keys = make([]string, 0, len(m.keys))
+		if len(m.keys) > 8 { // up to 8 entries, NewDict's map never grows
+			dd.Data = make(map[string]jinja.Value, len(m.keys))
+		}
+		for i, k := range m.keys {
+			dd.Set(k, toJ(m.vals[i]))
+		}
+		return d
+	}
+	return jinja.Undefined()
+}
+
+func listV(items []value) value { return value{k: kSeq, p: &seqVal{items: items}} }
+
 // Sequences.
 
 func (v value) isSeq() bool { return v.k == kList || v.k == kSeq }

@@ -136,14 +136,22 @@ var (
 // that Python may or may not share.
 func (t *Template) Render(vars map[string]jinja.Value, now func() time.Time) (string, error) {
 	if t.owned != nil {
-		return t.renderOwned(vars, now)
+		return t.renderOwned(engineVars(vars), now)
 	}
 	return t.renderEngine(vars, now)
 }
 
+// renderChat renders a prepared chat request's variables.
+func (t *Template) renderChat(vars *chatVars, now func() time.Time) (string, error) {
+	if t.owned != nil {
+		return t.renderOwned(vars, now)
+	}
+	return t.renderEngine(vars.engine(), now)
+}
+
 // renderOwned renders with the package's own evaluator, with the engine
 // path's error types.
-func (t *Template) renderOwned(vars map[string]jinja.Value, now func() time.Time) (out string, err error) {
+func (t *Template) renderOwned(vars varSource, now func() time.Time) (out string, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			out, err = "", errUnsupported(fmt.Sprintf("the template evaluator failed: %v", r))

@@ -73,7 +73,7 @@ func renderWith(t *testing.T, src, varsJSON string) (string, error) {
 	st := &convState{}
 	vars := map[string]jinja.Value{}
 	for _, mb := range v.Members {
-		vars[mb.Key] = st.value(mb.Value)
+		vars[mb.Key] = toJ(st.value(mb.Value))
 	}
 	return tmpl.Render(vars, goldenNow)
 }
@@ -114,10 +114,10 @@ func TestRenderEnginePanicIsUnsupported(t *testing.T) {
 	if _, err := tmpl.renderEngine(vars(-1), nil); !isUnsupported(err) {
 		t.Fatalf("engine: err = %v, want unsupported", err)
 	}
-	if got, err := tmpl.renderOwned(vars(-1), nil); err != nil || got != "[]" {
+	if got, err := tmpl.renderOwned(engineVars(vars(-1)), nil); err != nil || got != "[]" {
 		t.Fatalf("owned: got %q, %v; want Python's []", got, err)
 	}
-	for _, render := range []func(map[string]jinja.Value, func() time.Time) (string, error){tmpl.renderEngine, tmpl.renderOwned} {
+	for _, render := range []func(map[string]jinja.Value, func() time.Time) (string, error){tmpl.renderEngine, tmpl.Render} {
 		if got, err := render(vars(3), nil); err != nil || got != "[xxx]" {
 			t.Fatalf("got %q, %v", got, err)
 		}
