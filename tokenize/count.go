@@ -255,6 +255,8 @@ func (m *Model) renderChat(body *ojson.Value) (string, bool, error) {
 		return "", false, err
 	}
 	out, err := req.tmpl.renderChat(&req.vars, m.now)
+	cont, final, addSpecial := req.continueFinal, req.final, req.addSpecial
+	m.release(req)
 	if err != nil {
 		var te *TemplateError
 		switch {
@@ -265,12 +267,12 @@ func (m *Model) renderChat(body *ojson.Value) (string, bool, error) {
 		}
 		return "", false, &NotExactError{"template failed in the Go engine (Python may render it): " + err.Error()}
 	}
-	if req.continueFinal {
-		if out, err = continueFinalMessage(out, req.final); err != nil {
+	if cont {
+		if out, err = continueFinalMessage(out, final); err != nil {
 			return "", false, err
 		}
 	}
-	return out, req.addSpecial, nil
+	return out, addSpecial, nil
 }
 
 // continueFinalMessage cuts the render after the final message, as

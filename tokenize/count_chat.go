@@ -23,6 +23,36 @@ type chatRequest struct {
 	// room for the variables' usual count, without allocating
 	namesBuf [8]string
 	valsBuf  [8]value
+	// The messages' values and dicts: slabs kept with the request when
+	// it goes back to its model's pool (release).
+	msgVals  []value
+	msgDicts []dictSlot
+}
+
+// maxPooledMessages bounds the slabs a pooled request keeps: a rare huge
+// conversation's are left to the collector.
+const maxPooledMessages = 256
+
+// newChatRequest is a cleared request from m's pool (or a new one).
+func (m *Model) newChatRequest() *chatRequest {
+	if req, ok := m.chatReqs.Get().(*chatRequest); ok {
+		return req
+	}
+	return &chatRequest{}
+}
+
+// release clears req, which nothing may use any more (its values point
+// into the request body and its render is done), and gives it back to
+// m's pool.
+func (m *Model) release(req *chatRequest) {
+	vals, dicts := req.msgVals, req.msgDicts
+	if cap(vals) > maxPooledMessages || cap(dicts) > maxPooledMessages {
+		vals, dicts = nil, nil
+	}
+	clear(vals[:cap(vals)])
+	clear(dicts[:cap(dicts)])
+	*req = chatRequest{msgVals: vals[:0], msgDicts: dicts[:0]}
+	m.chatReqs.Put(req)
 }
 
 // finalContent is the text transformers looks for with
@@ -158,7 +188,7 @@ func (m *Model) prepareChat(body *ojson.Value) (*chatRequest, error) {
 	if body == nil || body.Kind != ojson.Object {
 		return nil, inputErr("", "the request body must be a JSON object")
 	}
-	req := &chatRequest{}
+	req := m.newChatRequest()
 	st := &req.conv
 
 	boolField := func(name string, def bool) (bool, error) {
@@ -404,10 +434,13 @@ func (m *Model) conversation(mv *ojson.Value, format ContentFormat, st *convStat
 		return noneV, inputErr("messages", "must be an array of messages")
 	}
 	n := len(mv.Items)
-	out := make([]value, n)
-	// The messages' dicts with their first two values, in one
-	// allocation; content parts likewise, from one slab grown as needed.
-	dicts := make([]dictSlot, n)
+	// The messages' values and their dicts with their first two values,
+	// from the request's slabs (reused when the request came from the
+	// pool); content parts from one slab grown as needed.
+	if cap(req.msgVals) < n {
+		req.msgVals, req.msgDicts = make([]value, n), make([]dictSlot, n)
+	}
+	out, dicts := req.msgVals[:n], req.msgDicts[:n]
 	var parts []dictSlot
 	var partVals []value
 	var lists []seqVal // the content part lists

@@ -83,6 +83,11 @@
 // # Concurrency
 //
 // A loaded Model and Tokenizer are immutable and safe for concurrent use;
-// each render gets its own variables. A CountCache is safe for concurrent
-// use.
+// each render gets its own variables. Two pools trade allocation for
+// reuse, and both rely on nothing outliving the render that made it: a
+// Model pools its prepared chat requests with their message slabs
+// (released once the render is done; the output and the errors are
+// separate strings), and each owned template pools its renderers, whose
+// arena holds the strings the render concatenates (raised messages are
+// cloned out of it). A CountCache is safe for concurrent use.
 package tokenize

@@ -632,12 +632,7 @@ func compileAdd(n *addExpr) valFn {
 			strs = append(strs, s)
 			total += len(s)
 		}
-		var b strings.Builder
-		b.Grow(total)
-		for _, s := range strs {
-			b.WriteString(s)
-		}
-		return strV(b.String()), nil
+		return strV(r.concat(strs, total)), nil
 	}
 }
 

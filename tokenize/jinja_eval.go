@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/ardanlabs/jinja"
 )
@@ -395,6 +396,37 @@ type renderer struct {
 	now    func() time.Time
 	args   []value      // scratch for call arguments
 	loops  []*loopState // free loop states (forStmt.loopLocal)
+	// arena holds the strings the render builds by concatenation (+
+	// chains). They live only as long as the render: nothing a render
+	// returns or raises points into them (the output has its own buffer;
+	// a raised message is cloned), so the pooled renderer writes its
+	// last chunk again from the start at the next render.
+	arena []byte
+}
+
+// arenaChunk is the size of an arena chunk; a string over a quarter of it
+// gets an allocation of its own.
+const arenaChunk = 8 << 10
+
+// concat is strs joined (total bytes), in the render's arena.
+func (r *renderer) concat(strs []string, total int) string {
+	var b []byte
+	switch {
+	case total == 0:
+		return ""
+	case total > arenaChunk/4:
+		b = make([]byte, 0, total)
+	case len(r.arena)+total > cap(r.arena):
+		r.arena = make([]byte, 0, arenaChunk)
+		fallthrough
+	default:
+		b = r.arena[len(r.arena):len(r.arena)]
+		r.arena = r.arena[:len(r.arena)+total]
+	}
+	for _, s := range strs {
+		b = append(b, s...)
+	}
+	return unsafe.String(unsafe.SliceData(b), total)
 }
 
 var (
@@ -429,6 +461,7 @@ func (t *ownedTemplate) render(vars varSource, now func() time.Time) (string, er
 		r.frames[1] = nil
 		r.out, r.now = nil, nil
 		r.args = r.args[:0]
+		r.arena = r.arena[:0]
 		t.pool.Put(r)
 	}()
 	r.now = now
@@ -816,12 +849,7 @@ func (r *renderer) evalAdd(n *addExpr) (value, error) {
 		strs = append(strs, v.s)
 		total += len(v.s)
 	}
-	var b strings.Builder
-	b.Grow(total)
-	for _, s := range strs {
-		b.WriteString(s)
-	}
-	return strV(b.String()), nil
+	return strV(r.concat(strs, total)), nil
 }
 
 // ev is eval with the commonest leaf, a variable, read in place.
@@ -1655,7 +1683,7 @@ func (r *renderer) callGlobal(name string, args []value, kwNames []string, kw []
 				return undef, err
 			}
 		}
-		return undef, &raisedError{msg}
+		return undef, &raisedError{strings.Clone(msg)} // msg may be in the arena
 	case "strftime_now":
 		if len(kw) > 0 || len(args) > 1 {
 			return undef, errNotPython("strftime_now with more arguments")

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -51,6 +52,9 @@ type Model struct {
 	cleanUp *bool
 	// renders counts chat template renders (ChatRenders).
 	renders atomic.Int64
+	// chatReqs pools prepared chat requests (*chatRequest) with their
+	// message slabs, given back once a render is done.
+	chatReqs sync.Pool
 }
 
 // ChatRenders is the number of chat template renders the model has done
