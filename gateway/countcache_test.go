@@ -104,7 +104,11 @@ func TestCountCacheConversationOverHTTP(t *testing.T) {
 	var msgs []string
 	k := 0
 	for turn := range 6 {
-		msgs = append(msgs, fixtures.Message(docs, &k, 3000))
+		size := 3000
+		if turn == 0 {
+			size = 17000 // every turn is long enough for the cache
+		}
+		msgs = append(msgs, fixtures.Message(docs, &k, size))
 		exact(fmt.Sprintf("turn %d", turn), msgs)
 	}
 	hits := metricValue(t, scrape(t, tg), `maitred_count_cache_lookups_total{result="hit"}`)
@@ -141,7 +145,7 @@ func TestCountCacheOff(t *testing.T) {
 	}, httptestServer(t, s))
 	docs := fixtures.BenchDocs(t)
 	k := 0
-	msgs := []string{fixtures.Message(docs, &k, 3000), fixtures.Message(docs, &k, 3000)} // long enough for the cache, were it on
+	msgs := []string{fixtures.Message(docs, &k, 9000), fixtures.Message(docs, &k, 9000)} // long enough for the cache, were it on
 	res := tg.post(t, "/v1/chat/completions", conversation(msgs, 0))
 	if body := readBodyT(t, res); res.StatusCode != 200 {
 		t.Fatalf("%d %s", res.StatusCode, body)
@@ -280,7 +284,7 @@ func TestCountCacheAcrossReload(t *testing.T) {
 	}, httptestServer(t, s))
 	docs := fixtures.BenchDocs(t)
 	k := 0
-	msgs := []string{fixtures.Message(docs, &k, 3000), fixtures.Message(docs, &k, 3000)}
+	msgs := []string{fixtures.Message(docs, &k, 9000), fixtures.Message(docs, &k, 9000)}
 	post := func(n int) {
 		t.Helper()
 		res := tg.post(t, "/v1/chat/completions", conversation(msgs[:n], 0))

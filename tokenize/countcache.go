@@ -87,12 +87,16 @@ type CountCache struct {
 // (key, count, list links) and its index entry.
 const NodeBytes = 64
 
-// Texts shorter than cacheMinBytes are counted without the cache (a short
-// chat costs less to tokenize than to hash and look up), and no node is
+// Texts shorter than cacheMinBytes are counted without the cache: a chat
+// under 16 kB (about 4k tokens) is counted whole in well under 100 µs,
+// while a miss pays for hashing every boundary, looking them up and
+// counting segment by segment (measured: about 28 µs on a 4.6 kB chat, a
+// third of its count), so the cache earns its keep only on longer
+// conversations. No node is
 // kept for a boundary closer than nodeMinOffset to the start (the
 // template's fixed header, shared by every conversation).
 const (
-	cacheMinBytes = 4 << 10
+	cacheMinBytes = 16 << 10
 	nodeMinOffset = 1 << 10
 )
 
