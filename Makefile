@@ -28,6 +28,7 @@ FUZZ_TARGETS := \
 	./config:FuzzParse:15000x \
 	./fleet:FuzzParseMetrics:20000x \
 	./gateway:FuzzStreamGuard:5000x \
+	./gateway:FuzzDecodeUsage:5000x \
 	./admission:FuzzDoor:40000x \
 	./tokenize:FuzzPretokenize:10000x \
 	./tokenize:FuzzBPE:7000x \

@@ -585,7 +585,7 @@ func (s *usageScanner) feed(p []byte) {
 func (s *usageScanner) numbers() (*usageNumbers, bool) {
 	if !s.parsed {
 		s.parsed = true
-		s.uOK = s.usageDone && !s.over && json.Unmarshal(s.val, &s.u) == nil
+		s.uOK = s.usageDone && !s.over && decodeUsage(s.val, &s.u)
 	}
 	return &s.u, s.uOK
 }
