@@ -7,7 +7,6 @@ import (
 	"math/bits"
 	"strconv"
 	"strings"
-	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
 	"unsafe"
@@ -46,42 +45,18 @@ func parse(data []byte, maxDepth int, strRead func(*parser) (string, error)) (*V
 	if maxDepth <= 0 {
 		maxDepth = DefaultMaxDepth
 	}
-	p := parsers.Get().(*parser)
-	p.data, p.pos, p.maxDepth, p.strRead = data, 0, maxDepth, strRead
+	p := parser{data: data, maxDepth: maxDepth, strRead: strRead}
 	p.items, p.members = p.itemStack[:0], p.memberStack[:0]
-	v, err := p.document()
-	p.release()
-	return v, err
-}
-
-// parsers pools parsers: a parser is too large for the stack (its stacks
-// point into itself) and would otherwise be an allocation per document.
-// A pooled parser keeps the unused rest of its node blocks, which the next
-// document's nodes are carved from: nothing of a finished document is in
-// them.
-var parsers = sync.Pool{New: func() any { return new(parser) }}
-
-func (p *parser) document() (*Value, error) {
 	p.skipSpace()
 	v, err := p.value()
 	if err != nil {
 		return nil, err
 	}
 	p.skipSpace()
-	if p.pos != len(p.data) {
+	if p.pos != len(data) {
 		return nil, p.errorf(p.pos, "unexpected data after the JSON value")
 	}
 	return v, nil
-}
-
-// release drops what p holds of the document it read (an error can leave
-// elements stacked) and gives p back to the pool.
-func (p *parser) release() {
-	clear(p.itemStack[:])
-	clear(p.memberStack[:])
-	clear(p.path[:cap(p.path)])
-	p.data, p.strRead, p.items, p.members, p.path = nil, nil, nil, nil, p.path[:0]
-	parsers.Put(p)
 }
 
 // pathElem is one step of the path to the value being parsed: a key or an
