@@ -70,7 +70,11 @@ type chatVars struct {
 	special map[string]jinja.Value // the model's, shared and read-only
 	names   []string
 	vals    []value
+	// bodyLen is the request body's length, about the render's.
+	bodyLen int
 }
+
+func (cv *chatVars) outputHint() int { return cv.bodyLen }
 
 func (cv *chatVars) set(name string, v value) {
 	for i, n := range cv.names {
@@ -254,6 +258,7 @@ func (m *Model) prepareChat(body *ojson.Value) (*chatRequest, error) {
 	// fields, which win. The model's special tokens are under all of them.
 	vars := &req.vars
 	vars.special = m.special
+	vars.bodyLen = body.End - body.Start
 	vars.names, vars.vals = req.namesBuf[:0], req.valsBuf[:0]
 	addKwargs := func(obj *ojson.Value, fromRequest bool) error {
 		for _, mb := range obj.Members {

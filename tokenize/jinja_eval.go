@@ -439,6 +439,12 @@ type varSource interface {
 	lookup(name string) (value, bool)
 }
 
+// outputHinter is a varSource that knows about how long the output will
+// be (a chat request: its body's length).
+type outputHinter interface {
+	outputHint() int
+}
+
 // engineVars are render variables given as the engine's values.
 type engineVars map[string]jinja.Value
 
@@ -481,7 +487,13 @@ func (t *ownedTemplate) render(vars varSource, now func() time.Time) (string, er
 	t.hintM.Lock()
 	hint := t.hint
 	t.hintM.Unlock()
-	b.Grow(hint)
+	if h, ok := vars.(outputHinter); ok {
+		// A long conversation's render is about as long as its
+		// request: one allocation instead of doubling up to it.
+		b.Grow(max(hint, h.outputHint()))
+	} else {
+		b.Grow(hint)
+	}
 	r.out = &b
 	if err := t.run(r); err != nil {
 		return "", err
