@@ -116,32 +116,9 @@ func BenchmarkServeInProcess(b *testing.B) {
 // a loaded machine inflates, it reports cpu-ns/op: the process's CPU time
 // (every goroutine: the gateway, the backend, the exporter) per request.
 func BenchmarkServeTraced(b *testing.B) {
-	backend := newFakeBackend(b, "m", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, benchAnswer)
-	})
-	coll := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "application/x-protobuf")
-	}))
-	defer coll.Close()
-	one := 1.0
-	s, err := telemetry.Resolve(config.TracingConfig{Endpoint: coll.URL, SamplingRatio: &one}, func(string) string { return "" })
-	if err != nil {
-		b.Fatal(err)
-	}
-	otlp, err := telemetry.New(context.Background(), s, telemetry.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer otlp.Shutdown(context.Background())
+	cfg, gtr, otlp, s := tracedBenchSetup(b)
 	drop := sdktrace.NewTracerProvider(sdktrace.WithSampler(s.Sampler), sdktrace.WithBatcher(dropExporter{}))
 	defer drop.Shutdown(context.Background())
-
-	cfg := config.Default()
-	cfg.Models = []config.ModelConfig{{Name: "m", Backends: []config.BackendConfig{{URL: backend.URL}}}}
-	gtr := NewTransport(cfg)
-	defer gtr.CloseIdleConnections()
 	for _, c := range []struct {
 		name string
 		tp   trace.TracerProvider
@@ -168,6 +145,37 @@ func BenchmarkServeTraced(b *testing.B) {
 	}
 }
 
+// tracedBenchSetup starts what the traced benchmarks share: a backend
+// answering benchChat, the gateway's config and transport for it, and an
+// OTLP/HTTP provider at sampling ratio 1.0 exporting to a collector that
+// discards what it receives (with its settings). All are closed when b ends.
+func tracedBenchSetup(b *testing.B) (config.Config, *http.Transport, *telemetry.Provider, telemetry.Settings) {
+	backend := newFakeBackend(b, "m", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, benchAnswer)
+	})
+	coll := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	b.Cleanup(coll.Close)
+	one := 1.0
+	s, err := telemetry.Resolve(config.TracingConfig{Endpoint: coll.URL, SamplingRatio: &one}, func(string) string { return "" })
+	if err != nil {
+		b.Fatal(err)
+	}
+	otlp, err := telemetry.New(context.Background(), s, telemetry.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { otlp.Shutdown(context.Background()) })
+	cfg := config.Default()
+	cfg.Models = []config.ModelConfig{{Name: "m", Backends: []config.BackendConfig{{URL: backend.URL}}}}
+	gtr := NewTransport(cfg)
+	b.Cleanup(gtr.CloseIdleConnections)
+	return cfg, gtr, otlp, s
+}
+
 // dropExporter drops the spans it is given.
 type dropExporter struct{}
 
@@ -189,29 +197,7 @@ func cpuTime() time.Duration {
 // is charged to it; a GC cycle is charged to whichever chunk it runs in,
 // so the differences understate tracing's share of the GC a little.
 func BenchmarkServeTracedAlternating(b *testing.B) {
-	backend := newFakeBackend(b, "m", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, benchAnswer)
-	})
-	coll := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "application/x-protobuf")
-	}))
-	defer coll.Close()
-	one := 1.0
-	s, err := telemetry.Resolve(config.TracingConfig{Endpoint: coll.URL, SamplingRatio: &one}, func(string) string { return "" })
-	if err != nil {
-		b.Fatal(err)
-	}
-	otlp, err := telemetry.New(context.Background(), s, telemetry.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer otlp.Shutdown(context.Background())
-	cfg := config.Default()
-	cfg.Models = []config.ModelConfig{{Name: "m", Backends: []config.BackendConfig{{URL: backend.URL}}}}
-	gtr := NewTransport(cfg)
-	defer gtr.CloseIdleConnections()
+	cfg, gtr, otlp, _ := tracedBenchSetup(b)
 	var hs [2]http.Handler
 	for i, tp := range []trace.TracerProvider{nil, otlp} {
 		fl, _ := fleet.New(cfg, &http.Client{Transport: gtr}, zap.NewNop(), nil)

@@ -217,19 +217,6 @@ func TestCountCacheChatGoldens(t *testing.T) {
 	}
 }
 
-// convDocs are varied message texts: the benchmark mix's documents (code,
-// prose in many scripts, JSON, logs).
-func convDocs(tb testing.TB) []string {
-	docs, _ := tokBenchDocs(tb)
-	out := docs[:0:0]
-	for _, d := range docs {
-		if strings.TrimSpace(d) != "" {
-			out = append(out, d)
-		}
-	}
-	return out
-}
-
 // conversationCheck grows a conversation through one cache and compares
 // every count with the uncached one: new turns, edits of earlier turns
 // (a word changed, an added token typed into the text), retries, limits.
@@ -286,7 +273,7 @@ func conversationCheck(t testing.TB, m *Model, c *CountCache, docs []string, ops
 // TestCountCacheConversations grows random conversations with edits,
 // through a cache small enough to evict, on every chat fixture model.
 func TestCountCacheConversations(t *testing.T) {
-	docs := convDocs(t)
+	docs := fixtures.BenchDocs(t)
 	for _, model := range chatModels {
 		t.Run(model, func(t *testing.T) {
 			m := fixtureModel(t, model)
@@ -320,7 +307,7 @@ func TestCountCacheConversations(t *testing.T) {
 // TestCountCacheConcurrent counts conversations sharing a system prompt
 // from several goroutines through one small cache (run with -race).
 func TestCountCacheConcurrent(t *testing.T) {
-	docs := convDocs(t)
+	docs := fixtures.BenchDocs(t)
 	m := fixtureModel(t, "qwen3")
 	c := newTestCache(48 * NodeBytes)
 	if err := c.Register(m); err != nil {
@@ -445,7 +432,7 @@ func FuzzCountCache(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 0, 3, 4, 4, 0, 9, 1, 0, 2})
 	f.Add([]byte{1, 200, 3, 5, 40, 2, 0, 0, 0, 6, 1, 1, 0, 7, 9, 9})
 	f.Add([]byte{3, 0, 0, 0, 0, 5, 7, 1, 0, 4, 3, 2, 0, 0, 1})
-	docs := convDocs(f)
+	docs := fixtures.BenchDocs(f)
 	models := make([]*Model, len(chatModels))
 	caches := make([]*CountCache, len(chatModels))
 	for i, name := range chatModels {
@@ -468,7 +455,7 @@ func FuzzCountCache(f *testing.F) {
 // about 120k qwen3 tokens, from the benchmark mix's documents in order
 // (code, prose in many scripts, JSON, logs), and a next user message.
 func longConversation(tb testing.TB) ([]string, string) {
-	docs := convDocs(tb)
+	docs := fixtures.BenchDocs(tb)
 	const perMessage = 3700 // bytes: ~1,200 tokens of this mix
 	msgs := make([]string, 0, 100)
 	var b strings.Builder
@@ -556,7 +543,7 @@ func BenchmarkCountCacheNextTurn(b *testing.B) {
 // conversation continuing from the edited one. The conversations share
 // the cache, which evicts.
 func TestCountCacheLongConversations(t *testing.T) {
-	docs := convDocs(t)
+	docs := fixtures.BenchDocs(t)
 	for _, model := range []string{"qwen3", "llama3_1"} {
 		t.Run(model, func(t *testing.T) {
 			m := fixtureModel(t, model)

@@ -1,9 +1,6 @@
 package tokenize
 
 import (
-	"compress/gzip"
-	"io"
-	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -17,20 +14,8 @@ import (
 // tokBenchDocs is the ~1 MB realistic mix (tools/tokcorpus), as the documents
 // it was built from.
 func tokBenchDocs(tb testing.TB) ([]string, int) {
-	f, err := os.Open(filepath.Join("testdata", "tok", "benchmix.txt.gz"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	b, err := io.ReadAll(zr)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return strings.Split(string(b), "\n\n"), len(b)
+	raw := fixtures.BenchMix(tb)
+	return strings.Split(string(raw), "\n\n"), len(raw)
 }
 
 // BenchmarkEncode compares the owned path with tiktoken-go on the same
