@@ -950,39 +950,13 @@ func loopLocal(n *forStmt) bool {
 			}
 		})
 	}
-	var st func(b []stmt)
-	st = func(b []stmt) {
-		for _, s := range b {
-			switch s := s.(type) {
-			case *outStmt:
-				ex(s.e)
-			case *ifStmt:
-				for i, c := range s.conds {
-					ex(c)
-					st(s.bodies[i])
-				}
-				st(s.els)
-			case *forStmt:
-				ex(s.iter)
-				ex(s.cond)
-				st(s.body)
-				st(s.els)
-			case *setStmt:
-				ex(s.e)
-			case *setAttrStmt:
-				ex(s.e)
-				if s.ns.ref == n.loop {
-					uses++
-				}
-			case *setBlockStmt:
-				st(s.body)
-			case *textStmt, *macroStmt, *breakStmt, *continueStmt:
-			default:
-				uses++ // a statement this scan does not know: not local
-			}
+	walkStmts(n.body, ex, func(ns *nameExpr) {
+		if ns.ref == n.loop {
+			uses++
 		}
-	}
-	st(n.body)
+	}, func(stmt) {
+		uses++ // a statement this scan does not know: not local
+	})
 	return uses == accesses
 }
 

@@ -257,8 +257,7 @@ func (rs *resolver) stmt(st stmt, s *rscope) error {
 // conservative scan over the statements' expressions).
 func mentions(body []stmt, name string) bool {
 	found := false
-	var ex func(e expr)
-	ex = func(e expr) {
+	walkStmts(body, func(e expr) {
 		if e == nil || found {
 			return
 		}
@@ -267,38 +266,48 @@ func mentions(body []stmt, name string) bool {
 				found = true
 			}
 		})
-	}
-	var st func(b []stmt)
-	st = func(b []stmt) {
-		for _, s := range b {
-			switch n := s.(type) {
-			case *outStmt:
-				ex(n.e)
-			case *ifStmt:
-				for i, c := range n.conds {
-					ex(c)
-					st(n.bodies[i])
-				}
-				st(n.els)
-			case *forStmt:
-				ex(n.iter)
-				ex(n.cond)
-				st(n.body)
-				st(n.els)
-			case *setStmt:
-				ex(n.e)
-			case *setAttrStmt:
-				ex(n.e)
-				if n.ns.name == name {
-					found = true
-				}
-			case *setBlockStmt:
-				st(n.body)
+	}, func(ns *nameExpr) {
+		if ns.name == name {
+			found = true
+		}
+	}, nil)
+	return found
+}
+
+// walkStmts calls ex on every expression of body's statements (nil ones
+// included), nested bodies too but not macros' (they have their own
+// frames), nsTarget on each namespace an attribute assignment writes, and
+// other, when not nil, on each statement of a kind it does not look into.
+func walkStmts(body []stmt, ex func(expr), nsTarget func(*nameExpr), other func(stmt)) {
+	for _, s := range body {
+		switch n := s.(type) {
+		case *outStmt:
+			ex(n.e)
+		case *ifStmt:
+			for i, c := range n.conds {
+				ex(c)
+				walkStmts(n.bodies[i], ex, nsTarget, other)
+			}
+			walkStmts(n.els, ex, nsTarget, other)
+		case *forStmt:
+			ex(n.iter)
+			ex(n.cond)
+			walkStmts(n.body, ex, nsTarget, other)
+			walkStmts(n.els, ex, nsTarget, other)
+		case *setStmt:
+			ex(n.e)
+		case *setAttrStmt:
+			ex(n.e)
+			nsTarget(n.ns)
+		case *setBlockStmt:
+			walkStmts(n.body, ex, nsTarget, other)
+		case *textStmt, *macroStmt, *breakStmt, *continueStmt:
+		default:
+			if other != nil {
+				other(s)
 			}
 		}
 	}
-	st(body)
-	return found
 }
 
 func walkExpr(e expr, f func(expr)) {
