@@ -68,37 +68,15 @@ type finalContent struct {
 // and converted for the engine path only when it renders.
 type chatVars struct {
 	special map[string]jinja.Value // the model's, shared and read-only
-	names   []string
-	vals    []value
+	own     fields                 // the request's, in the order set
 	// bodyLen is the request body's length, about the render's.
 	bodyLen int
 }
 
 func (cv *chatVars) outputHint() int { return cv.bodyLen }
 
-func (cv *chatVars) set(name string, v value) {
-	for i, n := range cv.names {
-		if n == name {
-			cv.vals[i] = v
-			return
-		}
-	}
-	cv.names = append(cv.names, name)
-	cv.vals = append(cv.vals, v)
-}
-
-// own is the request's own variable name.
-func (cv *chatVars) own(name string) (value, bool) {
-	for i, n := range cv.names {
-		if n == name {
-			return cv.vals[i], true
-		}
-	}
-	return undef, false
-}
-
 func (cv *chatVars) lookup(name string) (value, bool) {
-	if v, ok := cv.own(name); ok {
+	if v, ok := cv.own.get(name); ok {
 		return v, true
 	}
 	if j, ok := cv.special[name]; ok {
@@ -110,12 +88,12 @@ func (cv *chatVars) lookup(name string) (value, bool) {
 // engine returns the variables as the engine path takes them (a new map,
 // which the engine path adds to).
 func (cv *chatVars) engine() map[string]jinja.Value {
-	vars := make(map[string]jinja.Value, len(cv.special)+len(cv.names)+8) // room for Render's own
+	vars := make(map[string]jinja.Value, len(cv.special)+len(cv.own.keys)+8) // room for Render's own
 	for k, v := range cv.special {
 		vars[k] = v
 	}
-	for i, n := range cv.names {
-		vars[n] = toJ(cv.vals[i])
+	for i, n := range cv.own.keys {
+		vars[n] = toJ(cv.own.vals[i])
 	}
 	return vars
 }
@@ -150,7 +128,7 @@ func (s *convState) value(v *ojson.Value) value {
 		}
 		return listV(items)
 	case ojson.Object:
-		m := &mapVal{keys: make([]string, len(v.Members)), vals: make([]value, len(v.Members))}
+		m := &mapVal{fields{keys: make([]string, len(v.Members)), vals: make([]value, len(v.Members))}}
 		for i, mb := range v.Members {
 			m.keys[i] = mb.Key
 			m.vals[i] = s.value(mb.Value)
@@ -169,7 +147,7 @@ func (s *convState) fail(reason string) {
 // newMap returns an empty request dict with room for n entries; add
 // appends an entry (the callers never add a key twice).
 func newMap(n int) *mapVal {
-	return &mapVal{keys: make([]string, 0, n), vals: make([]value, 0, n)}
+	return &mapVal{fields{keys: make([]string, 0, n), vals: make([]value, 0, n)}}
 }
 
 func (m *mapVal) add(k string, v value) {
@@ -259,7 +237,7 @@ func (m *Model) prepareChat(body *ojson.Value) (*chatRequest, error) {
 	vars := &req.vars
 	vars.special = m.special
 	vars.bodyLen = body.End - body.Start
-	vars.names, vars.vals = req.namesBuf[:0], req.valsBuf[:0]
+	vars.own = fields{keys: req.namesBuf[:0], vals: req.valsBuf[:0]}
 	addKwargs := func(obj *ojson.Value, fromRequest bool) error {
 		for _, mb := range obj.Members {
 			k := mb.Key
@@ -279,7 +257,7 @@ func (m *Model) prepareChat(body *ojson.Value) (*chatRequest, error) {
 					continue
 				}
 			}
-			vars.set(k, st.value(mb.Value))
+			vars.own.set(k, st.value(mb.Value))
 		}
 		return nil
 	}
@@ -300,22 +278,22 @@ func (m *Model) prepareChat(body *ojson.Value) (*chatRequest, error) {
 		if v.Kind != ojson.Array {
 			return nil, inputErr("documents", "must be an array of objects")
 		}
-		vars.set("documents", st.value(v))
+		vars.own.set("documents", st.value(v))
 	}
 	if v := body.Get("reasoning_effort"); !v.IsNull() {
-		vars.set("reasoning_effort", st.value(v))
+		vars.own.set("reasoning_effort", st.value(v))
 	}
 	if tools.k != kNone {
-		vars.set("tools", tools)
+		vars.own.set("tools", tools)
 	}
-	if _, ok := vars.own("tools"); !ok {
-		vars.set("tools", noneV)
+	if _, ok := vars.own.get("tools"); !ok {
+		vars.own.set("tools", noneV)
 	}
-	if _, ok := vars.own("documents"); !ok {
-		vars.set("documents", noneV)
+	if _, ok := vars.own.get("documents"); !ok {
+		vars.own.set("documents", noneV)
 	}
-	vars.set("messages", msgs)
-	vars.set("add_generation_prompt", boolV(addGen))
+	vars.own.set("messages", msgs)
+	vars.own.set("add_generation_prompt", boolV(addGen))
 	if st.reason != "" {
 		return nil, &NotExactError{st.reason}
 	}

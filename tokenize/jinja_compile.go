@@ -783,16 +783,13 @@ func compileWriteAdd(n *addExpr) writeFn {
 				if i == 0 {
 					return slow(r) // nothing written yet
 				}
-				// A later operand: Python's str + it, as writeAdd does.
 				w, err := pt.f(r)
 				if err != nil {
 					return err
 				}
-				if w.k != kStr {
-					_, err := add(emptyS, w)
-					return err // always an error: str + non-str
+				if err := writeOperand(r.out, w); err != nil {
+					return err
 				}
-				r.out.WriteString(w.s)
 			}
 			return nil
 		}
@@ -820,11 +817,9 @@ func compileWriteAddSlow(parts []valFn) writeFn {
 			if err != nil {
 				return err
 			}
-			if v.k != kStr {
-				_, err := add(first, v)
-				return err // always an error: str + non-str
+			if err := writeOperand(r.out, v); err != nil {
+				return err
 			}
-			r.out.WriteString(v.s)
 		}
 		return nil
 	}

@@ -45,7 +45,7 @@ func TestCompiledFastPaths(t *testing.T) {
 		st := &convState{}
 		var cv chatVars
 		for _, mb := range v.Members {
-			cv.set(mb.Key, st.value(mb.Value))
+			cv.own.set(mb.Key, st.value(mb.Value))
 		}
 		owned, oerr := tmpl.renderChat(&cv, goldenNow)
 		engineVals, eerr := tmpl.Render(cv.engine(), goldenNow)

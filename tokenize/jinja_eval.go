@@ -819,12 +819,22 @@ func (r *renderer) writeAdd(n *addExpr) error {
 		if err != nil {
 			return err
 		}
-		if v.k != kStr {
-			_, err := add(first, v)
-			return err // always an error: str + non-str
+		if err := writeOperand(r.out, v); err != nil {
+			return err
 		}
-		r.out.WriteString(v.s)
 	}
+	return nil
+}
+
+// writeOperand writes v, a later operand of a + chain whose first was a
+// string (already written): Python's str + v, an error unless v is a
+// string too.
+func writeOperand(out *strings.Builder, v value) error {
+	if v.k != kStr {
+		_, err := add(emptyS, v)
+		return err // always an error: str + non-str
+	}
+	out.WriteString(v.s)
 	return nil
 }
 
@@ -1112,7 +1122,7 @@ func (r *renderer) evalList(n *listExpr) (value, error) {
 }
 
 func (r *renderer) evalDict(n *dictExpr) (value, error) {
-	m := &mapVal{keys: n.keys, vals: make([]value, len(n.vals))}
+	m := &mapVal{fields{keys: n.keys, vals: make([]value, len(n.vals))}}
 	for i, x := range n.vals {
 		v, err := r.eval(x)
 		if err != nil {
@@ -1725,7 +1735,7 @@ func (r *renderer) callGlobal(name string, args []value, kwNames []string, kw []
 		if len(args) > 0 {
 			return undef, errNotPython("namespace with positional arguments")
 		}
-		ns := &nsVal{keys: append([]string(nil), kwNames...), vals: append([]value(nil), kw...)}
+		ns := &nsVal{fields{keys: append([]string(nil), kwNames...), vals: append([]value(nil), kw...)}}
 		return value{k: kNS, p: ns}, nil
 	case "range":
 		if len(kw) > 0 || len(args) == 0 || len(args) > 3 {

@@ -52,45 +52,38 @@ type seqVal struct {
 	lazy, used bool
 }
 
-type mapVal struct {
+// fields are ordered key/value pairs found by a linear scan (a handful
+// of keys): a dict's items, a namespace's attributes, a request's
+// variables.
+type fields struct {
 	keys []string
 	vals []value
 }
 
-func (m *mapVal) get(k string) (value, bool) {
-	for i, key := range m.keys {
+func (f *fields) get(k string) (value, bool) {
+	for i, key := range f.keys {
 		if key == k {
-			return m.vals[i], true
+			return f.vals[i], true
 		}
 	}
-	return value{}, false
+	return undef, false
 }
 
-// nsVal is jinja2's namespace(): attributes in assignment order.
-type nsVal struct {
-	keys []string
-	vals []value
-}
-
-func (ns *nsVal) get(k string) (value, bool) {
-	for i, key := range ns.keys {
+func (f *fields) set(k string, v value) {
+	for i, key := range f.keys {
 		if key == k {
-			return ns.vals[i], true
-		}
-	}
-	return value{}, false
-}
-
-func (ns *nsVal) set(k string, v value) {
-	for i, key := range ns.keys {
-		if key == k {
-			ns.vals[i] = v
+			f.vals[i] = v
 			return
 		}
 	}
-	ns.keys = append(ns.keys, k)
-	ns.vals = append(ns.vals, v)
+	f.keys = append(f.keys, k)
+	f.vals = append(f.vals, v)
 }
+
+type mapVal struct{ fields }
+
+// nsVal is jinja2's namespace(): attributes in assignment order.
+type nsVal struct{ fields }
 
 // funcVal is a callable that is not a macro: a global function or a
 // method bound to its receiver.
