@@ -336,35 +336,15 @@ func (e *spanEncoder) value(num protowire.Number, v attribute.Value) {
 		e.b = protowire.AppendTag(e.b, fAnyBytes, protowire.BytesType)
 		e.b = protowire.AppendBytes(e.b, v.AsByteSlice())
 	case attribute.BOOLSLICE:
-		a := e.open(fAnyArray)
-		for _, x := range v.AsBoolSlice() {
-			e.value(fArrayValues, attribute.BoolValue(x))
-		}
-		e.close(a)
+		array(e, v.AsBoolSlice(), attribute.BoolValue)
 	case attribute.INT64SLICE:
-		a := e.open(fAnyArray)
-		for _, x := range v.AsInt64Slice() {
-			e.value(fArrayValues, attribute.Int64Value(x))
-		}
-		e.close(a)
+		array(e, v.AsInt64Slice(), attribute.Int64Value)
 	case attribute.FLOAT64SLICE:
-		a := e.open(fAnyArray)
-		for _, x := range v.AsFloat64Slice() {
-			e.value(fArrayValues, attribute.Float64Value(x))
-		}
-		e.close(a)
+		array(e, v.AsFloat64Slice(), attribute.Float64Value)
 	case attribute.STRINGSLICE:
-		a := e.open(fAnyArray)
-		for _, x := range v.AsStringSlice() {
-			e.value(fArrayValues, attribute.StringValue(x))
-		}
-		e.close(a)
+		array(e, v.AsStringSlice(), attribute.StringValue)
 	case attribute.SLICE:
-		a := e.open(fAnyArray)
-		for _, x := range v.AsSlice() {
-			e.value(fArrayValues, x)
-		}
-		e.close(a)
+		array(e, v.AsSlice(), func(x attribute.Value) attribute.Value { return x })
 	case attribute.MAP:
 		a := e.open(fAnyKvlist)
 		for _, kv := range v.AsMap() {
@@ -376,6 +356,16 @@ func (e *spanEncoder) value(num protowire.Number, v attribute.Value) {
 		e.b = protowire.AppendString(e.b, "INVALID")
 	}
 	e.close(m)
+}
+
+// array writes xs as an ArrayValue (AnyValue's array_value), each item
+// as the attribute value as makes of it.
+func array[T any](e *spanEncoder, xs []T, as func(T) attribute.Value) {
+	a := e.open(fAnyArray)
+	for _, x := range xs {
+		e.value(fArrayValues, as(x))
+	}
+	e.close(a)
 }
 
 // open starts an embedded message in field num, with room for a one-byte
