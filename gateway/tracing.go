@@ -40,39 +40,6 @@ type tracer struct {
 	// server and client are the span-kind options, made once: an option
 	// is a value, and a new one costs an allocation.
 	server, client trace.SpanStartOption
-	// names joins the parts of span names and URLs that repeat from one
-	// request to the next (method and route; operation and model; a
-	// backend and path) once.
-	names joined
-}
-
-// joined caches the concatenations of four strings, up to maxJoined of
-// them (then it concatenates each time); safe for concurrent use.
-type joined struct {
-	mu sync.RWMutex
-	m  map[[4]string]string
-}
-
-const maxJoined = 1024
-
-func (j *joined) join(a, b, c, d string) string {
-	k := [4]string{a, b, c, d}
-	j.mu.RLock()
-	s, ok := j.m[k]
-	j.mu.RUnlock()
-	if ok {
-		return s
-	}
-	s = a + b + c + d
-	j.mu.Lock()
-	if j.m == nil {
-		j.m = map[[4]string]string{}
-	}
-	if len(j.m) < maxJoined {
-		j.m[k] = s
-	}
-	j.mu.Unlock()
-	return s
 }
 
 // attrBuf is an empty attribute buffer, from the pool when there is one.
@@ -201,7 +168,7 @@ func keyName(x *exchange) string {
 func (t *tracer) start(r *http.Request, x *exchange) {
 	ctx := t.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
 	x.tr = &spans{}
-	x.tr.ctx, x.tr.server = t.t.Start(ctx, t.names.join(r.Method, " ", x.endpoint, ""), x.tr.at(t.server, x.start)...)
+	x.tr.ctx, x.tr.server = t.t.Start(ctx, r.Method+" "+x.endpoint, x.tr.at(t.server, x.start)...)
 	x.tr.method = r.Method
 }
 
@@ -339,9 +306,9 @@ func (t *tracer) queued(x *exchange, since time.Time, o admission.Outcome, lease
 func (t *tracer) attempt(x *exchange, a *attempt, r *http.Request) {
 	var name string
 	if op := genAIOperation(x.endpoint); op != "" && x.rt != nil {
-		name = t.names.join(op, " ", x.rt.name, "")
+		name = op + " " + x.rt.name
 	} else {
-		name = t.names.join(r.Method, " ", r.URL.Path, "")
+		name = r.Method + " " + r.URL.Path
 	}
 	opts := append(x.tr.startOpts[:0], t.client)
 	_, a.span = t.t.Start(x.tr.ctx, name, opts...)
@@ -358,7 +325,7 @@ func (t *tracer) endAttempt(x *exchange, a *attempt, r *http.Request) {
 	attrs := append(*p,
 		attribute.String("http.request.method", r.Method),
 		attribute.String("server.address", u.Hostname()),
-		attribute.String("url.full", t.names.join(u.Scheme, "://", u.Host, r.URL.Path)))
+		attribute.String("url.full", u.Scheme+"://"+u.Host+r.URL.Path))
 	if p, err := strconv.Atoi(u.Port()); err == nil {
 		attrs = append(attrs, attribute.Int("server.port", p))
 	} else if port, err := net.LookupPort("tcp", u.Scheme); err == nil {
