@@ -245,17 +245,7 @@ func compileExpr(e expr) valFn {
 				return slow(r)
 			}
 		}
-		return func(r *renderer) (value, error) {
-			a, err := l(r)
-			if err != nil {
-				return undef, err
-			}
-			b, err := rf(r)
-			if err != nil {
-				return undef, err
-			}
-			return arith(op, a, b)
-		}
+		return slow
 	case *condExpr:
 		c, a := compileCond(n.cond), compileExpr(n.a)
 		var b valFn
