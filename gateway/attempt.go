@@ -12,10 +12,9 @@ import (
 	"syscall"
 	"time"
 
-	"go.opentelemetry.io/otel/trace"
-
 	"github.com/maitred-dev/maitred/admission"
 	"github.com/maitred-dev/maitred/fleet"
+	"github.com/maitred-dev/maitred/internal/telemetry"
 	"github.com/maitred-dev/maitred/triage"
 )
 
@@ -44,7 +43,10 @@ type attempt struct {
 	usage usageMeter
 	// span is the attempt's CLIENT span when the request is traced; its
 	// context goes to the backend in traceparent.
-	span trace.Span
+	span *telemetry.Span
+	// traceparent is the header's value, in room of its own (a header
+	// value is a slice).
+	traceparent [1]string
 	// Set by timers on other goroutines, read after the proxy returns:
 	// no headers within the first-byte timeout, an answer silent for the
 	// idle timeout, the drain deadline.

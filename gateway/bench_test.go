@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -110,21 +108,19 @@ func BenchmarkServeInProcess(b *testing.B) {
 // BenchmarkServeTraced is BenchmarkServeInProcess with tracing off and
 // on, side by side: the difference is what tracing costs a request. On,
 // every request is sampled (ratio 1.0) and its server, door, queue and
-// backend spans are recorded and batched: "ratio=1.0" to a real OTLP/HTTP
-// exporter whose collector discards them, "ratio=1.0-noexport" to an
-// exporter that drops them (the request path alone). Besides ns/op, which
-// a loaded machine inflates, it reports cpu-ns/op: the process's CPU time
-// (every goroutine: the gateway, the backend, the exporter) per request.
+// backend spans are recorded, batched and sent by the real OTLP/HTTP
+// exporter to a collector that discards them. Besides ns/op, which a
+// loaded machine inflates, it reports cpu-ns/op: the process's CPU time
+// (every goroutine: the gateway, the backend, the exporter, the
+// collector) per request.
 func BenchmarkServeTraced(b *testing.B) {
-	cfg, gtr, otlp, s := tracedBenchSetup(b)
-	drop := sdktrace.NewTracerProvider(sdktrace.WithSampler(s.Sampler), sdktrace.WithBatcher(dropExporter{}))
-	defer drop.Shutdown(context.Background())
+	cfg, gtr, otlp := tracedBenchSetup(b)
 	for _, c := range []struct {
 		name string
-		tp   trace.TracerProvider
-	}{{"off", nil}, {"ratio=1.0", otlp}, {"ratio=1.0-noexport", drop}} {
+		tp   *telemetry.Provider
+	}{{"off", nil}, {"ratio=1.0", otlp}} {
 		fl, _ := fleet.New(cfg, &http.Client{Transport: gtr}, zap.NewNop(), nil)
-		g, _ := New(Options{Config: cfg, Fleet: fl, Registry: prometheus.NewRegistry(), Transport: gtr, TracerProvider: c.tp})
+		g, _ := New(Options{Config: cfg, Fleet: fl, Registry: prometheus.NewRegistry(), Transport: gtr, Tracing: c.tp})
 		fl.ProbeAll(context.Background())
 		h := g.Handler()
 		b.Run(c.name, func(b *testing.B) {
@@ -149,7 +145,7 @@ func BenchmarkServeTraced(b *testing.B) {
 // answering benchChat, the gateway's config and transport for it, and an
 // OTLP/HTTP provider at sampling ratio 1.0 exporting to a collector that
 // discards what it receives (with its settings). All are closed when b ends.
-func tracedBenchSetup(b *testing.B) (config.Config, *http.Transport, *telemetry.Provider, telemetry.Settings) {
+func tracedBenchSetup(b *testing.B) (config.Config, *http.Transport, *telemetry.Provider) {
 	backend := newFakeBackend(b, "m", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, benchAnswer)
@@ -173,14 +169,8 @@ func tracedBenchSetup(b *testing.B) (config.Config, *http.Transport, *telemetry.
 	cfg.Models = []config.ModelConfig{{Name: "m", Backends: []config.BackendConfig{{URL: backend.URL}}}}
 	gtr := NewTransport(cfg)
 	b.Cleanup(gtr.CloseIdleConnections)
-	return cfg, gtr, otlp, s
+	return cfg, gtr, otlp
 }
-
-// dropExporter drops the spans it is given.
-type dropExporter struct{}
-
-func (dropExporter) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
-func (dropExporter) Shutdown(context.Context) error                             { return nil }
 
 // cpuTime is the process's user and system CPU time so far.
 func cpuTime() time.Duration {
@@ -197,11 +187,11 @@ func cpuTime() time.Duration {
 // is charged to it; a GC cycle is charged to whichever chunk it runs in,
 // so the differences understate tracing's share of the GC a little.
 func BenchmarkServeTracedAlternating(b *testing.B) {
-	cfg, gtr, otlp, _ := tracedBenchSetup(b)
+	cfg, gtr, otlp := tracedBenchSetup(b)
 	var hs [2]http.Handler
-	for i, tp := range []trace.TracerProvider{nil, otlp} {
+	for i, tp := range []*telemetry.Provider{nil, otlp} {
 		fl, _ := fleet.New(cfg, &http.Client{Transport: gtr}, zap.NewNop(), nil)
-		g, _ := New(Options{Config: cfg, Fleet: fl, Registry: prometheus.NewRegistry(), Transport: gtr, TracerProvider: tp})
+		g, _ := New(Options{Config: cfg, Fleet: fl, Registry: prometheus.NewRegistry(), Transport: gtr, Tracing: tp})
 		defer g.Close()
 		fl.ProbeAll(context.Background())
 		hs[i] = g.Handler()

@@ -119,21 +119,22 @@
 // and /v1/unload_lora_adapter are not served: an operator loads adapters
 // on each backend; maitred follows.
 //
-// Tracing (tracing.go) is off unless Options.TracerProvider is set; the
-// gateway touches no OpenTelemetry global. On, serve starts a SERVER span
-// per request on every route but /metrics (the child of a valid incoming
-// traceparent), the pipeline adds the door's span (from the phase clock,
-// when the request ends), each queue wait and each attempt's CLIENT span;
-// the proxy sends the attempt's context to the backend in traceparent and
-// tracestate, so vLLM's span is the attempt's child. The GenAI token
-// attributes are the attempt's usageMeter's (usageMeter.parts: reported,
-// else counted, said by maitred.usage.from). Off, a client's traceparent
-// passes through untouched. Spans carry no prompt or completion text and
-// no key: maitred.key is the key's configured name. Each span's
-// attributes are set once, at its end, from a pooled buffer (the SDK
-// copies them), and what repeats from request to request (span-kind
-// options, span names, url.full) is made once, to keep tracing's cost
-// per request to the SDK's own.
+// Tracing (tracing.go) is off unless Options.Tracing is set; the gateway
+// touches no OpenTelemetry global. On, serve begins a trace
+// (telemetry.Trace) per request on every route but /metrics: its SERVER
+// span is the child of a valid incoming traceparent; the pipeline adds
+// the door's span (from the phase clock, when the request ends), each
+// queue wait and each attempt's CLIENT span; the proxy sends the
+// attempt's context to the backend in traceparent and tracestate, so
+// vLLM's span is the attempt's child. The GenAI token attributes are the
+// attempt's usageMeter's (usageMeter.parts: reported, else counted, said
+// by maitred.usage.from). Off, a client's traceparent passes through
+// untouched. Spans carry no prompt or completion text and no key:
+// maitred.key is the key's configured name. A trace is plain data the
+// request's goroutine fills (attributes once, at each span's end) and
+// hands to the provider whole when the request ends; an unsampled trace
+// records no attributes, but its context still goes to the backend,
+// flagged unsampled.
 //
 // Each request carries a phase clock (read, door, queue, connect, prefill,
 // decode, tail) whose phases add up to its duration; they go to the access

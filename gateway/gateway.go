@@ -14,12 +14,12 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/maitred-dev/maitred/admission"
 	"github.com/maitred-dev/maitred/config"
 	"github.com/maitred-dev/maitred/fleet"
+	"github.com/maitred-dev/maitred/internal/telemetry"
 	"github.com/maitred-dev/maitred/quota"
 	"github.com/maitred-dev/maitred/tokenize"
 	"github.com/maitred-dev/maitred/triage"
@@ -48,9 +48,9 @@ type Options struct {
 	// Shared is the store the fleet's replicas share (package store); nil:
 	// this process accounts alone.
 	Shared SharedStore
-	// TracerProvider, when set, traces every request (tracing.go); nil:
-	// tracing is off. The gateway uses no OpenTelemetry global.
-	TracerProvider trace.TracerProvider
+	// Tracing, when set, traces every request (tracing.go); nil: tracing
+	// is off. The gateway uses no OpenTelemetry global.
+	Tracing *telemetry.Provider
 }
 
 // SharedStore is the store replicas share, as the gateway uses it: the
@@ -155,7 +155,7 @@ func New(o Options) (*Gateway, error) {
 		metrics: newMetrics(o.Registry),
 	}
 	g.bodies.limit = o.Config.MaxBodyBytesInFlight
-	g.tr = newTracer(o.TracerProvider)
+	g.tr = newTracer(o.Tracing)
 	g.stopCtx, g.hardStop = context.WithCancel(context.Background())
 	o.Registry.MustRegister(fleetCollector{o.Fleet})
 	if o.Shared != nil {

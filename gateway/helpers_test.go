@@ -12,12 +12,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
-	"go.opentelemetry.io/otel/trace"
+
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/maitred-dev/maitred/config"
 	"github.com/maitred-dev/maitred/fleet"
+	"github.com/maitred-dev/maitred/internal/telemetry"
 	"github.com/maitred-dev/maitred/quota"
 	"github.com/maitred-dev/maitred/tokenize"
 	"github.com/maitred-dev/maitred/triage"
@@ -140,7 +141,7 @@ type extras struct {
 	quotaClock func() time.Time
 	// quota is the keys' quota store (nil: an in-process one).
 	quota  quota.Store
-	tracer trace.TracerProvider // nil: tracing off
+	tracer *telemetry.Provider // nil: tracing off
 }
 
 // startGatewayFull also takes the triage engine and the logger.
@@ -173,7 +174,7 @@ func startGatewayFull(t *testing.T, tok *tokenize.Model, ex extras, mutate func(
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	opts := Options{Config: cfg, Fleet: fl, Logger: log, Registry: reg, Transport: tr, Triage: ex.triage, QuotaClock: ex.quotaClock, Quota: ex.quota, TracerProvider: ex.tracer}
+	opts := Options{Config: cfg, Fleet: fl, Logger: log, Registry: reg, Transport: tr, Triage: ex.triage, QuotaClock: ex.quotaClock, Quota: ex.quota, Tracing: ex.tracer}
 	if tok != nil {
 		opts.Tokenizers = map[string]*tokenize.Model{"m": tok}
 	}

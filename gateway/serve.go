@@ -97,9 +97,10 @@ type exchange struct {
 	// The door's numbers, logged with the request.
 	promptTokens, maxTokens, maxModelLen int
 	uncounted                            string
-	// tr is the request's tracing (tracing.go); nil when the gateway
-	// does not trace.
-	tr *spans
+	// tr is the request's tracing (tracing.go), trState when traced; nil
+	// when the gateway does not trace.
+	tr      *spans
+	trState spans
 }
 
 // serve is the edge adapter: it assigns the request id, runs h, renders a

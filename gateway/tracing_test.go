@@ -170,6 +170,12 @@ type traced struct {
 
 func startTraced(t *testing.T, grpcExport bool, mutate func(*config.Config)) *traced {
 	t.Helper()
+	return startTracedAt(t, grpcExport, 1.0, mutate)
+}
+
+// startTracedAt is startTraced sampling new traces at ratio.
+func startTracedAt(t *testing.T, grpcExport bool, ratio float64, mutate func(*config.Config)) *traced {
+	t.Helper()
 	tok, err := tokenize.LoadDir(fixtures.ModelDir(t, "qwen3"), tokenize.LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -177,8 +183,7 @@ func startTraced(t *testing.T, grpcExport bool, mutate func(*config.Config)) *tr
 	s := sim.New(sim.Config{Model: "m", OutputTokens: 5, MaxModelLen: 256, Tokenizer: sim.ModelTokenizer(tok)}, nil)
 	simURL := httptestServer(t, s)
 	coll := &otlpCollector{}
-	one := 1.0
-	tc := config.TracingConfig{SamplingRatio: &one, ServiceName: "maitred-test"}
+	tc := config.TracingConfig{SamplingRatio: &ratio, ServiceName: "maitred-test"}
 	if grpcExport {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -581,4 +586,68 @@ func (r *stepReader) Read(p []byte) (int, error) {
 	n := copy(p[:min(len(p), r.step)], r.b)
 	r.b = r.b[n:]
 	return n, nil
+}
+
+// TestUnsampledTraceStillPropagates samples no new trace (ratio 0): a
+// request without a traceparent is not exported, yet the backend gets a
+// valid traceparent flagged unsampled (so vLLM does not start a sampled
+// trace of its own); a caller's sampled traceparent is followed
+// (parent-based), its trace exported with the caller's trace ID, and its
+// tracestate passed on.
+func TestUnsampledTraceStillPropagates(t *testing.T) {
+	tr := startTracedAt(t, false, 0, nil)
+	const callerTrace, callerSpan = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+	chat := `{"model":"m","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`
+
+	res := tr.gw.post(t, "/v1/chat/completions", chat, "X-Request-Id", "unsampled")
+	if body := readBodyT(t, res); res.StatusCode != 200 {
+		t.Fatalf("unsampled: %d %s", res.StatusCode, body)
+	}
+	res = tr.gw.post(t, "/v1/chat/completions", chat, "X-Request-Id", "followed",
+		"traceparent", "00-"+callerTrace+"-"+callerSpan+"-01", "tracestate", "vendor=x")
+	if body := readBodyT(t, res); res.StatusCode != 200 {
+		t.Fatalf("followed: %d %s", res.StatusCode, body)
+	}
+	st := tr.flush(t)
+	for _, sp := range st {
+		if attrStr(sp, "maitred.request_id") == "unsampled" {
+			t.Errorf("an unsampled request was exported: %v", sp)
+		}
+	}
+	followed := st.server(t, "followed")
+	if hex.EncodeToString(followed.TraceId) != callerTrace || hex.EncodeToString(followed.ParentSpanId) != callerSpan || followed.TraceState != "vendor=x" {
+		t.Errorf("followed: trace %x parent %x state %q; want the caller's", followed.TraceId, followed.ParentSpanId, followed.TraceState)
+	}
+	backend := st.children(followed)["backend"]
+	if len(backend) != 1 {
+		t.Fatalf("followed: %d backend spans", len(backend))
+	}
+
+	var sawUnsampled, sawFollowed bool
+	for _, r := range tr.sim.Received() {
+		if r.Header.Get(fleet.ProbeHeader) != "" {
+			continue
+		}
+		tp := r.Header.Get("Traceparent")
+		parts := strings.Split(tp, "-")
+		if len(parts) != 4 || len(parts[1]) != 32 || len(parts[2]) != 16 {
+			t.Errorf("the backend got traceparent %q", tp)
+			continue
+		}
+		switch parts[1] {
+		case callerTrace:
+			sawFollowed = true
+			if parts[2] != hex.EncodeToString(backend[0].SpanId) || parts[3] != "01" || r.Header.Get("Tracestate") != "vendor=x" {
+				t.Errorf("followed: the backend got %q (tracestate %q), want the backend span %x sampled", tp, r.Header.Get("Tracestate"), backend[0].SpanId)
+			}
+		default:
+			sawUnsampled = true
+			if parts[3] != "00" || parts[1] == strings.Repeat("0", 32) || parts[2] == strings.Repeat("0", 16) {
+				t.Errorf("unsampled: the backend got %q, want fresh IDs flagged 00", tp)
+			}
+		}
+	}
+	if !sawUnsampled || !sawFollowed {
+		t.Errorf("the backend saw unsampled=%v followed=%v, want both", sawUnsampled, sawFollowed)
+	}
 }

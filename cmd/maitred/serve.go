@@ -118,7 +118,7 @@ func runGateway(ctx context.Context, cfg config.Config, log *zap.Logger, o runOp
 	}
 	opts := gateway.Options{Config: cfg, Fleet: fl, Logger: log, Registry: reg, Tokenizers: toks}
 	if tp != nil {
-		opts.TracerProvider = tp
+		opts.Tracing = tp
 		defer flushTracing(tp, log) // after the drain: the last requests' spans go too
 	}
 	var st *store.Store

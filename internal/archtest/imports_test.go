@@ -36,7 +36,7 @@ func TestLayering(t *testing.T) {
 		{"quota/...", []string{"net/http", redis, mod + "store", mod + "gateway", mod + "fleet", mod + "admission", mod + "config", mod + "sim", mod + "tokenize", mod + "triage"}},
 		{"triage/...", []string{"net/http", "github.com/prometheus/client_golang/prometheus", mod + "gateway", mod + "fleet"}},
 		// The trace pipeline is built from the config alone; the gateway
-		// gets a TracerProvider, never the other way round.
+		// gets a Provider, never the other way round.
 		{"internal/telemetry", []string{mod + "gateway", mod + "fleet", mod + "sim", mod + "admission"}},
 	}
 	for _, r := range rules {

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
 // batchSettings are the batcher's, as the SDK's batch span processor
@@ -54,19 +53,28 @@ func readBatchSettings(getenv func(string) string) (batchSettings, error) {
 	return s, nil
 }
 
-// batcher is an sdktrace.SpanProcessor that exports sampled spans in
-// batches from a goroutine of its own, like the SDK's batch span
-// processor, but a span's end only appends it to a queue under a mutex:
-// it wakes the exporting goroutine once a batch is full, not once per
-// span (the SDK's hands each span over a channel, waking its goroutine
-// for nearly every one: a scheduler round trip per span on the request's
-// path). A full queue drops spans; it never blocks a request.
+// exporter sends batches of traces to a collector. It is called from the
+// batcher's goroutine only (or, with Options.Sync, from the request's).
+type exporter interface {
+	export(ctx context.Context, traces []*Trace) error
+	shutdown(ctx context.Context) error
+}
+
+// batcher exports finished traces in batches from a goroutine of its own,
+// with the SDK's batch span processor's settings and behaviour: it counts
+// spans (a batch holds up to maxBatch spans, the queue up to maxQueue; a
+// full queue drops traces, it never blocks a request) and exports what it
+// holds every delay. A trace's finish only appends it to the queue under
+// a mutex, and the goroutine is woken once a batch is full, not once per
+// span. Exported traces go back to the provider's pool.
 type batcher struct {
-	exp sdktrace.SpanExporter
-	set batchSettings
+	exp     exporter
+	set     batchSettings
+	release func(*Trace)
 
 	mu      sync.Mutex
-	queue   []sdktrace.ReadOnlySpan
+	queue   []*Trace
+	spans   int // in queue
 	stopped bool
 
 	kick  chan struct{}      // a batch is full (buffered: one is enough)
@@ -74,36 +82,39 @@ type batcher struct {
 	stop  chan struct{}      // Shutdown: export what is queued, then end
 	done  chan struct{}      // the goroutine ended
 	once  sync.Once
-	batch []sdktrace.ReadOnlySpan // the goroutine's
+	batch []*Trace // the goroutine's
 }
 
-func newBatcher(exp sdktrace.SpanExporter, s batchSettings) *batcher {
+func newBatcher(exp exporter, s batchSettings, release func(*Trace)) *batcher {
 	b := &batcher{
-		exp:   exp,
-		set:   s,
-		queue: make([]sdktrace.ReadOnlySpan, 0, s.maxBatch),
-		kick:  make(chan struct{}, 1),
-		flush: make(chan chan struct{}),
-		stop:  make(chan struct{}),
-		done:  make(chan struct{}),
+		exp:     exp,
+		set:     s,
+		release: release,
+		kick:    make(chan struct{}, 1),
+		flush:   make(chan chan struct{}),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
 	}
 	go b.run()
 	return b
 }
 
-func (b *batcher) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
-
-func (b *batcher) OnEnd(s sdktrace.ReadOnlySpan) {
-	if !s.SpanContext().IsSampled() {
-		return
+// add queues t for export, its spans first encoded in the OTLP wire
+// format when encode is set; false when it was dropped (a full queue, or
+// the batcher stopped), and then t is still the caller's.
+func (b *batcher) add(t *Trace, encode bool) bool {
+	n := len(t.spans)
+	if encode {
+		t.encodeSpans()
 	}
 	b.mu.Lock()
-	if b.stopped || len(b.queue) >= b.set.maxQueue {
+	if b.stopped || b.spans+n > b.set.maxQueue {
 		b.mu.Unlock()
-		return
+		return false
 	}
-	b.queue = append(b.queue, s)
-	full := len(b.queue) == b.set.maxBatch
+	b.queue = append(b.queue, t)
+	b.spans += n
+	full := b.spans >= b.set.maxBatch
 	b.mu.Unlock()
 	if full {
 		select {
@@ -111,6 +122,7 @@ func (b *batcher) OnEnd(s sdktrace.ReadOnlySpan) {
 		default:
 		}
 	}
+	return true
 }
 
 func (b *batcher) run() {
@@ -135,30 +147,40 @@ func (b *batcher) run() {
 	}
 }
 
-// export sends the queue in batches: full ones only, or all.
+// export sends the queue in batches of up to maxBatch spans (a trace is
+// never split; one with more spans than that goes alone): full batches
+// only, or all.
 func (b *batcher) export(fullOnly bool) {
 	for {
 		b.mu.Lock()
-		n := min(len(b.queue), b.set.maxBatch)
-		if n == 0 || (fullOnly && n < b.set.maxBatch) {
+		if len(b.queue) == 0 || (fullOnly && b.spans < b.set.maxBatch) {
 			b.mu.Unlock()
 			return
+		}
+		n, spans := 0, 0
+		for n < len(b.queue) && (n == 0 || spans+len(b.queue[n].spans) <= b.set.maxBatch) {
+			spans += len(b.queue[n].spans)
+			n++
 		}
 		b.batch = append(b.batch[:0], b.queue[:n]...)
 		rest := copy(b.queue, b.queue[n:])
 		clear(b.queue[rest:])
 		b.queue = b.queue[:rest]
+		b.spans -= spans
 		b.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), b.set.timeout)
-		if err := b.exp.ExportSpans(ctx, b.batch); err != nil {
+		if err := b.exp.export(ctx, b.batch); err != nil {
 			otel.Handle(err)
 		}
 		cancel()
+		for _, t := range b.batch {
+			b.release(t)
+		}
 		clear(b.batch)
 	}
 }
 
-// ForceFlush exports the spans queued, within ctx.
+// ForceFlush exports the traces queued, within ctx.
 func (b *batcher) ForceFlush(ctx context.Context) error {
 	ack := make(chan struct{})
 	select {
@@ -176,8 +198,8 @@ func (b *batcher) ForceFlush(ctx context.Context) error {
 	}
 }
 
-// Shutdown exports the spans queued and stops the exporter, within ctx.
-// Spans that end later are dropped.
+// Shutdown exports the traces queued and stops the exporter, within ctx.
+// Traces finished later are dropped.
 func (b *batcher) Shutdown(ctx context.Context) error {
 	var err error
 	b.once.Do(func() {
@@ -190,7 +212,7 @@ func (b *batcher) Shutdown(ctx context.Context) error {
 		case <-ctx.Done():
 			err = ctx.Err()
 		}
-		if e := b.exp.Shutdown(ctx); err == nil {
+		if e := b.exp.shutdown(ctx); err == nil {
 			err = e
 		}
 	})

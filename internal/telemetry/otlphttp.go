@@ -16,8 +16,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
 // Limits and defaults of the OTLP/HTTP exporter, the standard exporter's.
@@ -37,9 +35,9 @@ type retryPolicy struct {
 
 var defaultRetry = retryPolicy{initial: 5 * time.Second, maxDelay: 30 * time.Second, maxElapsed: time.Minute}
 
-// httpExporter is an sdktrace.SpanExporter that POSTs each batch to an
-// OTLP/HTTP traces endpoint as a protobuf ExportTraceServiceRequest,
-// encoded straight from the spans by a spanEncoder into one reused buffer
+// httpExporter POSTs each batch to an OTLP/HTTP traces endpoint as a
+// protobuf ExportTraceServiceRequest, encoded straight from the traces by
+// a spanEncoder into one reused buffer
 // (the standard exporter builds the request's messages, then marshals
 // them by reflection: most of tracing's CPU cost). It runs on the
 // batcher's goroutine, never on a request's.
@@ -50,13 +48,13 @@ type httpExporter struct {
 	gzip    bool
 	retry   retryPolicy
 
-	stop     context.Context // cancelled by Shutdown: exports in flight give up
-	stopNow  context.CancelFunc
-	mu       sync.Mutex // one export at a time: the buffers are shared
-	enc      spanEncoder
-	zbuf     bytes.Buffer
-	zw       *gzip.Writer
-	shutdown bool
+	stop    context.Context // cancelled by Shutdown: exports in flight give up
+	stopNow context.CancelFunc
+	mu      sync.Mutex // one export at a time: the buffers are shared
+	enc     *spanEncoder
+	zbuf    bytes.Buffer
+	zw      *gzip.Writer
+	closed  bool
 }
 
 // httpSettings are the exporter's settings beyond the endpoint, from the
@@ -174,7 +172,7 @@ func validHeaderName(s string) bool {
 
 // newHTTPExporter is an exporter to endpoint (the traces URL; http://
 // means no TLS, and then no TLS settings are allowed).
-func newHTTPExporter(endpoint string, s httpSettings, userAgent string) (*httpExporter, error) {
+func newHTTPExporter(endpoint string, s httpSettings, userAgent string, enc *spanEncoder) (*httpExporter, error) {
 	u, err := url.Parse(endpoint)
 	if err != nil {
 		return nil, err
@@ -206,25 +204,26 @@ func newHTTPExporter(endpoint string, s httpSettings, userAgent string) (*httpEx
 		retry:   defaultRetry,
 		stop:    stop,
 		stopNow: stopNow,
+		enc:     enc,
 	}, nil
 }
 
-// ExportSpans sends spans in one request, retrying while the collector
-// throttles, until ctx ends or the exporter shuts down. A partial
-// success the collector answers is not read: the spans it rejected are
-// not sent again either way.
-func (x *httpExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
-	if len(spans) == 0 {
+// export sends the traces' spans in one request, retrying while the
+// collector throttles, until ctx ends or the exporter shuts down. A
+// partial success the collector answers is not read: the spans it
+// rejected are not sent again either way.
+func (x *httpExporter) export(ctx context.Context, traces []*Trace) error {
+	if len(traces) == 0 {
 		return nil
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if x.shutdown {
+	if x.closed {
 		return errors.New("otlp exporter: shut down")
 	}
-	body := x.enc.encode(spans)
+	body := x.enc.encode(traces)
 	if len(body) > maxRequestBytes {
-		return fmt.Errorf("otlp exporter: request of %d bytes is over the %d limit: %d spans dropped", len(body), maxRequestBytes, len(spans))
+		return fmt.Errorf("otlp exporter: request of %d bytes is over the %d limit: %d traces dropped", len(body), maxRequestBytes, len(traces))
 	}
 	if x.gzip {
 		x.zbuf.Reset()
@@ -322,12 +321,12 @@ func retryAfter(v string, now time.Time) time.Duration {
 	return 0
 }
 
-// Shutdown stops exporting: an export in flight gives up, later ones
+// shutdown stops exporting: an export in flight gives up, later ones
 // fail.
-func (x *httpExporter) Shutdown(ctx context.Context) error {
+func (x *httpExporter) shutdown(ctx context.Context) error {
 	x.stopNow()
 	x.mu.Lock()
-	x.shutdown = true
+	x.closed = true
 	x.mu.Unlock()
 	x.client.CloseIdleConnections()
 	return ctx.Err()

@@ -13,21 +13,26 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
 )
 
-func oneSpan(t *testing.T) []sdktrace.ReadOnlySpan {
-	return record(t, resource.NewSchemaless(attribute.String("service.name", "maitred")), sdktrace.NewSpanLimits(), func(tp trace.TracerProvider) {
-		_, sp := tp.Tracer("gw").Start(context.Background(), "one")
-		sp.End()
-	})
+// oneTrace is a batch of one trace of one span, named "one".
+func oneTrace() []*Trace {
+	tr := testProvider(sdktrace.AlwaysSample(), nil).Begin(context.Background(), "one", "", trace.SpanKindServer, time.Now())
+	tr.Root().End(time.Now())
+	return []*Trace{tr}
+}
+
+// testEncoder is the encoder of a service named maitred.
+func testEncoder() *spanEncoder {
+	return newSpanEncoder([]attribute.KeyValue{attribute.String("service.name", "maitred")}, ScopeName)
 }
 
 var quickRetry = retryPolicy{initial: time.Millisecond, maxDelay: 5 * time.Millisecond, maxElapsed: 5 * time.Second}
@@ -90,57 +95,85 @@ func TestReadHTTPSettings(t *testing.T) {
 func TestHTTPExporterRequest(t *testing.T) {
 	for _, gz := range []bool{false, true} {
 		c := newCollector(t, nil)
-		x, err := newHTTPExporter(c.URL+"/custom/path", httpSettings{timeout: time.Second, gzip: gz, headers: map[string]string{"Authorization": "Bearer t"}}, "maitred/test")
+		x, err := newHTTPExporter(c.URL+"/custom/path", httpSettings{timeout: time.Second, gzip: gz, headers: map[string]string{"Authorization": "Bearer t"}}, "maitred/test", testEncoder())
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := x.ExportSpans(t.Context(), oneSpan(t)); err != nil {
-			t.Fatal(err)
-		}
-		x.Shutdown(t.Context())
-		r, body := c.reqs[0], c.bodies[0]
-		if r.Method != http.MethodPost || r.URL.Path != "/custom/path" || r.Header.Get("Content-Type") != "application/x-protobuf" ||
-			r.Header.Get("Authorization") != "Bearer t" || r.Header.Get("User-Agent") != "maitred/test" {
-			t.Fatalf("request %s %s, headers %v", r.Method, r.URL.Path, r.Header)
-		}
-		if gz {
-			if r.Header.Get("Content-Encoding") != "gzip" {
-				t.Fatalf("Content-Encoding %q, want gzip", r.Header.Get("Content-Encoding"))
-			}
-			zr, err := gzip.NewReader(bytes.NewReader(body))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if body, err = io.ReadAll(zr); err != nil {
+		for range 2 { // the second reuses the buffers and the gzip writer
+			if err := x.export(t.Context(), oneTrace()); err != nil {
 				t.Fatal(err)
 			}
 		}
-		var m coltracepb.ExportTraceServiceRequest
-		if err := proto.Unmarshal(body, &m); err != nil {
+		if err := x.export(t.Context(), nil); err != nil { // nothing to send
 			t.Fatal(err)
 		}
-		if m.ResourceSpans[0].ScopeSpans[0].Spans[0].Name != "one" {
-			t.Fatalf("got %v", &m)
+		x.shutdown(t.Context())
+		if len(c.reqs) != 2 {
+			t.Fatalf("%d requests, want 2", len(c.reqs))
+		}
+		for i, r := range c.reqs {
+			body := c.bodies[i]
+			if r.Method != http.MethodPost || r.URL.Path != "/custom/path" || r.Header.Get("Content-Type") != "application/x-protobuf" ||
+				r.Header.Get("Authorization") != "Bearer t" || r.Header.Get("User-Agent") != "maitred/test" {
+				t.Fatalf("request %s %s, headers %v", r.Method, r.URL.Path, r.Header)
+			}
+			if gz {
+				if r.Header.Get("Content-Encoding") != "gzip" {
+					t.Fatalf("Content-Encoding %q, want gzip", r.Header.Get("Content-Encoding"))
+				}
+				zr, err := gzip.NewReader(bytes.NewReader(body))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if body, err = io.ReadAll(zr); err != nil {
+					t.Fatal(err)
+				}
+			} else if r.Header.Get("Content-Encoding") != "" {
+				t.Fatalf("Content-Encoding %q without gzip", r.Header.Get("Content-Encoding"))
+			}
+			var m coltracepb.ExportTraceServiceRequest
+			if err := proto.Unmarshal(body, &m); err != nil {
+				t.Fatal(err)
+			}
+			rs := m.ResourceSpans[0]
+			if rs.ScopeSpans[0].Spans[0].Name != "one" || rs.ScopeSpans[0].Scope.Name != ScopeName ||
+				rs.Resource.Attributes[0].Value.GetStringValue() != "maitred" {
+				t.Fatalf("got %v", &m)
+			}
 		}
 	}
 }
 
-// TestHTTPExporterRetries: 429, 502, 503 and 504 are tried again (after
-// at least the Retry-After asked); other failures are not; a partial
-// success answer is no error.
+// TestHTTPExporterUserAgentHeader: a User-Agent among the configured
+// headers wins over the exporter's.
+func TestHTTPExporterUserAgentHeader(t *testing.T) {
+	c := newCollector(t, nil)
+	x, err := newHTTPExporter(c.URL, httpSettings{timeout: time.Second, headers: map[string]string{"User-Agent": "mine"}}, "maitred/test", testEncoder())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.shutdown(context.Background())
+	if err := x.export(t.Context(), oneTrace()); err != nil {
+		t.Fatal(err)
+	}
+	if ua := c.reqs[0].Header.Get("User-Agent"); ua != "mine" {
+		t.Fatalf("User-Agent %q, want the configured one", ua)
+	}
+}
+
+// TestHTTPExporterRetries: 429, 502, 503 and 504 are tried again; other
+// failures are not; a partial success answer is no error.
 func TestHTTPExporterRetries(t *testing.T) {
 	tests := []struct {
 		name     string
 		statuses []int // answered in turn, then 200
-		after    string
 		tries    int
 		wantErr  bool
 	}{
-		{"accepted", nil, "", 1, false},
-		{"throttled then accepted", []int{429, 503, 502, 504}, "", 5, false},
-		{"retry-after honoured", []int{503}, "1", 2, false},
-		{"bad request is not retried", []int{400}, "", 1, true},
-		{"server error is not retried", []int{500}, "", 1, true},
+		{"accepted", nil, 1, false},
+		{"throttled then accepted", []int{429, 503, 502, 504}, 5, false},
+		{"bad request is not retried", []int{400}, 1, true},
+		{"server error is not retried", []int{500}, 1, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -148,9 +181,6 @@ func TestHTTPExporterRetries(t *testing.T) {
 			c := newCollector(t, func(w http.ResponseWriter, r *http.Request) {
 				i := int(n.Add(1)) - 1
 				if i < len(tt.statuses) {
-					if tt.after != "" {
-						w.Header().Set("Retry-After", tt.after)
-					}
 					http.Error(w, "no", tt.statuses[i])
 					return
 				}
@@ -159,23 +189,80 @@ func TestHTTPExporterRetries(t *testing.T) {
 				b, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{PartialSuccess: &coltracepb.ExportTracePartialSuccess{RejectedSpans: 1, ErrorMessage: "x"}})
 				w.Write(b)
 			})
-			x, err := newHTTPExporter(c.URL, httpSettings{timeout: time.Second}, "t")
+			x, err := newHTTPExporter(c.URL, httpSettings{timeout: time.Second}, "t", testEncoder())
 			if err != nil {
 				t.Fatal(err)
 			}
 			x.retry = quickRetry
-			defer x.Shutdown(context.Background())
-			start := time.Now()
-			err = x.ExportSpans(t.Context(), oneSpan(t))
+			defer x.shutdown(context.Background())
+			err = x.export(t.Context(), oneTrace())
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("error %v, want one: %v", err, tt.wantErr)
 			}
 			if int(n.Load()) != tt.tries {
 				t.Fatalf("tries = %d, want %d", n.Load(), tt.tries)
 			}
-			if tt.after != "" && time.Since(start) < time.Second {
-				t.Fatalf("retried before the Retry-After")
-			}
+		})
+	}
+}
+
+// roundTripFunc is an http.RoundTripper.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestHTTPExporterRetryAfter: a throttled export tries again after the
+// Retry-After the collector asks (seconds or an HTTP date), exactly when
+// it is longer than the backoff, and gives up at once when it is past
+// the retry budget. In a synctest bubble, whose clock only the waits
+// move, against a transport that answers in memory.
+func TestHTTPExporterRetryAfter(t *testing.T) {
+	bubbleStart := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC) // synctest's epoch
+	tests := []struct {
+		name     string
+		after    string
+		tries    int
+		wantWait time.Duration
+		wantErr  string
+	}{
+		{"seconds", "3", 2, 3 * time.Second, ""},
+		{"an HTTP date", bubbleStart.Add(7 * time.Second).Format(http.TimeFormat), 2, 7 * time.Second, ""},
+		{"a date past", bubbleStart.Add(-time.Hour).Format(http.TimeFormat), 2, 0, ""},
+		{"past the budget", "3600", 1, 0, "gave up"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				x, err := newHTTPExporter("http://collector.invalid/v1/traces", httpSettings{timeout: time.Second}, "t", testEncoder())
+				if err != nil {
+					t.Fatal(err)
+				}
+				x.retry = retryPolicy{initial: time.Millisecond, maxDelay: time.Millisecond, maxElapsed: time.Minute}
+				var at []time.Time
+				x.client.Transport = roundTripFunc(func(r *http.Request) (*http.Response, error) {
+					at = append(at, time.Now())
+					res := &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: io.NopCloser(strings.NewReader("")), Request: r}
+					if len(at) == 1 {
+						res.StatusCode, res.Status = http.StatusServiceUnavailable, "503 Service Unavailable"
+						res.Header.Set("Retry-After", tt.after)
+					}
+					return res, nil
+				})
+				err = x.export(t.Context(), oneTrace())
+				x.shutdown(t.Context())
+				if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+					t.Fatalf("error %v, want %q", err, tt.wantErr)
+				}
+				if len(at) != tt.tries {
+					t.Fatalf("%d tries, want %d", len(at), tt.tries)
+				}
+				if len(at) == 2 {
+					// The backoff's own wait is at most a millisecond.
+					if wait := at[1].Sub(at[0]); wait < tt.wantWait || wait > tt.wantWait+time.Millisecond {
+						t.Fatalf("tried again after %v, want %v", wait, tt.wantWait)
+					}
+				}
+			})
 		})
 	}
 }
@@ -184,56 +271,52 @@ func TestHTTPExporterRetries(t *testing.T) {
 // batch once the retry budget or the context is spent, or the exporter
 // shuts down; never a hang.
 func TestHTTPExporterGivesUp(t *testing.T) {
+	arrived := make(chan struct{}, 100)
 	c := newCollector(t, func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Retry-After", "3600")
+		w.Header().Set("Retry-After", "1")
 		w.WriteHeader(http.StatusServiceUnavailable)
+		arrived <- struct{}{}
 	})
-	x, err := newHTTPExporter(c.URL, httpSettings{timeout: time.Second}, "t")
+	x, err := newHTTPExporter(c.URL, httpSettings{timeout: time.Second}, "t", testEncoder())
 	if err != nil {
 		t.Fatal(err)
 	}
-	x.retry = quickRetry
-	if err := x.ExportSpans(t.Context(), oneSpan(t)); err == nil || !strings.Contains(err.Error(), "gave up") {
+	x.retry = retryPolicy{initial: time.Millisecond, maxDelay: time.Millisecond, maxElapsed: 500 * time.Millisecond}
+	if err := x.export(t.Context(), oneTrace()); err == nil || !strings.Contains(err.Error(), "gave up") {
 		t.Fatalf("error %v, want a give-up", err)
 	}
+	<-arrived
 
-	spans := oneSpan(t)
+	traces := oneTrace()
 	x.retry = retryPolicy{initial: time.Hour, maxDelay: time.Hour, maxElapsed: 10 * time.Hour}
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error)
-	base := c.count()
-	go func() { done <- x.ExportSpans(ctx, spans) }()
-	for c.count() == base {
-		time.Sleep(time.Millisecond)
-	}
+	go func() { done <- x.export(ctx, traces) }()
+	<-arrived
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("error %v, want the context's", err)
 	}
 
-	base = c.count()
-	go func() { done <- x.ExportSpans(t.Context(), spans) }()
-	for c.count() == base {
-		time.Sleep(time.Millisecond)
-	}
-	x.Shutdown(t.Context())
+	go func() { done <- x.export(t.Context(), traces) }()
+	<-arrived
+	x.shutdown(t.Context())
 	if err := <-done; err == nil {
 		t.Fatal("an export in flight at shutdown succeeded")
 	}
-	if err := x.ExportSpans(t.Context(), oneSpan(t)); err == nil {
+	if err := x.export(t.Context(), oneTrace()); err == nil {
 		t.Fatal("an export after shutdown succeeded")
 	}
 }
 
-func (c *collector) count() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.bodies)
-}
-
+// TestHTTPEndpointRefusesTLSSettings: TLS settings with an http://
+// endpoint are a mistake, refused.
 func TestHTTPEndpointRefusesTLSSettings(t *testing.T) {
-	_, err := newHTTPExporter("http://c:4318/v1/traces", httpSettings{tls: new(tls.Config)}, "t")
+	_, err := newHTTPExporter("http://c:4318/v1/traces", httpSettings{tls: new(tls.Config)}, "t", testEncoder())
 	if err == nil {
 		t.Fatal("an http:// endpoint took TLS settings")
+	}
+	if _, err := newHTTPExporter("https://c:4318/v1/traces", httpSettings{tls: new(tls.Config)}, "t", testEncoder()); err != nil {
+		t.Fatalf("an https:// endpoint refused TLS settings: %v", err)
 	}
 }

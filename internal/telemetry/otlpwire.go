@@ -1,13 +1,7 @@
 package telemetry
 
 import (
-	"math"
-
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/sdk/instrumentation"
-	"go.opentelemetry.io/otel/sdk/resource"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/encoding/protowire"
 )
@@ -88,180 +82,111 @@ const (
 )
 
 // spanEncoder writes ExportTraceServiceRequest messages in the protobuf
-// wire format straight from the SDK's spans, with no intermediate
-// messages: the same message the standard OTLP exporter builds (its
-// spans grouped by resource, then by instrumentation scope, in the order
-// they first appear), field for field. Its buffer and grouping scratch
-// are reused from one request to the next; it is not safe for concurrent
-// use.
+// wire format straight from Traces, with no intermediate messages: the
+// message the standard OTLP exporter builds from the same spans (one
+// resource, one instrumentation scope), field for field (a differential
+// test holds them equal). The resource and scope, the same for every
+// span, are encoded once. Its buffer is reused from one request to the
+// next; it is not safe for concurrent use.
 type spanEncoder struct {
-	b         []byte
-	resources []resourceGroup
-	scopes    []scopeGroup
-	of        []int32 // the scope group of each span; -1 for a nil span
+	b        []byte
+	resource []byte // the Resource message's content
+	scope    []byte // the InstrumentationScope message's content
 }
 
-// resourceGroup is one resource of a request and its scope groups.
-type resourceGroup struct {
-	res   *resource.Resource
-	key   attribute.Distinct
-	first int32 // its first scope group
-}
-
-// scopeGroup is the spans of one resource and scope.
-type scopeGroup struct {
-	scope instrumentation.Scope
-	next  int32 // the resource's next scope group, -1 for none
-}
-
-// encode returns the request for spans, in the encoder's buffer (valid
-// until the next call).
-func (e *spanEncoder) encode(spans []sdktrace.ReadOnlySpan) []byte {
-	e.group(spans)
-	e.b = e.b[:0]
-	for ri := range e.resources {
-		r := &e.resources[ri]
-		rs := e.open(fRequestResourceSpans)
-		if r.res != nil {
-			m := e.open(fResourceSpansResource)
-			for it := r.res.Iter(); it.Next(); {
-				e.keyValue(fResourceAttributes, it.Attribute())
-			}
-			e.close(m)
-		}
-		for si := r.first; si >= 0; si = e.scopes[si].next {
-			e.scopeSpans(spans, si)
-		}
-		if r.res != nil {
-			e.string(fResourceSpansSchemaURL, r.res.SchemaURL())
-		}
-		e.close(rs)
+// newSpanEncoder encodes the resource (its attributes, in the order
+// given: the SDK's resource sorts them by key) and the scope's name once.
+func newSpanEncoder(resource []attribute.KeyValue, scopeName string) *spanEncoder {
+	e := &spanEncoder{}
+	for _, kv := range resource {
+		e.attr(fResourceAttributes, attrOf(kv))
 	}
+	e.resource = e.b
+	e.b = nil
+	e.string(fScopeName, scopeName)
+	e.scope = e.b
+	e.b = nil
+	return e
+}
+
+// encode returns the request for the traces' spans, in the encoder's
+// buffer (valid until the next call).
+func (e *spanEncoder) encode(traces []*Trace) []byte {
+	e.b = e.b[:0]
+	rs := e.open(fRequestResourceSpans)
+	e.message(fResourceSpansResource, e.resource)
+	ss := e.open(fResourceSpansScopeSpans)
+	e.message(fScopeSpansScope, e.scope)
+	for _, t := range traces {
+		if len(t.wire) > 0 {
+			e.b = append(e.b, t.wire...)
+			continue
+		}
+		for i, s := range t.spans {
+			e.span(t, i, s)
+		}
+	}
+	e.close(ss)
+	e.close(rs)
 	return e.b
 }
 
-// group finds the resources and scopes of spans, in the order they first
-// appear, and the scope group of each span.
-func (e *spanEncoder) group(spans []sdktrace.ReadOnlySpan) {
-	e.resources, e.scopes, e.of = e.resources[:0], e.scopes[:0], e.of[:0]
-	for _, sd := range spans {
-		if sd == nil {
-			e.of = append(e.of, -1)
-			continue
-		}
-		res, scope := sd.Resource(), sd.InstrumentationScope()
-		var key attribute.Distinct
-		if res != nil {
-			key = res.Equivalent()
-		}
-		ri := -1
-		for k := range e.resources {
-			if r := &e.resources[k]; r.res == res || (r.res != nil && res != nil && r.key == key) {
-				ri = k
-				break
-			}
-		}
-		if ri < 0 {
-			ri = len(e.resources)
-			e.resources = append(e.resources, resourceGroup{res: res, key: key, first: -1})
-		}
-		r := &e.resources[ri]
-		si, last := r.first, int32(-1)
-		for ; si >= 0 && e.scopes[si].scope != scope; si = e.scopes[si].next {
-			last = si
-		}
-		if si < 0 {
-			si = int32(len(e.scopes))
-			e.scopes = append(e.scopes, scopeGroup{scope: scope, next: -1})
-			if last < 0 {
-				r.first = si
-			} else {
-				e.scopes[last].next = si
-			}
-		}
-		e.of = append(e.of, si)
+// encodeSpans writes t's spans in the wire format into t.wire, as encode
+// would write them in a request.
+func (t *Trace) encodeSpans() {
+	e := spanEncoder{b: t.wire[:0]}
+	for i, s := range t.spans {
+		e.span(t, i, s)
 	}
+	t.wire = e.b
 }
 
-func (e *spanEncoder) scopeSpans(spans []sdktrace.ReadOnlySpan, si int32) {
-	scope := &e.scopes[si].scope
-	ss := e.open(fResourceSpansScopeSpans)
-	if *scope != (instrumentation.Scope{}) {
-		sc := e.open(fScopeSpansScope)
-		e.string(fScopeName, scope.Name)
-		e.string(fScopeVersion, scope.Version)
-		for it := scope.Attributes.Iter(); it.Next(); {
-			e.keyValue(fScopeAttributes, it.Attribute())
-		}
-		e.close(sc)
+// span writes t's span s, the root when i is 0.
+func (e *spanEncoder) span(t *Trace, i int, s *Span) {
+	m := e.open(fScopeSpansSpans)
+	e.bytes(fSpanTraceID, t.id[:])
+	e.bytes(fSpanSpanID, s.id[:])
+	if t.state.Len() > 0 {
+		e.string(fSpanTraceState, t.state.String())
 	}
-	for i, of := range e.of {
-		if of == si {
-			e.span(spans[i])
-		}
-	}
-	e.string(fScopeSpansSchemaURL, scope.SchemaURL)
-	e.close(ss)
-}
-
-func (e *spanEncoder) span(sd sdktrace.ReadOnlySpan) {
-	s := e.open(fScopeSpansSpans)
-	sc := sd.SpanContext()
-	tid, sid := sc.TraceID(), sc.SpanID()
-	e.bytes(fSpanTraceID, tid[:])
-	e.bytes(fSpanSpanID, sid[:])
-	if ts := sc.TraceState(); ts.Len() > 0 {
-		e.string(fSpanTraceState, ts.String())
-	}
-	parent := sd.Parent()
-	if psid := parent.SpanID(); psid.IsValid() {
+	flags := uint32(t.flags) | flagsContextHasIsRemote
+	switch {
+	case i > 0:
+		e.bytes(fSpanParentSpanID, t.spans[0].id[:])
+	case t.parent.IsValid():
+		psid := t.parent.SpanID()
 		e.bytes(fSpanParentSpanID, psid[:])
-	}
-	e.string(fSpanName, sd.Name())
-	e.uint(fSpanKind, spanKind(sd.SpanKind()))
-	e.fixed64(fSpanStart, unixNano(sd.StartTime().UnixNano()))
-	e.fixed64(fSpanEnd, unixNano(sd.EndTime().UnixNano()))
-	for _, kv := range sd.Attributes() {
-		e.keyValue(fSpanAttributes, kv)
-	}
-	e.uint(fSpanDroppedAttributes, uint64(clampUint32(sd.DroppedAttributes())))
-	for _, ev := range sd.Events() {
-		m := e.open(fSpanEvents)
-		e.fixed64(fEventTime, unixNano(ev.Time.UnixNano()))
-		e.string(fEventName, ev.Name)
-		for _, kv := range ev.Attributes {
-			e.keyValue(fEventAttributes, kv)
+		if t.parent.IsRemote() {
+			flags |= flagsContextIsRemote
 		}
-		e.uint(fEventDroppedAttributes, uint64(clampUint32(ev.DroppedAttributeCount)))
-		e.close(m)
 	}
-	e.uint(fSpanDroppedEvents, uint64(clampUint32(sd.DroppedEvents())))
-	for _, l := range sd.Links() {
-		// As the standard exporter: a link carries no trace state.
-		m := e.open(fSpanLinks)
-		ltid, lsid := l.SpanContext.TraceID(), l.SpanContext.SpanID()
-		e.bytes(fLinkTraceID, ltid[:])
-		e.bytes(fLinkSpanID, lsid[:])
-		for _, kv := range l.Attributes {
-			e.keyValue(fLinkAttributes, kv)
-		}
-		e.uint(fLinkDroppedAttributes, uint64(clampUint32(l.DroppedAttributeCount)))
-		e.fixed32(fLinkFlags, spanFlags(l.SpanContext.TraceFlags(), l.SpanContext))
-		e.close(m)
+	if s.name2 == "" {
+		e.string(fSpanName, s.name)
+	} else {
+		e.b = protowire.AppendTag(e.b, fSpanName, protowire.BytesType)
+		e.b = protowire.AppendVarint(e.b, uint64(len(s.name)+1+len(s.name2)))
+		e.b = append(append(append(e.b, s.name...), ' '), s.name2...)
 	}
-	e.uint(fSpanDroppedLinks, uint64(clampUint32(sd.DroppedLinks())))
+	e.uint(fSpanKind, spanKind(s.kind))
+	e.fixed64(fSpanStart, unixNano(s.start))
+	e.fixed64(fSpanEnd, unixNano(s.end))
+	for _, a := range s.attrs {
+		e.attr(fSpanAttributes, a)
+	}
+	if s.event != "" {
+		ev := e.open(fSpanEvents)
+		e.fixed64(fEventTime, unixNano(s.eventAt))
+		e.string(fEventName, s.event)
+		e.close(ev)
+	}
 	st := e.open(fSpanStatus) // always present, as the standard exporter sends it
-	status := sd.Status()
-	e.string(fStatusMessage, status.Description)
-	switch status.Code {
-	case codes.Ok:
-		e.uint(fStatusCode, statusCodeOk)
-	case codes.Error:
+	if s.failed {
+		e.string(fStatusMessage, s.status)
 		e.uint(fStatusCode, statusCodeError)
 	}
 	e.close(st)
-	e.fixed32(fSpanFlags, spanFlags(sc.TraceFlags(), parent))
-	e.close(s)
+	e.fixed32(fSpanFlags, flags)
+	e.close(m)
 }
 
 // spanKind is the OTLP Span.SpanKind of k.
@@ -281,91 +206,13 @@ func spanKind(k trace.SpanKind) uint64 {
 	return 0
 }
 
-// spanFlags are the trace flags, with whether the context (parent, for a
-// span; the linked context, for a link) is remote.
-func spanFlags(tf trace.TraceFlags, ctx trace.SpanContext) uint32 {
-	f := uint32(tf) | flagsContextHasIsRemote
-	if ctx.IsRemote() {
-		f |= flagsContextIsRemote
-	}
-	return f
-}
-
 func unixNano(n int64) uint64 { return uint64(max(0, n)) }
 
-func clampUint32(v int) uint32 {
-	if v < 0 {
-		return 0
-	}
-	if int64(v) > math.MaxUint32 {
-		return math.MaxUint32
-	}
-	return uint32(v)
-}
-
-// keyValue writes kv as a KeyValue in field num.
-func (e *spanEncoder) keyValue(num protowire.Number, kv attribute.KeyValue) {
-	if e.scalarKeyValue(num, kv) {
-		return
-	}
-	m := e.open(num)
-	e.string(fKeyValueKey, string(kv.Key))
-	e.value(fKeyValueValue, kv.Value)
-	e.close(m)
-}
-
-// value writes v as an AnyValue in field num: present even when empty,
-// its one field present even when zero, as the oneof requires.
-func (e *spanEncoder) value(num protowire.Number, v attribute.Value) {
-	m := e.open(num)
-	switch v.Type() {
-	case attribute.EMPTY:
-	case attribute.BOOL:
-		e.b = protowire.AppendTag(e.b, fAnyBool, protowire.VarintType)
-		e.b = protowire.AppendVarint(e.b, protowire.EncodeBool(v.AsBool()))
-	case attribute.INT64:
-		e.b = protowire.AppendTag(e.b, fAnyInt, protowire.VarintType)
-		e.b = protowire.AppendVarint(e.b, uint64(v.AsInt64()))
-	case attribute.FLOAT64:
-		e.b = protowire.AppendTag(e.b, fAnyDouble, protowire.Fixed64Type)
-		e.b = protowire.AppendFixed64(e.b, math.Float64bits(v.AsFloat64()))
-	case attribute.STRING:
-		e.b = protowire.AppendTag(e.b, fAnyString, protowire.BytesType)
-		e.b = protowire.AppendString(e.b, v.AsString())
-	case attribute.BYTESLICE:
-		e.b = protowire.AppendTag(e.b, fAnyBytes, protowire.BytesType)
-		e.b = protowire.AppendBytes(e.b, v.AsByteSlice())
-	case attribute.BOOLSLICE:
-		array(e, v.AsBoolSlice(), attribute.BoolValue)
-	case attribute.INT64SLICE:
-		array(e, v.AsInt64Slice(), attribute.Int64Value)
-	case attribute.FLOAT64SLICE:
-		array(e, v.AsFloat64Slice(), attribute.Float64Value)
-	case attribute.STRINGSLICE:
-		array(e, v.AsStringSlice(), attribute.StringValue)
-	case attribute.SLICE:
-		array(e, v.AsSlice(), func(x attribute.Value) attribute.Value { return x })
-	case attribute.MAP:
-		a := e.open(fAnyKvlist)
-		for _, kv := range v.AsMap() {
-			e.keyValue(fKvlistValues, kv)
-		}
-		e.close(a)
-	default: // a type this encoder does not know, as the standard exporter says it
-		e.b = protowire.AppendTag(e.b, fAnyString, protowire.BytesType)
-		e.b = protowire.AppendString(e.b, "INVALID")
-	}
-	e.close(m)
-}
-
-// array writes xs as an ArrayValue (AnyValue's array_value), each item
-// as the attribute value as makes of it.
-func array[T any](e *spanEncoder, xs []T, as func(T) attribute.Value) {
-	a := e.open(fAnyArray)
-	for _, x := range xs {
-		e.value(fArrayValues, as(x))
-	}
-	e.close(a)
+// message writes content, already encoded, as an embedded message in
+// field num (present even when empty).
+func (e *spanEncoder) message(num protowire.Number, content []byte) {
+	e.b = protowire.AppendTag(e.b, num, protowire.BytesType)
+	e.b = protowire.AppendBytes(e.b, content)
 }
 
 // open starts an embedded message in field num, with room for a one-byte
@@ -432,46 +279,41 @@ func (e *spanEncoder) fixed32(num protowire.Number, v uint32) {
 	e.b = protowire.AppendFixed32(e.b, v)
 }
 
-// scalarKeyValue writes kv, whose value is a string, bool, int64 or
-// float64 (nearly every attribute), with its lengths worked out first
-// instead of written after; false for any other kind of value.
-func (e *spanEncoder) scalarKeyValue(num protowire.Number, kv attribute.KeyValue) bool {
+// attr writes a as a KeyValue in field num, its lengths worked out first
+// instead of written after.
+func (e *spanEncoder) attr(num protowire.Number, a Attr) {
 	var inner int // the AnyValue's content: its one field
-	switch kv.Value.Type() {
-	case attribute.STRING:
-		n := len(kv.Value.AsString())
-		inner = 1 + protowire.SizeVarint(uint64(n)) + n
-	case attribute.BOOL:
+	switch a.kind {
+	case attrString:
+		inner = 1 + protowire.SizeVarint(uint64(len(a.str))) + len(a.str)
+	case attrBool:
 		inner = 2
-	case attribute.INT64:
-		inner = 1 + protowire.SizeVarint(uint64(kv.Value.AsInt64()))
-	case attribute.FLOAT64:
+	case attrInt:
+		inner = 1 + protowire.SizeVarint(a.num)
+	case attrFloat:
 		inner = 9
-	default:
-		return false
 	}
 	kvLen := 1 + protowire.SizeVarint(uint64(inner)) + inner // the value field
-	if k := len(kv.Key); k > 0 {
+	if k := len(a.Key); k > 0 {
 		kvLen += 1 + protowire.SizeVarint(uint64(k)) + k
 	}
 	e.b = protowire.AppendTag(e.b, num, protowire.BytesType)
 	e.b = protowire.AppendVarint(e.b, uint64(kvLen))
-	e.string(fKeyValueKey, string(kv.Key))
+	e.string(fKeyValueKey, a.Key)
 	e.b = protowire.AppendTag(e.b, fKeyValueValue, protowire.BytesType)
 	e.b = protowire.AppendVarint(e.b, uint64(inner))
-	switch kv.Value.Type() {
-	case attribute.STRING:
+	switch a.kind {
+	case attrString:
 		e.b = protowire.AppendTag(e.b, fAnyString, protowire.BytesType)
-		e.b = protowire.AppendString(e.b, kv.Value.AsString())
-	case attribute.BOOL:
+		e.b = protowire.AppendString(e.b, a.str)
+	case attrBool:
 		e.b = protowire.AppendTag(e.b, fAnyBool, protowire.VarintType)
-		e.b = protowire.AppendVarint(e.b, protowire.EncodeBool(kv.Value.AsBool()))
-	case attribute.INT64:
+		e.b = protowire.AppendVarint(e.b, a.num)
+	case attrInt:
 		e.b = protowire.AppendTag(e.b, fAnyInt, protowire.VarintType)
-		e.b = protowire.AppendVarint(e.b, uint64(kv.Value.AsInt64()))
-	case attribute.FLOAT64:
+		e.b = protowire.AppendVarint(e.b, a.num)
+	case attrFloat:
 		e.b = protowire.AppendTag(e.b, fAnyDouble, protowire.Fixed64Type)
-		e.b = protowire.AppendFixed64(e.b, math.Float64bits(kv.Value.AsFloat64()))
+		e.b = protowire.AppendFixed64(e.b, a.num)
 	}
-	return true
 }

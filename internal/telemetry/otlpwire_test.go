@@ -1,24 +1,27 @@
 package telemetry
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"math"
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/sdk/instrumentation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
@@ -69,11 +72,10 @@ func (c *collector) requests(t *testing.T) []*coltracepb.ExportTraceServiceReque
 	return out
 }
 
-// exportBoth sends spans through the standard otlptracehttp exporter and
-// through ours, each to its own collector, and returns the two requests
-// decoded, their resources in one order (the standard exporter's order
-// of resources is a map's).
-func exportBoth(t *testing.T, spans []sdktrace.ReadOnlySpan) (std, ours *coltracepb.ExportTraceServiceRequest) {
+// exportBoth sends the traces through the standard otlptracehttp exporter
+// (as the SDK's read-only spans, appendSnapshots' conversion) and through
+// ours, each to its own collector, and returns the two requests decoded.
+func exportBoth(t *testing.T, res *resource.Resource, traces []*Trace) (std, ours *coltracepb.ExportTraceServiceRequest) {
 	t.Helper()
 	cs, co := newCollector(t, nil), newCollector(t, nil)
 	tr := &http.Transport{}
@@ -82,223 +84,294 @@ func exportBoth(t *testing.T, spans []sdktrace.ReadOnlySpan) (std, ours *coltrac
 	if err != nil {
 		t.Fatal(err)
 	}
-	oe, err := newHTTPExporter(co.URL+"/v1/traces", httpSettings{timeout: time.Second}, "test")
+	if err := se.ExportSpans(t.Context(), appendSnapshots(nil, traces, res, instrumentation.Scope{Name: ScopeName})); err != nil {
+		t.Fatal(err)
+	}
+	if err := se.Shutdown(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	oe, err := newHTTPExporter(co.URL+"/v1/traces", httpSettings{timeout: 5 * time.Second}, "test", newSpanEncoder(res.Attributes(), ScopeName))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, e := range []sdktrace.SpanExporter{se, oe} {
-		if err := e.ExportSpans(t.Context(), spans); err != nil {
-			t.Fatal(err)
-		}
-		if err := e.Shutdown(t.Context()); err != nil {
-			t.Fatal(err)
-		}
+	if err := oe.export(t.Context(), traces); err != nil {
+		t.Fatal(err)
+	}
+	if err := oe.shutdown(t.Context()); err != nil {
+		t.Fatal(err)
 	}
 	rs, ro := cs.requests(t), co.requests(t)
 	if len(rs) != 1 || len(ro) != 1 {
 		t.Fatalf("requests: standard %d, ours %d; want 1 each", len(rs), len(ro))
 	}
-	for _, r := range []*coltracepb.ExportTraceServiceRequest{rs[0], ro[0]} {
-		slices.SortStableFunc(r.ResourceSpans, func(a, b *tracepb.ResourceSpans) int {
-			return compareStrings(a.GetSchemaUrl(), b.GetSchemaUrl())
-		})
-	}
 	return rs[0], ro[0]
 }
 
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-// record runs f with tracers of a provider whose spans are recorded, and
-// returns the spans.
-func record(t *testing.T, res *resource.Resource, limits sdktrace.SpanLimits, f func(tp trace.TracerProvider)) []sdktrace.ReadOnlySpan {
+// requireSameRequest fails unless the two requests are equal: by
+// proto.Equal, and byte for byte once marshalled again (which tells -0
+// from +0, and one NaN from another).
+func requireSameRequest(t *testing.T, std, ours *coltracepb.ExportTraceServiceRequest) {
 	t.Helper()
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec), sdktrace.WithResource(res), sdktrace.WithRawSpanLimits(limits))
-	f(tp)
-	if err := tp.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
+	if !proto.Equal(std, ours) {
+		t.Fatalf("our request differs from otlptracehttp's (std, then ours):\n%s", textDiff(std, ours))
 	}
-	return rec.Ended()
-}
-
-// everyAttribute is an attribute of every attribute.Type, zero values and
-// nesting included.
-func everyAttribute() []attribute.KeyValue {
-	return []attribute.KeyValue{
-		attribute.String("s", "text"),
-		attribute.String("s.empty", ""),
-		attribute.String("s.long", string(make([]byte, 300))),
-		attribute.Bool("b.true", true),
-		attribute.Bool("b.false", false),
-		attribute.Int64("i", -42),
-		attribute.Int64("i.zero", 0),
-		attribute.Int64("i.max", math.MaxInt64),
-		attribute.Int64("i.min", math.MinInt64),
-		attribute.Float64("f", 3.25),
-		attribute.Float64("f.zero", 0),
-		attribute.Float64("f.neg0", math.Copysign(0, -1)),
-		attribute.Float64("f.inf", math.Inf(-1)),
-		attribute.BoolSlice("bs", []bool{true, false}),
-		attribute.BoolSlice("bs.empty", []bool{}),
-		attribute.Int64Slice("is", []int64{1, 0, -1, 1 << 40}),
-		attribute.Float64Slice("fs", []float64{0.5, 0, -2}),
-		attribute.StringSlice("ss", []string{"a", "", "ccc"}),
-		attribute.StringSlice("ss.empty", nil),
-		attribute.ByteSlice("bytes", []byte{0, 1, 2, 255}),
-		attribute.ByteSlice("bytes.empty", nil),
-		attribute.Slice("slice", attribute.StringValue("x"), attribute.IntValue(7), attribute.BoolValue(false),
-			attribute.SliceValue(attribute.Float64Value(1.5)), attribute.MapValue(attribute.String("k", "v")), attribute.Value{}),
-		attribute.Map("map", attribute.String("a", "b"), attribute.Int("n", 0),
-			attribute.Map("inner", attribute.StringSlice("l", []string{"z"})), attribute.KeyValue{Key: "empty"}),
-		{Key: "empty.value"},
-		attribute.String("", "empty key"),
-	}
-}
-
-// TestEncoderMatchesStandardExporter is the differential test: the same
-// spans, sent by otlptracehttp and by our exporter, decode to equal
-// requests.
-func TestEncoderMatchesStandardExporter(t *testing.T) {
-	res := resource.NewWithAttributes("https://opentelemetry.io/schemas/1.26.0",
-		attribute.String("service.name", "maitred"), attribute.String("service.version", "v1.2.3"))
-	remote := trace.NewSpanContext(trace.SpanContextConfig{
-		TraceID: trace.TraceID{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, SpanID: trace.SpanID{1, 2, 3, 4, 5, 6, 7, 8},
-		TraceFlags: trace.FlagsSampled, Remote: true,
-	})
-	ts, err := trace.ParseTraceState("vendor=value,other=x")
+	o := proto.MarshalOptions{Deterministic: true}
+	a, err := o.Marshal(std)
 	if err != nil {
 		t.Fatal(err)
 	}
-	remoteWithState := remote.WithTraceState(ts)
+	b, err := o.Marshal(ours)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a, b) {
+		t.Fatalf("our request's values differ from otlptracehttp's in their bits (std, then ours):\n%s", textDiff(std, ours))
+	}
+}
+
+// everyAttr sets an attribute of every kind on s, zero values, edge
+// values and long and non-ASCII strings included.
+func everyAttr(s *Span) {
+	s.String("s", "text")
+	s.String("s.empty", "")
+	s.String("s.utf8", "héllo wörld ✓ 日本語 🚀")
+	s.String("s.long", strings.Repeat("x", 300)) // a length of two varint bytes
+	s.String("s.longer", strings.Repeat("é", 9000))
+	s.String("", "empty key")
+	s.String(strings.Repeat("k", 200), "long key")
+	s.Int("i", -42)
+	s.Int("i.zero", 0)
+	s.Int("i.one", 1)
+	s.Int("i.large", 1<<40)
+	s.Int("i.max", math.MaxInt64)
+	s.Int("i.min", math.MinInt64)
+	s.Float("f", 3.25)
+	s.Float("f.zero", 0)
+	s.Float("f.neg0", math.Copysign(0, -1))
+	s.Float("f.inf", math.Inf(1))
+	s.Float("f.-inf", math.Inf(-1))
+	s.Float("f.nan", math.NaN())
+	s.Float("f.tiny", math.SmallestNonzeroFloat64)
+	s.Float("f.max", math.MaxFloat64)
+	s.Bool("b.true", true)
+	s.Bool("b.false", false)
+}
+
+// TestEncoderMatchesStandardExporter is the differential test: the same
+// traces, sent by otlptracehttp (converted to the SDK's spans) and by our
+// exporter, decode to equal requests; and our encoding is the same bytes
+// whether a trace's spans were pre-encoded (Finish, for the batcher) or
+// not.
+func TestEncoderMatchesStandardExporter(t *testing.T) {
+	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment.name=test,host.name=h1,zz=last")
+	res, err := newResource(Settings{ServiceName: "maitred"}, "v1.2.3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Len() != 5 {
+		t.Fatalf("resource %v: want service.name, service.version and OTEL_RESOURCE_ATTRIBUTES' three", res)
+	}
 	t0 := time.Date(2026, 12, 4, 8, 0, 0, 123456789, time.UTC)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	remote, _ := remoteContext(t, trace.FlagsSampled, "vendor=value,other=x")
+	remoteRandom, _ := remoteContext(t, trace.FlagsSampled|0x02, "")
 
 	tests := []struct {
-		name   string
-		limits sdktrace.SpanLimits
-		run    func(tp trace.TracerProvider)
+		name  string
+		build func(p *Provider) []*Trace
 	}{
-		{"one server span", sdktrace.NewSpanLimits(), func(tp trace.TracerProvider) {
-			_, sp := tp.Tracer("gw").Start(context.Background(), "POST /v1/chat/completions", trace.WithSpanKind(trace.SpanKindServer))
-			sp.SetAttributes(attribute.String("http.route", "/v1/chat/completions"), attribute.Int("http.response.status_code", 200))
-			sp.End()
+		{"one server span", func(p *Provider) []*Trace {
+			tr := p.Begin(context.Background(), "POST", "/v1/chat/completions", trace.SpanKindServer, t0)
+			tr.Root().String("http.route", "/v1/chat/completions")
+			tr.Root().Int("http.response.status_code", 200)
+			tr.Root().End(ms(5))
+			return []*Trace{tr}
 		}},
-		{"every attribute type, event and link", sdktrace.NewSpanLimits(), func(tp trace.TracerProvider) {
-			ctx := trace.ContextWithRemoteSpanContext(context.Background(), remoteWithState)
-			_, sp := tp.Tracer("gw", trace.WithInstrumentationVersion("v9"), trace.WithSchemaURL("https://s/1"),
-				trace.WithInstrumentationAttributes(attribute.String("scope.attr", "x"), attribute.Int("n", 3))).
-				Start(ctx, "every", trace.WithSpanKind(trace.SpanKindClient), trace.WithTimestamp(t0),
-					trace.WithLinks(trace.Link{SpanContext: remoteWithState, Attributes: everyAttribute()},
-						trace.Link{SpanContext: remote.WithRemote(false).WithTraceFlags(0)}))
-			sp.SetAttributes(everyAttribute()...)
-			sp.AddEvent("first_token", trace.WithTimestamp(t0.Add(time.Millisecond)))
-			sp.AddEvent("with attributes", trace.WithTimestamp(t0.Add(2*time.Millisecond)), trace.WithAttributes(everyAttribute()...))
-			sp.SetStatus(codes.Error, "backend_down")
-			sp.End(trace.WithTimestamp(t0.Add(time.Second)))
+		{"a remote parent with a tracestate, every attribute kind, an event, a failure", func(p *Provider) []*Trace {
+			tr := p.Begin(remote, "every", "", trace.SpanKindServer, t0)
+			root := tr.Root()
+			everyAttr(root)
+			root.Event("first_token", ms(1))
+			root.Fail("backend_down")
+			c := tr.Start("attempt", "qwen3", trace.SpanKindClient, ms(1))
+			everyAttr(c)
+			c.Event("first_token", ms(2))
+			c.End(ms(3))
+			root.End(ms(4))
+			return []*Trace{tr}
 		}},
-		{"a tree of every kind and status", sdktrace.NewSpanLimits(), func(tp trace.TracerProvider) {
-			tr := tp.Tracer("gw")
-			ctx, root := tr.Start(context.Background(), "root", trace.WithSpanKind(trace.SpanKindServer))
-			for i, k := range []trace.SpanKind{trace.SpanKindUnspecified, trace.SpanKindInternal, trace.SpanKindClient, trace.SpanKindProducer, trace.SpanKindConsumer} {
-				_, sp := tr.Start(ctx, "child", trace.WithSpanKind(k))
+		{"a tree of every kind and status", func(p *Provider) []*Trace {
+			tr := p.Begin(context.Background(), "root", "", trace.SpanKindServer, t0)
+			for i, k := range []trace.SpanKind{trace.SpanKindInternal, trace.SpanKindClient, trace.SpanKindUnspecified, trace.SpanKindProducer, trace.SpanKindConsumer, trace.SpanKindInternal} {
+				s := tr.Start("child", []string{"", "x"}[i%2], k, ms(i))
 				switch i % 3 {
 				case 0:
-					sp.SetStatus(codes.Ok, "ignored for ok")
+					s.Fail("failed")
 				case 1:
-					sp.SetStatus(codes.Error, "")
+					s.Fail("") // an error without a description
 				}
-				sp.End()
+				s.End(ms(i + 1))
 			}
-			root.End()
+			tr.Root().End(ms(10))
+			return []*Trace{tr}
 		}},
-		{"dropped attributes, events and links", sdktrace.SpanLimits{AttributeCountLimit: 2, EventCountLimit: 1, LinkCountLimit: 1,
-			AttributePerEventCountLimit: 1, AttributePerLinkCountLimit: 1, AttributeValueLengthLimit: 4}, func(tp trace.TracerProvider) {
-			_, sp := tp.Tracer("gw").Start(context.Background(), "limited",
-				trace.WithLinks(trace.Link{SpanContext: remote, Attributes: everyAttribute()}, trace.Link{SpanContext: remote}))
-			sp.SetAttributes(everyAttribute()...)
-			sp.AddEvent("e1", trace.WithAttributes(everyAttribute()...))
-			sp.AddEvent("e2")
-			sp.End()
+		{"spans over 127 and 16383 bytes, long names", func(p *Provider) []*Trace {
+			tr := p.Begin(remoteRandom, strings.Repeat("n", 130), strings.Repeat("m", 200), trace.SpanKindServer, t0)
+			for i := range 400 {
+				tr.Root().Int("attr."+strconv.Itoa(i), int64(i))
+			}
+			c := tr.Start("door", "", trace.SpanKindInternal, ms(1))
+			for i := range 10 {
+				c.String("door."+strconv.Itoa(i), strings.Repeat("v", 10))
+			}
+			c.End(ms(2))
+			tr.Root().End(ms(3))
+			return []*Trace{tr}
 		}},
-		{"several scopes, interleaved", sdktrace.NewSpanLimits(), func(tp trace.TracerProvider) {
+		{"spans not ended, events without a time", func(p *Provider) []*Trace {
+			tr := p.Begin(context.Background(), "open", "", trace.SpanKindServer, t0)
+			tr.Root().Event("first_token", time.Unix(0, 0))
+			tr.Start("child", "", trace.SpanKindInternal, ms(1))
+			return []*Trace{tr}
+		}},
+		{"the sampler's attributes and tracestate", func(p *Provider) []*Trace {
+			p.sampler = attrSampler{sdktrace.RecordAndSample}
+			tr := p.Begin(remote, "sampled", "", trace.SpanKindServer, t0)
+			tr.Root().String("after", "the sampler's")
+			tr.Root().End(ms(1))
+			return []*Trace{tr}
+		}},
+		{"several traces in one batch", func(p *Provider) []*Trace {
+			var trs []*Trace
 			for i := range 6 {
-				name := []string{"a", "b", "c"}[i%3]
-				_, sp := tp.Tracer(name).Start(context.Background(), name)
-				sp.End()
+				ctx := []context.Context{context.Background(), remote, remoteRandom}[i%3]
+				tr := p.Begin(ctx, "POST", []string{"/v1/chat/completions", "", "/v1/completions"}[i%3], trace.SpanKindServer, ms(i))
+				tr.Root().Int("i", int64(i))
+				for j := range i {
+					s := tr.Start("attempt", "m"+strconv.Itoa(j), trace.SpanKindClient, ms(i+j))
+					s.Bool("retry", j > 0)
+					s.End(ms(i + j + 1))
+				}
+				tr.Root().End(ms(i + 10))
+				trs = append(trs, tr)
 			}
-			_, sp := tp.Tracer("").Start(context.Background(), "no scope name")
-			sp.End()
+			return trs
 		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			spans := record(t, res, tt.limits, tt.run)
-			std, ours := exportBoth(t, spans)
-			if !proto.Equal(std, ours) {
-				t.Fatalf("our request differs from otlptracehttp's (std, then ours):\n%s", textDiff(std, ours))
+			traces := tt.build(testProvider(sdktrace.AlwaysSample(), nil))
+			std, ours := exportBoth(t, res, traces)
+			requireSameRequest(t, std, ours)
+
+			// The same bytes with the spans pre-encoded, some or all.
+			e := newSpanEncoder(res.Attributes(), ScopeName)
+			want := slices.Clone(e.encode(traces))
+			for i, tr := range traces {
+				if i%2 == 0 {
+					tr.encodeSpans()
+				}
+			}
+			if got := e.encode(traces); !bytes.Equal(got, want) {
+				t.Fatal("some traces pre-encoded: the request differs")
+			}
+			for _, tr := range traces {
+				tr.encodeSpans()
+			}
+			if got := e.encode(traces); !bytes.Equal(got, want) {
+				t.Fatal("every trace pre-encoded: the request differs")
 			}
 		})
 	}
-
-	t.Run("several resources", func(t *testing.T) {
-		var spans []sdktrace.ReadOnlySpan
-		for i, r := range []*resource.Resource{
-			resource.NewWithAttributes("https://s/a", attribute.String("service.name", "a")),
-			resource.NewWithAttributes("https://s/b", attribute.String("service.name", "b")),
-			resource.Empty(),
-		} {
-			spans = append(spans, record(t, r, sdktrace.NewSpanLimits(), func(tp trace.TracerProvider) {
-				for j := range i + 2 {
-					_, sp := tp.Tracer([]string{"x", "y"}[j%2]).Start(context.Background(), "s")
-					sp.End()
-				}
-			})...)
-		}
-		// Interleave them: spans of one resource are not next to each other.
-		spans = []sdktrace.ReadOnlySpan{spans[0], spans[2], spans[5], spans[1], spans[3], spans[6], spans[4], spans[7], spans[8]}
-		std, ours := exportBoth(t, spans)
-		if len(std.ResourceSpans) != 3 || !proto.Equal(std, ours) {
-			t.Fatalf("our request differs from otlptracehttp's (std, then ours):\n%s", textDiff(std, ours))
-		}
-	})
 }
 
 // TestEncoderReusesItsBuffer: encoding one batch after another gives
-// each its own bytes, the first unaffected by a larger second.
+// each its own bytes, the first unaffected by a larger second, in the
+// same buffer, without allocating once it has grown.
 func TestEncoderReusesItsBuffer(t *testing.T) {
-	res := resource.NewSchemaless(attribute.String("service.name", "maitred"))
-	small := record(t, res, sdktrace.NewSpanLimits(), func(tp trace.TracerProvider) {
-		_, sp := tp.Tracer("gw").Start(context.Background(), "one")
-		sp.End()
-	})
-	big := record(t, res, sdktrace.NewSpanLimits(), func(tp trace.TracerProvider) {
-		for range 200 {
-			_, sp := tp.Tracer("gw").Start(context.Background(), "many")
-			sp.SetAttributes(everyAttribute()...)
-			sp.End()
-		}
-	})
-	var e spanEncoder
+	p := testProvider(sdktrace.AlwaysSample(), nil)
+	one := p.Begin(context.Background(), "one", "", trace.SpanKindServer, time.Now())
+	one.Root().End(time.Now())
+	small := []*Trace{one}
+	var big []*Trace
+	for range 200 {
+		tr := p.Begin(context.Background(), "many", "", trace.SpanKindServer, time.Now())
+		everyAttr(tr.Root())
+		tr.Start("child", "", trace.SpanKindClient, time.Now()).End(time.Now())
+		tr.Root().End(time.Now())
+		big = append(big, tr)
+	}
+	e := newSpanEncoder(resource.NewSchemaless(attribute.String("service.name", "maitred")).Attributes(), ScopeName)
 	first := slices.Clone(e.encode(small))
 	e.encode(big)
 	again := e.encode(small)
 	if string(first) != string(again) {
 		t.Fatal("the same spans encoded twice differ")
 	}
+	if &e.encode(big)[0] != &again[0] {
+		t.Fatal("the buffer was not reused")
+	}
+	if allocs := testing.AllocsPerRun(20, func() { e.encode(big); e.encode(small) }); allocs != 0 {
+		t.Fatalf("%v allocations per encoding, want 0", allocs)
+	}
 	var m coltracepb.ExportTraceServiceRequest
 	if err := proto.Unmarshal(e.encode(big), &m); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(m.ResourceSpans[0].ScopeSpans[0].Spans); n != 200 {
-		t.Fatalf("spans = %d, want 200", n)
+	if n := len(m.ResourceSpans[0].ScopeSpans[0].Spans); n != 400 {
+		t.Fatalf("spans = %d, want 400", n)
 	}
+}
+
+// FuzzEncoder: a span's name and attributes, whatever they are, decode
+// from our encoding to what was set.
+func FuzzEncoder(f *testing.F) {
+	f.Add("POST", "/v1/chat/completions", "k", "value", int64(-1), 0.5, true)
+	f.Add("", "", "", "", int64(0), 0.0, false)
+	f.Add(strings.Repeat("n", 200), "é", strings.Repeat("k", 127), strings.Repeat("v", 16384), int64(math.MinInt64), math.Inf(-1), true)
+	f.Add("GET /\xff", "m\xc3", "k", "bad \xe2\x82 utf-8", int64(7), 1.0, false)
+	p := testProvider(sdktrace.NeverSample(), nil) // Finish recycles the traces; encode takes them sampled or not
+	e := newSpanEncoder(nil, ScopeName)
+	f.Fuzz(func(t *testing.T, name, name2, key, str string, i int64, fl float64, b bool) {
+		// Protobuf strings are UTF-8 (the decoder refuses others): a
+		// span's own strings are made valid as they are set; keys are the
+		// caller's constants.
+		key = strings.ToValidUTF8(key, "?")
+		tr := p.Begin(context.Background(), name, name2, trace.SpanKindServer, time.Unix(1, 0))
+		s := tr.Root()
+		s.String(key, str)
+		name, name2, str = strings.ToValidUTF8(name, "\uFFFD"), strings.ToValidUTF8(name2, "\uFFFD"), strings.ToValidUTF8(str, "\uFFFD")
+		s.Int(key, i)
+		s.Float(key, fl)
+		s.Bool(key, b)
+		s.Event(str, time.Unix(2, 0))
+		s.Fail(str)
+		s.End(time.Unix(3, 0))
+		var m coltracepb.ExportTraceServiceRequest
+		if err := proto.Unmarshal(e.encode([]*Trace{tr}), &m); err != nil {
+			t.Fatal(err)
+		}
+		p.Finish(tr)
+		sp := m.ResourceSpans[0].ScopeSpans[0].Spans[0]
+		wantName := name
+		if name2 != "" {
+			wantName += " " + name2
+		}
+		if sp.Name != wantName || sp.Status.Message != str || sp.Status.Code != tracepb.Status_STATUS_CODE_ERROR {
+			t.Fatalf("name %q, status %v; want %q, %q", sp.Name, sp.Status, wantName, str)
+		}
+		if str != "" && (len(sp.Events) != 1 || sp.Events[0].Name != str) {
+			t.Fatalf("events %v, want one named %q", sp.Events, str)
+		}
+		a := sp.Attributes
+		if len(a) != 4 || a[0].Key != key || a[0].Value.GetStringValue() != str || a[1].Value.GetIntValue() != i ||
+			math.Float64bits(a[2].Value.GetDoubleValue()) != math.Float64bits(fl) || a[3].Value.GetBoolValue() != b {
+			t.Fatalf("attributes %v, want %q: %q, %d, %v, %v", a, key, str, i, fl, b)
+		}
+		if _, ok := a[0].Value.Value.(*commonpb.AnyValue_StringValue); !ok {
+			t.Fatalf("string attribute decoded as %T", a[0].Value.Value)
+		}
+	})
 }
 
 // textDiff shows two messages, for a failure.

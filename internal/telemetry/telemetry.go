@@ -1,9 +1,9 @@
 // Package telemetry builds maitred's OpenTelemetry trace pipeline: an OTLP
-// exporter (HTTP/protobuf or gRPC), a sampler and a TracerProvider, from
-// the config's tracing section and the standard OTEL_* environment
-// variables. It sets no global state: the provider it returns is handed
-// to the gateway (gateway.Options.TracerProvider) and flushed by
-// Shutdown when the process drains.
+// exporter (HTTP/protobuf or gRPC), a sampler and a Provider, from the
+// config's tracing section and the standard OTEL_* environment variables.
+// It sets no global state: the provider it returns is handed to the
+// gateway (gateway.Options.Tracing) and flushed by Shutdown when the
+// process drains.
 //
 // # Precedence
 //
@@ -26,26 +26,39 @@
 // OTEL_EXPORTER_OTLP_HEADERS, _TIMEOUT, _COMPRESSION, _CERTIFICATE,
 // _CLIENT_CERTIFICATE, _CLIENT_KEY and their _TRACES_ forms.
 //
+// # Traces
+//
+// The gateway does not use the SDK's spans: it fills a Trace per request
+// (trace.go), plain data with the request's spans, and hands it over
+// whole at the request's end (Provider.Finish). The provider samples with
+// the SDK's samplers (Begin asks the configured one), batches traces and
+// exports them. A trace's structures are kept on a free list and reused,
+// so that tracing every request costs a handful of allocations, not the
+// SDK's dozens (a span object, its attribute copies and an end-of-span
+// snapshot per span).
+//
 // # Exporters
 //
-// gRPC uses OpenTelemetry's otlptracegrpc. HTTP/protobuf uses this
-// package's own exporter (otlphttp.go): it writes the
-// ExportTraceServiceRequest in the protobuf wire format straight from the
-// SDK's spans into one reused buffer (otlpwire.go), the message the
-// standard otlptracehttp exporter sends, field for field (a differential
-// test holds them equal), at a fraction of its CPU: that one builds the
-// request's messages span by span and marshals them by reflection. It
-// keeps that exporter's behaviour: the settings above (a malformed one is
-// an error here, where that one logged and ignored it), gzip, a proxy from
-// the environment, retries of 429, 502, 503 and 504 honouring Retry-After
-// with bounded backoff, and it runs on the batcher's goroutine, never a
-// request's.
+// HTTP/protobuf uses this package's own exporter (otlphttp.go): it sends
+// the ExportTraceServiceRequest the standard otlptracehttp exporter sends
+// for the same spans, field for field (a differential test holds them
+// equal), written in the protobuf wire format straight from the traces
+// (otlpwire.go): each trace's spans are encoded by Finish, on the
+// request's goroutine while they are in its cache, and the batcher's
+// goroutine only frames them with the resource and scope, encoded once.
+// It keeps the standard exporter's behaviour: the settings above (a
+// malformed one is an error here, where that one logged and ignored it),
+// gzip, a proxy from the environment, retries of 429, 502, 503 and 504
+// honouring Retry-After with bounded backoff. gRPC uses OpenTelemetry's
+// otlptracegrpc, given the traces as the SDK's read-only spans
+// (otlpgrpc.go).
 //
-// Spans are batched by this package's batcher (batcher.go), for either
-// protocol: the SDK's batch span processor's settings (OTEL_BSP_SCHEDULE_DELAY,
-// _EXPORT_TIMEOUT, _MAX_QUEUE_SIZE, _MAX_EXPORT_BATCH_SIZE) and behaviour
-// (a full queue drops spans), but a span's end appends it under a mutex
-// instead of waking the exporting goroutine for each span.
+// Traces are batched by this package's batcher (batcher.go), for either
+// protocol, with the SDK's batch span processor's settings
+// (OTEL_BSP_SCHEDULE_DELAY, _EXPORT_TIMEOUT, _MAX_QUEUE_SIZE,
+// _MAX_EXPORT_BATCH_SIZE, counted in spans) and behaviour (a full queue
+// drops, never blocks a request), but a trace's finish appends it under a
+// mutex instead of waking the exporting goroutine for each span.
 package telemetry
 
 import (
@@ -56,9 +69,11 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/sdk/instrumentation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
@@ -184,23 +199,45 @@ func firstSet(getenv func(string) string, keys ...string) string {
 	return ""
 }
 
-// Provider is a running trace pipeline.
+// ScopeName is the instrumentation scope of maitred's spans.
+const ScopeName = "github.com/maitred-dev/maitred/gateway"
+
+// Provider is a running trace pipeline: the gateway begins a Trace per
+// request (trace.go) and finishes it; the provider samples it, batches it
+// and exports it. Safe for concurrent use.
 type Provider struct {
-	*sdktrace.TracerProvider
 	Settings Settings
+	sampler  sdktrace.Sampler
+	freeMu   sync.Mutex
+	free     []*Trace // released traces, for reuse (trace.go)
+	exp      exporter
+	queue    *batcher   // nil with Options.Sync: each trace is exported at its finish
+	wire     bool       // the exporter sends the OTLP wire format: Finish encodes
+	syncMu   sync.Mutex // Options.Sync: one export at a time
 }
 
-// Shutdown exports the spans still buffered and stops the exporter,
+// ForceFlush exports the traces finished so far, within ctx.
+func (p *Provider) ForceFlush(ctx context.Context) error {
+	if p.queue == nil {
+		return nil
+	}
+	return p.queue.ForceFlush(ctx)
+}
+
+// Shutdown exports the traces still buffered and stops the exporter,
 // within ctx.
 func (p *Provider) Shutdown(ctx context.Context) error {
-	return p.TracerProvider.Shutdown(ctx)
+	if p.queue == nil {
+		return p.exp.shutdown(ctx)
+	}
+	return p.queue.Shutdown(ctx)
 }
 
 // Options tune New beyond the settings (tests; embedders).
 type Options struct {
 	// Version is maitred's version, sent as service.version when set.
 	Version string
-	// Sync exports each span as it ends instead of in batches (tests).
+	// Sync exports each trace as it finishes instead of in batches (tests).
 	Sync bool
 	// Getenv reads the OTLP/HTTP exporter's OTEL_EXPORTER_OTLP_*
 	// settings and the batcher's OTEL_BSP_*; nil is os.Getenv.
@@ -215,10 +252,9 @@ func New(ctx context.Context, s Settings, o Options) (*Provider, error) {
 	if !s.Enabled {
 		return nil, nil
 	}
-	var (
-		exp sdktrace.SpanExporter
-		err error
-	)
+	if s.Sampler == nil {
+		return nil, errors.New("tracing: no sampler")
+	}
 	getenv := o.Getenv
 	if getenv == nil {
 		getenv = os.Getenv
@@ -227,9 +263,18 @@ func New(ctx context.Context, s Settings, o Options) (*Provider, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tracing: %w", err)
 	}
+	res, err := newResource(s, o.Version)
+	if err != nil {
+		return nil, fmt.Errorf("tracing: %w", err)
+	}
+	var exp exporter
+	wire := false
 	switch s.Protocol {
 	case ProtocolGRPC:
-		exp, err = otlptracegrpc.New(ctx, otlptracegrpc.WithEndpointURL(s.Endpoint))
+		var ge sdktrace.SpanExporter
+		if ge, err = otlptracegrpc.New(ctx, otlptracegrpc.WithEndpointURL(s.Endpoint)); err == nil {
+			exp = &grpcExporter{exp: ge, res: res, scope: instrumentation.Scope{Name: ScopeName}}
+		}
 	case ProtocolHTTP:
 		var hs httpSettings
 		if hs, err = readHTTPSettings(getenv, os.ReadFile); err == nil {
@@ -237,7 +282,8 @@ func New(ctx context.Context, s Settings, o Options) (*Provider, error) {
 			if o.Version != "" {
 				ua += "/" + o.Version
 			}
-			exp, err = newHTTPExporter(s.Endpoint, hs, ua)
+			exp, err = newHTTPExporter(s.Endpoint, hs, ua, newSpanEncoder(res.Attributes(), ScopeName))
+			wire = true
 		}
 	default:
 		err = fmt.Errorf("unknown protocol %q", s.Protocol)
@@ -245,21 +291,21 @@ func New(ctx context.Context, s Settings, o Options) (*Provider, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tracing exporter: %w", err)
 	}
+	p := &Provider{Settings: s, sampler: s.Sampler, exp: exp, wire: wire}
+	if !o.Sync {
+		p.queue = newBatcher(exp, bs, p.release)
+	}
+	return p, nil
+}
+
+// newResource is the resource of maitred's spans: service.name and
+// service.version over what OTEL_RESOURCE_ATTRIBUTES names, as the SDK's
+// TracerProvider builds it (resource.Environment reads the process's
+// environment, whatever Options.Getenv says).
+func newResource(s Settings, version string) (*resource.Resource, error) {
 	attrs := []attribute.KeyValue{attribute.String("service.name", s.ServiceName)}
-	if o.Version != "" {
-		attrs = append(attrs, attribute.String("service.version", o.Version))
+	if version != "" {
+		attrs = append(attrs, attribute.String("service.version", version))
 	}
-	if s.Sampler == nil {
-		return nil, errors.New("tracing: no sampler")
-	}
-	opts := []sdktrace.TracerProviderOption{
-		sdktrace.WithSampler(s.Sampler),
-		sdktrace.WithResource(resource.NewSchemaless(attrs...)),
-	}
-	if o.Sync {
-		opts = append(opts, sdktrace.WithSyncer(exp))
-	} else {
-		opts = append(opts, sdktrace.WithSpanProcessor(newBatcher(exp, bs)))
-	}
-	return &Provider{TracerProvider: sdktrace.NewTracerProvider(opts...), Settings: s}, nil
+	return resource.Merge(resource.Environment(), resource.NewSchemaless(attrs...))
 }
