@@ -47,6 +47,9 @@ type attempt struct {
 	// traceparent is the header's value, in room of its own (a header
 	// value is a slice).
 	traceparent [1]string
+	// tracedUsage is what usage read at the attempt's end, for its span
+	// and the request's (read once for both).
+	tracedUsage usageParts
 	// Set by timers on other goroutines, read after the proxy returns:
 	// no headers within the first-byte timeout, an answer silent for the
 	// idle timeout, the drain deadline.

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -186,6 +187,11 @@ func cpuTime() time.Duration {
 // tracing's cost. A traced chunk ends with a flush, so its spans' export
 // is charged to it; a GC cycle is charged to whichever chunk it runs in,
 // so the differences understate tracing's share of the GC a little.
+//
+// It runs on one P (GOMAXPROCS 1, restored after): the exporter's and the
+// collector's work then cannot hide on an idle core, nor a flush's wait
+// be inflated by idle threads spinning, so the wall-time difference is
+// all the work tracing adds, export and collector included.
 func BenchmarkServeTracedAlternating(b *testing.B) {
 	cfg, gtr, otlp := tracedBenchSetup(b)
 	var hs [2]http.Handler
@@ -196,6 +202,7 @@ func BenchmarkServeTracedAlternating(b *testing.B) {
 		fl.ProbeAll(context.Background())
 		hs[i] = g.Handler()
 	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	const chunk = 128
 	var wall, cpu [2]time.Duration
 	var n [2]int

@@ -33,11 +33,17 @@ type fakeBackend struct {
 	health   int
 	received []*http.Request
 	bodies   [][]byte
+	// forget: keep nothing of what is received (a benchmark's backend,
+	// whose heap must not grow with its iterations).
+	forget bool
 }
 
+// newFakeBackend serves model as vLLM would its probes, and h the rest;
+// a benchmark's keeps nothing of what it receives.
 func newFakeBackend(t testing.TB, model string, h http.HandlerFunc) *fakeBackend {
 	t.Helper()
-	fb := &fakeBackend{health: http.StatusOK}
+	_, bench := t.(*testing.B)
+	fb := &fakeBackend{health: http.StatusOK, forget: bench}
 	fb.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/health":
@@ -64,10 +70,12 @@ func newFakeBackend(t testing.TB, model string, h http.HandlerFunc) *fakeBackend
 			return
 		}
 		body, _ := io.ReadAll(r.Body)
-		fb.mu.Lock()
-		fb.received = append(fb.received, r.Clone(context.Background()))
-		fb.bodies = append(fb.bodies, body)
-		fb.mu.Unlock()
+		if !fb.forget {
+			fb.mu.Lock()
+			fb.received = append(fb.received, r.Clone(context.Background()))
+			fb.bodies = append(fb.bodies, body)
+			fb.mu.Unlock()
+		}
 		h(w, r)
 	}))
 	t.Cleanup(fb.Close)

@@ -161,7 +161,7 @@ func (t *tracer) end(x *exchange, status int, layer triage.Layer, end time.Time)
 		sp.Bool("maitred.stream", true)
 	}
 	if x.att != nil {
-		usageAttributes(sp, &x.att.usage)
+		usageAttributes(sp, x.att.tracedUsage) // read at the attempt's end
 	}
 	outcome := x.outcome
 	if outcome == "" {
@@ -198,13 +198,12 @@ func (t *tracer) end(x *exchange, status int, layer triage.Layer, end time.Time)
 }
 
 // usageAttributes sets the GenAI usage attributes of an attempt's
-// answer, read by its usageMeter: the tokens the answer reported, else
-// what the gateway counted (the door's prompt count; a stream's text with
-// the model's tokenizer), and maitred.usage.from saying which ("usage":
-// all reported; "counted": the gateway counted a part). A refused or
-// failed answer has none.
-func usageAttributes(sp *telemetry.Span, m *usageMeter) {
-	p := m.parts()
+// answer, as its usageMeter read them (usageMeter.parts): the tokens the
+// answer reported, else what the gateway counted (the door's prompt
+// count; a stream's text with the model's tokenizer), and
+// maitred.usage.from saying which ("usage": all reported; "counted": the
+// gateway counted a part). A refused or failed answer has none.
+func usageAttributes(sp *telemetry.Span, p usageParts) {
 	if p.promptFrom != usageUnknown {
 		sp.Int(attrInTokens, p.prompt)
 	}
@@ -281,7 +280,8 @@ func (t *tracer) endAttempt(x *exchange, a *attempt, r *http.Request) {
 	if a.upstreamID != "" {
 		sp.String("maitred.upstream_request_id", a.upstreamID)
 	}
-	usageAttributes(sp, &a.usage)
+	a.tracedUsage = a.usage.parts()
+	usageAttributes(sp, a.tracedUsage)
 	errType := ""
 	switch {
 	case a.proxyErr != nil && a.shutdown.Load():
