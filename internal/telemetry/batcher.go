@@ -103,7 +103,7 @@ func newBatcher(exp exporter, s batchSettings, release func(*Trace)) *batcher {
 // format when encode is set; false when it was dropped (a full queue, or
 // the batcher stopped), and then t is still the caller's.
 func (b *batcher) add(t *Trace, encode bool) bool {
-	n := len(t.spans)
+	n := t.spanCount()
 	if encode {
 		t.encodeSpans()
 	}
@@ -158,8 +158,8 @@ func (b *batcher) export(fullOnly bool) {
 			return
 		}
 		n, spans := 0, 0
-		for n < len(b.queue) && (n == 0 || spans+len(b.queue[n].spans) <= b.set.maxBatch) {
-			spans += len(b.queue[n].spans)
+		for n < len(b.queue) && (n == 0 || spans+b.queue[n].spanCount() <= b.set.maxBatch) {
+			spans += b.queue[n].spanCount()
 			n++
 		}
 		b.batch = append(b.batch[:0], b.queue[:n]...)

@@ -133,12 +133,15 @@ func (e *spanEncoder) encode(traces []*Trace) []byte {
 
 // encodeSpans writes t's spans in the wire format into t.wire, as encode
 // would write them in a request.
-func (t *Trace) encodeSpans() {
-	e := spanEncoder{b: t.wire[:0]}
+func (t *Trace) encodeSpans() { t.wire = t.appendSpans(t.wire[:0]) }
+
+// appendSpans appends t's spans in the wire format to b.
+func (t *Trace) appendSpans(b []byte) []byte {
+	e := spanEncoder{b: b}
 	for i, s := range t.spans {
 		e.span(t, i, s)
 	}
-	t.wire = e.b
+	return e.b
 }
 
 // span writes t's span s, the root when i is 0.

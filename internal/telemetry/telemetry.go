@@ -210,6 +210,7 @@ type Provider struct {
 	sampler  sdktrace.Sampler
 	freeMu   sync.Mutex
 	free     []*Trace // released traces, for reuse (trace.go)
+	carriers []*Trace // released carriers of encoded spans, likewise
 	exp      exporter
 	queue    *batcher   // nil with Options.Sync: each trace is exported at its finish
 	wire     bool       // the exporter sends the OTLP wire format: Finish encodes

@@ -42,10 +42,21 @@ type Trace struct {
 	// the pool is warm.
 	spans []*Span
 	// wire is the spans in the OTLP wire format (ScopeSpans.spans fields),
-	// written by Finish when the exporter sends that format: on the
-	// request's goroutine, while the spans are still in its cache, instead
-	// of on the exporter's long after. Its capacity is kept for reuse.
-	wire []byte
+	// written on the request's goroutine, while the spans are still in its
+	// cache, instead of on the exporter's long after. Its capacity is kept
+	// for reuse. A carrier (Finish, when the exporter sends that format)
+	// is a Trace that holds only this and the number of its spans, n.
+	wire    []byte
+	carrier bool
+	n       int
+}
+
+// spanCount is the number of spans t holds, or carries encoded.
+func (t *Trace) spanCount() int {
+	if t.carrier {
+		return t.n
+	}
+	return len(t.spans)
 }
 
 // A Span is one operation of a Trace. Its name is Name, or Name and Name2
@@ -125,10 +136,35 @@ func (p *Provider) Finish(t *Trace) {
 			otel.Handle(err)
 		}
 		p.syncMu.Unlock()
-	case p.queue.add(t, p.wire):
+	case p.wire:
+		// The batcher gets the spans encoded, in a carrier: t goes back
+		// to the free list at once, to serve the next request while it
+		// is still in the cache, and what waits for export is bytes the
+		// garbage collector need not scan.
+		c := p.getCarrier()
+		c.wire, c.n = t.appendSpans(c.wire[:0]), len(t.spans)
+		if !p.queue.add(c, false) {
+			p.release(c)
+		}
+	case p.queue.add(t, false):
 		return // the batcher's now
 	}
 	p.release(t)
+}
+
+// getCarrier takes a carrier (a Trace holding only encoded spans) from
+// its free list, or makes one.
+func (p *Provider) getCarrier() *Trace {
+	p.freeMu.Lock()
+	if n := len(p.carriers); n > 0 {
+		c := p.carriers[n-1]
+		p.carriers[n-1] = nil
+		p.carriers = p.carriers[:n-1]
+		p.freeMu.Unlock()
+		return c
+	}
+	p.freeMu.Unlock()
+	return &Trace{carrier: true}
 }
 
 // get takes a Trace from the free list, or makes one.
@@ -148,6 +184,15 @@ func (p *Provider) get() *Trace {
 // release resets t and puts it back on the free list, unless the list is
 // full (then the garbage collector has it).
 func (p *Provider) release(t *Trace) {
+	if t.carrier {
+		t.wire, t.n = t.wire[:0], 0
+		p.freeMu.Lock()
+		if len(p.carriers) < maxFree {
+			p.carriers = append(p.carriers, t)
+		}
+		p.freeMu.Unlock()
+		return
+	}
 	for _, s := range t.spans {
 		clear(s.attrs)
 		*s = Span{attrs: s.attrs[:0]}
