@@ -155,42 +155,26 @@ func (p *Provider) Finish(t *Trace) {
 // getCarrier takes a carrier (a Trace holding only encoded spans) from
 // its free list, or makes one.
 func (p *Provider) getCarrier() *Trace {
-	p.freeMu.Lock()
-	if n := len(p.carriers); n > 0 {
-		c := p.carriers[n-1]
-		p.carriers[n-1] = nil
-		p.carriers = p.carriers[:n-1]
-		p.freeMu.Unlock()
+	if c := p.pop(&p.carriers); c != nil {
 		return c
 	}
-	p.freeMu.Unlock()
 	return &Trace{carrier: true}
 }
 
 // get takes a Trace from the free list, or makes one.
 func (p *Provider) get() *Trace {
-	p.freeMu.Lock()
-	if n := len(p.free); n > 0 {
-		t := p.free[n-1]
-		p.free[n-1] = nil
-		p.free = p.free[:n-1]
-		p.freeMu.Unlock()
+	if t := p.pop(&p.free); t != nil {
 		return t
 	}
-	p.freeMu.Unlock()
 	return &Trace{}
 }
 
-// release resets t and puts it back on the free list, unless the list is
+// release resets t and puts it back on its free list, unless the list is
 // full (then the garbage collector has it).
 func (p *Provider) release(t *Trace) {
 	if t.carrier {
 		t.wire, t.n = t.wire[:0], 0
-		p.freeMu.Lock()
-		if len(p.carriers) < maxFree {
-			p.carriers = append(p.carriers, t)
-		}
-		p.freeMu.Unlock()
+		p.push(&p.carriers, t)
 		return
 	}
 	for _, s := range t.spans {
@@ -199,9 +183,28 @@ func (p *Provider) release(t *Trace) {
 	}
 	t.spans, t.wire = t.spans[:0], t.wire[:0]
 	t.parent, t.state = trace.SpanContext{}, trace.TraceState{}
+	p.push(&p.free, t)
+}
+
+// pop takes the last Trace off a free list; nil when it is empty.
+func (p *Provider) pop(list *[]*Trace) *Trace {
 	p.freeMu.Lock()
-	if len(p.free) < maxFree {
-		p.free = append(p.free, t)
+	defer p.freeMu.Unlock()
+	n := len(*list)
+	if n == 0 {
+		return nil
+	}
+	t := (*list)[n-1]
+	(*list)[n-1] = nil
+	*list = (*list)[:n-1]
+	return t
+}
+
+// push puts t on a free list that has room.
+func (p *Provider) push(list *[]*Trace, t *Trace) {
+	p.freeMu.Lock()
+	if len(*list) < maxFree {
+		*list = append(*list, t)
 	}
 	p.freeMu.Unlock()
 }
