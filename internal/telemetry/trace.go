@@ -19,12 +19,13 @@ import (
 // span (the request's SERVER span, the child of the caller's traceparent
 // when it sent one) and its children (the door, queue waits, backend
 // attempts). It is plain data filled by one goroutine, the request's, and
-// then handed over whole by Provider.Finish to the batcher, which encodes
-// it in the OTLP wire format straight from these fields and gives it back
-// to the provider's pool: no span object per span, no attribute copies,
-// no snapshot at a span's end. That is what makes tracing every request
-// cheap (the SDK's spans cost several times more, in allocations above
-// all).
+// then handed over whole by Provider.Finish: for OTLP/HTTP its spans are
+// encoded in the wire format there and then, straight from these fields,
+// and the Trace goes back to the provider's free list at once (the bytes
+// wait for the batcher in a carrier); for gRPC the Trace itself waits for
+// the batcher. No span object per span, no attribute copies, no snapshot
+// at a span's end: that is what makes tracing every request cheap (the
+// SDK's spans cost several times more, in allocations above all).
 //
 // A Trace is not safe for concurrent use, and must not be touched after
 // Finish.
@@ -39,7 +40,7 @@ type Trace struct {
 	sampled bool
 	// spans[0] is the root; the slice's *Span values are kept from one
 	// use of the Trace to the next, so that spans cost no allocation once
-	// the pool is warm.
+	// the free list is warm.
 	spans []*Span
 	// wire is the spans in the OTLP wire format (ScopeSpans.spans fields),
 	// written on the request's goroutine, while the spans are still in its
