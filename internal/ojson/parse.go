@@ -97,11 +97,26 @@ func grow(last, need int) int {
 	return max(need, min(max(2*last, 16), 256))
 }
 
+// bytesPerValue is about how many input bytes a chat request spends per
+// Value (a message of a few sentences is an object and two strings in
+// some 200 bytes): the first block of Values is sized from the input's
+// length with it, so that a conversation's nodes fit in one block instead
+// of three doubling ones that leave most of the last unused.
+const bytesPerValue = 64
+
+// firstSlab is the size of the first block of Values for an input of n
+// bytes: n/bytesPerValue, within grow's bounds.
+func firstSlab(n int) int { return min(max(n/bytesPerValue, 16), 256) }
+
 // alloc hands out Values from a block so a document costs a few allocations
 // rather than one per node.
 func (p *parser) alloc() *Value {
 	if len(p.slab) == 0 {
-		p.slabLen = grow(p.slabLen, 1)
+		if p.slabLen == 0 {
+			p.slabLen = firstSlab(len(p.data))
+		} else {
+			p.slabLen = grow(p.slabLen, 1)
+		}
 		p.slab = make([]Value, p.slabLen)
 	}
 	v := &p.slab[0]
