@@ -497,9 +497,15 @@ func (t *ownedTemplate) render(vars varSource, now func() time.Time) (string, er
 	hint := t.hint
 	t.hintM.Unlock()
 	if h, ok := vars.(outputHinter); ok {
-		// A long conversation's render is about as long as its
-		// request: one allocation instead of doubling up to it.
-		b.Grow(max(hint, h.outputHint()))
+		// A conversation's render is about as long as its request
+		// (the template's markup in place of the JSON's): one
+		// allocation instead of doubling up to it. The slack covers a
+		// template that adds more per message than JSON spends, and
+		// its own text (a date header); the first render's hint is
+		// not used, as it would size every smaller request's buffer
+		// at one and a half times that first request's render.
+		n := h.outputHint()
+		b.Grow(n + n/4 + 256)
 	} else {
 		b.Grow(hint)
 	}
