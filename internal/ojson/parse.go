@@ -46,7 +46,7 @@ func parse(data []byte, maxDepth int, strRead func(*parser) (string, error)) (*V
 		maxDepth = DefaultMaxDepth
 	}
 	p := parser{data: data, maxDepth: maxDepth, strRead: strRead}
-	p.items, p.members = p.itemStack[:0], p.memberStack[:0]
+	p.items, p.members, p.path = p.itemStack[:0], p.memberStack[:0], p.pathStack[:0]
 	p.skipSpace()
 	v, err := p.value()
 	if err != nil {
@@ -82,9 +82,11 @@ type parser struct {
 	memberSlab []Member
 	// The sizes of the last blocks allocated.
 	slabLen, itemLen, memberLen int
-	// The stacks' first blocks, enough for a chat's messages.
+	// The stacks' first blocks, enough for a chat's messages (and the
+	// path of a message's content part).
 	itemStack   [32]*Value
 	memberStack [16]Member
+	pathStack   [6]pathElem
 	// strRead, when set, reads every string instead of str's scans: the
 	// tests compare the scans with a byte-by-byte reader through it.
 	strRead func(*parser) (string, error)
