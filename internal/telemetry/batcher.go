@@ -99,14 +99,11 @@ func newBatcher(exp exporter, s batchSettings, release func(*Trace)) *batcher {
 	return b
 }
 
-// add queues t for export, its spans first encoded in the OTLP wire
-// format when encode is set; false when it was dropped (a full queue, or
-// the batcher stopped), and then t is still the caller's.
-func (b *batcher) add(t *Trace, encode bool) bool {
+// add queues t (a trace, or a carrier of encoded spans) for export; false
+// when it was dropped (a full queue, or the batcher stopped), and then t
+// is still the caller's.
+func (b *batcher) add(t *Trace) bool {
 	n := t.spanCount()
-	if encode {
-		t.encodeSpans()
-	}
 	b.mu.Lock()
 	if b.stopped || b.spans+n > b.set.maxQueue {
 		b.mu.Unlock()

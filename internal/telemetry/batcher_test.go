@@ -80,14 +80,14 @@ func TestBatcher(t *testing.T) {
 		b := newBatcher(f, long, r.release)
 		defer b.Shutdown(context.Background())
 		a := spanTrace(p, "a", 3)
-		if !b.add(a, false) {
+		if !b.add(a) {
 			t.Fatal("refused")
 		}
 		if got := strings.Join(<-f.exported, ""); got != "aaa" {
 			t.Fatalf("first batch %q", got)
 		}
 		x, y := spanTrace(p, "b", 1), spanTrace(p, "c", 1)
-		if !b.add(x, false) || !b.add(y, false) {
+		if !b.add(x) || !b.add(y) {
 			t.Fatal("refused")
 		}
 		if err := b.ForceFlush(t.Context()); err != nil {
@@ -104,12 +104,12 @@ func TestBatcher(t *testing.T) {
 		b := newBatcher(f, long, r.release)
 		defer b.Shutdown(context.Background())
 		x, y, z := spanTrace(p, "x", 2), spanTrace(p, "y", 2), spanTrace(p, "z", 5)
-		b.add(x, false)
-		b.add(y, false) // 4 spans: a full batch, of x alone
+		b.add(x)
+		b.add(y) // 4 spans: a full batch, of x alone
 		if got := strings.Join(<-f.exported, ""); got != "xx" {
 			t.Fatalf("first batch %q, want x's 2 spans", got)
 		}
-		b.add(z, false) // y and z: 7 spans, y goes, then z alone
+		b.add(z) // y and z: 7 spans, y goes, then z alone
 		if got := strings.Join(<-f.exported, ""); got != "yy" {
 			t.Fatalf("second batch %q, want y's 2 spans", got)
 		}
@@ -129,7 +129,7 @@ func TestBatcher(t *testing.T) {
 		f, r := &fakeExporter{started: make(chan int, 10), block: make(chan struct{})}, &releases{}
 		b := newBatcher(f, long, r.release)
 		a := spanTrace(p, "a", 3)
-		b.add(a, false) // a full batch: the export takes it and blocks
+		b.add(a) // a full batch: the export takes it and blocks
 		if n := <-f.started; n != 3 {
 			t.Fatalf("first export of %d spans", n)
 		}
@@ -137,7 +137,7 @@ func TestBatcher(t *testing.T) {
 		var refused []*Trace
 		for range 20 {
 			tr := spanTrace(p, "b", 1)
-			if b.add(tr, false) {
+			if b.add(tr) {
 				accepted = append(accepted, tr)
 			} else {
 				refused = append(refused, tr)
@@ -146,7 +146,7 @@ func TestBatcher(t *testing.T) {
 		if len(accepted) != 1+8 || len(refused) != 12 {
 			t.Fatalf("%d accepted, %d refused; want 1+8, 12", len(accepted), len(refused))
 		}
-		if huge := spanTrace(p, "h", 9); b.add(huge, false) {
+		if huge := spanTrace(p, "h", 9); b.add(huge) {
 			t.Fatal("a trace larger than the queue was accepted")
 		}
 		close(f.block)
@@ -164,12 +164,12 @@ func TestBatcher(t *testing.T) {
 		f, r := &fakeExporter{}, &releases{}
 		b := newBatcher(f, long, r.release)
 		x, y := spanTrace(p, "a", 1), spanTrace(p, "a", 1)
-		b.add(x, false)
-		b.add(y, false)
+		b.add(x)
+		b.add(y)
 		if err := b.Shutdown(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		if late := spanTrace(p, "late", 1); b.add(late, false) {
+		if late := spanTrace(p, "late", 1); b.add(late) {
 			t.Fatal("a trace was accepted after Shutdown")
 		}
 		if err := b.ForceFlush(t.Context()); err != nil {
@@ -189,19 +189,19 @@ func TestBatcher(t *testing.T) {
 		f, r := &fakeExporter{err: context.DeadlineExceeded}, &releases{}
 		b := newBatcher(f, long, r.release)
 		x := spanTrace(p, "a", 1)
-		b.add(x, false)
+		b.add(x)
 		if err := b.Shutdown(t.Context()); err != nil {
 			t.Fatal(err)
 		}
 		r.check(t, []*Trace{x})
 	})
 
-	t.Run("add pre-encodes the spans when asked", func(t *testing.T) {
+	t.Run("a carrier's pre-encoded spans go to the exporter", func(t *testing.T) {
 		f, r := &fakeExporter{}, &releases{}
 		b := newBatcher(f, long, r.release)
-		x, y := spanTrace(p, "a", 2), spanTrace(p, "b", 1)
-		b.add(x, true)
-		b.add(y, false)
+		x, y := p.carry(spanTrace(p, "a", 2)), spanTrace(p, "b", 1)
+		b.add(x)
+		b.add(y)
 		if err := b.Shutdown(t.Context()); err != nil {
 			t.Fatal(err)
 		}
@@ -237,7 +237,7 @@ func TestBatcherDelay(t *testing.T) {
 		f, r := &fakeExporter{}, &releases{}
 		b := newBatcher(f, batchSettings{delay: 5 * time.Second, timeout: time.Second, maxQueue: 8, maxBatch: 3}, r.release)
 		x := spanTrace(p, "a", 1)
-		b.add(x, false)
+		b.add(x)
 		time.Sleep(5*time.Second - time.Nanosecond)
 		synctest.Wait()
 		if batches, _ := f.got(); len(batches) != 0 {
@@ -249,7 +249,7 @@ func TestBatcherDelay(t *testing.T) {
 			t.Fatalf("batches %v at the delay", batches)
 		}
 		y := spanTrace(p, "b", 2)
-		b.add(y, false)
+		b.add(y)
 		time.Sleep(5 * time.Second)
 		synctest.Wait()
 		if batches, _ := f.got(); !slices.Equal(batchNames(batches), []string{"a", "bb"}) {

@@ -88,9 +88,10 @@ func gatewayTraces(n int) []*Trace {
 // /128.
 func BenchmarkExportSpans(b *testing.B) {
 	traces := gatewayTraces(128)
-	wired := gatewayTraces(128)
-	for _, t := range wired {
-		t.encodeSpans()
+	p := testProvider(sdktrace.AlwaysSample(), nil)
+	wired := make([]*Trace, 128)
+	for i := range wired {
+		wired[i] = p.carry(recordGatewayTrace(p, i))
 	}
 	coll := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)

@@ -118,7 +118,7 @@ func (e *spanEncoder) encode(traces []*Trace) []byte {
 	ss := e.open(fResourceSpansScopeSpans)
 	e.message(fScopeSpansScope, e.scope)
 	for _, t := range traces {
-		if len(t.wire) > 0 {
+		if t.carrier {
 			e.b = append(e.b, t.wire...)
 			continue
 		}
@@ -130,10 +130,6 @@ func (e *spanEncoder) encode(traces []*Trace) []byte {
 	e.close(rs)
 	return e.b
 }
-
-// encodeSpans writes t's spans in the wire format into t.wire, as encode
-// would write them in a request.
-func (t *Trace) encodeSpans() { t.wire = t.appendSpans(t.wire[:0]) }
 
 // appendSpans appends t's spans in the wire format to b.
 func (t *Trace) appendSpans(b []byte) []byte {

@@ -260,7 +260,8 @@ func TestEncoderMatchesStandardExporter(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			traces := tt.build(testProvider(sdktrace.AlwaysSample(), nil))
+			p := testProvider(sdktrace.AlwaysSample(), nil)
+			traces := tt.build(p)
 			std, ours := exportBoth(t, res, traces)
 			requireSameRequest(t, std, ours)
 
@@ -269,14 +270,16 @@ func TestEncoderMatchesStandardExporter(t *testing.T) {
 			want := slices.Clone(e.encode(traces))
 			for i, tr := range traces {
 				if i%2 == 0 {
-					tr.encodeSpans()
+					traces[i] = p.carry(tr)
 				}
 			}
 			if got := e.encode(traces); !bytes.Equal(got, want) {
 				t.Fatal("some traces pre-encoded: the request differs")
 			}
-			for _, tr := range traces {
-				tr.encodeSpans()
+			for i, tr := range traces {
+				if !tr.carrier {
+					traces[i] = p.carry(tr)
+				}
 			}
 			if got := e.encode(traces); !bytes.Equal(got, want) {
 				t.Fatal("every trace pre-encoded: the request differs")

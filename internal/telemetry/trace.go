@@ -42,11 +42,11 @@ type Trace struct {
 	// use of the Trace to the next, so that spans cost no allocation once
 	// the free list is warm.
 	spans []*Span
-	// wire is the spans in the OTLP wire format (ScopeSpans.spans fields),
-	// written on the request's goroutine, while the spans are still in its
-	// cache, instead of on the exporter's long after. Its capacity is kept
-	// for reuse. A carrier (Finish, when the exporter sends that format)
-	// is a Trace that holds only this and the number of its spans, n.
+	// A carrier (Provider.carry, when the exporter sends the OTLP wire
+	// format) is a Trace that holds only wire, its n spans in that format
+	// (ScopeSpans.spans fields), written on the request's goroutine while
+	// the spans are still in its cache instead of on the exporter's long
+	// after. wire's capacity is kept for reuse.
 	wire    []byte
 	carrier bool
 	n       int
@@ -142,15 +142,23 @@ func (p *Provider) Finish(t *Trace) {
 		// to the free list at once, to serve the next request while it
 		// is still in the cache, and what waits for export is bytes the
 		// garbage collector need not scan.
-		c := p.getCarrier()
-		c.wire, c.n = t.appendSpans(c.wire[:0]), len(t.spans)
-		if !p.queue.add(c, false) {
+		if c := p.carry(t); !p.queue.add(c) {
 			p.release(c)
 		}
-	case p.queue.add(t, false):
+		return
+	case p.queue.add(t):
 		return // the batcher's now
 	}
 	p.release(t)
+}
+
+// carry encodes t's spans into a carrier, releases t and returns the
+// carrier.
+func (p *Provider) carry(t *Trace) *Trace {
+	c := p.getCarrier()
+	c.wire, c.n = t.appendSpans(c.wire[:0]), len(t.spans)
+	p.release(t)
+	return c
 }
 
 // getCarrier takes a carrier (a Trace holding only encoded spans) from
@@ -182,7 +190,7 @@ func (p *Provider) release(t *Trace) {
 		clear(s.attrs)
 		*s = Span{attrs: s.attrs[:0]}
 	}
-	t.spans, t.wire = t.spans[:0], t.wire[:0]
+	t.spans = t.spans[:0]
 	t.parent, t.state = trace.SpanContext{}, trace.TraceState{}
 	p.push(&p.free, t)
 }
