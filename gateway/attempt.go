@@ -108,11 +108,11 @@ func (g *Gateway) dispatch(w http.ResponseWriter, r *http.Request, x *exchange, 
 	var lastErr error
 	for {
 		var queuedAt time.Time
-		if x.tr != nil {
+		if x.tr.on() {
 			queuedAt = time.Now()
 		}
 		lease, o := rt.pool.Acquire(r.Context(), t)
-		if x.tr != nil {
+		if x.tr.on() {
 			g.tr.queued(x, queuedAt, o, lease)
 		}
 		rt.metrics.admissions.WithLabelValues(o.String()).Inc()
@@ -184,7 +184,7 @@ func (g *Gateway) forwardLease(w http.ResponseWriter, r *http.Request, a *attemp
 // attempt.
 func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, a *attempt, body []byte) attemptResult {
 	x := a.x
-	if x.tr != nil {
+	if x.tr.on() {
 		g.tr.attempt(x, a, r)
 		defer g.tr.endAttempt(x, a, r)
 	}

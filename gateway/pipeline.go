@@ -178,7 +178,7 @@ func (g *Gateway) rejected(x *exchange, e *Error) error {
 	if x.key != nil {
 		x.key.metrics.rejections.WithLabelValues(e.outcome()).Inc()
 	}
-	if x.tr != nil {
+	if x.tr.on() {
 		x.tr.rejection = e.outcome()
 	}
 	return e

@@ -65,7 +65,7 @@ func (g *Gateway) newProxy(rt http.RoundTripper) *httputil.ReverseProxy {
 			if a.span != nil {
 				// vLLM's span is the attempt's child. Untraced, the
 				// client's traceparent passes through as it came.
-				g.tr.inject(a.x, a, h)
+				g.tr.inject(a, h)
 			}
 		},
 		ModifyResponse: func(res *http.Response) error {

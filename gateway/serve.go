@@ -97,10 +97,9 @@ type exchange struct {
 	// The door's numbers, logged with the request.
 	promptTokens, maxTokens, maxModelLen int
 	uncounted                            string
-	// tr is the request's tracing (tracing.go), trState when traced; nil
-	// when the gateway does not trace.
-	tr      *spans
-	trState spans
+	// tr is the request's tracing (tracing.go); tr.on() is false when the
+	// gateway does not trace.
+	tr spans
 }
 
 // serve is the edge adapter: it assigns the request id, runs h, renders a
@@ -216,7 +215,7 @@ func (g *Gateway) finish(x *exchange, rec *recorder, r *http.Request, err error)
 	code := strconv.Itoa(status)
 	ph := x.phases(end)
 	g.observe(x, layer, ph, d)
-	if x.tr != nil {
+	if x.tr.on() {
 		g.tr.end(x, status, layer, end)
 	}
 	mm := g.metricsOf(x)

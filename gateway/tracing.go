@@ -41,7 +41,7 @@ func newTracer(p *telemetry.Provider) *tracer {
 }
 
 // spans is what a traced request carries: its trace and what its spans
-// are told at their end. An untraced request has none. The usage
+// are told at their end; an untraced request's is empty. The usage
 // attributes come from the attempt's usageMeter, the one reader of the
 // answer's usage.
 type spans struct {
@@ -52,6 +52,9 @@ type spans struct {
 	// rejection is the door's Reason when the door rejected the request.
 	rejection string
 }
+
+// on is whether the request is traced.
+func (s *spans) on() bool { return s.t != nil }
 
 // Attribute keys: OpenTelemetry's GenAI and HTTP semantic conventions,
 // and maitred's own.
@@ -112,12 +115,10 @@ func keyName(x *exchange) string {
 // traceparent when it sent a valid one.
 func (t *tracer) start(r *http.Request, x *exchange) {
 	ctx := r.Context()
-	if r.Header["Traceparent"] != nil {
+	if r.Header["Traceparent"] != nil { // the propagator's lookups canonicalize their keys: skip them when there is nothing to find
 		ctx = t.prop.Extract(ctx, propagation.HeaderCarrier(r.Header))
 	}
-	x.trState = spans{method: r.Method}
-	x.tr = &x.trState
-	x.tr.t = t.p.Begin(ctx, r.Method, x.endpoint, trace.SpanKindServer, x.start)
+	x.tr = spans{method: r.Method, t: t.p.Begin(ctx, r.Method, x.endpoint, trace.SpanKindServer, x.start)}
 }
 
 // end closes the request's spans once its answer is over: the door's
@@ -306,7 +307,8 @@ func (t *tracer) endAttempt(x *exchange, a *attempt, r *http.Request) {
 
 // inject puts attempt a's span context in the backend request's headers
 // (traceparent, tracestate), replacing the client's.
-func (t *tracer) inject(x *exchange, a *attempt, h http.Header) {
+func (t *tracer) inject(a *attempt, h http.Header) {
+	x := a.x
 	a.traceparent[0] = x.tr.t.Traceparent(a.span)
 	h["Traceparent"] = a.traceparent[:]
 	if ts := x.tr.t.Tracestate(); ts != "" {

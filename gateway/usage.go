@@ -82,7 +82,7 @@ type usageReport struct{ prompt, completion int64 }
 // whether it is the family's SSE stream. It becomes the response body.
 func (m *usageMeter) follow(x *exchange, status int, body io.ReadCloser, stream bool) io.ReadCloser {
 	m.body, m.status = body, status
-	m.noModel = x.tr == nil
+	m.noModel = !x.tr.on()
 	m.scan.modelDone = m.noModel // as if read: the scanner skips it
 	if stream {
 		m.events = x.streamShape().meter
