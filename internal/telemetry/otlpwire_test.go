@@ -235,7 +235,7 @@ func TestEncoderMatchesStandardExporter(t *testing.T) {
 			return []*Trace{tr}
 		}},
 		{"the sampler's attributes and tracestate", func(p *Provider) []*Trace {
-			p.sampler = attrSampler{sdktrace.RecordAndSample}
+			p.Settings.Sampler = attrSampler{sdktrace.RecordAndSample}
 			tr := p.Begin(remote, "sampled", "", trace.SpanKindServer, t0)
 			tr.Root().String("after", "the sampler's")
 			tr.Root().End(ms(1))

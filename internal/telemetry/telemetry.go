@@ -207,7 +207,6 @@ const ScopeName = "github.com/maitred-dev/maitred/gateway"
 // and exports it. Safe for concurrent use.
 type Provider struct {
 	Settings Settings
-	sampler  sdktrace.Sampler
 	freeMu   sync.Mutex
 	free     []*Trace // released traces, for reuse (trace.go)
 	carriers []*Trace // released carriers of encoded spans, likewise
@@ -292,7 +291,7 @@ func New(ctx context.Context, s Settings, o Options) (*Provider, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tracing exporter: %w", err)
 	}
-	p := &Provider{Settings: s, sampler: s.Sampler, exp: exp, wire: wire}
+	p := &Provider{Settings: s, exp: exp, wire: wire}
 	if !o.Sync {
 		p.queue = newBatcher(exp, bs, p.release)
 	}

@@ -111,7 +111,7 @@ func (p *Provider) Begin(ctx context.Context, name, name2 string, kind trace.Spa
 		t.parent = trace.SpanContext{}
 		t.id = newTraceID()
 	}
-	res := p.sampler.ShouldSample(sdktrace.SamplingParameters{ParentContext: ctx, TraceID: t.id, Name: name, Kind: kind})
+	res := p.Settings.Sampler.ShouldSample(sdktrace.SamplingParameters{ParentContext: ctx, TraceID: t.id, Name: name, Kind: kind})
 	t.sampled = res.Decision == sdktrace.RecordAndSample
 	t.flags = t.parent.TraceFlags().WithSampled(t.sampled)
 	t.state = res.Tracestate

@@ -22,7 +22,7 @@ import (
 // builds, without an OTLP exporter. exp may be nil when no sampled trace
 // is finished.
 func testProvider(sampler sdktrace.Sampler, exp exporter) *Provider {
-	return &Provider{sampler: sampler, exp: exp}
+	return &Provider{Settings: Settings{Sampler: sampler}, exp: exp}
 }
 
 // fakeExporter records the batches it is given, as span names per batch
