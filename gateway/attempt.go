@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -38,6 +40,10 @@ type attempt struct {
 	upstreamStatus int
 	// proxyErr is the transport error the reverse proxy reported, if any.
 	proxyErr error
+	// conn traces the connection the transport gave the request;
+	// reusedIdle: it had served another request and waited in the pool.
+	conn       httptrace.ClientTrace
+	reusedIdle bool
 	// usage follows the answer to the client and tells what it used
 	// (usage.go); it is the response body the proxy reads.
 	usage usageMeter
@@ -202,21 +208,19 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, a *attempt, bo
 	}
 
 	x.sentAt, x.headersAt, x.firstEventAt, x.lastEventAt, x.events = time.Now(), time.Time{}, time.Time{}, time.Time{}, 0
-	out := r.WithContext(context.WithValue(ctx, ctxKey{}, a))
-	out.Body = io.NopCloser(bytes.NewReader(body))
-	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-	if len(body) == 0 {
-		out.Body, out.GetBody = http.NoBody, nil // a GET: no framing at all
-	}
 	// One framing upstream: the length of the bytes the door read, even
 	// when the client sent them chunked.
-	out.ContentLength = int64(len(body))
-	if x.upload != nil {
-		x.upload.attach(out, r.ContentLength)
+	var out io.ReadCloser = http.NoBody // a GET: no framing at all
+	var getBody func() (io.ReadCloser, error)
+	length := int64(len(body))
+	switch {
+	case x.upload != nil:
+		out, getBody, length = x.upload.attach(r.ContentLength)
+	case len(body) > 0:
+		out = io.NopCloser(bytes.NewReader(body))
+		getBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	}
-	out.TransferEncoding = nil
-	out.Trailer = nil
-	g.proxy.ServeHTTP(w, out)
+	g.relay(w, r, ctx, a, out, length, getBody)
 	if a.proxyErr != nil {
 		if err := x.upload.failed(); err != nil {
 			return attemptResult{err: g.uploadError(x, r, err)} // the client's upload failed, not the backend
@@ -252,7 +256,7 @@ func (g *Gateway) classify(r *http.Request, a *attempt) attemptResult {
 		}
 		return attemptResult{err: &Error{Status: http.StatusGatewayTimeout, Type: typeServer, Code: codeBackendTimeout, Layer: layer,
 			Message: fmt.Sprintf("Backend %s of model %q sent no response headers within %s.", host, x.rt.name, x.rt.firstByte), Cause: err}}
-	case neverSent(err):
+	case a.neverSent():
 		// Refused, or written into a connection the backend had already
 		// closed (a pooled connection to a process that died): the request
 		// never reached a live server, so another backend may take it.
@@ -276,7 +280,8 @@ func dialReason(err error) string {
 		return "connection refused"
 	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
 		return "host unreachable"
-	case errors.Is(err, syscall.EPIPE), errors.Is(err, syscall.ECONNRESET), err.Error() == errServerClosedIdle:
+	case errors.Is(err, syscall.EPIPE), errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.EOF),
+		err.Error() == errServerClosedIdle, strings.HasPrefix(err.Error(), errNoAnswerByte):
 		return "connection closed by the backend"
 	}
 	var ne net.Error

@@ -189,20 +189,16 @@ func (up *upload) read(body io.Reader, boundary string) error {
 	return err
 }
 
-// attach sets out's body: the spool, then the rest of the client's body.
-// The length is the client's own when it declared one (the bytes are
-// the client's), the spool's when complete, or unknown (chunked).
-func (up *upload) attach(out *http.Request, declared int64) {
+// attach returns the upstream body: the spool, then the rest of the
+// client's body; with how to read it again and its length. The length is
+// the client's own when it declared one (the bytes are the client's), the
+// spool's when complete, or unknown (-1: chunked).
+func (up *upload) attach(declared int64) (io.ReadCloser, func() (io.ReadCloser, error), int64) {
 	open := func() io.Reader { return io.NewSectionReader(up.spool, 0, up.spooled) }
 	if up.complete {
-		out.Body = io.NopCloser(open())
-		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(open()), nil }
-		out.ContentLength = up.spooled
-		return
+		return io.NopCloser(open()), func() (io.ReadCloser, error) { return io.NopCloser(open()), nil }, up.spooled
 	}
-	out.Body = io.NopCloser(io.MultiReader(open(), readerFunc(up.readRest)))
-	out.GetBody = nil
-	out.ContentLength = declared
+	return io.NopCloser(io.MultiReader(open(), readerFunc(up.readRest))), nil, declared
 }
 
 // readRest reads the client's body past the spool for the transport; a

@@ -52,12 +52,18 @@
 // through the door (admission.Door: strict parse, shape, chat template,
 // exact context check; chat counts go through the count cache,
 // count_cache_bytes, countcache.go, which a reload keeps), then waits in
-// its model's admission.Pool for a backend with room, and its original bytes are forwarded unchanged through
-// a single httputil.ReverseProxy. GET /version and the uncountable
+// its model's admission.Pool for a backend with room, and its original bytes are forwarded unchanged by
+// the gateway's own reverse proxy (relay, proxy.go: one request value
+// built per attempt, the body the door read sent with its headers in one
+// write, each write to the client flushed). GET /version and the uncountable
 // /tokenize pass through to a ready backend outside the queue. A
 // connection failure before anything reached a backend goes back to the
 // pool for another one. The proxy drops hop-by-hop headers both ways, drops
-// the client's Authorization and cookies, and sends the backend's own key.
+// the client's Authorization and cookies and its X-Forwarded-* claims (it
+// states the hop it saw), and sends the backend's own key. A request sent
+// on a reused keep-alive connection that ends before the answer's first
+// byte is taken as never sent (the backend closed it as the request went
+// out) and may go to another backend.
 // Backend answers, errors included, pass through byte for byte. A streaming
 // answer is wrapped in a streamGuard that passes each complete SSE event on
 // at once (the proxy flushes every write) and, if the backend stream ends

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net"
 	"net/http"
-	"net/http/httputil"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -77,9 +76,10 @@ type Gateway struct {
 	log     *zap.Logger
 	reg     *prometheus.Registry
 	metrics *metrics
-	proxy   *httputil.ReverseProxy
-	handler http.Handler
-	phase   atomic.Int32
+	// upstream carries every request to the backends (relay, proxy.go).
+	upstream http.RoundTripper
+	handler  http.Handler
+	phase    atomic.Int32
 	// bodies is the budget of request body bytes held at once.
 	bodies  bodyBudget
 	checker *tokenizeChecker
@@ -191,7 +191,7 @@ func New(o Options) (*Gateway, error) {
 		return nil, err
 	}
 	g.checker = newTokenizeChecker(&http.Client{Transport: o.Transport}, g.log)
-	g.proxy = g.newProxy(o.Transport)
+	g.upstream = o.Transport
 	g.handler = g.routes()
 	return g, nil
 }

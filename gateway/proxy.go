@@ -1,31 +1,26 @@
 package gateway
 
 import (
+	"context"
+	"errors"
 	"fmt"
-	"log"
+	"io"
+	"net"
 	"net/http"
-	"net/http/httputil"
+	"net/http/httptrace"
+	"net/textproto"
+	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
-
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 )
 
-// ctxKey carries a request's current attempt to the proxy's hooks.
-type ctxKey struct{}
-
-// copyBuffers are the proxy's copy buffers: 8 KiB rather than
-// ReverseProxy's default 32 KiB, because a stream holds its buffer for as
-// long as it is open (an SSE event is far smaller), and pooled, because a
-// short request gives it back at once.
-type copyBuffers struct{}
-
+// copyBufferPool holds the proxy's copy buffers: 8 KiB, because a stream
+// holds its buffer for as long as it is open (an SSE event is far
+// smaller), and pooled, because a short answer gives it back at once.
 var copyBufferPool = sync.Pool{New: func() any { b := make([]byte, 8<<10); return &b }}
-
-func (copyBuffers) Get() []byte  { return *copyBufferPool.Get().(*[]byte) }
-func (copyBuffers) Put(b []byte) { copyBufferPool.Put(&b) }
 
 // clientOnlyHeaders never reach a backend: the client's credentials
 // (Authorization, API-key headers, cookies), the client's claim to an
@@ -34,82 +29,312 @@ func (copyBuffers) Put(b []byte) { copyBufferPool.Put(&b) }
 // 100 Continue relayed by the proxy would be the client's second.
 var clientOnlyHeaders = []string{"Authorization", "Proxy-Authorization", "Cookie", "X-Api-Key", "Api-Key", "X-Real-Ip", "Expect"}
 
-// newProxy builds the one reverse proxy every backend request goes through.
-// The backend is chosen per request and travels in the request context.
-func (g *Gateway) newProxy(rt http.RoundTripper) *httputil.ReverseProxy {
-	return &httputil.ReverseProxy{
-		Transport: rt,
-		// Flush every write: SSE events must reach the client as they come.
-		FlushInterval: -1,
-		BufferPool:    copyBuffers{},
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			a := pr.In.Context().Value(ctxKey{}).(*attempt)
-			pr.SetURL(a.backend.URL)
-			pr.SetXForwarded()
-			h := pr.Out.Header
-			// The client's credentials are for the gateway, never for a
-			// backend; the backend gets its own key from the config.
-			for _, k := range clientOnlyHeaders {
-				h.Del(k)
+// hopByHop are the headers of one connection, never relayed in either
+// direction (RFC 9110 section 7.6.1), besides those a Connection header names.
+var hopByHop = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// forwardedHeaders are the client's claims about earlier hops; the gateway
+// states the one hop it saw itself.
+var forwardedHeaders = []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"}
+
+// relay sends attempt a's request to its backend and relays the answer to
+// w. It is the gateway's reverse proxy: the request it builds carries the
+// body the door read (an in-memory body goes out with its headers in one
+// write) and the client's end-to-end headers less credentials, hop-by-hop
+// and forwarding claims; the answer's headers and body pass through as
+// they come, every write flushed (a stream's headers, and those of an
+// answer of unknown length, at once; those of any other answer with its
+// first bytes). A failure before any response
+// header is left in a.proxyErr, with nothing written; a failure while
+// copying the body aborts the client's connection (http.ErrAbortHandler),
+// since the status line is already out.
+func (g *Gateway) relay(w http.ResponseWriter, in *http.Request, ctx context.Context, a *attempt, body io.ReadCloser, length int64, getBody func() (io.ReadCloser, error)) {
+	out := (&http.Request{
+		Method:        in.Method,
+		URL:           backendURL(a.backend.URL, in.URL),
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        upstreamHeader(in, a),
+		Body:          body,
+		GetBody:       getBody,
+		ContentLength: length,
+	}).WithContext(a.traceConn(ctx))
+	if a.span != nil {
+		// vLLM's span is the attempt's child. Untraced, the client's
+		// traceparent passes through as it came.
+		g.tr.inject(a, out.Header)
+	}
+	res, err := g.upstream.RoundTrip(out)
+	if err == nil && res.StatusCode == http.StatusSwitchingProtocols {
+		// The gateway never asks for an upgrade (Upgrade is hop-by-hop).
+		res.Body.Close()
+		err = errors.New("the backend switched protocols unasked")
+	}
+	if err != nil {
+		a.proxyErr = err
+		return
+	}
+	dropHopByHop(res.Header)
+	flushHeaders := g.onResponse(res, a)
+	h := w.Header()
+	for k, vs := range res.Header {
+		if have := h[k]; have != nil {
+			h[k] = append(have, vs...)
+		} else {
+			h[k] = vs // the answer's own: shared, not copied
+		}
+	}
+	if len(res.Trailer) > 0 {
+		names := make([]string, 0, len(res.Trailer))
+		for k := range res.Trailer {
+			names = append(names, k)
+		}
+		h.Add("Trailer", strings.Join(names, ", "))
+	}
+	w.WriteHeader(res.StatusCode)
+	if flushHeaders {
+		// A stream's headers go out before its first event; an answer
+		// of known length sends them with its first bytes.
+		flush(w)
+	}
+	if err := copyAnswer(w, res.Body); err != nil {
+		res.Body.Close()
+		if in.Context().Value(http.ServerContextKey) != nil {
+			panic(http.ErrAbortHandler) // net/http drops the connection
+		}
+		return // no server to abort (a handler called directly)
+	}
+	res.Body.Close() // before the trailers: closing reads them
+	for k, vs := range res.Trailer {
+		h[http.TrailerPrefix+k] = vs
+	}
+}
+
+// traceConn returns ctx with a hook that notes whether the transport gave
+// the attempt a reused idle connection (attempt.neverSent).
+func (a *attempt) traceConn(ctx context.Context) context.Context {
+	a.conn.GotConn = func(c httptrace.GotConnInfo) { a.reusedIdle = c.Reused && c.WasIdle }
+	return httptrace.WithClientTrace(ctx, &a.conn)
+}
+
+// upstreamHeader is the header a backend gets: the client's end-to-end
+// headers (values shared, not copied: neither side changes them), less its
+// credentials, the hop-by-hop ones and those its Connection header names,
+// its forwarding claims and the gateway's own X-Maitred- headers; plus the
+// one hop the gateway saw (X-Forwarded-*), the backend's own key and a
+// fresh request id.
+func upstreamHeader(in *http.Request, a *attempt) http.Header {
+	h := make(http.Header, len(in.Header)+6)
+	for k, vs := range in.Header {
+		if !relayedHeader(k) {
+			continue
+		}
+		h[k] = vs
+	}
+	for _, v := range in.Header["Connection"] {
+		for f := range strings.SplitSeq(v, ",") {
+			if f = textproto.TrimString(f); f != "" {
+				delete(h, http.CanonicalHeaderKey(f))
 			}
-			for k := range h {
-				if strings.HasPrefix(k, "X-Maitred-") {
-					delete(h, k) // the gateway's own (priority, probe marks)
-				}
+		}
+	}
+	if hasToken(in.Header["Te"], "trailers") {
+		h["Te"] = teTrailers // the one TE a hop may pass on
+	}
+	if _, ok := in.Header["User-Agent"]; !ok {
+		h["User-Agent"] = emptyValue // not Go's default
+	}
+	if ip, _, err := net.SplitHostPort(in.RemoteAddr); err == nil {
+		h["X-Forwarded-For"] = []string{ip}
+	}
+	h["X-Forwarded-Host"] = []string{in.Host}
+	if in.TLS != nil {
+		h["X-Forwarded-Proto"] = httpsValue
+	} else {
+		h["X-Forwarded-Proto"] = httpValue
+	}
+	if a.backend.Key != "" {
+		h["Authorization"] = []string{"Bearer " + a.backend.Key}
+	}
+	a.upstreamID = newID()
+	h["X-Request-Id"] = []string{a.upstreamID}
+	return h
+}
+
+var (
+	teTrailers = []string{"trailers"}
+	emptyValue = []string{""}
+	httpValue  = []string{"http"}
+	httpsValue = []string{"https"}
+)
+
+// hasToken reports whether a comma-separated header's values name token
+// (case-insensitive, parameters ignored).
+func hasToken(values []string, token string) bool {
+	for _, v := range values {
+		for f := range strings.SplitSeq(v, ",") {
+			f, _, _ = strings.Cut(f, ";")
+			if strings.EqualFold(textproto.TrimString(f), token) {
+				return true
 			}
-			if a.backend.Key != "" {
-				h.Set("Authorization", "Bearer "+a.backend.Key)
+		}
+	}
+	return false
+}
+
+// relayedHeader reports whether a client's header (canonical name) may
+// reach a backend.
+func relayedHeader(k string) bool {
+	if strings.HasPrefix(k, "X-Maitred-") {
+		return false // the gateway's own (priority, probe marks)
+	}
+	return !slices.Contains(hopByHop, k) && !slices.Contains(clientOnlyHeaders, k) && !slices.Contains(forwardedHeaders, k)
+}
+
+// dropHopByHop removes a backend answer's hop-by-hop headers and those its
+// Connection header names.
+func dropHopByHop(h http.Header) {
+	for _, v := range h["Connection"] {
+		for f := range strings.SplitSeq(v, ",") {
+			if f = textproto.TrimString(f); f != "" {
+				h.Del(f)
 			}
-			a.upstreamID = newID()
-			h.Set("X-Request-Id", a.upstreamID)
-			if a.span != nil {
-				// vLLM's span is the attempt's child. Untraced, the
-				// client's traceparent passes through as it came.
-				g.tr.inject(a, h)
+		}
+	}
+	for _, k := range hopByHop {
+		delete(h, k)
+	}
+}
+
+// backendURL is the request's URL on backend b: b's scheme and host, b's
+// path joined with the request's, and both queries.
+func backendURL(b, in *url.URL) *url.URL {
+	u := &url.URL{Scheme: b.Scheme, Host: b.Host, RawQuery: in.RawQuery}
+	switch {
+	case b.RawQuery == "":
+	case in.RawQuery == "":
+		u.RawQuery = b.RawQuery
+	default:
+		u.RawQuery = b.RawQuery + "&" + in.RawQuery
+	}
+	if b.Path == "" || b.Path == "/" {
+		u.Path, u.RawPath = in.Path, in.RawPath
+		return u
+	}
+	if b.RawPath == "" && in.RawPath == "" {
+		u.Path = joinSlash(b.Path, in.Path)
+		return u
+	}
+	u.Path = joinSlash(b.Path, in.Path)
+	u.RawPath = joinSlash(b.EscapedPath(), in.EscapedPath())
+	return u
+}
+
+// joinSlash joins two path parts with exactly one slash between them.
+func joinSlash(a, b string) string {
+	switch as, bs := strings.HasSuffix(a, "/"), strings.HasPrefix(b, "/"); {
+	case as && bs:
+		return a + b[1:]
+	case !as && !bs && b != "":
+		return a + "/" + b
+	}
+	return a + b
+}
+
+// onResponse runs when a backend's headers came: it stops the first-byte
+// timer, notes the status, sets Server-Timing, and wraps the body in its
+// guard (a stream's or an answer's) and the usage meter. It returns
+// whether the headers go to the client before any body: for a stream, or
+// an answer of unknown length.
+func (g *Gateway) onResponse(res *http.Response, a *attempt) (flushHeaders bool) {
+	x := a.x
+	a.firstByte.Stop()
+	a.upstreamStatus = res.StatusCode
+	x.headersAt = time.Now()
+	// Server-Timing: the phases known before the headers go out.
+	// For a non-streaming answer "backend" is the whole generation.
+	res.Header["Server-Timing"] = []string{serverTimingValue(x)}
+	// The client's id is already on the response (serve set it);
+	// the backend's echo of its own id would add a second value.
+	delete(res.Header, "X-Request-Id")
+	idle := x.rt.streamIdle
+	onIdle := func() { a.stalled.Store(true); a.cancel() }
+	if res.StatusCode == http.StatusOK && isEventStream(res.Header.Get("Content-Type")) {
+		guard := newStreamGuard(res.Body, x.clientCtx, func(cause error) []byte {
+			return g.streamBroken(a, cause)
+		})
+		guard.isEnd = x.streamShape().end
+		guard.onEvents = func(n int, at time.Time) {
+			if x.events == 0 {
+				x.firstEventAt = at
 			}
-		},
-		ModifyResponse: func(res *http.Response) error {
-			a := res.Request.Context().Value(ctxKey{}).(*attempt)
-			x := a.x
-			a.firstByte.Stop()
-			a.upstreamStatus = res.StatusCode
-			x.headersAt = time.Now()
-			// Server-Timing: the phases known before the headers go out.
-			// For a non-streaming answer "backend" is the whole generation.
-			res.Header.Set("Server-Timing", fmt.Sprintf("door;dur=%.3f, queue;dur=%.3f, backend;dur=%.3f",
-				ms(x.doorDone.Sub(x.readDone)), ms(x.sentAt.Sub(x.doorDone)), ms(x.headersAt.Sub(x.sentAt))))
-			// The client's id is already on the response (serve set it);
-			// the backend's echo of its own id would add a second value.
-			res.Header.Del("X-Request-Id")
-			idle := x.rt.streamIdle
-			onIdle := func() { a.stalled.Store(true); a.cancel() }
-			if res.StatusCode == http.StatusOK && isEventStream(res.Header.Get("Content-Type")) {
-				guard := newStreamGuard(res.Body, x.clientCtx, func(cause error) []byte {
-					return g.streamBroken(a, cause)
-				})
-				guard.isEnd = x.streamShape().end
-				guard.onEvents = func(n int, at time.Time) {
-					if x.events == 0 {
-						x.firstEventAt = at
-					}
-					x.events += n
-					x.lastEventAt = at
-				}
-				if idle > 0 {
-					guard.watchIdle(idle, onIdle)
-				}
-				res.Body = a.usage.follow(x, res.StatusCode, guard, true)
-			} else {
-				res.Body = a.usage.follow(x, res.StatusCode,
-					newBodyGuard(res.Body, idle, onIdle, func(cause error) { g.bodyBroken(a, cause) }), false)
+			x.events += n
+			x.lastEventAt = at
+		}
+		if idle > 0 {
+			guard.watchIdle(idle, onIdle)
+		}
+		res.Body = a.usage.follow(x, res.StatusCode, guard, true)
+		return true
+	}
+	flushHeaders = res.ContentLength < 0 || isEventStream(res.Header.Get("Content-Type"))
+	res.Body = a.usage.follow(x, res.StatusCode,
+		newBodyGuard(res.Body, idle, onIdle, func(cause error) { g.bodyBroken(a, cause) }), false)
+	return flushHeaders
+}
+
+// serverTimingValue is the Server-Timing value of a response whose headers
+// just came: door, queue and backend durations in milliseconds.
+func serverTimingValue(x *exchange) string {
+	b := make([]byte, 0, 64)
+	b = append(b, "door;dur="...)
+	b = strconv.AppendFloat(b, ms(x.doorDone.Sub(x.readDone)), 'f', 3, 64)
+	b = append(b, ", queue;dur="...)
+	b = strconv.AppendFloat(b, ms(x.sentAt.Sub(x.doorDone)), 'f', 3, 64)
+	b = append(b, ", backend;dur="...)
+	b = strconv.AppendFloat(b, ms(x.headersAt.Sub(x.sentAt)), 'f', 3, 64)
+	return string(b)
+}
+
+// copyAnswer copies a backend's body to the client through a pooled
+// buffer, flushing each write: what the backend sent is the client's at
+// once, and a body the backend cuts short reaches the client as far as it
+// came, after its status line. It returns the first read error (other
+// than EOF) or write error.
+func copyAnswer(w http.ResponseWriter, body io.Reader) error {
+	bp := copyBufferPool.Get().(*[]byte)
+	defer copyBufferPool.Put(bp)
+	buf := *bp
+	for {
+		n, rerr := body.Read(buf)
+		if n > 0 {
+			m, werr := w.Write(buf[:n])
+			if werr == nil && m < n {
+				werr = io.ErrShortWrite
 			}
+			if werr != nil {
+				return werr
+			}
+			flush(w)
+		}
+		if rerr == io.EOF {
 			return nil
-		},
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			a := r.Context().Value(ctxKey{}).(*attempt)
-			a.proxyErr = err
-		},
-		ErrorLog: mustStdLogAt(g.log.Named("proxy"), zap.WarnLevel),
+		}
+		if rerr != nil {
+			return rerr
+		}
+	}
+}
+
+// flush pushes what w holds to the client; a failure shows in the next
+// write (the recorder keeps it).
+func flush(w http.ResponseWriter) {
+	switch f := w.(type) {
+	case interface{ FlushError() error }:
+		_ = f.FlushError()
+	case http.Flusher:
+		f.Flush()
 	}
 }
 
@@ -169,14 +394,6 @@ func (g *Gateway) bodyBroken(a *attempt, cause error) {
 		x.streamBroke = codeDisconnected
 		g.backendError(a, "body_disconnected")
 	}
-}
-
-func mustStdLogAt(l *zap.Logger, lvl zapcore.Level) *log.Logger {
-	std, err := zap.NewStdLogAt(l, lvl)
-	if err != nil {
-		return zap.NewStdLog(l)
-	}
-	return std
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

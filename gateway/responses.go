@@ -227,7 +227,7 @@ func (g *Gateway) probeResponse(ctx context.Context, c responseOwner, path strin
 		req.Header.Set("Authorization", "Bearer "+c.b.Key)
 	}
 	req.Header.Set("X-Request-Id", newID())
-	res, err := g.proxy.Transport.RoundTrip(req)
+	res, err := g.upstream.RoundTrip(req)
 	if err != nil {
 		return 0, err
 	}

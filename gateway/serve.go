@@ -327,7 +327,7 @@ func printableASCII(s string) bool {
 }
 
 // recorder notes the status and size of the answer. It forwards Flush and
-// exposes Unwrap so http.ResponseController (which ReverseProxy uses to
+// exposes Unwrap so http.ResponseController (which the proxy uses to
 // flush each SSE event) reaches the real connection.
 type recorder struct {
 	http.ResponseWriter

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"syscall"
 
 	"github.com/maitred-dev/maitred/tokenize"
 )
@@ -618,26 +619,42 @@ func (x *exchange) used() (tokens int64, known bool) {
 	switch {
 	case a == nil:
 		return 0, true
-	case a.upstreamStatus == 0 && a.proxyErr != nil && neverSent(a.proxyErr):
+	case a.upstreamStatus == 0 && a.proxyErr != nil && a.neverSent():
 		return 0, true
 	}
 	return a.usage.Used()
 }
 
-// neverSent reports whether a transport error means the request never
-// reached a live backend: refused, written into a connection the backend
-// had already closed, or sent on a pooled connection the backend closed
-// while it was idle (net/http's "server closed idle connection": the
+// neverSent reports whether the attempt's transport error means its
+// request never reached a live backend: refused, written into a connection
+// the backend had already closed, sent on a pooled connection the backend
+// closed while it was idle (net/http's "server closed idle connection": the
 // backend closed it before this request was on it, as a server shutting
-// down does; net/http itself retries that only for idempotent requests).
-func neverSent(err error) bool {
+// down does; net/http itself retries that only for idempotent requests), or
+// sent on a reused idle connection that ended before a single byte of an
+// answer came (the same race, seen from the read side: a keep-alive
+// connection the backend closed as the request went out).
+func (a *attempt) neverSent() bool {
+	err := a.proxyErr
 	var oe *net.OpError
 	if errors.As(err, &oe) && (oe.Op == "dial" || oe.Op == "write" || oe.Op == "readfrom") {
 		return true
 	}
-	return err != nil && err.Error() == errServerClosedIdle
+	if err == nil {
+		return false
+	}
+	msg := err.Error()
+	if msg == errServerClosedIdle {
+		return true
+	}
+	return a.reusedIdle && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || strings.HasPrefix(msg, errNoAnswerByte))
 }
 
 // errServerClosedIdle is net/http's text for a pooled connection the
-// server closed while idle (the error value is not exported).
-const errServerClosedIdle = "http: server closed idle connection"
+// server closed while idle; errNoAnswerByte starts its text for a
+// connection that failed before the answer's first byte (neither error
+// value is exported).
+const (
+	errServerClosedIdle = "http: server closed idle connection"
+	errNoAnswerByte     = "net/http: Transport failed to read from server"
+)

@@ -1,0 +1,176 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/maitred-dev/maitred/config"
+	"github.com/maitred-dev/maitred/fleet"
+)
+
+func TestBackendURL(t *testing.T) {
+	tests := []struct{ backend, in, want string }{
+		{"http://b:8000", "/v1/chat/completions", "http://b:8000/v1/chat/completions"},
+		{"http://b:8000/", "/v1/models?x=1", "http://b:8000/v1/models?x=1"},
+		{"http://b:8000/vllm", "/v1/models", "http://b:8000/vllm/v1/models"},
+		{"http://b:8000/vllm/", "/v1/models", "http://b:8000/vllm/v1/models"},
+		{"http://b:8000/vllm?k=v", "/v1/models", "http://b:8000/vllm/v1/models?k=v"},
+		{"http://b:8000/vllm?k=v", "/v1/models?x=1", "http://b:8000/vllm/v1/models?k=v&x=1"},
+		{"http://b:8000/a%2Fb", "/v1/responses/r%2F1", "http://b:8000/a%2Fb/v1/responses/r%2F1"},
+		{"https://b", "/v1/responses/r%2F1", "https://b/v1/responses/r%2F1"},
+	}
+	for _, tt := range tests {
+		b, _ := url.Parse(tt.backend)
+		in, _ := url.ParseRequestURI(tt.in)
+		if got := backendURL(b, in).String(); got != tt.want {
+			t.Errorf("backend %s, request %s: %s, want %s", tt.backend, tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestUpstreamHeader(t *testing.T) {
+	b, _ := url.Parse("http://b:8000")
+	tests := []struct {
+		name string
+		in   http.Header
+		tls  bool
+		key  string
+		want http.Header // besides X-Request-Id
+	}{
+		{
+			name: "end-to-end headers pass, the hop is stated",
+			in:   http.Header{"Content-Type": {"application/json"}, "User-Agent": {"sdk/1"}, "Traceparent": {"00-x"}},
+			want: http.Header{"Content-Type": {"application/json"}, "User-Agent": {"sdk/1"}, "Traceparent": {"00-x"},
+				"X-Forwarded-For": {"10.0.0.7"}, "X-Forwarded-Host": {"gw"}, "X-Forwarded-Proto": {"http"}},
+		},
+		{
+			name: "credentials, hop-by-hop, Connection-named and forwarding claims stay",
+			in: http.Header{"Authorization": {"Bearer c"}, "Cookie": {"k=v"}, "X-Api-Key": {"c"}, "Proxy-Authorization": {"c"},
+				"Connection": {"keep-alive, X-Hop"}, "X-Hop": {"v"}, "Keep-Alive": {"timeout=5"}, "Upgrade": {"h2c"},
+				"Transfer-Encoding": {"chunked"}, "Te": {"gzip"}, "Trailer": {"X"}, "X-Forwarded-For": {"6.6.6.6"},
+				"Forwarded": {"for=6.6.6.6"}, "X-Real-Ip": {"6.6.6.6"}, "X-Maitred-Priority": {"high"}, "Expect": {"100-continue"},
+				"User-Agent": {"sdk/1"}},
+			tls: true,
+			key: "backend-key",
+			want: http.Header{"User-Agent": {"sdk/1"}, "Authorization": {"Bearer backend-key"},
+				"X-Forwarded-For": {"10.0.0.7"}, "X-Forwarded-Host": {"gw"}, "X-Forwarded-Proto": {"https"}},
+		},
+		{
+			name: "TE trailers passes; no User-Agent stays none",
+			in:   http.Header{"Te": {"gzip, Trailers;q=1"}},
+			want: http.Header{"Te": {"trailers"}, "User-Agent": {""},
+				"X-Forwarded-For": {"10.0.0.7"}, "X-Forwarded-Host": {"gw"}, "X-Forwarded-Proto": {"http"}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := &http.Request{Header: tt.in, RemoteAddr: "10.0.0.7:5555", Host: "gw"}
+			if tt.tls {
+				in.TLS = &tls.ConnectionState{}
+			}
+			a := &attempt{backend: &fleet.Backend{URL: b, Key: tt.key}}
+			h := upstreamHeader(in, a)
+			if id := h["X-Request-Id"]; len(id) != 1 || id[0] != a.upstreamID || len(a.upstreamID) != 32 {
+				t.Errorf("X-Request-Id %q, attempt's %q", id, a.upstreamID)
+			}
+			delete(h, "X-Request-Id")
+			if len(h) != len(tt.want) {
+				t.Errorf("got %v\nwant %v", h, tt.want)
+			}
+			for k, vs := range tt.want {
+				if !slices.Equal(h[k], vs) {
+					t.Errorf("%s: %q, want %q", k, h[k], vs)
+				}
+			}
+		})
+	}
+}
+
+func TestDropHopByHop(t *testing.T) {
+	h := http.Header{"Connection": {"close, X-Conn-Only"}, "X-Conn-Only": {"1"}, "Keep-Alive": {"timeout=5"},
+		"Transfer-Encoding": {"chunked"}, "Content-Type": {"application/json"}, "X-Backend": {"yes"}}
+	dropHopByHop(h)
+	if len(h) != 2 || h.Get("Content-Type") == "" || h.Get("X-Backend") == "" {
+		t.Errorf("left %v", h)
+	}
+}
+
+// TestReusedConnectionClosedBeforeAnswer: a request written on a pooled
+// keep-alive connection that the backend closes without a byte of answer
+// was never taken up (the keep-alive race: the backend closed the idle
+// connection as the request went out), so another backend may take it;
+// the same on a fresh connection is the backend failing the request.
+func TestReusedConnectionClosedBeforeAnswer(t *testing.T) {
+	// The backend answers the first request on each connection and closes
+	// it on reading the second; with answerFirst false it closes at once.
+	backend := func(answerFirst bool) string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go func() {
+					defer c.Close()
+					br := bufio.NewReader(c)
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					io.Copy(io.Discard, req.Body)
+					if !answerFirst {
+						return
+					}
+					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+					if req, err = http.ReadRequest(br); err == nil {
+						io.Copy(io.Discard, req.Body)
+					}
+				}()
+			}
+		}()
+		return "http://" + ln.Addr().String()
+	}
+	tr := NewTransport(config.Default())
+	defer tr.CloseIdleConnections()
+	send := func(base string) *attempt {
+		a := &attempt{}
+		req, _ := http.NewRequestWithContext(a.traceConn(context.Background()), http.MethodPost, base+"/v1/completions",
+			strings.NewReader(`{"model":"m","prompt":"hi"}`))
+		res, err := tr.RoundTrip(req)
+		if err == nil {
+			io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+		}
+		a.proxyErr = err
+		return a
+	}
+
+	base := backend(true)
+	if a := send(base); a.proxyErr != nil || a.reusedIdle {
+		t.Fatalf("first request: err %v, reused %v", a.proxyErr, a.reusedIdle)
+	}
+	a := send(base)
+	if a.proxyErr == nil || !a.reusedIdle || !a.neverSent() {
+		t.Errorf("second request on the pooled connection: err %v, reused %v, never sent %v; want an error, reused, never sent",
+			a.proxyErr, a.reusedIdle, a.neverSent())
+	}
+
+	a = send(backend(false))
+	if a.proxyErr == nil || a.reusedIdle || a.neverSent() {
+		t.Errorf("fresh connection closed unanswered: err %v, reused %v, never sent %v; want an error the backend's",
+			a.proxyErr, a.reusedIdle, a.neverSent())
+	}
+}
