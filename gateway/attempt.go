@@ -121,13 +121,14 @@ func (g *Gateway) dispatch(w http.ResponseWriter, r *http.Request, x *exchange, 
 		if x.tr.on() {
 			g.tr.queued(x, queuedAt, o, lease)
 		}
-		rt.metrics.admissions.WithLabelValues(o.String()).Inc()
 		if o != admission.Admitted {
+			rt.metrics.admissions.WithLabelValues(o.String()).Inc()
 			if lastErr != nil && o == admission.NoBackend {
 				return lastErr
 			}
 			return g.queueError(rt, o, t)
 		}
+		rt.metrics.admitted.Inc()
 		rt.metrics.queueWait.WithLabelValues(class).Observe(lease.Waited.Seconds())
 		b := rt.backend(lease.Slot.Name)
 		if b == nil {

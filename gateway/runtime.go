@@ -117,6 +117,10 @@ type modelMetrics struct {
 	phase         prometheus.ObserverVec // phase
 	ttft, tpot    prometheus.ObserverVec // backend
 	failures      *prometheus.CounterVec // layer
+	// The children every admitted request touches, resolved once: each
+	// phase's observer (in phaseNames' order) and the admitted count.
+	phaseOf  []prometheus.Observer
+	admitted prometheus.Counter
 }
 
 func (m *metrics) forModel(name string) modelMetrics {
@@ -138,6 +142,11 @@ func (m *metrics) forModel(name string) modelMetrics {
 	}
 	if name != "" {
 		mm.inFlight = m.inFlight.WithLabelValues(name)
+		mm.admitted = mm.admissions.WithLabelValues(admission.Admitted.String())
+		mm.phaseOf = make([]prometheus.Observer, len(phaseNames))
+		for i, p := range phaseNames {
+			mm.phaseOf[i] = mm.phase.WithLabelValues(p)
+		}
 	}
 	return mm
 }

@@ -105,7 +105,7 @@ func (g *Gateway) observe(x *exchange, layer triage.Layer, ph phases, total time
 	mm := &x.rt.metrics
 	for i, d := range ph.list() {
 		if d > 0 {
-			mm.phase.WithLabelValues(phaseNames[i]).Observe(d.Seconds())
+			mm.phaseOf[i].Observe(d.Seconds())
 		}
 	}
 	backend := ""
