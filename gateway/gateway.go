@@ -197,8 +197,9 @@ func New(o Options) (*Gateway, error) {
 }
 
 // NewTransport returns the backend transport: HTTP/1.1 keep-alive pools
-// sized for many concurrent streams and no transparent compression (bodies
-// pass through byte for byte). The first-byte timeout is per model and per
+// sized for many concurrent streams, a write buffer that holds a typical
+// request whole, and no transparent compression (bodies pass through byte
+// for byte). The first-byte timeout is per model and per
 // request, so it is not set here.
 func NewTransport(cfg config.Config) *http.Transport {
 	return &http.Transport{
@@ -207,6 +208,10 @@ func NewTransport(cfg config.Config) *http.Transport {
 			Timeout:   cfg.BackendDialTimeout.D(),
 			KeepAlive: 30 * time.Second,
 		}).DialContext,
+		// A request whose headers and body fit goes out in one write (the
+		// body is in memory; the default 4 KiB splits a 1,000-token chat
+		// in two); 16 KiB a backend connection.
+		WriteBufferSize:       16 << 10,
 		MaxIdleConns:          1024,
 		MaxIdleConnsPerHost:   256,
 		IdleConnTimeout:       90 * time.Second,
