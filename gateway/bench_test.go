@@ -9,6 +9,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -19,7 +20,10 @@ import (
 
 	"github.com/maitred-dev/maitred/config"
 	"github.com/maitred-dev/maitred/fleet"
+	"github.com/maitred-dev/maitred/internal/fixtures"
+	"github.com/maitred-dev/maitred/internal/ojson"
 	"github.com/maitred-dev/maitred/internal/telemetry"
+	"github.com/maitred-dev/maitred/tokenize"
 )
 
 const benchChat = `{"model":"m","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Say hello in five words."}],"max_tokens":8}`
@@ -27,10 +31,15 @@ const benchChat = `{"model":"m","messages":[{"role":"system","content":"You are 
 const benchAnswer = `{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Hello there, how are you?"},"finish_reason":"stop"}],"usage":{"prompt_tokens":20,"completion_tokens":7,"total_tokens":27}}`
 
 // BenchmarkProxy measures one non-streaming chat round trip over loopback
-// through a bare httputil.ReverseProxy (the floor) and through maitred,
-// side by side, against the same static backend. The difference is what
-// maitred's hot path costs: body read and parse, routing, headers, logging
-// and metrics.
+// through a bare httputil.ReverseProxy (the floor) and through maitred
+// counting every prompt with the qwen3 fixture tokenizer, side by side,
+// against the same static backend, for a short chat and a ten-message chat
+// of about 1,000 tokens. The difference is what maitred's hot path costs:
+// body read, the door (parse, validate, render, count), routing, headers,
+// logging, metrics and its own proxy. maitred's runs also report the door's
+// mean time (Server-Timing door, door-us/op) and the rest of the request
+// without it (ns-without-door/op): with -cpu 1 each ns/op is the CPU the
+// whole exchange (client, proxy, backend) costs.
 func BenchmarkProxy(b *testing.B) {
 	backend := newFakeBackend(b, "m", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -46,37 +55,79 @@ func BenchmarkProxy(b *testing.B) {
 	})
 	defer bare.Close()
 
+	tok, err := tokenize.LoadDir(fixtures.ModelDir(b, "qwen3"), tokenize.LoadOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
 	cfg := config.Default()
 	cfg.Models = []config.ModelConfig{{Name: "m", Backends: []config.BackendConfig{{URL: backend.URL}}}}
 	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(io.Discard), zap.InfoLevel))
 	gtr := NewTransport(cfg)
 	defer gtr.CloseIdleConnections()
 	fl, _ := fleet.New(cfg, &http.Client{Transport: gtr}, log, nil)
-	g, _ := New(Options{Config: cfg, Fleet: fl, Logger: log, Registry: prometheus.NewRegistry(), Transport: gtr})
+	g, _ := New(Options{Config: cfg, Fleet: fl, Logger: log, Registry: prometheus.NewRegistry(), Transport: gtr,
+		Tokenizers: map[string]*tokenize.Model{"m": tok}})
+	defer g.Close()
 	fl.ProbeAll(context.Background())
 	g.SetPhase(Serving)
 	gw := httptest.NewServer(g.Handler())
 	defer gw.Close()
 
-	for _, p := range []struct{ name, url string }{{"bare", bare.URL}, {"maitred", gw.URL}} {
-		b.Run(p.name, func(b *testing.B) {
-			ctr := &http.Transport{MaxIdleConnsPerHost: 64}
-			defer ctr.CloseIdleConnections()
-			c := &http.Client{Transport: ctr}
-			b.ReportAllocs()
-			b.SetBytes(int64(len(benchChat)))
-			for b.Loop() {
-				res, err := c.Post(p.url+"/v1/chat/completions", "application/json", bytes.NewReader([]byte(benchChat)))
-				if err != nil {
-					b.Fatal(err)
+	// The 1k chat: varied messages of the tokenizer benchmark's mix,
+	// added until the prompt holds 1,000 tokens.
+	docs := fixtures.BenchDocs(b)
+	k, chat1k, tokens := 0, "", 0
+	for msgs := []string{}; tokens < 1000; {
+		msgs = append(msgs, fixtures.Message(docs, &k, 100))
+		chat1k = fixtures.Conversation(msgs, `,"max_tokens":8`)
+		v, err := ojson.Parse([]byte(chat1k), ojson.DefaultMaxDepth)
+		if err != nil {
+			b.Fatal(err)
+		}
+		c, err := tok.CountChat(v, 0)
+		if err != nil || !c.Exact {
+			b.Fatal(err, c.Reason)
+		}
+		tokens = c.Tokens
+	}
+	b.Logf("1k chat: %d prompt tokens, %d bytes", tokens, len(chat1k))
+	for _, size := range []struct{ name, body string }{{"short", benchChat}, {"1k", chat1k}} {
+		for _, p := range []struct{ name, url string }{{"bare", bare.URL}, {"maitred", gw.URL}} {
+			b.Run(size.name+"/"+p.name, func(b *testing.B) {
+				ctr := &http.Transport{MaxIdleConnsPerHost: 64}
+				defer ctr.CloseIdleConnections()
+				c := &http.Client{Transport: ctr}
+				var door float64 // ms, summed
+				b.ReportAllocs()
+				b.SetBytes(int64(len(size.body)))
+				for b.Loop() {
+					res, err := c.Post(p.url+"/v1/chat/completions", "application/json", strings.NewReader(size.body))
+					if err != nil {
+						b.Fatal(err)
+					}
+					msg, _ := io.ReadAll(res.Body)
+					res.Body.Close()
+					if res.StatusCode != 200 {
+						b.Fatalf("status %d: %.300s", res.StatusCode, msg)
+					}
+					if p.name == "maitred" {
+						if res.Header.Get("Server-Timing") == "" {
+							b.Fatal("no Server-Timing")
+						}
+						ms, err := serverTiming(res.Header.Get("Server-Timing"), "door")
+						if err != nil {
+							b.Fatal(err)
+						}
+						door += ms
+					}
 				}
-				io.Copy(io.Discard, res.Body)
-				res.Body.Close()
-				if res.StatusCode != 200 {
-					b.Fatalf("status %d", res.StatusCode)
+				if p.name == "maitred" {
+					perOp := door * 1e3 / float64(b.N)
+					b.ReportMetric(perOp, "door-us/op")
+					b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)-perOp*1e3, "ns-without-door/op")
 				}
-			}
-		})
+			})
+		}
 	}
 }
 
