@@ -174,3 +174,32 @@ func TestReusedConnectionClosedBeforeAnswer(t *testing.T) {
 			a.proxyErr, a.reusedIdle, a.neverSent())
 	}
 }
+
+// TestRelayPassesTrailersAndDropsHopByHop: a backend's answer reaches the
+// client with its end-to-end headers and its trailers, without the
+// headers of its own connection (nor those its Connection header names).
+func TestRelayPassesTrailersAndDropsHopByHop(t *testing.T) {
+	fb := newFakeBackend(t, "m", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Trailer", "X-Checksum")
+		w.Header().Set("Connection", "X-Conn-Only")
+		w.Header().Set("X-Conn-Only", "1")
+		w.Header().Set("Keep-Alive", "timeout=5")
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("X-Backend", "yes")
+		io.WriteString(w, `{"choices":[]}`)
+		w.(http.Flusher).Flush() // chunked: the trailer follows the body
+		w.Header().Set("X-Checksum", "abc")
+	})
+	tg := startGateway(t, nil, fb.URL)
+	res := tg.post(t, "/v1/completions", `{"model":"m","prompt":"hi"}`)
+	body := readBodyT(t, res)
+	if res.StatusCode != 200 || body != `{"choices":[]}` {
+		t.Fatalf("%d %q", res.StatusCode, body)
+	}
+	if got := res.Trailer.Get("X-Checksum"); got != "abc" {
+		t.Errorf("trailer X-Checksum %q, want abc (trailers %v)", got, res.Trailer)
+	}
+	if res.Header.Get("X-Backend") != "yes" || res.Header.Get("X-Conn-Only") != "" || res.Header.Get("Keep-Alive") != "" {
+		t.Errorf("headers %v", res.Header)
+	}
+}
