@@ -231,7 +231,7 @@ func (g *Gateway) finish(x *exchange, rec *recorder, r *http.Request, err error)
 	if ce == nil {
 		return
 	}
-	fields := make([]zap.Field, 0, 16)
+	fields := make([]zap.Field, 0, 24) // room for a full line: no regrowth
 	fields = append(fields,
 		zap.String("request_id", x.id),
 		zap.String("method", r.Method),
