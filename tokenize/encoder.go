@@ -30,9 +30,11 @@ type Tokenizer struct {
 	bosID  int
 	hasBOS bool
 
-	// Decoding (decoder.go): idToken[id] is the token string of id when
-	// idKnown[id]; decoder is nil when decoding is not supported.
-	idToken []string
+	// Decoding (decoder.go): idText[idOff[id]:idOff[id+1]] is the token
+	// string of id when idKnown[id]; decoder is nil when decoding is not
+	// supported.
+	idText  string
+	idOff   []uint32
 	idKnown []bool
 	decoder []decodeStep
 
@@ -106,8 +108,8 @@ func (t *Tokenizer) TokenID(s string) (int, bool) {
 	if id, ok := t.added[s]; ok {
 		return id, true
 	}
-	if t.bl != nil {
-		if r, ok := t.bl.ranks[s]; ok {
+	if t.bl != nil && s != "" {
+		if r := t.bl.rank(s); r != noRank {
 			return int(r), true
 		}
 	}
@@ -153,7 +155,7 @@ func (t *Tokenizer) WithSpecials(bos, eos string) (*Tokenizer, bool) {
 	c := &Tokenizer{
 		name: t.name, raw: t.raw, norm: t.norm, added: t.added, special: t.special,
 		normalize: t.normalize, split: t.split, bl: t.bl, spm: t.spm,
-		idToken: t.idToken, idKnown: t.idKnown, decoder: t.decoder,
+		idText: t.idText, idOff: t.idOff, idKnown: t.idKnown, decoder: t.decoder,
 	}
 	if bos != "" {
 		id, ok := t.TokenID(bos)

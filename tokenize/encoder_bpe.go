@@ -178,8 +178,11 @@ func grow32(s []int32, n int) []int32 {
 // adjacent parts' concatenation depends only on their two ids: the merge
 // loops look pairs up by id (pairs), never by bytes.
 type rankBPE struct {
+	// ranks holds every token while the tables are built; release drops
+	// it (see longTable), unless keepRanks.
 	ranks  map[string]int32
 	short  *shortTable // the ranks of tokens up to 7 bytes
+	long   *longTable  // and of the longer ones
 	pairs  *idPairTable
 	byteID [256]int32
 	// bytePair[a<<8|b] is the rank of the two-byte token a b, or noRank:
@@ -201,15 +204,28 @@ func (b *rankBPE) rank(s string) int32 {
 	if len(s) > b.maxLen {
 		return noRank
 	}
-	if r, ok := b.ranks[s]; ok {
-		return r
+	return b.long.get(s)
+}
+
+// keepRanks keeps rankBPE.ranks after loading: the tests' tiktoken-go
+// oracle is built from it. Encoding never reads it.
+var keepRanks = false
+
+// release drops the build-time ranks map once every table is built.
+func (b *rankBPE) release() {
+	if !keepRanks {
+		b.ranks = nil
 	}
-	return noRank
 }
 
 // finish builds the lookup tables derived from ranks and byteID.
 func (b *rankBPE) finish() error {
 	b.short = newShortTable(b.ranks)
+	long, err := newLongTable(b.ranks)
+	if err != nil {
+		return err
+	}
+	b.long = long
 	b.bytePair = new([1 << 16]int32)
 	for k := range b.bytePair {
 		b.bytePair[k] = b.short.get(string([]byte{byte(k >> 8), byte(k)}))
