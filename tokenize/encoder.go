@@ -292,12 +292,11 @@ func (sc *encScratch) word(w string) bool {
 
 // count adds the exact number of tokens of one piece.
 func (sc *encScratch) count(w string) bool {
-	sc.ids = sc.ids[:0]
 	if sc.t.bl != nil {
-		sc.ids = sc.t.bl.encode(sc.ids, w, &sc.bpe)
+		sc.n += sc.t.bl.count(w, &sc.bpe)
 	} else {
-		sc.ids = sc.t.spm.encode(sc.ids, w, &sc.bpe)
+		sc.ids = sc.t.spm.encode(sc.ids[:0], w, &sc.bpe)
+		sc.n += len(sc.ids)
 	}
-	sc.n += len(sc.ids)
 	return !sc.over()
 }
