@@ -253,6 +253,9 @@ func (sc *encScratch) normSeg(seg string, id int) bool {
 	case nil:
 		return sc.word(seg)
 	case clSplitter:
+		if sc.out == nil && sc.t.bl != nil {
+			return sc.countSplit(seg, sp)
+		}
 		// The common pre-tokenizer without the callback's indirect call.
 		for i := 0; i < len(seg); {
 			e := sp.next(seg, i)
@@ -264,6 +267,29 @@ func (sc *encScratch) normSeg(seg string, id int) bool {
 		return true
 	}
 	return sc.t.split.split(seg, sc.wordFn)
+}
+
+// countSplit is normSeg's loop when counting with a byte-level model, the
+// door's hottest: a piece that word would only pass on to count (every
+// piece but a long one against a limit) is counted in the loop.
+func (sc *encScratch) countSplit(seg string, sp clSplitter) bool {
+	b := sc.t.bl
+	for i := 0; i < len(seg); {
+		e := sp.next(seg, i)
+		w := seg[i:e]
+		i = e
+		if sc.limit > 0 && len(w) > boundMin {
+			if !sc.word(w) {
+				return false
+			}
+			continue
+		}
+		sc.n += b.count(w, &sc.bpe)
+		if sc.over() {
+			return false
+		}
+	}
+	return true
 }
 
 // word runs the model over one pre-token piece.
