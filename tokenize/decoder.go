@@ -220,11 +220,11 @@ func (t *Tokenizer) Decode(ids []int) (text string, unknown int, ok bool) {
 	}
 	toks := make([]string, 0, len(ids))
 	for _, id := range ids {
-		if id < 0 || id >= len(t.idToken) || !t.idKnown[id] {
+		if id < 0 || id >= len(t.idKnown) || !t.idKnown[id] {
 			unknown++
 			continue
 		}
-		toks = append(toks, t.idToken[id])
+		toks = append(toks, t.idText[t.idOff[id]:t.idOff[id+1]])
 	}
 	for _, st := range t.decoder {
 		toks = st(toks)
@@ -250,19 +250,33 @@ func (t *Tokenizer) setDecoder(vocab map[string]int32, added []tjAdded, raw json
 	if n > 1<<24 {
 		return // not a real vocabulary
 	}
-	t.idToken = make([]string, n)
+	idToken := make([]string, n)
 	t.idKnown = make([]bool, n)
 	for s, id := range vocab {
 		if id >= 0 {
-			t.idToken[id], t.idKnown[id] = s, true
+			idToken[id], t.idKnown[id] = s, true
 		}
 	}
 	for _, a := range added {
 		if a.ID >= 0 {
-			t.idToken[a.ID], t.idKnown[a.ID] = a.Content, true
+			idToken[a.ID], t.idKnown[a.ID] = a.Content, true
 		}
 	}
+	t.idText, t.idOff = packStrings(idToken)
 	t.decoder = steps
+}
+
+// packStrings concatenates ss into one string, with ss[i] at
+// off[i]:off[i+1]: unlike a []string, a table the garbage collector need
+// not scan (see longTable).
+func packStrings(ss []string) (string, []uint32) {
+	var b strings.Builder
+	off := make([]uint32, len(ss)+1)
+	for i, s := range ss {
+		b.WriteString(s)
+		off[i+1] = uint32(b.Len())
+	}
+	return b.String(), off
 }
 
 // cleanUpTokenization is transformers' clean_up_tokenization, applied by

@@ -53,7 +53,10 @@ package tokenize
 // count-only id buffer) lives in a sync.Pool, so Count allocates nothing in
 // the steady state and Encode allocates only its result. tiktoken-go is used
 // only in tests, as the oracle; tiktoken-go-loader supplies the OpenAI
-// ranks.
+// ranks. A byte-level tokenizer's tables (ranks, pairs, the id -> token
+// text) hold no Go pointers but a few strings, so the some 20 MB a loaded
+// model keeps live give the garbage collector almost nothing to scan on
+// each collection (the ranks map they replace was 7 MB of pointers).
 //
 // Unicode data. Go 1.26's unicode tables are Unicode 15.0; the Rust
 // reference (HF tokenizers 0.23.2) classifies regex classes with Unicode 16

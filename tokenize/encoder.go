@@ -30,9 +30,11 @@ type Tokenizer struct {
 	bosID  int
 	hasBOS bool
 
-	// Decoding (decoder.go): idToken[id] is the token string of id when
-	// idKnown[id]; decoder is nil when decoding is not supported.
-	idToken []string
+	// Decoding (decoder.go): idText[idOff[id]:idOff[id+1]] is the token
+	// string of id when idKnown[id]; decoder is nil when decoding is not
+	// supported.
+	idText  string
+	idOff   []uint32
 	idKnown []bool
 	decoder []decodeStep
 
@@ -106,8 +108,8 @@ func (t *Tokenizer) TokenID(s string) (int, bool) {
 	if id, ok := t.added[s]; ok {
 		return id, true
 	}
-	if t.bl != nil {
-		if r, ok := t.bl.ranks[s]; ok {
+	if t.bl != nil && s != "" {
+		if r := t.bl.rank(s); r != noRank {
 			return int(r), true
 		}
 	}
@@ -153,7 +155,7 @@ func (t *Tokenizer) WithSpecials(bos, eos string) (*Tokenizer, bool) {
 	c := &Tokenizer{
 		name: t.name, raw: t.raw, norm: t.norm, added: t.added, special: t.special,
 		normalize: t.normalize, split: t.split, bl: t.bl, spm: t.spm,
-		idToken: t.idToken, idKnown: t.idKnown, decoder: t.decoder,
+		idText: t.idText, idOff: t.idOff, idKnown: t.idKnown, decoder: t.decoder,
 	}
 	if bos != "" {
 		id, ok := t.TokenID(bos)
@@ -251,6 +253,9 @@ func (sc *encScratch) normSeg(seg string, id int) bool {
 	case nil:
 		return sc.word(seg)
 	case clSplitter:
+		if sc.out == nil && sc.t.bl != nil {
+			return sc.countSplit(seg, sp)
+		}
 		// The common pre-tokenizer without the callback's indirect call.
 		for i := 0; i < len(seg); {
 			e := sp.next(seg, i)
@@ -262,6 +267,29 @@ func (sc *encScratch) normSeg(seg string, id int) bool {
 		return true
 	}
 	return sc.t.split.split(seg, sc.wordFn)
+}
+
+// countSplit is normSeg's loop when counting with a byte-level model, the
+// door's hottest: a piece that word would only pass on to count (every
+// piece but a long one against a limit) is counted in the loop.
+func (sc *encScratch) countSplit(seg string, sp clSplitter) bool {
+	b := sc.t.bl
+	for i := 0; i < len(seg); {
+		e := sp.next(seg, i)
+		w := seg[i:e]
+		i = e
+		if sc.limit > 0 && len(w) > boundMin {
+			if !sc.word(w) {
+				return false
+			}
+			continue
+		}
+		sc.n += b.count(w, &sc.bpe)
+		if sc.over() {
+			return false
+		}
+	}
+	return true
 }
 
 // word runs the model over one pre-token piece.
@@ -290,12 +318,11 @@ func (sc *encScratch) word(w string) bool {
 
 // count adds the exact number of tokens of one piece.
 func (sc *encScratch) count(w string) bool {
-	sc.ids = sc.ids[:0]
 	if sc.t.bl != nil {
-		sc.ids = sc.t.bl.encode(sc.ids, w, &sc.bpe)
+		sc.n += sc.t.bl.count(w, &sc.bpe)
 	} else {
-		sc.ids = sc.t.spm.encode(sc.ids, w, &sc.bpe)
+		sc.ids = sc.t.spm.encode(sc.ids[:0], w, &sc.bpe)
+		sc.n += len(sc.ids)
 	}
-	sc.n += len(sc.ids)
 	return !sc.over()
 }

@@ -6,6 +6,7 @@ import (
 	"hash/maphash"
 	"maps"
 	"math"
+	"math/bits"
 )
 
 const noRank = math.MaxInt32
@@ -20,6 +21,9 @@ type bpeScratch struct {
 	pc      pieceCache
 	short   *[shortCacheSize]shortSlot
 	shortOf *rankBPE // recent whole-piece lookups up to 7 bytes
+	mid     *[midCacheSize]midSlot
+	midOf   *rankBPE // recent counts of pieces of 8 to 16 bytes
+	ids     []int    // count's ids of a piece no cache answered
 }
 
 // pieceCache remembers the ids of pieces of 2 to cacheMaxPiece bytes that
@@ -161,6 +165,61 @@ func (sc *bpeScratch) shortRank(b *rankBPE, piece string) int32 {
 	return r
 }
 
+// midCacheSize is the number of entries of a scratch's direct-mapped
+// cache of the token counts of pieces of 8 to 16 bytes (24 bytes each),
+// for counting only. Most pieces of running text that the short-token
+// lookup does not answer are words of this length (" buffering"); the
+// piece cache holds them too, but its lookup hashes and compares the
+// bytes, where here the piece is two words compared in place and, with
+// no probing, colliding pieces only evict each other.
+const midCacheSize = 1 << 12
+
+// midSlot is one piece of 8 to 16 bytes: its first and last eight bytes
+// (which together hold every byte), its length (0: empty) and its count.
+type midSlot struct {
+	lo, hi uint64
+	len, n uint32
+}
+
+// count returns len(b.encode(nil, piece, sc)), through caches that keep
+// counts where they can.
+func (b *rankBPE) count(piece string, sc *bpeScratch) int {
+	switch n := len(piece); {
+	case n <= 1:
+		return n
+	case n <= 7:
+		if sc.shortRank(b, piece) != noRank {
+			return 1
+		}
+	case n <= 16:
+		return sc.midCount(b, piece)
+	}
+	sc.ids = b.encode(sc.ids[:0], piece, sc)
+	return len(sc.ids)
+}
+
+// midCount is count for a piece of 8 to 16 bytes.
+func (sc *bpeScratch) midCount(b *rankBPE, piece string) int {
+	if sc.mid == nil || sc.midOf != b {
+		if sc.mid == nil {
+			sc.mid = new([midCacheSize]midSlot)
+		} else {
+			clear(sc.mid[:])
+		}
+		sc.midOf = b
+	}
+	lo, hi := le64(piece), le64(piece[len(piece)-8:])
+	e := &sc.mid[hashShort(lo^bits.RotateLeft64(hi, 29)^uint64(len(piece)))&(midCacheSize-1)]
+	if e.lo == lo && e.hi == hi && int(e.len) == len(piece) {
+		return int(e.n)
+	}
+	sc.ids = b.encode(sc.ids[:0], piece, sc)
+	*e = midSlot{lo, hi, uint32(len(piece)), uint32(len(sc.ids))}
+	return len(sc.ids)
+}
+
+func le64(s string) uint64 { return binary.LittleEndian.Uint64([]byte(s[:8])) }
+
 func grow32(s []int32, n int) []int32 {
 	if cap(s) < n {
 		return make([]int32, n, n+n/4)
@@ -178,8 +237,11 @@ func grow32(s []int32, n int) []int32 {
 // adjacent parts' concatenation depends only on their two ids: the merge
 // loops look pairs up by id (pairs), never by bytes.
 type rankBPE struct {
+	// ranks holds every token while the tables are built; release drops
+	// it (see longTable), unless keepRanks.
 	ranks  map[string]int32
 	short  *shortTable // the ranks of tokens up to 7 bytes
+	long   *longTable  // and of the longer ones
 	pairs  *idPairTable
 	byteID [256]int32
 	// bytePair[a<<8|b] is the rank of the two-byte token a b, or noRank:
@@ -201,15 +263,28 @@ func (b *rankBPE) rank(s string) int32 {
 	if len(s) > b.maxLen {
 		return noRank
 	}
-	if r, ok := b.ranks[s]; ok {
-		return r
+	return b.long.get(s)
+}
+
+// keepRanks keeps rankBPE.ranks after loading: the tests' tiktoken-go
+// oracle is built from it. Encoding never reads it.
+var keepRanks = false
+
+// release drops the build-time ranks map once every table is built.
+func (b *rankBPE) release() {
+	if !keepRanks {
+		b.ranks = nil
 	}
-	return noRank
 }
 
 // finish builds the lookup tables derived from ranks and byteID.
 func (b *rankBPE) finish() error {
 	b.short = newShortTable(b.ranks)
+	long, err := newLongTable(b.ranks)
+	if err != nil {
+		return err
+	}
+	b.long = long
 	b.bytePair = new([1 << 16]int32)
 	for k := range b.bytePair {
 		b.bytePair[k] = b.short.get(string([]byte{byte(k >> 8), byte(k)}))

@@ -504,6 +504,7 @@ func buildRankBPE(vocab map[string]int32, merges []tjMerge, added map[string]int
 			}
 		}
 	}
+	b.release()
 	return b, nil
 }
 

@@ -53,6 +53,7 @@ func NewOpenAI(name string) (*Tokenizer, error) {
 	if err := b.finish(); err != nil {
 		return nil, fmt.Errorf("tokenize: %s: %w", name, err)
 	}
+	b.release()
 	sp, err := splitterFor(enc.pattern)
 	if err != nil {
 		return nil, err

@@ -181,6 +181,9 @@ func letterRun(s string, i int) int {
 		n := bits.TrailingZeros64(^letters&hi) >> 3
 		i += n
 		if n < 8 {
+			if s[i] < utf8.RuneSelf {
+				return i // an ASCII byte that is no letter
+			}
 			break
 		}
 	}
