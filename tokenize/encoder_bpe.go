@@ -238,7 +238,7 @@ func grow32(s []int32, n int) []int32 {
 // loops look pairs up by id (pairs), never by bytes.
 type rankBPE struct {
 	// ranks holds every token while the tables are built; release drops
-	// it (see longTable), unless keepRanks.
+	// it (see longTable).
 	ranks  map[string]int32
 	short  *shortTable // the ranks of tokens up to 7 bytes
 	long   *longTable  // and of the longer ones
@@ -266,16 +266,8 @@ func (b *rankBPE) rank(s string) int32 {
 	return b.long.get(s)
 }
 
-// keepRanks keeps rankBPE.ranks after loading: the tests' tiktoken-go
-// oracle is built from it. Encoding never reads it.
-var keepRanks = false
-
 // release drops the build-time ranks map once every table is built.
-func (b *rankBPE) release() {
-	if !keepRanks {
-		b.ranks = nil
-	}
-}
+func (b *rankBPE) release() { b.ranks = nil }
 
 // finish builds the lookup tables derived from ranks and byteID.
 func (b *rankBPE) finish() error {

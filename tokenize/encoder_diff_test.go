@@ -33,9 +33,19 @@ func tiktokenEncoding(tb testing.TB, name string) *tiktoken.Tiktoken {
 // tokenizer: ranks are ids, every added token is a special.
 func tiktokenFromHF(tb testing.TB, tok *Tokenizer, pattern string) *tiktoken.Tiktoken {
 	tb.Helper()
-	ranks := make(map[string]int, len(tok.bl.ranks))
-	for s, r := range tok.bl.ranks {
-		ranks[s] = int(r)
+	ranks := tableRanks(tok.bl)
+	// The tables hold every token of the vocabulary: each id the
+	// decoder knows that is not an added token has its rank.
+	known := 0
+	for id, ok := range tok.idKnown {
+		if ok {
+			if _, added := tok.added[tok.idText[tok.idOff[id]:tok.idOff[id+1]]]; !added {
+				known++
+			}
+		}
+	}
+	if len(ranks) != known {
+		tb.Fatalf("the rank tables hold %d tokens, the vocabulary %d", len(ranks), known)
 	}
 	specials := make(map[string]int, len(tok.added))
 	set := map[string]any{}
@@ -48,6 +58,31 @@ func tiktokenFromHF(tb testing.TB, tok *Tokenizer, pattern string) *tiktoken.Tik
 		tb.Fatal(err)
 	}
 	return tiktoken.NewTiktoken(core, &tiktoken.Encoding{PatStr: pattern, MergeableRanks: ranks, SpecialTokens: specials}, set)
+}
+
+// tableRanks reads every token and its rank back out of b's lookup
+// tables (the short table's packed keys hold byte i at bits 8i, the
+// length in the top byte; the long table's keys are slices of one string):
+// the oracle gets exactly the ranks the encoder looks up.
+func tableRanks(b *rankBPE) map[string]int {
+	ranks := map[string]int{}
+	for _, sl := range b.short.slots {
+		if sl.key == 0 {
+			continue
+		}
+		n := int(sl.key >> 56)
+		key := make([]byte, n)
+		for i := range key {
+			key[i] = byte(sl.key >> (8 * i))
+		}
+		ranks[string(key)] = int(sl.val)
+	}
+	for _, sl := range b.long.slots {
+		if sl.n != 0 {
+			ranks[b.long.keys[sl.off:sl.off+sl.n]] = int(sl.rank)
+		}
+	}
+	return ranks
 }
 
 func diffCorpus(t *testing.T, name string, ours *Tokenizer, oracle *tiktoken.Tiktoken, skip func(string) bool) {
