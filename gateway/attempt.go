@@ -221,7 +221,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, a *attempt, bo
 		out = io.NopCloser(bytes.NewReader(body))
 		getBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	}
-	g.relay(w, r, ctx, a, out, length, getBody)
+	g.relay(ctx, w, r, a, out, length, getBody)
 	if a.proxyErr != nil {
 		if err := x.upload.failed(); err != nil {
 			return attemptResult{err: g.uploadError(x, r, err)} // the client's upload failed, not the backend

@@ -44,11 +44,11 @@ var forwardedHeaders = []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Hos
 // and forwarding claims; the answer's headers and body pass through as
 // they come, every write flushed (a stream's headers, and those of an
 // answer of unknown length, at once; those of any other answer with its
-// first bytes). A failure before any response
-// header is left in a.proxyErr, with nothing written; a failure while
-// copying the body aborts the client's connection (http.ErrAbortHandler),
-// since the status line is already out.
-func (g *Gateway) relay(w http.ResponseWriter, in *http.Request, ctx context.Context, a *attempt, body io.ReadCloser, length int64, getBody func() (io.ReadCloser, error)) {
+// first bytes). ctx is the upstream request's. A failure before any
+// response header is left in a.proxyErr, with nothing written; a failure
+// while copying the body aborts the client's connection
+// (http.ErrAbortHandler), since the status line is already out.
+func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, in *http.Request, a *attempt, body io.ReadCloser, length int64, getBody func() (io.ReadCloser, error)) {
 	out := (&http.Request{
 		Method:        in.Method,
 		URL:           backendURL(a.backend.URL, in.URL),
