@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/textproto"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -132,12 +132,8 @@ func upstreamHeader(in *http.Request, a *attempt) http.Header {
 		}
 		h[k] = vs
 	}
-	for _, v := range in.Header["Connection"] {
-		for f := range strings.SplitSeq(v, ",") {
-			if f = textproto.TrimString(f); f != "" {
-				delete(h, http.CanonicalHeaderKey(f))
-			}
-		}
+	for f := range headerTokens(in.Header["Connection"]) {
+		delete(h, http.CanonicalHeaderKey(f))
 	}
 	if hasToken(in.Header["Te"], "trailers") {
 		h["Te"] = teTrailers // the one TE a hop may pass on
@@ -162,6 +158,7 @@ func upstreamHeader(in *http.Request, a *attempt) http.Header {
 	return h
 }
 
+// Header values every upstream request shares: read only.
 var (
 	teTrailers = []string{"trailers"}
 	emptyValue = []string{""}
@@ -169,38 +166,55 @@ var (
 	httpsValue = []string{"https"}
 )
 
-// hasToken reports whether a comma-separated header's values name token
-// (case-insensitive, parameters ignored).
-func hasToken(values []string, token string) bool {
-	for _, v := range values {
-		for f := range strings.SplitSeq(v, ",") {
-			f, _, _ = strings.Cut(f, ";")
-			if strings.EqualFold(textproto.TrimString(f), token) {
-				return true
+// headerTokens yields the elements of a comma-separated header's values,
+// trimmed, without their parameters, empty ones skipped.
+func headerTokens(values []string) iter.Seq[string] {
+	return func(yield func(string) bool) {
+		for _, v := range values {
+			for f := range strings.SplitSeq(v, ",") {
+				f, _, _ = strings.Cut(f, ";")
+				if f = textproto.TrimString(f); f != "" && !yield(f) {
+					return
+				}
 			}
+		}
+	}
+}
+
+// hasToken reports whether a comma-separated header's values name token
+// (case-insensitive).
+func hasToken(values []string, token string) bool {
+	for f := range headerTokens(values) {
+		if strings.EqualFold(f, token) {
+			return true
 		}
 	}
 	return false
 }
 
+// unrelayed are the client headers (canonical names) that never reach a
+// backend, besides the gateway's own X-Maitred- ones.
+var unrelayed = func() map[string]bool {
+	m := map[string]bool{}
+	for _, list := range [][]string{hopByHop, clientOnlyHeaders, forwardedHeaders} {
+		for _, k := range list {
+			m[k] = true
+		}
+	}
+	return m
+}()
+
 // relayedHeader reports whether a client's header (canonical name) may
 // reach a backend.
 func relayedHeader(k string) bool {
-	if strings.HasPrefix(k, "X-Maitred-") {
-		return false // the gateway's own (priority, probe marks)
-	}
-	return !slices.Contains(hopByHop, k) && !slices.Contains(clientOnlyHeaders, k) && !slices.Contains(forwardedHeaders, k)
+	return !unrelayed[k] && !strings.HasPrefix(k, "X-Maitred-") // the gateway's own (priority, probe marks)
 }
 
 // dropHopByHop removes a backend answer's hop-by-hop headers and those its
 // Connection header names.
 func dropHopByHop(h http.Header) {
-	for _, v := range h["Connection"] {
-		for f := range strings.SplitSeq(v, ",") {
-			if f = textproto.TrimString(f); f != "" {
-				h.Del(f)
-			}
-		}
+	for f := range headerTokens(h["Connection"]) {
+		h.Del(f)
 	}
 	for _, k := range hopByHop {
 		delete(h, k)
