@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"net"
 	"net/http"
 	"strconv"
 	"time"
@@ -263,8 +262,10 @@ func (t *tracer) endAttempt(x *exchange, a *attempt, r *http.Request) {
 	sp.String("url.full", u.Scheme+"://"+u.Host+r.URL.Path)
 	if p, err := strconv.Atoi(u.Port()); err == nil {
 		sp.Int("server.port", int64(p))
-	} else if port, err := net.LookupPort("tcp", u.Scheme); err == nil {
-		sp.Int("server.port", int64(port))
+	} else if u.Scheme == "https" { // a backend is http or https (config)
+		sp.Int("server.port", 443)
+	} else {
+		sp.Int("server.port", 80)
 	}
 	if op := genAIOperation(x.endpoint); op != "" {
 		sp.String(attrOperation, op)
