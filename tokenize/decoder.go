@@ -224,7 +224,7 @@ func (t *Tokenizer) Decode(ids []int) (text string, unknown int, ok bool) {
 			unknown++
 			continue
 		}
-		toks = append(toks, t.idText[t.idOff[id]:t.idOff[id+1]])
+		toks = append(toks, t.tokenText(id))
 	}
 	for _, st := range t.decoder {
 		toks = st(toks)
@@ -265,6 +265,10 @@ func (t *Tokenizer) setDecoder(vocab map[string]int32, added []tjAdded, raw json
 	t.idText, t.idOff = packStrings(idToken)
 	t.decoder = steps
 }
+
+// tokenText is the vocabulary's string of id, which idKnown[id] says it
+// has.
+func (t *Tokenizer) tokenText(id int) string { return t.idText[t.idOff[id]:t.idOff[id+1]] }
 
 // packStrings concatenates ss into one string, with ss[i] at
 // off[i]:off[i+1]: unlike a []string, a table the garbage collector need

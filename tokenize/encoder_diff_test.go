@@ -39,7 +39,7 @@ func tiktokenFromHF(tb testing.TB, tok *Tokenizer, pattern string) *tiktoken.Tik
 	known := 0
 	for id, ok := range tok.idKnown {
 		if ok {
-			if _, added := tok.added[tok.idText[tok.idOff[id]:tok.idOff[id+1]]]; !added {
+			if _, added := tok.added[tok.tokenText(id)]; !added {
 				known++
 			}
 		}
