@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/hex"
 	"math"
 	"math/rand/v2"
@@ -338,22 +339,15 @@ func attrOf(kv attribute.KeyValue) Attr {
 // generator: per-thread, lock-free, seeded from the system).
 func newTraceID() (id trace.TraceID) {
 	for !id.IsValid() {
-		putUint64(id[:8], rand.Uint64())
-		putUint64(id[8:], rand.Uint64())
+		binary.BigEndian.PutUint64(id[:8], rand.Uint64())
+		binary.BigEndian.PutUint64(id[8:], rand.Uint64())
 	}
 	return id
 }
 
 func newSpanID() (id trace.SpanID) {
 	for !id.IsValid() {
-		putUint64(id[:], rand.Uint64())
+		binary.BigEndian.PutUint64(id[:], rand.Uint64())
 	}
 	return id
-}
-
-func putUint64(b []byte, v uint64) {
-	_ = b[7]
-	for i := range 8 {
-		b[i] = byte(v >> (56 - 8*i))
-	}
 }
