@@ -12,7 +12,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
-
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
