@@ -269,11 +269,10 @@ func (sc *encScratch) normSeg(seg string, id int) bool {
 	return sc.t.split.split(seg, sc.wordFn)
 }
 
-// countSplit is normSeg's loop when counting with a byte-level model, the
-// door's hottest: a piece that word would only pass on to count (every
-// piece but a long one against a limit) is counted in the loop.
+// countSplit is normSeg's loop when counting, the door's hottest: a
+// piece that word would only pass on to count (every piece but a long one
+// against a limit) goes to count directly.
 func (sc *encScratch) countSplit(seg string, sp clSplitter) bool {
-	b := sc.t.bl
 	for i := 0; i < len(seg); {
 		e := sp.next(seg, i)
 		w := seg[i:e]
@@ -282,10 +281,7 @@ func (sc *encScratch) countSplit(seg string, sp clSplitter) bool {
 			if !sc.word(w) {
 				return false
 			}
-			continue
-		}
-		sc.n += b.count(w, &sc.bpe)
-		if sc.over() {
+		} else if !sc.count(w) {
 			return false
 		}
 	}
