@@ -274,7 +274,8 @@ func (g *Gateway) onResponse(res *http.Response, a *attempt) (flushHeaders bool)
 	delete(res.Header, "X-Request-Id")
 	idle := x.rt.streamIdle
 	onIdle := func() { a.stalled.Store(true); a.cancel() }
-	if res.StatusCode == http.StatusOK && isEventStream(res.Header.Get("Content-Type")) {
+	events := isEventStream(res.Header.Get("Content-Type"))
+	if res.StatusCode == http.StatusOK && events {
 		guard := newStreamGuard(res.Body, x.clientCtx, func(cause error) []byte {
 			return g.streamBroken(a, cause)
 		})
@@ -292,10 +293,9 @@ func (g *Gateway) onResponse(res *http.Response, a *attempt) (flushHeaders bool)
 		res.Body = a.usage.follow(x, res.StatusCode, guard, true)
 		return true
 	}
-	flushHeaders = res.ContentLength < 0 || isEventStream(res.Header.Get("Content-Type"))
 	res.Body = a.usage.follow(x, res.StatusCode,
 		newBodyGuard(res.Body, idle, onIdle, func(cause error) { g.bodyBroken(a, cause) }), false)
-	return flushHeaders
+	return events || res.ContentLength < 0
 }
 
 // serverTimingValue is the Server-Timing value of a response whose headers
