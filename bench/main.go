@@ -232,13 +232,14 @@ func run() error {
 		}
 		fmt.Fprintf(os.Stderr, "phase 1 (%s chat, %d prompt tokens): %d req/s per path for %s, interleaved\n", sz.name, n, *rate, *duration)
 		before := gatherPhases(reg)
-		lat, errs := fixedRate(client, paths, func() []byte { return sz.body(model, nextID()) }, *rate, *duration)
+		lat, errs, timings := fixedRate(client, paths, func() []byte { return sz.body(model, nextID()) }, *rate, *duration)
 		sr := sizeResult{Size: sz.name, PromptTokens: n}
 		for i, p := range paths {
 			sr.Latency = append(sr.Latency, summarize(p.name, lat[i], errs[i]))
 		}
 		sr.judge()
 		sr.MaitredPhasesUs = gatherPhases(reg).since(before)
+		sr.MaitredTimingUs = timings.quantiles()
 		res.Sizes = append(res.Sizes, sr)
 	}
 
@@ -366,28 +367,36 @@ func doChat(c *http.Client, base string) (time.Duration, error) {
 // doPost posts a chat completion request to base and reads the answer
 // whole: its latency, or an error for anything but a 200.
 func doPost(c *http.Client, base string, body []byte) (time.Duration, error) {
+	d, _, err := doPostTimed(c, base, body)
+	return d, err
+}
+
+// doPostTimed is doPost that also returns the answer's Server-Timing
+// header (maitred's own phases; "" from the other paths).
+func doPostTimed(c *http.Client, base string, body []byte) (time.Duration, string, error) {
 	start := time.Now()
 	res, err := c.Post(base+"/v1/chat/completions", "application/json", bytes.NewReader(body))
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	_, err = io.Copy(io.Discard, res.Body)
 	res.Body.Close()
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	if res.StatusCode != 200 {
-		return 0, fmt.Errorf("status %d", res.StatusCode)
+		return 0, "", fmt.Errorf("status %d", res.StatusCode)
 	}
-	return time.Since(start), nil
+	return time.Since(start), res.Header.Get("Server-Timing"), nil
 }
 
 // fixedRate sends one request to each path in turn (rotating which goes
 // first) every 1/rate seconds, open loop: a slow answer never delays the
 // next send. Each request's body is a fresh body().
-func fixedRate(c *http.Client, paths []path, body func() []byte, rate int, d time.Duration) ([][]time.Duration, []int) {
+func fixedRate(c *http.Client, paths []path, body func() []byte, rate int, d time.Duration) ([][]time.Duration, []int, serverTimings) {
 	lat := make([][]time.Duration, len(paths))
 	errs := make([]int, len(paths))
+	st := serverTimings{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	tick := time.NewTicker(time.Second / time.Duration(rate))
@@ -399,19 +408,20 @@ func fixedRate(c *http.Client, paths []path, body func() []byte, rate int, d tim
 			i := (n + k) % len(paths)
 			b := body()
 			wg.Go(func() {
-				l, err := doPost(c, paths[i].url, b)
+				l, timing, err := doPostTimed(c, paths[i].url, b)
 				mu.Lock()
 				if err != nil {
 					errs[i]++
 				} else {
 					lat[i] = append(lat[i], l)
+					st.add(timing)
 				}
 				mu.Unlock()
 			})
 		}
 	}
 	wg.Wait()
-	return lat, errs
+	return lat, errs, st
 }
 
 // stampBook records when the simulator wrote each chunk of each request,
@@ -539,18 +549,25 @@ func readEvents(r io.Reader) []time.Time {
 func throughputAll(c *http.Client, paths []path, size string, body func() []byte, workers int, d time.Duration, rounds int) tputResult {
 	ok := make([]int64, len(paths))
 	failed := make([]int64, len(paths))
+	cpu := make([]time.Duration, len(paths))
 	slice := d / time.Duration(rounds)
 	for r := range rounds {
 		for k := range paths {
 			i := (r + k) % len(paths)
+			t0 := processCPU()
 			o, f := closedLoop(c, paths[i].url, body, workers, slice)
+			cpu[i] += processCPU() - t0
 			ok[i] += o
 			failed[i] += f
 		}
 	}
 	out := tputResult{Size: size}
 	for i, p := range paths {
-		out.Paths = append(out.Paths, tput{Path: p.name, RPS: float64(ok[i]) / d.Seconds(), Errors: int(failed[i])})
+		t := tput{Path: p.name, RPS: float64(ok[i]) / d.Seconds(), Errors: int(failed[i])}
+		if ok[i] > 0 && cpu[i] > 0 {
+			t.CPUPerRequestUs = float64(cpu[i]) / float64(ok[i]) / 1e3
+		}
+		out.Paths = append(out.Paths, t)
 	}
 	if b := byTput(out.Paths, "bare").RPS; b > 0 {
 		out.MaitredOverBare = byTput(out.Paths, "maitred").RPS / b

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,6 +26,11 @@ type tput struct {
 	Path   string  `json:"path"`
 	RPS    float64 `json:"rps"`
 	Errors int     `json:"errors"`
+	// CPUPerRequestUs is this process's CPU time (client, simulator and
+	// the Go proxies, all in it) per answered request while the path ran:
+	// a proxy's own cost is its figure less direct's. nginx runs in its
+	// own processes, so its figure leaves nginx's own CPU out.
+	CPUPerRequestUs float64 `json:"cpu_per_request_us,omitempty"`
 }
 
 // added is what a proxy adds over the direct path: the difference of the
@@ -47,6 +54,50 @@ type sizeResult struct {
 	P99AtMostBare   bool       `json:"maitred_added_p99_le_bare"`
 	Moonshot        *bool      `json:"moonshot_maitred_added_p50_le_2x_nginx,omitempty"`
 	MaitredPhasesUs phaseMeans `json:"maitred_phase_mean_us"`
+	// MaitredTimingUs is each phase maitred's answers name in their
+	// Server-Timing (door, queue, backend), as quantiles: the means above
+	// carry every outlier, these say what a typical request paid.
+	MaitredTimingUs map[string]timingQuantiles `json:"maitred_server_timing_us"`
+}
+
+// timingQuantiles is one Server-Timing phase over a run, in microseconds.
+type timingQuantiles struct {
+	P50 float64 `json:"p50"`
+	P90 float64 `json:"p90"`
+	P99 float64 `json:"p99"`
+}
+
+// serverTimings collects the durations of each phase of maitred's
+// Server-Timing headers ("door;dur=0.031, queue;dur=0.004, ..." in ms).
+type serverTimings map[string][]time.Duration
+
+// add records one header's phases; a value that does not parse is left
+// out (the other paths send none).
+func (st serverTimings) add(h string) {
+	for part := range strings.SplitSeq(h, ",") {
+		name, params, ok := strings.Cut(strings.TrimSpace(part), ";")
+		if !ok {
+			continue
+		}
+		for p := range strings.SplitSeq(params, ";") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(p), "dur="); ok {
+				if ms, err := strconv.ParseFloat(v, 64); err == nil && ms >= 0 {
+					st[name] = append(st[name], time.Duration(ms*float64(time.Millisecond)))
+				}
+			}
+		}
+	}
+}
+
+// quantiles summarizes each phase.
+func (st serverTimings) quantiles() map[string]timingQuantiles {
+	out := make(map[string]timingQuantiles, len(st))
+	for name, d := range st {
+		slices.Sort(d)
+		q := func(p float64) float64 { return float64(d[min(len(d)-1, int(p*float64(len(d))))]) / 1e3 }
+		out[name] = timingQuantiles{P50: q(.50), P90: q(.90), P99: q(.99)}
+	}
+	return out
 }
 
 // tputResult is the closed-loop phase for one chat size, against issue
@@ -238,6 +289,13 @@ func report(r results) error {
 			fmt.Printf(" %s %.1f", k, sz.MaitredPhasesUs[k])
 		}
 		fmt.Println()
+		fmt.Printf("maitred Server-Timing p50/p90/p99 (us):")
+		for _, k := range []string{"door", "queue", "backend"} {
+			if q, ok := sz.MaitredTimingUs[k]; ok {
+				fmt.Printf(" %s %.1f/%.1f/%.1f", k, q.P50, q.P90, q.P99)
+			}
+		}
+		fmt.Println()
 	}
 	fmt.Println("\nstreamed event delay (simulator flush -> client read)")
 	for _, s := range r.Stream {
@@ -246,8 +304,19 @@ func report(r results) error {
 	fmt.Printf("maitred over bare proxy: p99 %+.3f ms per event\n", r.StreamMarginP99ms)
 	for _, t := range r.Throughput {
 		fmt.Printf("\nmax throughput (closed loop), %s chat\n", t.Size)
+		direct := byTput(t.Paths, "direct").CPUPerRequestUs
 		for _, p := range t.Paths {
-			fmt.Printf("%-8s %9.0f req/s  errors %d\n", p.Path, p.RPS, p.Errors)
+			fmt.Printf("%-8s %9.0f req/s  errors %d", p.Path, p.RPS, p.Errors)
+			switch {
+			case p.CPUPerRequestUs == 0:
+			case p.Path == "direct":
+				fmt.Printf("  CPU %.1f us/request (client and simulator)", p.CPUPerRequestUs)
+			case p.Path == "nginx":
+				fmt.Printf("  CPU %.1f us/request here (nginx's own processes not counted)", p.CPUPerRequestUs)
+			default:
+				fmt.Printf("  CPU %.1f us/request, the proxy's own %+.1f", p.CPUPerRequestUs, p.CPUPerRequestUs-direct)
+			}
+			fmt.Println()
 		}
 		fmt.Printf("maitred/bare = %.1f%% (target >= 95%%): %s\n", 100*t.MaitredOverBare, yesNo(t.MeetsTarget))
 	}

@@ -78,7 +78,7 @@ func storeScenario(rate int, d time.Duration) error {
 		}
 	}
 	fmt.Fprintf(os.Stderr, "store: %d req/s per path for %s, interleaved (redis-server at %s)\n", rate, d, addr)
-	lat, errs := fixedRate(client, paths, demoChat, rate, d)
+	lat, errs, _ := fixedRate(client, paths, demoChat, rate, d)
 	var stats []stat
 	for i, p := range paths {
 		stats = append(stats, summarize(p.name, lat[i], errs[i]))
