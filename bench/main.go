@@ -24,13 +24,18 @@
 // paths interleaved request by request, reporting p50/p99 latency, what
 // each proxy adds over direct, the verdicts of issue 17's target 1
 // (maitred's added p50 and p99 at most the bare proxy's) and its moonshot
-// (maitred's added p50 within 2x nginx's), and the mean of each of
-// maitred's request phases (gateway/triage.go); (2) streaming requests,
-// reporting each SSE event's delay from the moment the simulator wrote it
-// to the moment the client read it; (3) for each size, maximum throughput
-// of each path with -conc closed-loop workers, -max-duration per path in
-// one-second rounds, the paths taking turns, and maitred/bare against
-// target 5 (>= 95%). Everything but nginx runs in this process on
+// (maitred's added p50 within 2x nginx's), the mean of each of maitred's
+// request phases (gateway/triage.go), and the p50/p90/p99 of the door,
+// queue and backend times its answers' Server-Timing headers name; (2)
+// streaming requests, reporting each SSE event's delay from the moment the
+// simulator wrote it to the moment the client read it; (3) for each size,
+// maximum throughput of each path with -conc closed-loop workers,
+// -max-duration per path in one-second rounds, the paths taking turns,
+// and maitred/bare against target 5 (>= 95%), with this process's CPU time
+// per answered request on each path: direct's is the client's and the
+// simulator's, and a Go proxy's own cost is its figure less direct's
+// (CPU-bound, the throughput ratio of two paths is about the inverse
+// ratio of their figures). Everything but nginx runs in this process on
 // loopback, so the paths share the machine's cores. -cpuprofile writes a
 // CPU profile of the whole run.
 //
