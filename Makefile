@@ -29,6 +29,8 @@ FUZZ_TARGETS := \
 	./fleet:FuzzParseMetrics:20000x \
 	./gateway:FuzzStreamGuard:5000x \
 	./gateway:FuzzDecodeUsage:5000x \
+	./gateway:FuzzUpstreamHeaderMatchesReverseProxy:5000x \
+	./gateway:FuzzAnswerHeaderMatchesReverseProxy:5000x \
 	./internal/telemetry:FuzzEncoder:20000x \
 	./admission:FuzzDoor:40000x \
 	./tokenize:FuzzPretokenize:10000x \

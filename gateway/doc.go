@@ -60,7 +60,9 @@
 // connection failure before anything reached a backend goes back to the
 // pool for another one. The proxy drops hop-by-hop headers both ways, drops
 // the client's Authorization and cookies and its X-Forwarded-* claims (it
-// states the hop it saw), and sends the backend's own key. A request sent
+// states the hop it saw), and sends the backend's own key; two
+// differential fuzz targets hold both directions' headers to what
+// httputil.ReverseProxy sends, less those deliberate drops. A request sent
 // on a reused keep-alive connection that ends before the answer's first
 // byte is taken as never sent (the backend closed it as the request went
 // out) and may go to another backend.

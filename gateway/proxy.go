@@ -138,8 +138,8 @@ func upstreamHeader(in *http.Request, a *attempt) http.Header {
 	if hasToken(in.Header["Te"], "trailers") {
 		h["Te"] = teTrailers // the one TE a hop may pass on
 	}
-	if _, ok := in.Header["User-Agent"]; !ok {
-		h["User-Agent"] = emptyValue // not Go's default
+	if _, ok := h["User-Agent"]; !ok {
+		h["User-Agent"] = emptyValue // not Go's default (none came, or Connection named it)
 	}
 	if ip, _, err := net.SplitHostPort(in.RemoteAddr); err == nil {
 		h["X-Forwarded-For"] = []string{ip}

@@ -64,6 +64,12 @@ func TestUpstreamHeader(t *testing.T) {
 				"X-Forwarded-For": {"10.0.0.7"}, "X-Forwarded-Host": {"gw"}, "X-Forwarded-Proto": {"https"}},
 		},
 		{
+			name: "a User-Agent the Connection header names goes, and none is Go's either",
+			in:   http.Header{"Connection": {"User-Agent"}, "User-Agent": {"sdk/1"}},
+			want: http.Header{"User-Agent": {""},
+				"X-Forwarded-For": {"10.0.0.7"}, "X-Forwarded-Host": {"gw"}, "X-Forwarded-Proto": {"http"}},
+		},
+		{
 			name: "TE trailers passes; no User-Agent stays none",
 			in:   http.Header{"Te": {"gzip, Trailers;q=1"}},
 			want: http.Header{"Te": {"trailers"}, "User-Agent": {""},
