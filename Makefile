@@ -31,6 +31,7 @@ FUZZ_TARGETS := \
 	./gateway:FuzzDecodeUsage:5000x \
 	./gateway:FuzzUpstreamHeaderMatchesReverseProxy:5000x \
 	./gateway:FuzzAnswerHeaderMatchesReverseProxy:5000x \
+	./gateway:FuzzBackendURLMatchesReverseProxy:10000x \
 	./internal/telemetry:FuzzEncoder:20000x \
 	./admission:FuzzDoor:40000x \
 	./tokenize:FuzzPretokenize:10000x \

@@ -222,9 +222,10 @@ func dropHopByHop(h http.Header) {
 }
 
 // backendURL is the request's URL on backend b: b's scheme and host, b's
-// path joined with the request's, and both queries.
+// path joined with the request's, and both queries (a request's empty
+// "?" kept).
 func backendURL(b, in *url.URL) *url.URL {
-	u := &url.URL{Scheme: b.Scheme, Host: b.Host, RawQuery: in.RawQuery}
+	u := &url.URL{Scheme: b.Scheme, Host: b.Host, RawQuery: in.RawQuery, ForceQuery: in.ForceQuery}
 	switch {
 	case b.RawQuery == "":
 	case in.RawQuery == "":

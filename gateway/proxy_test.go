@@ -26,6 +26,8 @@ func TestBackendURL(t *testing.T) {
 		{"http://b:8000/vllm?k=v", "/v1/models?x=1", "http://b:8000/vllm/v1/models?k=v&x=1"},
 		{"http://b:8000/a%2Fb", "/v1/responses/r%2F1", "http://b:8000/a%2Fb/v1/responses/r%2F1"},
 		{"https://b", "/v1/responses/r%2F1", "https://b/v1/responses/r%2F1"},
+		{"http://b:8000", "/v1/models?", "http://b:8000/v1/models?"},
+		{"http://b:8000/vllm?k=v", "/v1/models?", "http://b:8000/vllm/v1/models?k=v"},
 	}
 	for _, tt := range tests {
 		b, _ := url.Parse(tt.backend)
