@@ -118,6 +118,12 @@ func (c *tokenizeChecker) maybeCheck(rt *modelRuntime, b *fleet.Backend, ep admi
 	default:
 		return // checks are a sample: skip rather than queue
 	}
+	c.start(rt, b, ep, dec)
+}
+
+// start runs one sampled check in the background. Apart from maybeCheck,
+// so that only a sampled request's decision moves to the heap.
+func (c *tokenizeChecker) start(rt *modelRuntime, b *fleet.Backend, ep admission.Endpoint, dec admission.Decision) {
 	c.wg.Go(func() {
 		defer func() { <-c.sem }()
 		c.check(rt, b, ep, dec)
