@@ -377,7 +377,7 @@ func doPost(c *http.Client, base string, body []byte) (time.Duration, error) {
 }
 
 // doPostTimed is doPost that also returns the answer's Server-Timing
-// header (maitred's own phases; "" from the other paths).
+// header (maitred's phases on its path).
 func doPostTimed(c *http.Client, base string, body []byte) (time.Duration, string, error) {
 	start := time.Now()
 	res, err := c.Post(base+"/v1/chat/completions", "application/json", bytes.NewReader(body))
@@ -397,7 +397,8 @@ func doPostTimed(c *http.Client, base string, body []byte) (time.Duration, strin
 
 // fixedRate sends one request to each path in turn (rotating which goes
 // first) every 1/rate seconds, open loop: a slow answer never delays the
-// next send. Each request's body is a fresh body().
+// next send. Each request's body is a fresh body(). It also returns the
+// phases of maitred's answers' Server-Timing headers.
 func fixedRate(c *http.Client, paths []path, body func() []byte, rate int, d time.Duration) ([][]time.Duration, []int, serverTimings) {
 	lat := make([][]time.Duration, len(paths))
 	errs := make([]int, len(paths))
@@ -419,7 +420,9 @@ func fixedRate(c *http.Client, paths []path, body func() []byte, rate int, d tim
 					errs[i]++
 				} else {
 					lat[i] = append(lat[i], l)
-					st.add(timing)
+					if paths[i].name == "maitred" {
+						st.add(timing)
+					}
 				}
 				mu.Unlock()
 			})
