@@ -19,11 +19,10 @@ type bpeScratch struct {
 	prev    []int32
 	heap    []uint64
 	pc      pieceCache
-	short   *[shortCacheSize]shortSlot
-	shortOf *rankBPE // recent whole-piece lookups up to 7 bytes
-	mid     *[midCacheSize]midSlot
-	midOf   *rankBPE // recent counts of pieces of 8 to 16 bytes
-	ids     []int    // count's ids of a piece no cache answered
+	short   *[shortCacheSize]shortSlot // recent whole-piece lookups up to 7 bytes
+	mid     *[midCacheSize]midSlot     // recent counts of pieces of 8 to 16 bytes
+	cacheOf *rankBPE                   // the model short and mid hold lookups of
+	ids     []int                      // count's ids of a piece no cache answered
 }
 
 // pieceCache remembers the ids of pieces of 2 to cacheMaxPiece bytes that
@@ -138,6 +137,23 @@ func (c *pieceCache) put(piece string, h uint64, ids []int) {
 	c.n++
 }
 
+// cachesOf makes the scratch's short and mid caches b's: emptied when
+// they last held another model's lookups (a scratch outside a tokenizer's
+// pool, in the loader or a test, may serve several). Each is allocated on
+// its first use.
+func (sc *bpeScratch) cachesOf(b *rankBPE) {
+	if sc.cacheOf == b {
+		return
+	}
+	if sc.short != nil {
+		clear(sc.short[:])
+	}
+	if sc.mid != nil {
+		clear(sc.mid[:])
+	}
+	sc.cacheOf = b
+}
+
 // shortCacheSize is the number of entries of a scratch's direct-mapped
 // cache of whole-piece lookups (16 bytes each). Short pieces of running
 // text are mostly a few thousand frequent words; this keeps them out of the
@@ -147,13 +163,9 @@ const shortCacheSize = 1 << 12
 // shortRank is b.rank(piece) for a piece of at most 7 bytes, through the
 // scratch's cache.
 func (sc *bpeScratch) shortRank(b *rankBPE, piece string) int32 {
-	if sc.short == nil || sc.shortOf != b {
-		if sc.short == nil {
-			sc.short = new([shortCacheSize]shortSlot)
-		} else {
-			clear(sc.short[:])
-		}
-		sc.shortOf = b
+	sc.cachesOf(b)
+	if sc.short == nil {
+		sc.short = new([shortCacheSize]shortSlot)
 	}
 	k := packShort(piece)
 	e := &sc.short[hashShort(k)&(shortCacheSize-1)]
@@ -200,13 +212,9 @@ func (b *rankBPE) count(piece string, sc *bpeScratch) int {
 
 // midCount is count for a piece of 8 to 16 bytes.
 func (sc *bpeScratch) midCount(b *rankBPE, piece string) int {
-	if sc.mid == nil || sc.midOf != b {
-		if sc.mid == nil {
-			sc.mid = new([midCacheSize]midSlot)
-		} else {
-			clear(sc.mid[:])
-		}
-		sc.midOf = b
+	sc.cachesOf(b)
+	if sc.mid == nil {
+		sc.mid = new([midCacheSize]midSlot)
 	}
 	lo, hi := le64(piece), le64(piece[len(piece)-8:])
 	e := &sc.mid[hashShort(lo^bits.RotateLeft64(hi, 29)^uint64(len(piece)))&(midCacheSize-1)]
