@@ -22,15 +22,10 @@ func BenchmarkDoorCold(b *testing.B) {
 	d := NewDoor(catalog{"m": {Name: "m", Counter: m, MaxModelLen: 32768}})
 	// The 1k chat: varied messages of the tokenizer benchmark's mix,
 	// added until the prompt holds 1,000 tokens (as BenchmarkProxy's).
-	docs := fixtures.BenchDocs(b)
-	k, chat1k := 0, ""
-	for msgs := []string{}; ; {
-		msgs = append(msgs, fixtures.Message(docs, &k, 100))
-		chat1k = fixtures.Conversation(msgs, `,"max_tokens":8`)
-		if dec, _ := d.Check(Chat, []byte(chat1k)); dec.PromptTokens >= 1000 {
-			break
-		}
-	}
+	chat1k, _ := fixtures.ConversationOf(b, 1000, `,"max_tokens":8`, func(body string) int {
+		dec, _ := d.Check(Chat, []byte(body))
+		return dec.PromptTokens
+	})
 	chats := []struct{ name, body string }{
 		{"short", `{"model":"m","max_tokens":8,"messages":[{"role":"system","content":"You are a helpful assistant. Ticket 1."},` +
 			`{"role":"user","content":"Write a haiku about proxies and tokens."}]}`},

@@ -75,12 +75,8 @@ func BenchmarkProxy(b *testing.B) {
 
 	// The 1k chat: varied messages of the tokenizer benchmark's mix,
 	// added until the prompt holds 1,000 tokens.
-	docs := fixtures.BenchDocs(b)
-	k, chat1k, tokens := 0, "", 0
-	for msgs := []string{}; tokens < 1000; {
-		msgs = append(msgs, fixtures.Message(docs, &k, 100))
-		chat1k = fixtures.Conversation(msgs, `,"max_tokens":8`)
-		v, err := ojson.Parse([]byte(chat1k), ojson.DefaultMaxDepth)
+	chat1k, tokens := fixtures.ConversationOf(b, 1000, `,"max_tokens":8`, func(body string) int {
+		v, err := ojson.Parse([]byte(body), ojson.DefaultMaxDepth)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -88,8 +84,8 @@ func BenchmarkProxy(b *testing.B) {
 		if err != nil || !c.Exact {
 			b.Fatal(err, c.Reason)
 		}
-		tokens = c.Tokens
-	}
+		return c.Tokens
+	})
 	b.Logf("1k chat: %d prompt tokens, %d bytes", tokens, len(chat1k))
 	for _, size := range []struct{ name, body string }{{"short", benchChat}, {"1k", chat1k}} {
 		for _, p := range []struct{ name, url string }{{"bare", bare.URL}, {"maitred", gw.URL}} {
