@@ -101,12 +101,7 @@ func overload(capacityRPS int, d1, d3 time.Duration) error {
 	}{{"1x", one}, {"3x", three}} {
 		s := r.s
 		slices.Sort(s.waits)
-		p := func(q float64) float64 {
-			if len(s.waits) == 0 {
-				return 0
-			}
-			return s.waits[min(len(s.waits)-1, int(q*float64(len(s.waits))))]
-		}
+		p := func(q float64) float64 { return quantile(s.waits, q) }
 		fmt.Printf("%s: sent %d, ok %d (goodput %.1f req/s), refused %d (without Retry-After %d), other %d, transport errors %d; dispatched to the backend %d; queue wait p50 %.1f ms p99 %.1f ms max %.1f ms\n",
 			r.name, s.sent, s.ok, s.goodput, s.refused, s.noRetryAfter, s.other, s.transport, s.dispatched, p(.5), p(.99), p(1))
 	}

@@ -94,7 +94,7 @@ func (st serverTimings) quantiles() map[string]timingQuantiles {
 	out := make(map[string]timingQuantiles, len(st))
 	for name, d := range st {
 		slices.Sort(d)
-		q := func(p float64) float64 { return float64(d[min(len(d)-1, int(p*float64(len(d))))]) / 1e3 }
+		q := func(p float64) float64 { return float64(quantile(d, p)) / 1e3 }
 		out[name] = timingQuantiles{P50: q(.50), P90: q(.90), P99: q(.99)}
 	}
 	return out
@@ -129,14 +129,19 @@ type results struct {
 	Counting          counting     `json:"maitred_counting"`
 }
 
+// quantile is the p-quantile of sorted (the zero value when empty): the
+// element below which a fraction p of them lie, the largest for p = 1.
+func quantile[T any](sorted []T, p float64) T {
+	if len(sorted) == 0 {
+		var zero T
+		return zero
+	}
+	return sorted[min(len(sorted)-1, int(p*float64(len(sorted))))]
+}
+
 func summarize(name string, d []time.Duration, errs int) stat {
 	slices.Sort(d)
-	q := func(p float64) float64 {
-		if len(d) == 0 {
-			return 0
-		}
-		return float64(d[min(len(d)-1, int(p*float64(len(d))))]) / 1e6
-	}
+	q := func(p float64) float64 { return float64(quantile(d, p)) / 1e6 }
 	return stat{Path: name, N: len(d), Errors: errs, P50ms: q(.50), P90ms: q(.90), P99ms: q(.99), Maxms: q(1)}
 }
 

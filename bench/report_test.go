@@ -42,3 +42,15 @@ func TestServerTimingsAdd(t *testing.T) {
 		t.Errorf("queue p99 = %.3f us, want 4", q["queue"].P99)
 	}
 }
+
+func TestQuantile(t *testing.T) {
+	d := []float64{1, 2, 3, 4}
+	for _, tt := range []struct{ p, want float64 }{{0, 1}, {.5, 3}, {.99, 4}, {1, 4}} {
+		if got := quantile(d, tt.p); got != tt.want {
+			t.Errorf("quantile(%v, %v) = %v, want %v", d, tt.p, got, tt.want)
+		}
+	}
+	if got := quantile([]time.Duration(nil), .5); got != 0 {
+		t.Errorf("quantile of nothing = %v, want 0", got)
+	}
+}
