@@ -72,6 +72,7 @@ const (
 	TemplateError                  // the chat template raised, as Python's jinja2 would
 	ContextLength                  // prompt + max_tokens beyond max_model_len
 	InvalidInput                   // a pooling request's input (embeddings, score, rerank, ...) malformed
+	InvalidForm                    // an audio upload's multipart form malformed or ambiguous (checked by the HTTP edge)
 	// The API key checks (the gateway's auth; the door never returns
 	// them, but they name refusals at the same place, before any backend
 	// work, and share the vocabulary).
@@ -93,6 +94,7 @@ var reasonNames = [...]string{
 	TemplateError:    "invalid_chat_template_input",
 	ContextLength:    "context_length_exceeded",
 	InvalidInput:     "invalid_input",
+	InvalidForm:      "invalid_form",
 	InvalidAPIKey:    "invalid_api_key",
 	ModelNotAllowed:  "model_not_allowed",
 	RateLimited:      "rate_limited",

@@ -93,7 +93,7 @@ func (a *attempt) poolResult(res attemptResult, aborted bool) admission.Result {
 		return admission.ServerError
 	}
 	switch {
-	case a.shutdown.Load() || errors.Is(res.err, errClientGone) || x.upload.failed() != nil:
+	case a.shutdown.Load() || errors.Is(res.err, errClientGone):
 		return admission.Abandoned
 	case res.err == nil && (a.upstreamStatus >= 500 || x.streamBroke != ""):
 		return admission.ServerError
@@ -150,7 +150,7 @@ func (g *Gateway) dispatch(w http.ResponseWriter, r *http.Request, x *exchange, 
 			g.fleet.ReportSuccess(a.backend)
 			return nil
 		}
-		if !res.retry || !x.upload.replayable() {
+		if !res.retry {
 			return res.err
 		}
 		g.fleet.ReportConnectFailure(rt.fm, a.backend, a.proxyErr)
@@ -216,16 +216,13 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, a *attempt, bo
 	length := int64(len(body))
 	switch {
 	case x.upload != nil:
-		out, getBody, length = x.upload.attach(r.ContentLength)
+		out, getBody, length = x.upload.attach()
 	case len(body) > 0:
 		out = io.NopCloser(bytes.NewReader(body))
 		getBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	}
 	g.relay(ctx, w, r, a, out, length, getBody)
 	if a.proxyErr != nil {
-		if err := x.upload.failed(); err != nil {
-			return attemptResult{err: g.uploadError(x, r, err)} // the client's upload failed, not the backend
-		}
 		return g.classify(r, a)
 	}
 	return attemptResult{}

@@ -1,14 +1,13 @@
 package gateway
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
-	"mime"
-	"mime/multipart"
 	"net/http"
 	"os"
-	"sync"
+	"slices"
 	"time"
 
 	"github.com/maitred-dev/maitred/admission"
@@ -16,29 +15,30 @@ import (
 )
 
 // The audio APIs (POST /v1/audio/transcriptions and /v1/audio/translations)
-// take a multipart/form-data upload with `model` a form field. The upload
-// streams through to the backend and is never held in memory, under its
-// own limit (max_audio_body_bytes) and read timeout
-// (read_audio_body_timeout).
+// take a multipart/form-data upload with `model` a form field. An upload is
+// read whole before it takes a backend slot, as nginx buffers a body before
+// it takes an upstream: a client that sends its model field and then drips
+// holds its own connection and spool, never one of the model's backends.
 //
-// The model decides the backend, and a client may send `model` after the
-// audio: openai-go writes the parts in the lexical order of their names,
-// `file` before `model`. So readUpload parses the multipart stream as it
-// arrives and copies every byte it reads, unchanged, to a temporary file
-// (the spool, on disk), until it has seen `model` and the small fields
-// after it, up to the next file part or the end of the body. The backend
-// then receives the spool followed by the rest of the client's body, not
-// yet read: the client's own bytes, never re-encoded. An upload that was
-// spooled whole can be replayed, so a backend that could not be connected
-// to is retried on another; one that was still streaming cannot.
+// readUpload copies every byte it reads, unchanged, to a temporary file (the
+// spool, on disk, unlinked at once) while it reads the form strictly, part
+// by part to the last (formReader, multipart.go): every part's headers are
+// read, so a second `model` field anywhere, or a part vLLM's parser could
+// read as `model` where maitred would not, is refused (400 invalid_form)
+// before any backend. It keeps `model` and the small fields the door reads
+// (admission.FormFields; the last of each counts, as in Starlette's form)
+// for the door's CheckForm. The upload must be complete within
+// max_audio_body_bytes (plus formAllowance; 413), read_audio_body_timeout
+// (from its headers to its last byte; 408) and the gateway's body budget
+// (max_body_bytes_in_flight: the spool's bytes count as they arrive, until
+// the request ends; 503 server_busy). The backend then receives the spool,
+// the client's own bytes, never re-encoded, with their length; a backend
+// that could not be connected to is retried on another, the spool read
+// again.
 //
-// A `model` field that comes after a file part following the first
-// `model` is not seen: the backend reads the form again and judges it.
-//
-// Disk: a spool holds at most max_audio_body_bytes (+1 MiB) and lives as
-// long as its request, queue wait included. For an upload that streams,
-// read_audio_body_timeout runs from its headers to its last byte, queue
-// wait included.
+// Memory: a formBuffer read buffer and the fields read. Disk: a spool
+// holds at most max_audio_body_bytes + formAllowance and lives as long as
+// its request, queue wait included.
 
 // audioAPIs' body reader.
 var (
@@ -56,58 +56,42 @@ const formAllowance = 1 << 20
 // max_completion_tokens).
 const maxFormValue = 1 << 10
 
-// upload is an audio request's body as the pipeline forwards it: the
-// bytes read so far in the spool, then the rest of the client's body.
+// spoolStep is how much of the body budget a spool reserves at a time.
+const spoolStep = 64 << 10
+
+// upload is an audio request's body, read whole into its spool.
 type upload struct {
 	form    admission.Form
 	spool   *os.File
 	removed bool // the spool's name is already unlinked
 	spooled int64
-	// complete: the whole body is in the spool (replayable).
-	complete bool
-	// rest is the client's body past the spool, under the limit; nil when
-	// complete.
-	rest io.Reader
-	// restRead counts the bytes forwarded from rest.
-	restRead int64
-	// clearDeadline lifts the read deadline once the body is all in.
-	clearDeadline func()
-	limit         int64
-	timeout       time.Duration
-	// mu guards readErr: the transport reads rest on its own goroutine.
-	mu      sync.Mutex
-	readErr error
+	limit   int64
+	timeout time.Duration
 }
 
 // readUpload is the audio APIs' bodyReader: it returns no bytes and hands
-// the pipeline the streamed body in x.upload; the door checks its form
+// the pipeline the spooled body in x.upload; the door checks its form
 // (admission.Door.CheckForm).
 func readUpload(g *Gateway, w http.ResponseWriter, r *http.Request, x *exchange) ([]byte, error) {
 	limit, timeout := g.conf().MaxAudioBodyBytes+formAllowance, g.conf().ReadAudioBodyTimeout.D()
-	mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if err != nil || mt != "multipart/form-data" || params["boundary"] == "" {
-		ct := r.Header.Get("Content-Type")
-		msg := fmt.Sprintf("Content-Type must be multipart/form-data with a boundary, got %q.", ct)
-		if ct == "" {
-			msg = "Content-Type must be multipart/form-data; the request sent none."
-		}
-		return nil, g.rejected(x, &Error{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: codeUnsupportedMedia,
-			Outcome: admission.UnsupportedMedia.String(), Layer: triage.LayerDoor, Message: msg})
+	boundary, e := formContentType(r.Header.Values("Content-Type"))
+	if e != nil {
+		return nil, g.rejected(x, e)
 	}
 	if r.ContentLength > limit {
 		return nil, g.rejected(x, uploadTooLarge(limit))
 	}
-	up := &upload{limit: limit, timeout: timeout, clearDeadline: func() {}}
+	up := &upload{limit: limit, timeout: timeout}
 	if timeout > 0 {
 		rc := http.NewResponseController(w)
 		if rc.SetReadDeadline(time.Now().Add(timeout)) == nil {
 			// Cleared once the body is in: a read deadline left behind
 			// would cut the server's watch for the client leaving.
-			up.clearDeadline = sync.OnceFunc(func() { _ = rc.SetReadDeadline(time.Time{}) })
+			defer rc.SetReadDeadline(time.Time{})
 		}
 	}
+	var err error
 	if up.spool, err = os.CreateTemp("", "maitred-audio-*"); err != nil {
-		up.clearDeadline()
 		return nil, &Error{Status: http.StatusInternalServerError, Type: typeServer, Code: codeInternal, Layer: triage.LayerDoor,
 			Message: "The gateway could not spool the upload.", Cause: err}
 	}
@@ -116,8 +100,25 @@ func readUpload(g *Gateway, w http.ResponseWriter, r *http.Request, x *exchange)
 	// dies; close removes it otherwise.
 	up.removed = os.Remove(up.spool.Name()) == nil
 	x.upload = up
-	if err := up.read(http.MaxBytesReader(w, r.Body, limit), params["boundary"]); err != nil {
+	var held int64 // the body budget the spool reserved (x.bodyHeld's share)
+	spool := writerFunc(func(p []byte) (int, error) {
+		if need := up.spooled + int64(len(p)) - held; need > 0 {
+			step := max(need, spoolStep)
+			if !g.bodies.take(step) {
+				return 0, bodiesFull()
+			}
+			held += step
+			x.bodyHeld += step
+		}
+		n, err := up.spool.Write(p)
+		up.spooled += int64(n)
+		return n, err
+	})
+	if err := up.read(io.TeeReader(http.MaxBytesReader(w, r.Body, limit), spool), boundary); err != nil {
 		if e, ok := errors.AsType[*Error](err); ok {
+			if e.Outcome != "" { // a form refused: counted as the door's rejections are
+				return nil, g.rejected(x, e)
+			}
 			return nil, e
 		}
 		return nil, g.uploadError(x, r, err)
@@ -125,135 +126,102 @@ func readUpload(g *Gateway, w http.ResponseWriter, r *http.Request, x *exchange)
 	return nil, nil
 }
 
-// read parses the form as it arrives, spooling every byte read, until it
-// has seen `model` and the fields after it up to the next file part.
+// read reads the form to its end and then the body's (an epilogue),
+// every byte spooled by the tee in body, keeping the fields the door
+// reads.
 func (up *upload) read(body io.Reader, boundary string) error {
-	tee := io.TeeReader(body, writerFunc(func(p []byte) (int, error) {
-		n, err := up.spool.Write(p)
-		up.spooled += int64(n)
-		return n, err
-	}))
-	mr := multipart.NewReader(tee, boundary)
-	want := map[string]bool{}
-	for _, f := range admission.FormFields {
-		want[f] = true
-	}
-	for {
-		part, err := mr.NextPart()
-		if err == io.EOF {
-			up.complete = true
-			break
-		}
-		if err != nil {
-			return err
-		}
-		name := part.FormName()
-		switch {
-		case up.form.HasModel && part.FileName() != "":
-			// The rest streams: the spool holds everything read so far,
-			// this part's first bytes included.
-			up.rest = body
-			_, err = up.spool.Seek(0, io.SeekStart)
-			return err
-		case name == "model" || want[name] && part.FileName() == "":
-			v, err := io.ReadAll(io.LimitReader(part, maxFormValue+1))
-			if err != nil {
-				return err
-			}
-			if len(v) > maxFormValue {
-				return badRequest(codeBodyRead, name, "The form field %q is longer than %d bytes.", name, maxFormValue)
-			}
-			if name == "model" {
-				if up.form.HasModel {
-					return badRequest(codeBodyRead, "model", "The form has more than one `model` field.")
-				}
-				up.form.Model, up.form.HasModel = string(v), true
-				continue
-			}
-			if up.form.Fields == nil {
-				up.form.Fields = map[string]string{}
-			}
-			up.form.Fields[name] = string(v) // the last one counts, as in starlette's form
-		default:
-			if _, err := io.Copy(io.Discard, part); err != nil { // spooled by the tee
-				return err
-			}
+	f := &formReader{br: bufio.NewReaderSize(body, formBuffer), delim: []byte("\r\n--" + boundary)}
+	err := f.begin()
+	for err == nil {
+		var p part
+		if p, err = f.head(); err == nil {
+			err = up.field(f, p)
 		}
 	}
-	up.clearDeadline()
-	// Anything after the closing boundary (an epilogue) was read too.
-	if _, err := io.Copy(io.Discard, tee); err != nil {
+	if err != errLastPart {
 		return err
 	}
-	_, err := up.spool.Seek(0, io.SeekStart)
+	// What follows the last boundary is ignored by every parser, and
+	// spooled: the backend receives the client's bytes.
+	if _, err := io.Copy(io.Discard, body); err != nil {
+		return err
+	}
+	_, err = up.spool.Seek(0, io.SeekStart)
 	return err
 }
 
-// attach returns the upstream body: the spool, then the rest of the
-// client's body; with how to read it again and its length. The length is
-// the client's own when it declared one (the bytes are the client's), the
-// spool's when complete, or unknown (-1: chunked).
-func (up *upload) attach(declared int64) (io.ReadCloser, func() (io.ReadCloser, error), int64) {
-	open := func() io.Reader { return io.NewSectionReader(up.spool, 0, up.spooled) }
-	if up.complete {
-		return io.NopCloser(open()), func() (io.ReadCloser, error) { return io.NopCloser(open()), nil }, up.spooled
+// field reads part p's body: `model` and the door's other fields are
+// kept; any other part, a file included, only passes through the spool.
+func (up *upload) field(f *formReader, p part) error {
+	if p.name == "model" {
+		if p.file {
+			return invalidForm("model", "the `model` part is a file (it has a filename); send it as a plain field.")
+		}
+		if up.form.HasModel {
+			return invalidForm("model", "the form has more than one `model` field.")
+		}
+	} else if p.file || !slices.Contains(admission.FormFields, p.name) {
+		return f.body(io.Discard)
 	}
-	return io.NopCloser(io.MultiReader(open(), readerFunc(up.readRest))), nil, declared
+	v := &fieldValue{}
+	err := f.body(v)
+	if v.over {
+		return invalidForm(p.name, "the form field %q is longer than %d bytes.", p.name, maxFormValue)
+	}
+	if err != nil && err != errLastPart {
+		return err
+	}
+	if p.name == "model" {
+		up.form.Model, up.form.HasModel = string(v.b), true
+		return err
+	}
+	if up.form.Fields == nil {
+		up.form.Fields = map[string]string{}
+	}
+	up.form.Fields[p.name] = string(v.b) // the last one counts, as in Starlette's form
+	return err
 }
 
-// readRest reads the client's body past the spool for the transport; a
-// failure is the client's (over the limit, too slow, gone), kept for the
-// pipeline's answer.
-func (up *upload) readRest(p []byte) (int, error) {
-	n, err := up.rest.Read(p)
-	up.mu.Lock()
-	up.restRead += int64(n)
-	if err != nil && err != io.EOF && up.readErr == nil {
-		up.readErr = err
-	}
-	up.mu.Unlock()
-	if err == io.EOF {
-		up.clearDeadline()
-	}
-	return n, err
+// fieldValue collects a field's value, up to maxFormValue bytes.
+type fieldValue struct {
+	b    []byte
+	over bool
 }
 
-// failed returns the client's error while the body streamed, if any.
-func (up *upload) failed() error {
-	if up == nil {
-		return nil
+var errFieldTooLong = errors.New("form field too long")
+
+func (v *fieldValue) Write(p []byte) (int, error) {
+	if len(v.b)+len(p) > maxFormValue {
+		v.over = true
+		return 0, errFieldTooLong
 	}
-	up.mu.Lock()
-	defer up.mu.Unlock()
-	return up.readErr
+	v.b = append(v.b, p...)
+	return len(p), nil
 }
 
-// replayable reports whether another attempt can send the body again.
-func (up *upload) replayable() bool { return up == nil || up.complete }
-
-// bytes is how much of the client's body was read.
-func (up *upload) bytes() int64 {
-	up.mu.Lock()
-	defer up.mu.Unlock()
-	return up.spooled + up.restRead
+// attach returns the upstream body, the spool; with how to read it again
+// and its length.
+func (up *upload) attach() (io.ReadCloser, func() (io.ReadCloser, error), int64) {
+	open := func() (io.ReadCloser, error) { return io.NopCloser(io.NewSectionReader(up.spool, 0, up.spooled)), nil }
+	body, _ := open()
+	return body, open, up.spooled
 }
 
-// close removes the spool and lifts the read deadline; serve calls it as
-// the request ends.
+// close removes the spool; serve calls it as the request ends (and gives
+// back the body budget it held, x.bodyHeld).
 func (up *upload) close(x *exchange) {
 	if up == nil {
 		return
 	}
-	up.clearDeadline()
-	x.bytesIn = int(up.bytes())
+	x.bytesIn = int(up.spooled)
 	_ = up.spool.Close()
 	if !up.removed {
 		_ = os.Remove(up.spool.Name())
 	}
 }
 
-// uploadError is the answer when the client's body failed while it
-// streamed to the backend.
+// uploadError is the answer when the client's body could not be read:
+// over the limit, too slow, gone.
 func (g *Gateway) uploadError(x *exchange, r *http.Request, err error) error {
 	e := bodyReadError(r, err, x.upload.limit, x.upload.timeout)
 	if e, ok := e.(*Error); ok {
@@ -277,7 +245,3 @@ func uploadTooLarge(limit int64) *Error {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
-
-type readerFunc func([]byte) (int, error)
-
-func (f readerFunc) Read(p []byte) (int, error) { return f(p) }

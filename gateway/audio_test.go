@@ -189,10 +189,10 @@ func TestAudioBadInputs(t *testing.T) {
 		{"no boundary", "multipart/form-data", []byte(`x`), 400, codeUnsupportedMedia, ""},
 		{"no model", "", nil, 400, codeMissingParam, "model"},
 		{"unknown model", "", nil, 404, codeModelNotFound, "model"},
-		{"two models", "", nil, 400, codeBodyRead, "model"},
+		{"two models", "", nil, 400, codeInvalidForm, "model"},
 		{"bad stream", "", nil, 400, "invalid_type", "stream"},
 		{"bad max_completion_tokens", "", nil, 400, "invalid_type", "max_completion_tokens"},
-		{"malformed", "multipart/form-data; boundary=zz", []byte("--zz\r\nbroken"), 400, codeBodyRead, ""},
+		{"malformed", "multipart/form-data; boundary=zz", []byte("--zz\r\nbroken"), 400, codeInvalidForm, ""},
 		{"too large, spooled", "", nil, 413, codeRequestTooLarge, ""},
 	}
 	forms := map[string][]string{

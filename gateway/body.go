@@ -69,6 +69,13 @@ func (b *bodyBudget) give(n int64) {
 	}
 }
 
+// bodiesFull answers a body that would pass max_body_bytes_in_flight.
+func bodiesFull() *Error {
+	return &Error{Status: http.StatusServiceUnavailable, Type: typeServer, Code: codeServerBusy,
+		RetryAfter: time.Second, CloseConn: true, Layer: triage.LayerDoor,
+		Message: "The gateway holds too many request bodies at once (max_body_bytes_in_flight); retry shortly."}
+}
+
 // firstBodyBuffer is the buffer a body starts in: a chat request is
 // usually far smaller, and a declared length is a promise, not bytes.
 const firstBodyBuffer = 16 << 10
@@ -94,9 +101,7 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, x *exchange) 
 	}
 	grow := func(buf []byte, size int64) ([]byte, error) {
 		if !g.bodies.take(size - int64(cap(buf))) {
-			return nil, &Error{Status: http.StatusServiceUnavailable, Type: typeServer, Code: codeServerBusy,
-				RetryAfter: time.Second, CloseConn: true, Layer: triage.LayerDoor,
-				Message: "The gateway holds too many request bodies at once (max_body_bytes_in_flight); retry shortly."}
+			return nil, bodiesFull()
 		}
 		x.bodyHeld = size
 		nb := make([]byte, len(buf), size)

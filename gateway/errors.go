@@ -100,6 +100,7 @@ const (
 	codeExceedsKV        = "exceeds_kv_capacity"
 	codeStoreDown        = "store_unavailable"
 	codeBodyRead         = "body_read_error"
+	codeInvalidForm      = "invalid_form"
 	codeInternal         = "internal_error"
 	codeInvalidAPIKey    = "invalid_api_key"
 	codeRateLimited      = "rate_limit_exceeded"

@@ -77,6 +77,7 @@ func TestOneOutcomeVocabulary(t *testing.T) {
 		{admission.MissingModel, "/v1/audio/translations", audioForm, formPart("language", "en"), false, "audio-no-model"},
 		{admission.UnknownModel, "/v1/audio/transcriptions", audioForm, formPart("model", "nope"), false, "audio-model"},
 		{admission.InvalidParam, "/v1/audio/transcriptions", audioForm, formPart("model", "m") + formPart("stream", "maybe"), true, "audio-param"},
+		{admission.InvalidForm, "/v1/audio/transcriptions", audioForm, formPart("model", "m") + formPart("model", "other"), false, "audio-form"},
 		// Anthropic Messages names its rejections alike, in its own envelope.
 		{admission.InvalidJSON, "/v1/messages", "", `{"model":"m",`, false, "messages-json"},
 		{admission.UnsupportedMedia, "/v1/messages", "text/plain", `{"model":"m","max_tokens":5,"messages":[` + user + `]}`, false, "messages-media"},
