@@ -41,9 +41,10 @@ type Config struct {
 	// MaxConnections caps the client connections open at once; past it the
 	// gateway stops accepting until one closes (0: no cap).
 	MaxConnections int `yaml:"max_connections"`
-	// MaxBodyBytesInFlight caps the request body bytes held in memory by
-	// all requests at once (read so far, or held for forwarding); a request
-	// whose body would pass it gets 503 server_busy (0: no cap).
+	// MaxBodyBytesInFlight caps the request body bytes held by all
+	// requests at once (read so far, or held for forwarding: in memory, or
+	// an audio upload's spool on disk); a request whose body would pass it
+	// gets 503 server_busy (0: no cap).
 	MaxBodyBytesInFlight int64 `yaml:"max_body_bytes_in_flight"`
 	// CountCacheBytes bounds the memory of the count cache
 	// (tokenize.CountCache), which lets the next turn of a conversation be
@@ -52,9 +53,9 @@ type Config struct {
 	// MaxAudioBodyBytes caps an audio upload (/v1/audio/transcriptions,
 	// /v1/audio/translations): the audio's bytes (OpenAI's and vLLM's
 	// limit is the file's), and the body may carry 1 MiB more for the
-	// form's other parts; larger uploads get 413. An upload streams
-	// through (spooled to a temporary file, never held in memory), so it is
-	// not counted in max_body_bytes_in_flight.
+	// form's other parts; larger uploads get 413. An upload is read whole
+	// into a temporary file (never held in memory) before it queues, and
+	// its bytes count in max_body_bytes_in_flight until the request ends.
 	MaxAudioBodyBytes int64 `yaml:"max_audio_body_bytes"`
 	// ReadAudioBodyTimeout bounds how long a client may take to send an
 	// audio upload once its headers are in; then 408 (the connection

@@ -237,3 +237,29 @@ func spooledAtLeast(dir string, n int64) bool {
 	}
 	return false
 }
+
+// TestAudioUploadInBodyBudget: an upload's spool counts in
+// max_body_bytes_in_flight as it arrives: one that would pass it is
+// answered 503 server_busy and the backend receives nothing; the budget is
+// given back when the request ends.
+func TestAudioUploadInBodyBudget(t *testing.T) {
+	e := startAudio(t, func(c *config.Config) {
+		c.MaxBodyBytes = 64 << 10
+		c.MaxBodyBytesInFlight = 192 << 10
+	})
+	before := e.engineRequests()
+	ct, body := form(t, "model", "m", "file", strings.Repeat("x", 256<<10))
+	status, got := e.postAudio(t, ct, strings.NewReader(string(body)))
+	if status != http.StatusServiceUnavailable || !strings.Contains(got, `"server_busy"`) {
+		t.Errorf("an upload over the body budget: %d %s, want 503 server_busy", status, got)
+	}
+	if n := e.engineRequests(); n != before {
+		t.Errorf("the backend received %d requests", n-before)
+	}
+	eventually(t, "the budget to empty", func() bool { return e.gw.bodies.used.Load() == 0 })
+	ct, body = form(t, "model", "m", "file", strings.Repeat("x", 128<<10))
+	if status, got := e.postAudio(t, ct, strings.NewReader(string(body))); status != 200 {
+		t.Errorf("an upload within the body budget: %d %s", status, got)
+	}
+	eventually(t, "the budget to empty", func() bool { return e.gw.bodies.used.Load() == 0 })
+}

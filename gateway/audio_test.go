@@ -302,11 +302,11 @@ func (h *heapPeak) sample() {
 	h.mu.Unlock()
 }
 
-// TestAudioUploadStreams: a 25 MiB upload through maitred, with the model
-// before the file (streamed through) and after it (openai-go's order:
-// spooled to disk, then forwarded), raises the heap in use by less than 8
-// MiB while it passes, and the backend hears all of it.
-func TestAudioUploadStreams(t *testing.T) {
+// TestAudioUploadSpooled: a 25 MiB upload through maitred, with the model
+// before the file and after it (openai-go's order), is spooled to disk,
+// then forwarded: the heap in use grows by less than 8 MiB while it passes,
+// and the backend hears all of it.
+func TestAudioUploadSpooled(t *testing.T) {
 	e := startAudio(t, nil)
 	const size = 25 << 20
 	for _, order := range []string{"model first", "file first"} {
@@ -395,11 +395,11 @@ func TestAudioUploadRetried(t *testing.T) {
 	}
 }
 
-// TestAudioUploadFailsWhileStreaming: an upload that passes the limit, or
-// stalls past read_audio_body_timeout, after the model (while it streams
-// to the backend, or while it is spooled) is the client's failure: 413 or
-// 408, never a backend error, and the backend is not blamed.
-func TestAudioUploadFailsWhileStreaming(t *testing.T) {
+// TestAudioUploadFailsWhileSpooling: an upload that passes the limit, or
+// stalls past read_audio_body_timeout, after its model field or before it
+// is the client's failure: 413 or 408, never a backend error, and the
+// backend is not blamed.
+func TestAudioUploadFailsWhileSpooling(t *testing.T) {
 	e := startAudio(t, func(c *config.Config) {
 		c.MaxAudioBodyBytes = 64 << 10
 		c.ReadAudioBodyTimeout = config.Duration(300 * time.Millisecond)
@@ -411,9 +411,9 @@ func TestAudioUploadFailsWhileStreaming(t *testing.T) {
 		status     int
 		config     string
 	}{
-		{"too large, streaming", true, false, 413, "max_audio_body_bytes"},
-		{"stalled, streaming", true, true, 408, "read_audio_body_timeout"},
-		{"stalled, spooling", false, true, 408, "read_audio_body_timeout"},
+		{"too large, model first", true, false, 413, "max_audio_body_bytes"},
+		{"stalled, model first", true, true, 408, "read_audio_body_timeout"},
+		{"stalled, file first", false, true, 408, "read_audio_body_timeout"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			pr, pw := io.Pipe()

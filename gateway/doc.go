@@ -37,13 +37,20 @@
 // hashed as the chat conversation the door converted it to) and the
 // sampled tokenizer check apply. Each route is one line of the router's
 // table. The audio APIs (transcriptions, translations; audio.go) read a
-// multipart upload instead (readUpload): never held in memory, it is
-// spooled to a temporary file up to the `model` field and the small fields
-// after it (openai-go writes `file` first), checked by the door's
-// CheckForm, and forwarded as the spool followed by the rest of the
-// client's body, unread until then, within max_audio_body_bytes and
-// read_audio_body_timeout; only an upload spooled whole is retried on
-// another backend. GET /v1/responses/{id} and its cancel (responses.go)
+// multipart upload instead (readUpload): never held in memory, it is read
+// whole into a temporary file (the spool) before it takes a backend slot,
+// within max_audio_body_bytes, read_audio_body_timeout and the body budget
+// (the spool's bytes count in max_body_bytes_in_flight), so a client that
+// drips its upload holds no backend. Its form is read strictly as it
+// arrives (multipart.go), every part to the last, as vLLM's
+// python-multipart reads it: a second `model` field, or anything the two
+// parsers could read differently (a repeated or RFC 2231 Content-Disposition
+// parameter, a second Content-Disposition, a malformed part header, a
+// padded boundary, a charset other than UTF-8), is refused 400
+// invalid_form before any backend. The `model` and small fields are checked
+// by the door's CheckForm, and the spool, the client's own bytes, is
+// forwarded with its length and read again for another backend when the
+// first could not be connected to. GET /v1/responses/{id} and its cancel (responses.go)
 // name no model: they go to the backend that holds the id, found by asking
 // every ready backend at once, with a bounded id -> backend table as a
 // fast path; no state across replicas.

@@ -14,9 +14,10 @@ import (
 // differs is declared here, and a new family (Responses, Anthropic
 // Messages, audio) is a new value, not a new handler:
 //   - read: how the body is read (readJSON: the whole JSON body within
-//     max_body_bytes; readUpload: a multipart upload streamed through
-//     under a limit of its own, handed to the pipeline as x.upload, its
-//     form checked by the door's CheckForm);
+//     max_body_bytes; readUpload: a multipart upload read whole into a
+//     spool on disk under a limit of its own, its form read strictly,
+//     handed to the pipeline as x.upload, its form checked by the door's
+//     CheckForm);
 //   - door: how the door finds the model, checks and counts the input and
 //     reads the requested output (admission.Endpoint; a pooling family
 //     requests no output);
@@ -54,7 +55,7 @@ var (
 	classifyAPI    = &api{read: readJSON, door: admission.Classify, errors: openAIErrors}
 	scoreAPI       = &api{read: readJSON, door: admission.Score, errors: openAIErrors}
 	rerankAPI      = &api{read: readJSON, door: admission.Rerank, errors: openAIErrors}
-	// transcriptionsAPI and translationsAPI read a streamed upload: audio.go.
+	// transcriptionsAPI and translationsAPI read a spooled upload: audio.go.
 	messagesAPI  = &api{read: readJSON, door: admission.Messages, errors: anthropicErrors, affinity: true, stream: anthropicStream, xAPIKey: true}
 	responsesAPI = &api{read: readJSON, door: admission.Responses, errors: openAIErrors, stream: responsesStream, pin: pinPreviousResponse}
 )

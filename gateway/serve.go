@@ -61,7 +61,7 @@ type exchange struct {
 	// bodyHeld is the body budget the request reserved (given back at
 	// its end).
 	bodyHeld int64
-	// upload is an audio request's streamed body (audio.go); nil for the
+	// upload is an audio request's spooled body (audio.go); nil for the
 	// others.
 	upload *upload
 	// att is the latest attempt at a backend; nil before the first.
