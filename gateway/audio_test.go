@@ -2,7 +2,9 @@ package gateway
 
 // The audio APIs (/v1/audio/transcriptions, /v1/audio/translations)
 // through the gateway, against the simulator, over real HTTP: through
-// openai-go, bad inputs, the upload's limit, and its memory.
+// openai-go, bad inputs, the upload's limit, and its memory. The form's
+// strict reading and the upload read whole before it queues:
+// audio_form_test.go.
 
 import (
 	"bytes"

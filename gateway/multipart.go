@@ -43,8 +43,10 @@ import (
 //     UTF-8 (Starlette decodes field names and values with it: in UTF-16
 //     other bytes read as `model`).
 //
-// Every real client's form (openai-go's, httpx's, the browsers', curl's)
-// is in that subset.
+// The forms openai-go writes are in that subset (TestAudioSDK), and so are,
+// by how their writers work, those of httpx, undici, the browsers and curl:
+// one Content-Disposition with name and filename, a random boundary, no
+// preamble, CRLF lines.
 
 // formReader reads a multipart form from br, part by part.
 type formReader struct {
