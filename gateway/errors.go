@@ -103,6 +103,9 @@ const (
 	codeInternal         = "internal_error"
 	codeInvalidAPIKey    = "invalid_api_key"
 	codeRateLimited      = "rate_limit_exceeded"
+	// A Responses request a key may not send (responsesScreen).
+	codeRequestIDNotAllowed  = "request_id_not_allowed"
+	codeBackgroundNotAllowed = "background_not_allowed"
 )
 
 // Outcomes that are no error code: how a request ended that the gateway
