@@ -147,10 +147,12 @@ func (g *Gateway) responseOwner(ctx context.Context, id string) (admission.Respo
 
 // responseNotFound is the answer to an id the caller cannot use, whether
 // it is unknown, another key's or on a model the key may not use: vLLM's
-// own 404 for an unknown response id, the same bytes in every case.
+// own 404 for an unknown response id ({"error": {"message": "Response with
+// id '…' not found.", "type": "invalid_request_error", "param":
+// "response_id", "code": 404}}), the same bytes in every case.
 // outcome tells which, in the log and metrics only.
 func responseNotFound(id, outcome string) *Error {
-	return &Error{Status: http.StatusNotFound, Type: typeInvalidRequest, Param: "response_id", Outcome: outcome,
+	return &Error{Status: http.StatusNotFound, Type: typeInvalidRequest, Param: "response_id", StatusCode: true, Outcome: outcome,
 		Layer: triage.LayerDoor, Message: fmt.Sprintf("Response with id '%s' not found.", id)}
 }
 
