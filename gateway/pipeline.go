@@ -137,6 +137,9 @@ func (g *Gateway) admit(a *api) handlerFunc {
 		var exclude []string
 		if a.pin != nil {
 			if exclude, err = a.pin(g, r, x, dec); err != nil {
+				if e, ok := err.(*Error); ok && e.Status == http.StatusNotFound {
+					return g.rejected(x, e)
+				}
 				return err
 			}
 		}

@@ -222,6 +222,10 @@ func (g *Gateway) responseByID(w http.ResponseWriter, r *http.Request, x *exchan
 			Message: "Invalid URL (" + r.Method + " " + r.URL.Path + ")"}
 	}
 	target, err := g.findResponse(r.Context(), x, path, id)
+	if e, ok := err.(*Error); ok && e.Status == http.StatusNotFound {
+		// Counted as a rejection, by key: another key's id is worth seeing.
+		return g.rejected(x, e)
+	}
 	if err != nil {
 		return err
 	}

@@ -173,6 +173,18 @@ func TestResponsesByIDOwnedByKey(t *testing.T) {
 	if err != nil || next.Status != "completed" {
 		t.Fatalf("alice continues her response: %v", err)
 	}
+	// Bob's attempts are counted under his key, by what they were.
+	tg.quiesce()
+	out := tg.gathered(t)
+	for _, want := range []string{
+		`maitred_key_rejections_total{key="bob",reason="response_not_owned"} 6`,
+		`maitred_key_rejections_total{key="bob",reason="response_not_found"} 1`,
+		`maitred_key_rejections_total{key="eve",reason="response_not_owned"} 4`,
+	} {
+		if !strings.Contains(out, want+"\n") {
+			t.Errorf("metrics lack %s:\n%s", want, keyRejectionLines(out))
+		}
+	}
 }
 
 // TestResponsesOwnershipAcrossReplicas: two gateway replicas share a real
@@ -233,11 +245,28 @@ func TestResponsesOwnershipAcrossReplicas(t *testing.T) {
 			t.Errorf("bob's requests for %s through B reached a backend", id)
 		}
 	}
-	// The record is in the store under the id, with store.ResponseTTL.
-	ttl, err := srv.Do("TTL", "{maitred}:r:"+ids[0])
-	secs, _ := strconv.Atoi(strings.TrimPrefix(ttl, ":"))
-	if err != nil || secs <= 0 || time.Duration(secs)*time.Second > store.ResponseTTL {
-		t.Fatalf("the store's record of %s: TTL %q %v", ids[0], ttl, err)
+	// The store down: B cannot know whose a response it never saw is.
+	late, err := aliceA.Responses.New(ctx, responses.ResponseNewParams{
+		Model: "m", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("Hello.")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ttlLate, _ := srv.Do("TTL", "{maitred}:r:"+late.ID)
+	srv.Stop()
+	if status, body := byID(t, b, "sk-alice", late.ID, false); status != http.StatusServiceUnavailable || !strings.Contains(body, `"code":"store_unavailable"`) {
+		t.Errorf("alice's read through B with the store down: %d %s", status, body)
+	}
+	if n := byIDReceived(sims, late.ID); n != 0 {
+		t.Errorf("with the store down, B asked the backends for %s", late.ID)
+	}
+	// A still knows its own record.
+	if got, err := aliceA.Responses.Get(ctx, late.ID, responses.ResponseGetParams{}); err != nil || got.ID != late.ID {
+		t.Errorf("alice's read through A with the store down: %v", err)
+	}
+	// The records were in the store under the id, with store.ResponseTTL.
+	if secs, _ := strconv.Atoi(strings.TrimPrefix(ttlLate, ":")); secs <= 0 || time.Duration(secs)*time.Second > store.ResponseTTL {
+		t.Errorf("the store's record of %s: TTL %q", late.ID, ttlLate)
 	}
 }
 
@@ -296,4 +325,14 @@ func TestResponsesBackgroundRefusedUnderMaxConcurrent(t *testing.T) {
 	if err != nil || r.ID == "" {
 		t.Fatalf("a background request of a key without max_concurrent: %v", err)
 	}
+}
+
+func keyRejectionLines(out string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "maitred_key_rejections_total{") && !strings.HasSuffix(l, " 0") {
+			b.WriteString(l + "\n")
+		}
+	}
+	return b.String()
 }
