@@ -46,7 +46,9 @@ const (
 // message), at most maxModelValue bytes. parts tells the same usage split
 // into prompt and completion, each reported or counted, for the trace's
 // GenAI attributes: one reader of the answer's usage serves the quota,
-// the access log and the trace. The meter is a value in its attempt,
+// the access log and the trace. On a Responses create it also hands the
+// answer's id (top-level "id"; a stream's response.created) to the
+// recorder of its owner (onID), before those bytes go to the client. The meter is a value in its attempt,
 // owned by the request's goroutine, like the rest of it.
 type usageMeter struct {
 	body   io.ReadCloser
@@ -478,8 +480,8 @@ func modelValue(b []byte) string {
 }
 
 // usageScanner finds the top-level "usage" and "model" members of a JSON
-// answer as it passes, holding nothing but their values (at most
-// maxUsageValue and maxModelValue): the rest of the answer (choices,
+// answer (and "id", when asked: idDone false) as it passes, holding nothing
+// but their values (at most maxUsageValue, maxModelValue, maxModelValue): the rest of the answer (choices,
 // embeddings, prompt logprobs, before or after them) goes by. It follows
 // strings, escapes and nesting, so a "usage" inside a choice or a string
 // is not taken.
