@@ -58,3 +58,22 @@ func share(limit, n int) int {
 	}
 	return max(1, limit/n)
 }
+
+// ResponseOwner is who made a stored Responses API response (vLLM keeps it
+// in the memory of the backend that made it): the name of the API key
+// that created it ("" without auth), the model as the client named it, and
+// the backend's URL. The gateway forwards a request by id only to that
+// backend, and, with API keys, only for that key.
+type ResponseOwner struct {
+	Key, Model, Backend string
+}
+
+// ResponseOwners keeps the owners of stored responses for every replica
+// (package store implements it on the shared store).
+type ResponseOwners interface {
+	// PutResponseOwner records o as the owner of response id.
+	PutResponseOwner(ctx context.Context, id string, o ResponseOwner) error
+	// ResponseOwner is the owner recorded for id; found is false when
+	// none is. An error (ErrStoreDown) means it could not be asked.
+	ResponseOwner(ctx context.Context, id string) (o ResponseOwner, found bool, err error)
+}

@@ -51,9 +51,13 @@
 // by the door's CheckForm, and the spool, the client's own bytes, is
 // forwarded with its length and read again for another backend when the
 // first could not be connected to. GET /v1/responses/{id} and its cancel (responses.go)
-// name no model: they go to the backend that holds the id, found by asking
-// every ready backend at once, with a bounded id -> backend table as a
-// fast path; no state across replicas.
+// name no model: they go to the backend that holds the id. A create's
+// answer names the id (its usage meter sees it before the client does):
+// id -> (key name, model, backend) is recorded in a bounded table and, with
+// a shared store, in the store (admission.ResponseOwners). With API keys
+// only the creating key's requests by id reach that backend; any other id
+// gets vLLM's unknown-id 404 from the gateway, no backend asked. Without
+// keys an unrecorded id is found by asking every ready backend at once.
 //
 // A JSON request is read once (within max_body_bytes) and goes
 // through the door (admission.Door: strict parse, shape, chat template,
@@ -101,7 +105,8 @@
 //
 // With an auth section, every model API route (the families and the
 // local handlers that read a model: tokenizer endpoints, render,
-// /v1/models, /version, Responses by id) runs behind keyed (keys.go): the
+// /v1/models, /version, Responses by id, owned by the key that created
+// the response) runs behind keyed (keys.go): the
 // key is found by the SHA-256 digest of what the client presents, in a
 // table swapped atomically when the keys_file changes (WatchKeys), and the
 // request carries its *apiKey from then on. A key's allow-list is the

@@ -38,6 +38,10 @@ type Error struct {
 	// triage; "" means Code. A door rejection's is its admission.Reason,
 	// the reason label of maitred_rejections_total.
 	Outcome string
+	// StatusCode: the envelope's code is the HTTP status as a number, as
+	// vLLM's own errors have it (an answer that must be vLLM's very
+	// bytes; Code then names it in the log only).
+	StatusCode bool
 	// Layer is where the request's progress stopped, set where the error
 	// is built (triage.LayerNone, "", for a shutdown, which is no
 	// failure of the request's own).
@@ -104,6 +108,9 @@ const (
 	codeInternal         = "internal_error"
 	codeInvalidAPIKey    = "invalid_api_key"
 	codeRateLimited      = "rate_limit_exceeded"
+	// A Responses request a key may not send (responsesScreen).
+	codeRequestIDNotAllowed  = "request_id_not_allowed"
+	codeBackgroundNotAllowed = "background_not_allowed"
 )
 
 // Outcomes that are no error code: how a request ended that the gateway
@@ -139,7 +146,7 @@ type envelopeBody struct {
 	Message string  `json:"message"`
 	Type    string  `json:"type"`
 	Param   *string `json:"param"`
-	Code    *string `json:"code"`
+	Code    any     `json:"code"` // a string, vLLM's status number (StatusCode), or nil: null
 	// A nil embedded pointer adds no keys.
 	*contextFields
 }
@@ -149,8 +156,11 @@ func (e *Error) envelope() envelope {
 	if e.Param != "" {
 		b.Param = &e.Param
 	}
-	if e.Code != "" {
-		b.Code = &e.Code
+	switch {
+	case e.StatusCode:
+		b.Code = e.Status
+	case e.Code != "":
+		b.Code = e.Code
 	}
 	return envelope{b}
 }

@@ -47,6 +47,10 @@ type Options struct {
 	// Shared is the store the fleet's replicas share (package store); nil:
 	// this process accounts alone.
 	Shared SharedStore
+	// ResponseOwners keeps the owners of stored Responses API responses
+	// for every replica (package store); nil: each replica keeps its own
+	// (responses.go).
+	ResponseOwners admission.ResponseOwners
 	// Tracing, when set, traces every request (tracing.go); nil: tracing
 	// is off. The gateway uses no OpenTelemetry global.
 	Tracing *telemetry.Provider
@@ -101,8 +105,10 @@ type Gateway struct {
 	// configured model.
 	noModel modelMetrics
 	triage  *triage.Engine
-	// responses remembers which backend holds a Responses API id.
-	responses responseOwners
+	// responses remembers who made a Responses API id and which backend
+	// holds it; sharedResponses is the replicas' record (nil: none).
+	responses       responseOwners
+	sharedResponses admission.ResponseOwners
 	// keys are the API keys in force (keys.go); nil: no auth section, the
 	// gateway is open. keysFile is the keys_file watcher's state (its
 	// goroutine's alone).
@@ -161,6 +167,7 @@ func New(o Options) (*Gateway, error) {
 	if o.Shared != nil {
 		g.shared = o.Shared
 	}
+	g.sharedResponses = o.ResponseOwners
 	cfg := o.Config
 	g.useCountCache(o.Registry)
 	g.setState(&cfg, g.newRuntimes(&cfg, o.Tokenizers, nil))

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/maitred-dev/maitred/admission"
 	"github.com/maitred-dev/maitred/config"
 	"github.com/maitred-dev/maitred/fleet"
 	"github.com/maitred-dev/maitred/internal/telemetry"
@@ -149,6 +150,8 @@ type extras struct {
 	// quota is the keys' quota store (nil: an in-process one).
 	quota  quota.Store
 	tracer *telemetry.Provider // nil: tracing off
+	// responses is the replicas' record of response owners (nil: none).
+	responses admission.ResponseOwners
 }
 
 // startGatewayFull also takes the triage engine and the logger.
@@ -181,7 +184,8 @@ func startGatewayFull(t *testing.T, tok *tokenize.Model, ex extras, mutate func(
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	opts := Options{Config: cfg, Fleet: fl, Logger: log, Registry: reg, Transport: tr, Triage: ex.triage, QuotaClock: ex.quotaClock, Quota: ex.quota, Tracing: ex.tracer}
+	opts := Options{Config: cfg, Fleet: fl, Logger: log, Registry: reg, Transport: tr, Triage: ex.triage, QuotaClock: ex.quotaClock, Quota: ex.quota, Tracing: ex.tracer,
+		ResponseOwners: ex.responses}
 	if tok != nil {
 		opts.Tokenizers = map[string]*tokenize.Model{"m": tok}
 	}

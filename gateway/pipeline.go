@@ -44,6 +44,13 @@ type api struct {
 	// backends: it returns the slots to exclude (a Responses continuation
 	// must reach the backend holding the previous response).
 	pin func(g *Gateway, r *http.Request, x *exchange, dec admission.Decision) ([]string, error)
+	// screen, when set, may refuse a request the door passed, before its
+	// key's limits are reserved (Responses: what would escape the key's
+	// fences).
+	screen func(g *Gateway, x *exchange, dec admission.Decision) error
+	// recordsID: the answer's id names a stored response, recorded with
+	// its key, model and backend (responses.go) before the client sees it.
+	recordsID bool
 }
 
 // The model API families maitred admits.
@@ -57,7 +64,8 @@ var (
 	rerankAPI      = &api{read: readJSON, door: admission.Rerank, errors: openAIErrors}
 	// transcriptionsAPI and translationsAPI read a spooled upload: audio.go.
 	messagesAPI  = &api{read: readJSON, door: admission.Messages, errors: anthropicErrors, affinity: true, stream: anthropicStream, xAPIKey: true}
-	responsesAPI = &api{read: readJSON, door: admission.Responses, errors: openAIErrors, stream: responsesStream, pin: pinPreviousResponse}
+	responsesAPI = &api{read: readJSON, door: admission.Responses, errors: openAIErrors, stream: responsesStream, pin: pinPreviousResponse,
+		screen: responsesScreen, recordsID: true}
 )
 
 // bodyReader reads a request's body for the door. A failure it returns is
@@ -119,6 +127,26 @@ func (g *Gateway) admit(a *api) handlerFunc {
 		}
 		rt := g.decided(x, dec)
 		x.stream, x.promptTokens, x.maxTokens = dec.Stream, dec.PromptTokens, dec.MaxTokens
+		if a.screen != nil {
+			if err := a.screen(g, x, dec); err != nil {
+				if e, ok := err.(*Error); ok {
+					return g.rejected(x, e)
+				}
+				return err
+			}
+		}
+		var exclude []string
+		if a.pin != nil {
+			if exclude, err = a.pin(g, r, x, dec); err != nil {
+				if e, ok := err.(*Error); ok && e.Status == http.StatusNotFound {
+					return g.rejected(x, e)
+				}
+				return err
+			}
+		}
+		if a.recordsID {
+			x.onResponseID = g.responseCreated(x, dec.Model)
+		}
 		if x.key != nil {
 			// The key's limits, after the door's count and before the
 			// queue; the hold is settled when the request ends.
@@ -145,11 +173,7 @@ func (g *Gateway) admit(a *api) handlerFunc {
 			t.Affinity = prefixHash(rt, ep, dec)
 		}
 		dec.Rendered = "" // hashed: the request need not hold a second copy of its prompt
-		if a.pin != nil {
-			if t.Exclude, err = a.pin(g, r, x, dec); err != nil {
-				return err
-			}
-		}
+		t.Exclude = exclude
 		err = g.dispatch(w, r, x, t, className, dec.Body)
 		if err == nil && a.tokenizeCheck && dec.Uncounted == admission.Counted {
 			g.checker.maybeCheck(rt, x.att.backend, ep, dec)

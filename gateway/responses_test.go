@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/maitred-dev/maitred/admission"
 	"github.com/maitred-dev/maitred/internal/fixtures"
 	"github.com/maitred-dev/maitred/sim"
 	"github.com/maitred-dev/maitred/tokenize"
@@ -134,8 +135,10 @@ func TestE2EResponsesRetrieveReachesOwner(t *testing.T) {
 			}
 		}
 		// The owner got every forwarded read (three) and one probe from
-		// each gateway; the second read through gw2 asked no one.
-		if gets := e.byIDRequests(id, "", http.MethodGet); gets[own] != 5 || gets[1-own] > 2 {
+		// gw2, which shares no record with gw1 (gw1 recorded the owner
+		// when it created the response and asked no one); the second read
+		// through gw2 asked no one.
+		if gets := e.byIDRequests(id, "", http.MethodGet); gets[own] != 4 || gets[1-own] > 1 {
 			t.Fatalf("GET %s reached the backends %v; %d holds it", id, gets, own)
 		}
 		// A synchronous response cannot be cancelled: vLLM's 400, which
@@ -473,12 +476,12 @@ func TestResponsesLookupBackendFailing(t *testing.T) {
 	}
 }
 
-// TestResponseOwnersBounded: the id -> backend table keeps at most
+// TestResponseOwnersBounded: the table of response owners keeps at most
 // responseCacheSize ids, dropping the oldest first.
 func TestResponseOwnersBounded(t *testing.T) {
 	var o responseOwners
 	for i := range responseCacheSize + 10 {
-		o.put("resp_"+strconv.Itoa(i), responseOwner{})
+		o.put("resp_"+strconv.Itoa(i), admission.ResponseOwner{Key: strconv.Itoa(i)})
 	}
 	if n := len(o.m); n != responseCacheSize {
 		t.Fatalf("%d ids held", n)
@@ -486,13 +489,12 @@ func TestResponseOwnersBounded(t *testing.T) {
 	if _, ok := o.get("resp_9"); ok {
 		t.Fatal("the oldest ids were kept")
 	}
-	if _, ok := o.get("resp_10"); !ok {
+	if v, ok := o.get("resp_10"); !ok || v.Key != "10" {
 		t.Fatal("a recent id was dropped")
 	}
-	o.forget("resp_10")
-	o.put("resp_x", responseOwner{})
+	o.put("resp_10", admission.ResponseOwner{Key: "again"})
 	if n := len(o.m); n != responseCacheSize {
-		t.Fatalf("%d ids held after forget and put", n)
+		t.Fatalf("%d ids held after a put of a known id", n)
 	}
 }
 

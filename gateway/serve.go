@@ -64,6 +64,9 @@ type exchange struct {
 	// upload is an audio request's spooled body (audio.go); nil for the
 	// others.
 	upload *upload
+	// onResponseID, on a Responses create, records the id its answer
+	// names (responses.go); the attempt's usage meter calls it.
+	onResponseID func(id string)
 	// att is the latest attempt at a backend; nil before the first.
 	att     *attempt
 	retries int

@@ -46,7 +46,9 @@ const (
 // message), at most maxModelValue bytes. parts tells the same usage split
 // into prompt and completion, each reported or counted, for the trace's
 // GenAI attributes: one reader of the answer's usage serves the quota,
-// the access log and the trace. The meter is a value in its attempt,
+// the access log and the trace. On a Responses create it also hands the
+// answer's id (top-level "id"; a stream's response.created) to the
+// recorder of its owner (onID), before those bytes go to the client. The meter is a value in its attempt,
 // owned by the request's goroutine, like the rest of it.
 type usageMeter struct {
 	body   io.ReadCloser
@@ -75,6 +77,11 @@ type usageMeter struct {
 	// request pays nothing for it.
 	model   string
 	noModel bool
+	// onID, on a Responses create, hears the id the answer names (a
+	// JSON answer's top-level "id", a stream's response.created), once,
+	// before those bytes go on to the client.
+	onID   func(id string)
+	idSent bool
 }
 
 type usageReport struct{ prompt, completion int64 }
@@ -85,6 +92,8 @@ func (m *usageMeter) follow(x *exchange, status int, body io.ReadCloser, stream 
 	m.body, m.status = body, status
 	m.noModel = !x.tr.on()
 	m.scan.modelDone = m.noModel // as if read: the scanner skips it
+	m.onID = x.onResponseID
+	m.scan.idDone = m.onID == nil
 	if stream {
 		m.events = x.streamShape().meter
 	}
@@ -104,6 +113,12 @@ func (m *usageMeter) Read(p []byte) (int, error) {
 			m.observeStream(p[:n])
 		} else {
 			m.scan.feed(p[:n])
+			if m.onID != nil && m.scan.idDone && !m.idSent {
+				m.idSent = true
+				if id := modelValue(m.scan.id); id != "" {
+					m.onID(id)
+				}
+			}
 		}
 	}
 	return n, err
@@ -376,13 +391,20 @@ func meterResponsesEvent(m *usageMeter, data []byte) {
 		Type     string          `json:"type"`
 		Delta    json.RawMessage `json:"delta"`
 		Response struct {
-			Usage *usageNumbers `json:"usage"`
-			Model eventModel    `json:"model"`
+			ID    json.RawMessage `json:"id"`
+			Usage *usageNumbers   `json:"usage"`
+			Model eventModel      `json:"model"`
 		} `json:"response"`
 	}
 	ev.Response.Model.m = m
 	if json.Unmarshal(data, &ev) != nil {
 		return
+	}
+	if ev.Type == "response.created" && m.onID != nil && !m.idSent {
+		m.idSent = true
+		if id := modelValue(ev.Response.ID); id != "" {
+			m.onID(id)
+		}
 	}
 	if strings.HasSuffix(ev.Type, ".delta") {
 		var s string
@@ -458,8 +480,8 @@ func modelValue(b []byte) string {
 }
 
 // usageScanner finds the top-level "usage" and "model" members of a JSON
-// answer as it passes, holding nothing but their values (at most
-// maxUsageValue and maxModelValue): the rest of the answer (choices,
+// answer (and "id", when asked: idDone false) as it passes, holding nothing
+// but their values (at most maxUsageValue, maxModelValue, maxModelValue): the rest of the answer (choices,
 // embeddings, prompt logprobs, before or after them) goes by. It follows
 // strings, escapes and nesting, so a "usage" inside a choice or a string
 // is not taken.
@@ -470,14 +492,16 @@ type usageScanner struct {
 	readingKey bool
 	key        [len("usage")]byte
 	keyLen     int  // bytes of the member name read; -1: neither name
-	afterKey   byte // the member whose name was just read: 'u'sage, 'm'odel, 0
+	afterKey   byte // the member whose name was just read: 'u'sage, 'm'odel, 'i'd, 0
 	capturing  byte // the member whose value is being read
 	val        []byte
 	model      []byte
+	id         []byte
 	usageDone  bool // the usage member was read (over: it was too large)
 	over       bool
 	modelDone  bool
-	done       bool // both read: the rest goes by unread
+	idDone     bool // the id was read, or is not wanted (only a Responses create's is)
+	done       bool // all read: the rest goes by unread
 	parsed     bool // numbers has parsed val into u
 	u          usageNumbers
 	uOK        bool
@@ -492,7 +516,7 @@ func (s *usageScanner) feed(p []byte) {
 		case 'u':
 			if len(s.val) == maxUsageValue {
 				s.capturing, s.usageDone, s.over = 0, true, true
-				s.done = s.modelDone
+				s.done = s.modelDone && s.idDone
 				if s.done {
 					return
 				}
@@ -502,12 +526,22 @@ func (s *usageScanner) feed(p []byte) {
 		case 'm':
 			if len(s.model) == maxModelValue {
 				s.capturing, s.modelDone, s.model = 0, true, s.model[:0]
-				s.done = s.usageDone
+				s.done = s.usageDone && s.idDone
 				if s.done {
 					return
 				}
 			} else {
 				s.model = append(s.model, c)
+			}
+		case 'i':
+			if len(s.id) == maxModelValue {
+				s.capturing, s.idDone, s.id = 0, true, s.id[:0]
+				s.done = s.usageDone && s.modelDone
+				if s.done {
+					return
+				}
+			} else {
+				s.id = append(s.id, c)
 			}
 		}
 		if s.inStr {
@@ -524,6 +558,8 @@ func (s *usageScanner) feed(p []byte) {
 				if s.readingKey {
 					s.readingKey, s.afterKey = false, 0
 					switch {
+					case s.keyLen == 2 && string(s.key[:2]) == "id" && !s.idDone:
+						s.afterKey = 'i'
 					case s.keyLen != len(s.key):
 					case string(s.key[:]) == "usage" && !s.usageDone:
 						s.afterKey = 'u'
@@ -566,15 +602,19 @@ func (s *usageScanner) feed(p []byte) {
 		}
 		if s.capturing != 0 && (s.depth == 0 || (s.depth == 1 && c == ',')) {
 			// The byte that ended the member is not the value's.
-			if s.capturing == 'u' {
+			switch s.capturing {
+			case 'u':
 				s.val = s.val[:len(s.val)-1]
 				s.usageDone = true
-			} else {
+			case 'm':
 				s.model = s.model[:len(s.model)-1]
 				s.modelDone = true
+			default:
+				s.id = s.id[:len(s.id)-1]
+				s.idDone = true
 			}
 			s.capturing = 0
-			if s.usageDone && s.modelDone {
+			if s.usageDone && s.modelDone && s.idDone {
 				s.done = true
 				return
 			}

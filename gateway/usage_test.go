@@ -362,3 +362,34 @@ func BenchmarkUsageMeterStream(b *testing.B) {
 		}
 	}
 }
+
+// The scanner also finds a Responses answer's top-level "id" (the stored
+// response's, recorded with its owner), never an item's, in pieces of any
+// size, and keeps none longer than maxModelValue.
+func TestUsageScannerResponseID(t *testing.T) {
+	for _, tc := range []struct{ name, body, want string }{
+		{"first", `{"id":"resp_1","output":[{"id":"msg_2"}],"usage":{"input_tokens":1}}`, "resp_1"},
+		{"after items", `{"output":[{"id":"msg_2","content":[{"id":"x"}]}],"note":"\"id\":\"no\"","id":"resp_3"}`, "resp_3"},
+		{"escaped", `{"id":"resp_\"4\u0041"}`, `resp_"4A`},
+		{"not a string", `{"id":5,"model":"m"}`, ""},
+		{"too long", `{"id":"` + strings.Repeat("r", maxModelValue) + `","usage":null}`, ""},
+		{"none", `{"ids":"resp_5","i":"x","usage":null}`, ""},
+	} {
+		for _, step := range []int{1, 2, 5, len(tc.body)} {
+			var s usageScanner
+			s.modelDone = true
+			for b := []byte(tc.body); len(b) > 0; {
+				n := min(step, len(b))
+				s.feed(b[:n])
+				b = b[n:]
+			}
+			got := ""
+			if s.idDone {
+				got = modelValue(s.id)
+			}
+			if got != tc.want || len(s.id) > maxModelValue {
+				t.Errorf("%s, fed %d bytes at a time: id %q (held %d bytes), want %q", tc.name, step, got, len(s.id), tc.want)
+			}
+		}
+	}
+}

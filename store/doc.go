@@ -4,7 +4,11 @@
 // work, so that three replicas do not each send a backend its whole
 // max_in_flight and token budget, and the keys' quotas (Quotas, a
 // quota.Store with package quota's semantics: quota_scripts.go), so that
-// a key's tokens_per_minute is the fleet's, not each replica's.
+// a key's tokens_per_minute is the fleet's, not each replica's; and the
+// owners of stored Responses API responses (responses.go: id -> key name,
+// model, backend, one string each with ResponseTTL), so that any replica
+// forwards a key's request by id to the backend holding it and refuses
+// other keys'.
 //
 // # Model
 //

@@ -129,6 +129,7 @@ func runGateway(ctx context.Context, cfg config.Config, log *zap.Logger, o runOp
 		defer st.Close()
 		opts.Shared = st
 		opts.Quota = st.Quotas() // the keys' limits hold across replicas
+		opts.ResponseOwners = st // a stored response's owner, for every replica
 		log.Info("shared store", zap.String("store", cfg.Store.URL), zap.String("replica", st.Replica()),
 			zap.String("on_store_error", cfg.Store.OnError), zap.Duration("lease", cfg.Store.Lease.D()))
 	}
