@@ -3,7 +3,9 @@ package config
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"path"
@@ -166,6 +168,32 @@ func checkManifest(t *testing.T, m manifest) {
 	// The pod must be reachable on the port it declares.
 	if host, port, _ := net.SplitHostPort(cfg.Listen); (host != "0.0.0.0" && host != "" && host != "::") || port != strconv.Itoa(containerPort) {
 		t.Errorf("listen %q is not reachable as containerPort %d", cfg.Listen, containerPort)
+	}
+	// Prometheus scrapes the admin port, declared by the container, which
+	// the maitred Service (the public path) does not expose.
+	if _, adminPort, err := net.SplitHostPort(cfg.AdminListen); err != nil {
+		t.Errorf("admin_listen %q: the manifest serves /metrics on the API port", cfg.AdminListen)
+	} else {
+		ann := dep["spec"].(map[string]any)["template"].(map[string]any)["metadata"].(map[string]any)["annotations"].(map[string]any)
+		if ann["prometheus.io/port"] != adminPort {
+			t.Errorf("prometheus.io/port %v is not admin_listen's port %s", ann["prometheus.io/port"], adminPort)
+		}
+		declared := map[string]string{} // port name -> number
+		for _, p := range ctr["ports"].([]any) {
+			p := p.(map[string]any)
+			declared[p["name"].(string)] = strconv.Itoa(p["containerPort"].(int))
+		}
+		if !slices.Contains(slices.Collect(maps.Values(declared)), adminPort) {
+			t.Errorf("the container does not declare admin_listen's port %s: %v", adminPort, declared)
+		}
+		if svc := m.find("Service", "maitred"); svc != nil {
+			for _, p := range svc["spec"].(map[string]any)["ports"].([]any) {
+				tp := fmt.Sprint(p.(map[string]any)["targetPort"])
+				if tp == adminPort || declared[tp] == adminPort {
+					t.Errorf("the maitred Service exposes the admin port: %v", p)
+				}
+			}
+		}
 	}
 	if mountDir := path.Dir(configArg); !slices.Contains(mounts, mountDir) {
 		t.Errorf("--config %s is not under a mounted volume %v", configArg, mounts)

@@ -103,8 +103,13 @@
 // After the door, a keyed request reserves its tokens against its key's
 // limits (limits.go, package quota) before it queues, and settles with
 // exchange.used when it ends; every answer to it carries OpenAI's
-// x-ratelimit-* headers. The probes, /metrics, /debug/* and the status
-// page stay open.
+// x-ratelimit-* headers. The probes need no key. /metrics, /debug/* and
+// the status page name every tenant, so they are the admin listener's
+// (AdminHandler, ServeAdmin: config admin_listen) and answer 404 on the API
+// listener; an open gateway without admin_listen serves them on its one
+// listener, one with auth and no admin_listen nowhere (routes,
+// adminOnAPI). /readyz gives its models' and backends' detail only where
+// the admin pages are served.
 //
 // Tokenizer endpoints are answered locally, never queued (they hold no
 // KV): POST /tokenize (tokenize.go), POST /detokenize (detokenize.go:
