@@ -82,7 +82,7 @@ type Gateway struct {
 	// (routes).
 	handler      http.Handler
 	adminHandler http.Handler
-	phase    atomic.Int32
+	phase        atomic.Int32
 	// bodies is the budget of request body bytes held at once.
 	bodies  bodyBudget
 	checker *tokenizeChecker
