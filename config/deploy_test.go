@@ -319,9 +319,17 @@ func TestDockerfile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	goVersion := regexp.MustCompile(`(?m)^go (\S+)$`).FindSubmatch(mod)
-	if goVersion == nil || !strings.Contains(string(df), "FROM golang:"+string(goVersion[1])+" ") {
-		t.Errorf("the builder image is not golang:%s (go.mod)", goVersion[1])
+	// go.mod names the language version (any patch release of it builds
+	// the module, none is downloaded); the builder is that minor release
+	// at a patch level at least as new.
+	goVersion := regexp.MustCompile(`(?m)^go (\d+)\.(\d+)\.(\d+)$`).FindStringSubmatch(string(mod))
+	builder := regexp.MustCompile(`(?m)^FROM golang:(\d+)\.(\d+)\.(\d+) `).FindStringSubmatch(string(df))
+	if goVersion == nil || builder == nil {
+		t.Fatalf("go.mod's go line %v or the Dockerfile's FROM golang:X.Y.Z %v not found", goVersion, builder)
+	}
+	patch := func(v []string) int { n, _ := strconv.Atoi(v[3]); return n }
+	if builder[1] != goVersion[1] || builder[2] != goVersion[2] || patch(builder) < patch(goVersion) {
+		t.Errorf("the builder image golang:%s is not go.mod's Go %s", builder[0], goVersion[0])
 	}
 	for _, want := range []string{"CGO_ENABLED=0 go build", "./cmd/maitred", "USER 65532:65532", "EXPOSE 8080",
 		`CMD ["serve", "--config", "/etc/maitred/maitred.yaml"]`} {
