@@ -55,8 +55,10 @@
 // its model's admission.Pool for a backend with room, and its original bytes are forwarded unchanged by
 // the gateway's own reverse proxy (relay, proxy.go: one request value
 // built per attempt, the body the door read sent with its headers in one
-// write, each write to the client flushed). GET /version and the uncountable
-// /tokenize pass through to a ready backend outside the queue. A
+// write, each write to the client flushed). GET /version (to a ready
+// backend that answered /version at its warm-up, of any model; version.go)
+// and the uncountable /tokenize pass through to a ready backend outside
+// the queue. A
 // connection failure before anything reached a backend goes back to the
 // pool for another one. The proxy drops hop-by-hop headers both ways, drops
 // the client's Authorization and cookies and its X-Forwarded-* claims (it
