@@ -11,6 +11,6 @@ RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}"
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/maitred /usr/local/bin/maitred
 USER 65532:65532
-EXPOSE 8080
+EXPOSE 8080 9090
 ENTRYPOINT ["/usr/local/bin/maitred"]
 CMD ["serve", "--config", "/etc/maitred/maitred.yaml"]

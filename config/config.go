@@ -26,6 +26,12 @@ import (
 type Config struct {
 	// Listen is the gateway's address, host:port.
 	Listen string `yaml:"listen"`
+	// AdminListen is the admin listener's address, host:port: /metrics,
+	// /debug/* and the status page are served there and not on Listen.
+	// Empty: no admin listener; the admin pages are then on Listen only
+	// when the gateway is open (no auth section), and not served at all
+	// with auth (they name every tenant's keys, usage and backends).
+	AdminListen string `yaml:"admin_listen"`
 	// MaxBodyBytes caps a request body; larger bodies get 413.
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
 	// ReadHeaderTimeout bounds how long a client may take to send headers.
@@ -622,6 +628,13 @@ func (c *Config) Validate() error {
 	}
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		add("listen", "want host:port, got %q", c.Listen)
+	}
+	if c.AdminListen != "" {
+		if _, port, err := net.SplitHostPort(c.AdminListen); err != nil {
+			add("admin_listen", "want host:port, got %q", c.AdminListen)
+		} else if c.AdminListen == c.Listen && port != "0" {
+			add("admin_listen", "%q is listen's address; the admin listener needs its own port", c.AdminListen)
+		}
 	}
 	if c.MaxBodyBytes <= 0 {
 		add("max_body_bytes", "must be positive, got %d", c.MaxBodyBytes)

@@ -193,6 +193,9 @@ func TestAuthConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if cfg.AdminListen != "127.0.0.1:9090" {
+		t.Errorf("admin_listen = %q, want the admin pages on their own port with auth", cfg.AdminListen)
+	}
 	a := cfg.Auth
 	if a == nil || len(a.Keys) != 2 || a.KeysFile != filepath.Join("..", "configs", "keys.yaml") {
 		t.Fatalf("auth = %+v", a)

@@ -3,7 +3,9 @@ package config
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"path"
@@ -167,6 +169,32 @@ func checkManifest(t *testing.T, m manifest) {
 	if host, port, _ := net.SplitHostPort(cfg.Listen); (host != "0.0.0.0" && host != "" && host != "::") || port != strconv.Itoa(containerPort) {
 		t.Errorf("listen %q is not reachable as containerPort %d", cfg.Listen, containerPort)
 	}
+	// Prometheus scrapes the admin port, declared by the container, which
+	// the maitred Service (the public path) does not expose.
+	if _, adminPort, err := net.SplitHostPort(cfg.AdminListen); err != nil {
+		t.Errorf("admin_listen %q: the manifest serves /metrics on the API port", cfg.AdminListen)
+	} else {
+		ann := dep["spec"].(map[string]any)["template"].(map[string]any)["metadata"].(map[string]any)["annotations"].(map[string]any)
+		if ann["prometheus.io/port"] != adminPort {
+			t.Errorf("prometheus.io/port %v is not admin_listen's port %s", ann["prometheus.io/port"], adminPort)
+		}
+		declared := map[string]string{} // port name -> number
+		for _, p := range ctr["ports"].([]any) {
+			p := p.(map[string]any)
+			declared[p["name"].(string)] = strconv.Itoa(p["containerPort"].(int))
+		}
+		if !slices.Contains(slices.Collect(maps.Values(declared)), adminPort) {
+			t.Errorf("the container does not declare admin_listen's port %s: %v", adminPort, declared)
+		}
+		if svc := m.find("Service", "maitred"); svc != nil {
+			for _, p := range svc["spec"].(map[string]any)["ports"].([]any) {
+				tp := fmt.Sprint(p.(map[string]any)["targetPort"])
+				if tp == adminPort || declared[tp] == adminPort {
+					t.Errorf("the maitred Service exposes the admin port: %v", p)
+				}
+			}
+		}
+	}
 	if mountDir := path.Dir(configArg); !slices.Contains(mounts, mountDir) {
 		t.Errorf("--config %s is not under a mounted volume %v", configArg, mounts)
 	}
@@ -291,9 +319,17 @@ func TestDockerfile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	goVersion := regexp.MustCompile(`(?m)^go (\S+)$`).FindSubmatch(mod)
-	if goVersion == nil || !strings.Contains(string(df), "FROM golang:"+string(goVersion[1])+" ") {
-		t.Errorf("the builder image is not golang:%s (go.mod)", goVersion[1])
+	// go.mod names the language version (any patch release of it builds
+	// the module, none is downloaded); the builder is that minor release
+	// at a patch level at least as new.
+	goVersion := regexp.MustCompile(`(?m)^go (\d+)\.(\d+)\.(\d+)$`).FindStringSubmatch(string(mod))
+	builder := regexp.MustCompile(`(?m)^FROM golang:(\d+)\.(\d+)\.(\d+) `).FindStringSubmatch(string(df))
+	if goVersion == nil || builder == nil {
+		t.Fatalf("go.mod's go line %v or the Dockerfile's FROM golang:X.Y.Z %v not found", goVersion, builder)
+	}
+	patch := func(v []string) int { n, _ := strconv.Atoi(v[3]); return n }
+	if builder[1] != goVersion[1] || builder[2] != goVersion[2] || patch(builder) < patch(goVersion) {
+		t.Errorf("the builder image golang:%s is not go.mod's Go %s", builder[0], goVersion[0])
 	}
 	for _, want := range []string{"CGO_ENABLED=0 go build", "./cmd/maitred", "USER 65532:65532", "EXPOSE 8080",
 		`CMD ["serve", "--config", "/etc/maitred/maitred.yaml"]`} {

@@ -66,8 +66,10 @@
 // its model's admission.Pool for a backend with room, and its original bytes are forwarded unchanged by
 // the gateway's own reverse proxy (relay, proxy.go: one request value
 // built per attempt, the body the door read sent with its headers in one
-// write, each write to the client flushed). GET /version and the uncountable
-// /tokenize pass through to a ready backend outside the queue. A
+// write, each write to the client flushed). GET /version (to a ready
+// backend that answered /version at its warm-up, of any model; version.go)
+// and the uncountable /tokenize pass through to a ready backend outside
+// the queue. A
 // connection failure before anything reached a backend goes back to the
 // pool for another one. The proxy drops hop-by-hop headers both ways, drops
 // the client's Authorization and cookies and its X-Forwarded-* claims (it
@@ -115,8 +117,13 @@
 // After the door, a keyed request reserves its tokens against its key's
 // limits (limits.go, package quota) before it queues, and settles with
 // exchange.used when it ends; every answer to it carries OpenAI's
-// x-ratelimit-* headers. The probes, /metrics, /debug/* and the status
-// page stay open.
+// x-ratelimit-* headers. The probes need no key. /metrics, /debug/* and
+// the status page name every tenant, so they are the admin listener's
+// (AdminHandler, ServeAdmin: config admin_listen) and answer 404 on the API
+// listener; an open gateway without admin_listen serves them on its one
+// listener, one with auth and no admin_listen nowhere (routes,
+// adminOnAPI). /readyz gives its models' and backends' detail only where
+// the admin pages are served.
 //
 // Tokenizer endpoints are answered locally, never queued (they hold no
 // KV): POST /tokenize (tokenize.go), POST /detokenize (detokenize.go:

@@ -82,8 +82,11 @@ type Gateway struct {
 	metrics *metrics
 	// upstream carries every request to the backends (relay, proxy.go).
 	upstream http.RoundTripper
-	handler  http.Handler
-	phase    atomic.Int32
+	// handler serves the API listener, adminHandler the admin one
+	// (routes).
+	handler      http.Handler
+	adminHandler http.Handler
+	phase        atomic.Int32
 	// bodies is the budget of request body bytes held at once.
 	bodies  bodyBudget
 	checker *tokenizeChecker
@@ -199,7 +202,11 @@ func New(o Options) (*Gateway, error) {
 	}
 	g.checker = newTokenizeChecker(&http.Client{Transport: o.Transport}, g.log)
 	g.upstream = o.Transport
-	g.handler = g.routes()
+	g.handler = g.routes(apiListener)
+	g.adminHandler = g.routes(adminListener)
+	if o.Config.Auth != nil && o.Config.AdminListen == "" {
+		g.log.Warn("auth is configured without admin_listen: /metrics, /debug/* and the status page are not served (they name every tenant); set admin_listen to serve them on a port of their own")
+	}
 	return g, nil
 }
 
@@ -234,8 +241,12 @@ func (g *Gateway) SetPhase(p Phase) { g.phase.Store(int32(p)) }
 // Phase returns the lifecycle phase.
 func (g *Gateway) Phase() Phase { return Phase(g.phase.Load()) }
 
-// Handler returns the gateway's HTTP handler.
+// Handler returns the gateway's HTTP handler: the API listener's.
 func (g *Gateway) Handler() http.Handler { return g.handler }
+
+// AdminHandler returns the admin listener's handler: /metrics, /debug/*,
+// the status page and the probes.
+func (g *Gateway) AdminHandler() http.Handler { return g.adminHandler }
 
 // route is one path the gateway serves, the methods it answers, and its
 // handler, built for the path (the path is its endpoint label).
@@ -245,13 +256,34 @@ type route struct {
 	h       func(path string) http.Handler
 }
 
-func (g *Gateway) routes() http.Handler {
+// listenerKind names the listener a handler serves: the API's (Listen)
+// or the admin one (AdminListen).
+type listenerKind int
+
+const (
+	apiListener listenerKind = iota
+	adminListener
+)
+
+// adminOnAPI reports whether the API listener serves the admin pages
+// (/metrics, /debug/*, the status page): only for an open gateway (no auth
+// section) without an admin listener, as before admin_listen existed. With
+// auth they name every tenant's key, usage and the backends' URLs, so a key
+// holder must not read them: they are on the admin listener or nowhere.
+// Both settings need a restart, so the start config decides.
+func (g *Gateway) adminOnAPI() bool { return g.cfg.AdminListen == "" && g.cfg.Auth == nil }
+
+// routes builds the handler of one listener. The API listener serves the
+// model APIs and the probes, and the admin pages when adminOnAPI; the admin
+// listener serves the admin pages and the probes. /readyz gives its
+// models' and backends' detail only where the admin pages are served.
+func (g *Gateway) routes(l listenerKind) http.Handler {
 	get, post, probe := []string{http.MethodGet}, []string{http.MethodPost}, []string{http.MethodGet, http.MethodHead}
 	// model runs a model API family through the shared pipeline; local
 	// serves a handler in OpenAI's envelope; keyed is a local handler of
 	// the model API, which needs an API key when auth is configured, as
-	// the model families do (keys.go). The probes, /metrics, /debug/* and
-	// the status page stay open.
+	// the model families do (keys.go). The probes and, where they are
+	// served, /metrics, /debug/* and the status page need no key.
 	model := func(a *api) func(string) http.Handler {
 		return func(path string) http.Handler { return g.serveAPI(path, a) }
 	}
@@ -261,43 +293,54 @@ func (g *Gateway) routes() http.Handler {
 	keyed := func(h handlerFunc) func(string) http.Handler {
 		return func(path string) http.Handler { return g.serve(path, g.keyed(h, false, false)) }
 	}
-	table := []route{
-		// The model APIs: one line each, the family's api value saying
-		// how the shared pipeline (admit) runs it.
-		{"/v1/chat/completions", post, model(chatAPI)},
-		{"/v1/completions", post, model(completionsAPI)},
-		{"/v1/embeddings", post, model(embeddingsAPI)},
-		{"/pooling", post, model(poolingAPI)},
-		{"/classify", post, model(classifyAPI)},
-		{"/score", post, model(scoreAPI)},
-		{"/v1/score", post, model(scoreAPI)},
-		{"/rerank", post, model(rerankAPI)},
-		{"/v1/rerank", post, model(rerankAPI)},
-		{"/v2/rerank", post, model(rerankAPI)},
-		{"/v1/audio/transcriptions", post, model(transcriptionsAPI)},
-		{"/v1/audio/translations", post, model(translationsAPI)},
-		{"/v1/messages", post, model(messagesAPI)},
-		{"/v1/messages/count_tokens", post, func(path string) http.Handler {
-			return g.serveIn(anthropicErrors, path, g.keyed(g.countTokens, true, false))
-		}},
-		{"/v1/responses", post, model(responsesAPI)},
-		{"/v1/responses/{id}", get, keyed(g.responseByID)},
-		{"/v1/responses/{id}/cancel", post, keyed(g.responseByID)},
-		{"/version", get, keyed(g.version)},
-		{"/tokenize", post, keyed(g.tokenize)},
-		{"/detokenize", post, keyed(g.detokenize)},
-		{"/v1/chat/completions/render", post, keyed(g.render(admission.Chat))},
-		{"/v1/completions/render", post, keyed(g.render(admission.Completions))},
-		{"/v1/models", get, keyed(g.listModels)},
-		// Probes answer HEAD too: some load balancers send it.
-		{"/livez", probe, local(g.livez)},
-		{"/readyz", probe, local(g.readyz)},
-		{"/health", probe, local(g.health)},
-		{"/debug/triage", get, local(g.debugTriage)},
-		{"/debug/backends", get, local(g.debugBackends)},
-		{"/debug/store", get, local(g.debugStore)},
-		{"/", get, local(g.statusPage)},
-		{"/metrics", get, func(string) http.Handler { return promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{Registry: g.reg}) }},
+	adminPages := l == adminListener || g.adminOnAPI()
+	var table []route
+	if l == apiListener {
+		table = []route{
+			// The model APIs: one line each, the family's api value saying
+			// how the shared pipeline (admit) runs it.
+			{"/v1/chat/completions", post, model(chatAPI)},
+			{"/v1/completions", post, model(completionsAPI)},
+			{"/v1/embeddings", post, model(embeddingsAPI)},
+			{"/pooling", post, model(poolingAPI)},
+			{"/classify", post, model(classifyAPI)},
+			{"/score", post, model(scoreAPI)},
+			{"/v1/score", post, model(scoreAPI)},
+			{"/rerank", post, model(rerankAPI)},
+			{"/v1/rerank", post, model(rerankAPI)},
+			{"/v2/rerank", post, model(rerankAPI)},
+			{"/v1/audio/transcriptions", post, model(transcriptionsAPI)},
+			{"/v1/audio/translations", post, model(translationsAPI)},
+			{"/v1/messages", post, model(messagesAPI)},
+			{"/v1/messages/count_tokens", post, func(path string) http.Handler {
+				return g.serveIn(anthropicErrors, path, g.keyed(g.countTokens, true, false))
+			}},
+			{"/v1/responses", post, model(responsesAPI)},
+			{"/v1/responses/{id}", get, keyed(g.responseByID)},
+			{"/v1/responses/{id}/cancel", post, keyed(g.responseByID)},
+			{"/version", get, keyed(g.version)},
+			{"/tokenize", post, keyed(g.tokenize)},
+			{"/detokenize", post, keyed(g.detokenize)},
+			{"/v1/chat/completions/render", post, keyed(g.render(admission.Chat))},
+			{"/v1/completions/render", post, keyed(g.render(admission.Completions))},
+			{"/v1/models", get, keyed(g.listModels)},
+		}
+	}
+	// Probes answer HEAD too: some load balancers send it. They are on
+	// both listeners: load balancers probe the API port.
+	table = append(table,
+		route{"/livez", probe, local(g.livez)},
+		route{"/readyz", probe, local(g.readyz(adminPages))},
+		route{"/health", probe, local(g.health)},
+	)
+	if adminPages {
+		table = append(table,
+			route{"/debug/triage", get, local(g.debugTriage)},
+			route{"/debug/backends", get, local(g.debugBackends)},
+			route{"/debug/store", get, local(g.debugStore)},
+			route{"/", get, local(g.statusPage)},
+			route{"/metrics", get, func(string) http.Handler { return promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{Registry: g.reg}) }},
+		)
 	}
 	r := chi.NewRouter()
 	allow := map[string]string{}
@@ -360,6 +403,36 @@ func (g *Gateway) Server() *http.Server {
 // wraps its listener with it; an embedder serving Server() itself must too.
 func (g *Gateway) Listener(ln net.Listener) net.Listener {
 	return newListener(ln, g.conf().MaxConnections, g.metrics.connections.Add)
+}
+
+// ServeAdmin serves the admin listener on ln (AdminHandler: /metrics,
+// /debug/*, the status page and the probes) until ctx is done, then shuts
+// it down within 5 s: its requests are short. Run it beside Serve with a
+// ctx that ends once Serve has returned, so that the drain stays
+// observable to the scraper.
+func (g *Gateway) ServeAdmin(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           g.adminHandler,
+		ReadHeaderTimeout: g.conf().ReadHeaderTimeout.D(),
+		IdleTimeout:       g.conf().IdleTimeout.D(),
+		MaxHeaderBytes:    g.conf().MaxHeaderBytes,
+		ErrorLog:          zap.NewStdLog(g.log.Named("admin")),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	if err != nil {
+		srv.Close()
+	}
+	<-errc
+	return err
 }
 
 // Close waits for background work (sampled tokenizer checks) to end.

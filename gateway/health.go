@@ -37,23 +37,31 @@ type readyBackend struct {
 type readyBody struct {
 	Status string       `json:"status"` // "ready" or "not_ready"
 	Phase  string       `json:"phase"`
-	Models []readyModel `json:"models"`
+	Models []readyModel `json:"models,omitempty"`
 	// Store is the shared store, when configured; its being down does
 	// not make the gateway unready (on_store_error says what it does).
 	Store *storeStatus `json:"store,omitempty"`
 }
 
 // readyz answers 200 when every model has at least min_ready ready backends
-// and the gateway is serving (not starting, not draining), else 503; the
-// body says which model and backend and why, and since when.
-func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request, _ *exchange) error {
-	body, ok := g.readiness()
-	status := http.StatusOK
-	if !ok {
-		status = http.StatusServiceUnavailable
+// and the gateway is serving (not starting, not draining), else 503. With
+// detail (where the admin pages are served) the body says which model and
+// backend and why, and since when, and the shared store's standing;
+// without, only the verdict and the phase: the models, backend URLs and
+// store are operators' knowledge, not a tenant's.
+func (g *Gateway) readyz(detail bool) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request, _ *exchange) error {
+		body, ok := g.readiness()
+		status := http.StatusOK
+		if !ok {
+			status = http.StatusServiceUnavailable
+		}
+		if !detail {
+			body.Models, body.Store = nil, nil
+		}
+		writeJSON(w, status, body)
+		return nil
 	}
-	writeJSON(w, status, body)
-	return nil
 }
 
 // health answers GET /health as vLLM does (200 or 503, empty body), for

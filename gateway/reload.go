@@ -59,7 +59,7 @@ func (g *Gateway) setState(cfg *config.Config, models []*modelRuntime) {
 }
 
 // restartOnly are the settings a running gateway cannot change: the
-// listener and server (listen, max_connections, max_header_bytes,
+// listeners and server (listen, admin_listen, max_connections, max_header_bytes,
 // read_header_timeout, idle_timeout), what was sized or started once
 // (max_body_bytes_in_flight, count_cache_bytes, backend_dial_timeout,
 // scrape_interval, health, resolver, store, tracing, the triage window and
@@ -72,6 +72,7 @@ var restartOnly = []struct {
 	set func(dst, src *config.Config)
 }{
 	{"listen", func(c *config.Config) any { return c.Listen }, func(d, s *config.Config) { d.Listen = s.Listen }},
+	{"admin_listen", func(c *config.Config) any { return c.AdminListen }, func(d, s *config.Config) { d.AdminListen = s.AdminListen }},
 	{"max_connections", func(c *config.Config) any { return c.MaxConnections }, func(d, s *config.Config) { d.MaxConnections = s.MaxConnections }},
 	{"max_header_bytes", func(c *config.Config) any { return c.MaxHeaderBytes }, func(d, s *config.Config) { d.MaxHeaderBytes = s.MaxHeaderBytes }},
 	{"read_header_timeout", func(c *config.Config) any { return c.ReadHeaderTimeout }, func(d, s *config.Config) { d.ReadHeaderTimeout = s.ReadHeaderTimeout }},

@@ -42,6 +42,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signalContext()
 	defer stop()
+	return runIn(ctx, args, os.Stdin, stdout, stderr)
+}
+
+// runIn runs one command until it ends or ctx is done, and returns its
+// exit code.
+func runIn(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
 	var err error
 	switch args[0] {
 	case "serve":
@@ -51,7 +61,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "demo":
 		err = cmdDemo(ctx, args[1:], stdout, stderr)
 	case "tokenize":
-		err = cmdTokenize(args[1:], os.Stdin, stdout, stderr)
+		err = cmdTokenize(args[1:], stdin, stdout, stderr)
 	case "triage":
 		err = cmdTriage(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-version":

@@ -36,7 +36,7 @@ func startSim(t *testing.T, cfg sim.Config) *simBackend {
 // limit and the API keys (name and key).
 func reloadConfig(backends []string, maxInFlightA int, keys ...string) string {
 	var b strings.Builder
-	b.WriteString("listen: 127.0.0.1:0\ndrain_delay: 0s\ndrain_timeout: 30s\nhealth: {interval: 20ms}\nscrape_interval: 50ms\nmodels:\n  - name: m\n    queue_size: 1024\n    backends:\n")
+	b.WriteString("listen: 127.0.0.1:0\nadmin_listen: 127.0.0.1:0\ndrain_delay: 0s\ndrain_timeout: 30s\nhealth: {interval: 20ms}\nscrape_interval: 50ms\nmodels:\n  - name: m\n    queue_size: 1024\n    backends:\n")
 	for i, u := range backends {
 		fmt.Fprintf(&b, "      - url: http://%s\n", u)
 		if i == 0 {
@@ -83,12 +83,13 @@ func TestReloadOnSIGHUPUnderLoad(t *testing.T) {
 	}
 	core, logs := observer.New(zap.InfoLevel)
 	ctx, cancel := context.WithCancel(context.Background())
-	started := make(chan net.Addr, 1)
+	started, adminStarted := make(chan net.Addr, 1), make(chan net.Addr, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- runGateway(ctx, cfg, zap.New(core), runOptions{configPath: path, started: func(a net.Addr) { started <- a }})
+		done <- runGateway(ctx, cfg, zap.New(core), runOptions{configPath: path, started: func(a net.Addr) { started <- a }, adminStarted: func(a net.Addr) { adminStarted <- a }})
 	}()
 	base := "http://" + (<-started).String()
+	admin := "http://" + (<-adminStarted).String() // /debug/* and /metrics: the config has auth
 	defer func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -98,7 +99,7 @@ func TestReloadOnSIGHUPUnderLoad(t *testing.T) {
 	tr := &http.Transport{MaxIdleConnsPerHost: 256}
 	defer tr.CloseIdleConnections()
 	cl := &http.Client{Transport: tr, Timeout: 60 * time.Second}
-	awaitDebug(t, cl, base, "2 backends ready", func(bs []debugBackend) bool { return readyOnly(bs, a.addr, b.addr) })
+	awaitDebug(t, cl, admin, "2 backends ready", func(bs []debugBackend) bool { return readyOnly(bs, a.addr, b.addr) })
 	const body = `{"model":"m","prompt":"hi","stream":true,"max_tokens":40}`
 	if err := oneStream(cl, base, body, "Authorization", "Bearer key-b"); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Fatalf("a key not yet configured: %v", err)
@@ -114,7 +115,7 @@ func TestReloadOnSIGHUPUnderLoad(t *testing.T) {
 	writeFile(t, path, reloadConfig([]string{a.addr, b.addr, c.addr}, 1000, "team-a", "key-a", "team-b", "key-b"))
 	sent := time.Now()
 	syscall.Kill(os.Getpid(), syscall.SIGHUP)
-	awaitDebug(t, cl, base, "the reload in /debug/backends", func(bs []debugBackend) bool {
+	awaitDebug(t, cl, admin, "the reload in /debug/backends", func(bs []debugBackend) bool {
 		return len(bs) == 3 && bs[0].MaxInFlight == 1000 && bs[2].URL == "http://"+c.addr && bs[2].Source == "static"
 	})
 	visible := time.Since(sent)
@@ -130,13 +131,13 @@ func TestReloadOnSIGHUPUnderLoad(t *testing.T) {
 	syscall.Kill(os.Getpid(), syscall.SIGHUP)
 	awaitCond(t, "the broken file refused", func() bool {
 		// The file watcher may see the change first: SIGHUP loads it again.
-		return scrapeCounter(t, cl, base, `maitred_config_reloads_total{result="failure"}`) >= 1
+		return scrapeCounter(t, cl, admin, `maitred_config_reloads_total{result="failure"}`) >= 1
 	})
 	refused := logs.FilterMessage("config reload refused; the running config keeps serving").All()
-	if len(refused) == 0 || !strings.Contains(fmt.Sprint(refused[0].ContextMap()["error"]), "models[0].queue_sizee (line 8): unknown key") {
+	if len(refused) == 0 || !strings.Contains(fmt.Sprint(refused[0].ContextMap()["error"]), "models[0].queue_sizee (line 9): unknown key") {
 		t.Fatalf("refusal logged as %+v", refused)
 	}
-	if bs, err := debugBackends(cl, base); err != nil || len(bs) != 3 {
+	if bs, err := debugBackends(cl, admin); err != nil || len(bs) != 3 {
 		t.Fatalf("after the refused file: %+v %v", bs, err)
 	}
 	if err := oneStream(cl, base, body, "Authorization", "Bearer key-b"); err != nil {
@@ -155,7 +156,7 @@ func TestReloadOnSIGHUPUnderLoad(t *testing.T) {
 	if n := c.beforeWarm(); n != 0 {
 		t.Errorf("the added backend got %d requests before its warm-up completed", n)
 	}
-	if n := scrapeCounter(t, cl, base, `maitred_config_reloads_total{result="success"}`); n < 1 {
+	if n := scrapeCounter(t, cl, admin, `maitred_config_reloads_total{result="success"}`); n < 1 {
 		t.Errorf("%v successful reloads", n)
 	}
 	t.Logf("%d streams, none cut or failed", load.ok.Load())
@@ -182,23 +183,24 @@ func TestConfigFileChangeReloads(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	started := make(chan net.Addr, 1)
+	started, adminStarted := make(chan net.Addr, 1), make(chan net.Addr, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- runGateway(ctx, cfg, zap.NewNop(), runOptions{configPath: path, started: func(a net.Addr) { started <- a }})
+		done <- runGateway(ctx, cfg, zap.NewNop(), runOptions{configPath: path, started: func(a net.Addr) { started <- a }, adminStarted: func(a net.Addr) { adminStarted <- a }})
 	}()
-	base := "http://" + (<-started).String()
+	<-started
+	admin := "http://" + (<-adminStarted).String() // /debug/*: the config has auth
 	defer func() { cancel(); <-done }()
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
 	cl := &http.Client{Transport: tr, Timeout: 10 * time.Second}
-	awaitDebug(t, cl, base, "1 backend", func(bs []debugBackend) bool { return readyOnly(bs, a.addr) })
+	awaitDebug(t, cl, admin, "1 backend", func(bs []debugBackend) bool { return readyOnly(bs, a.addr) })
 	// The swap: a new symlink renamed over ..data.
 	os.Symlink("..v2", filepath.Join(dir, "..data_tmp"))
 	if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
 		t.Fatal(err)
 	}
-	awaitDebug(t, cl, base, "the swapped file in force", func(bs []debugBackend) bool {
+	awaitDebug(t, cl, admin, "the swapped file in force", func(bs []debugBackend) bool {
 		return len(bs) == 2 && bs[1].URL == "http://"+b.addr && bs[1].State == fleet.Ready
 	})
 }

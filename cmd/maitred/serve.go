@@ -97,6 +97,9 @@ type runOptions struct {
 	// started, if set, is called with the bound address once the listener
 	// is open and the first probe round is done.
 	started func(net.Addr)
+	// adminStarted, if set, is called with the admin listener's bound
+	// address once it is open (admin_listen).
+	adminStarted func(net.Addr)
 }
 
 // runGateway wires the fleet and the gateway, serves until ctx is done and
@@ -142,9 +145,29 @@ func runGateway(ctx context.Context, cfg config.Config, log *zap.Logger, o runOp
 		return err
 	}
 	log.Info("listening", zap.String("addr", ln.Addr().String()), zap.Strings("models", fl.Names()))
+	// The admin listener (admin_listen) serves /metrics, /debug/* and the
+	// status page; it stays open through the drain and closes after it.
+	var adminLn net.Listener
+	if cfg.AdminListen != "" {
+		if adminLn, err = net.Listen("tcp", cfg.AdminListen); err != nil {
+			ln.Close()
+			return fmt.Errorf("admin_listen: %w", err)
+		}
+		log.Info("admin listening", zap.String("addr", adminLn.Addr().String()))
+		if o.adminStarted != nil {
+			o.adminStarted(adminLn.Addr())
+		}
+	}
 
 	fctx, stopFleet := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
+	if adminLn != nil {
+		wg.Go(func() {
+			if err := gw.ServeAdmin(fctx, adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("admin listener", zap.Error(err))
+			}
+		})
+	}
 	wg.Go(func() { fl.RunScraper(fctx, cfg.ScrapeInterval.D(), gw.ObserveScrape) })
 	wg.Go(func() { gw.WatchKeys(fctx) }) // returns at once without auth.keys_file
 	if o.configPath != "" {

@@ -18,7 +18,7 @@ import (
 func cmdTriage(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("maitred triage", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	url := fs.String("url", "http://127.0.0.1:8080", "the gateway's base URL")
+	url := fs.String("url", "http://127.0.0.1:8080", "the base URL of the gateway's admin pages: admin_listen when set, else listen")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: maitred triage [--url URL]\n\nNames the layer where slow or failing requests are stuck, with the evidence.\n\n")
