@@ -26,6 +26,10 @@ type Model struct {
 	Counter Counter
 	// MaxModelLen is the context length; 0 when not known yet.
 	MaxModelLen int
+	// Vocab is the number of token ids the model takes
+	// (tokenize.Model.VocabSize); 0 when not known: ids are then held to
+	// non-negative 32-bit integers only.
+	Vocab int
 	// Clamp lowers an over-long max_tokens to what fits instead of
 	// rejecting (on_overflow: clamp).
 	Clamp bool
@@ -99,7 +103,7 @@ func (d *Door) checkModel(ep Endpoint, m Model, req *ojson.Value, body []byte) (
 	if ep == Chat {
 		rej = checkMessages(req)
 	} else {
-		rej = checkPrompt(req)
+		rej = checkPrompt(req, m.Vocab)
 	}
 	if rej != nil {
 		return Decision{}, rej

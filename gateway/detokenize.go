@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 
+	"github.com/maitred-dev/maitred/admission"
 	"github.com/maitred-dev/maitred/internal/ojson"
 	"github.com/maitred-dev/maitred/tokenize"
 	"github.com/maitred-dev/maitred/triage"
@@ -20,10 +21,16 @@ type detokenizeAnswer struct {
 
 // detokenize answers POST /detokenize {model?, tokens} -> {prompt} locally
 // when the model's tokenizer decodes the ids exactly as vLLM's
-// tokenizer.decode does (tokenize.Model.Detokenize). Otherwise (no
-// tokenizer, a decoder this gateway does not reproduce, ids outside the
-// vocabulary, more ids than max_model_len, which newer vLLM refuses) it
-// goes to a ready backend, outside the queue, as /tokenize does.
+// tokenizer.decode does (tokenize.Model.Detokenize). Ids are held to the
+// model's vocabulary as every endpoint that takes ids holds them
+// (admission.TokenIDError), and to max_model_len ids: no sequence the
+// model holds is longer. Both are refused with 400, where vLLM drops ids
+// its tokenizer does not know and decodes any length: an id no sequence of
+// this model can hold, or more of them than it holds, is no text to
+// recover. Otherwise (no tokenizer, a decoder this gateway does not
+// reproduce, ids inside the vocabulary the tokenizer has no text for,
+// max_model_len not known) it goes to a ready backend, outside the queue,
+// as /tokenize does.
 func (g *Gateway) detokenize(w http.ResponseWriter, r *http.Request, x *exchange) error {
 	body, err := g.readJSONBody(w, r, x)
 	if err != nil {
@@ -37,14 +44,15 @@ func (g *Gateway) detokenize(w http.ResponseWriter, r *http.Request, x *exchange
 	if err != nil {
 		return err
 	}
-	ids, err := tokenIDList(req)
+	L := rt.fm.MaxModelLen()
+	ids, err := tokenIDList(req, rt.vocab(), L)
 	if err != nil {
 		return err
 	}
 	if tok := rt.tok; tok == nil {
 		x.uncounted = "no_tokenizer"
-	} else if l := rt.fm.MaxModelLen(); l <= 0 || len(ids) > l {
-		x.uncounted = "over_max_model_len"
+	} else if L <= 0 {
+		x.uncounted = "no_context_limit"
 	} else {
 		text, derr := tok.Detokenize(ids)
 		var ne *tokenize.NotExactError
@@ -93,10 +101,9 @@ func (g *Gateway) lookupModel(x *exchange, req *ojson.Value) (*modelRuntime, err
 	return g.modelNamed(x, name)
 }
 
-// tokenIDList reads "tokens": a required list of integers. Values a
-// tokenizer cannot hold (negative, huge) are left for Detokenize to find
-// unknown, so that the backend answers them in its own words.
-func tokenIDList(req *ojson.Value) ([]int, error) {
+// tokenIDList reads "tokens": a required list of at most maxLen (0: no
+// bound) token ids of a vocabulary of vocab ids (0: not known).
+func tokenIDList(req *ojson.Value, vocab, maxLen int) ([]int, error) {
 	tv := req.Get("tokens")
 	if tv == nil || tv.IsNull() {
 		return nil, &Error{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: codeMissingParam, Param: "tokens", Layer: triage.LayerDoor,
@@ -105,15 +112,23 @@ func tokenIDList(req *ojson.Value) ([]int, error) {
 	if tv.Kind != ojson.Array {
 		return nil, badRequest(codeInvalidType, "tokens", "tokens must be a list of integers, got %s.", tv.Kind)
 	}
+	if maxLen > 0 && len(tv.Items) > maxLen {
+		return nil, &Error{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: codeContextLength, Param: "tokens", Layer: triage.LayerDoor,
+			Outcome: admission.ContextLength.String(),
+			Message: fmt.Sprintf("This model's maximum context length is %d tokens. However, tokens holds %d token ids. Please reduce the number of tokens.", maxLen, len(tv.Items))}
+	}
 	ids := make([]int, len(tv.Items))
 	for i, it := range tv.Items {
-		if it.Kind != ojson.Number || !it.IsInt() {
-			return nil, badRequest(codeInvalidType, fmt.Sprintf("tokens[%d]", i), "tokens[%d] must be an integer, got %s.", i, describeValue(it))
+		if msg := admission.TokenIDError(it, vocab); msg != "" {
+			code := codeInvalidValue
+			if it.Kind != ojson.Number || !it.IsInt() {
+				code = codeInvalidType
+			}
+			e := badRequest(code, fmt.Sprintf("tokens[%d]", i), "tokens[%d]: %s", i, msg)
+			e.Outcome = admission.InvalidInput.String()
+			return nil, e
 		}
-		n, ok := it.Int()
-		if !ok || n < -1<<40 || n > 1<<40 {
-			n = -1 // out of any vocabulary: forwarded
-		}
+		n, _ := it.Int()
 		ids[i] = int(n)
 	}
 	return ids, nil
