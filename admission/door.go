@@ -333,6 +333,20 @@ func CountRejection(ep Endpoint, err error) *Rejection {
 	return nil
 }
 
+// OverContext is the refusal of a prompt of c.Tokens tokens (a lower
+// bound when c.Truncated) over maxModelLen with no output requested: what
+// vLLM's /tokenize answers a prompt longer than the context (it holds the
+// prompt to max_model_len with no output budget), in the door's words.
+func OverContext(ep Endpoint, c tokenize.Count, maxModelLen int) *Rejection {
+	param := "messages"
+	if ep == Completions {
+		param = "prompt"
+	}
+	info := &ContextInfo{PromptTokens: c.Tokens, PromptExact: !c.Truncated, MaxModelLen: maxModelLen}
+	return &Rejection{Reason: ContextLength, Status: 400, Code: codeContextLength, Param: param,
+		Message: contextMessage(info, ep), Context: info}
+}
+
 // uncountedFit is the context rule for a prompt the door cannot count: a
 // prompt vLLM accepts is at least one token (it refuses an empty one), so
 // max_tokens >= max_model_len can never fit, whatever the prompt. The

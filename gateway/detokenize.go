@@ -36,6 +36,11 @@ func (g *Gateway) detokenize(w http.ResponseWriter, r *http.Request, x *exchange
 	if err != nil {
 		return err
 	}
+	slot, err := g.localWork(x)
+	if err != nil {
+		return err
+	}
+	defer slot.release()
 	req, err := parseObject(body)
 	if err != nil {
 		return err
@@ -67,6 +72,7 @@ func (g *Gateway) detokenize(w http.ResponseWriter, r *http.Request, x *exchange
 			return derr
 		}
 	}
+	slot.release()
 	return g.forwardOutsideQueue(w, r, x, rt, body)
 }
 

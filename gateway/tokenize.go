@@ -30,13 +30,23 @@ type tokenizeAnswer struct {
 
 // tokenize answers POST /tokenize locally, with vLLM's request and response
 // schema, from the model's own tokenizer and chat template: the same count
-// the door uses. A model without a tokenizer, or a request this gateway
-// cannot reproduce exactly, goes to a backend instead.
+// the door uses. As vLLM's renderer does, it holds the prompt to
+// max_model_len: the prompt is counted first, with the door's early stop
+// and byte bounds, and one over the context is refused (400
+// context_length_exceeded) before any id list is built (localwork.go). A
+// model without a tokenizer, one whose max_model_len is not known yet,
+// or a request this gateway cannot reproduce exactly, goes to a backend
+// instead.
 func (g *Gateway) tokenize(w http.ResponseWriter, r *http.Request, x *exchange) error {
 	body, err := g.readJSONBody(w, r, x)
 	if err != nil {
 		return err
 	}
+	slot, err := g.localWork(x)
+	if err != nil {
+		return err
+	}
+	defer slot.release()
 	req, perr := ojson.Parse(body, ojson.DefaultMaxDepth)
 	if perr != nil {
 		return badRequest(codeInvalidJSON, "", "The request body is not valid JSON: %v", perr)
@@ -54,28 +64,37 @@ func (g *Gateway) tokenize(w http.ResponseWriter, r *http.Request, x *exchange) 
 	if err != nil {
 		return err
 	}
-	if tok := rt.tok; tok != nil {
+	L := rt.fm.MaxModelLen()
+	switch tok := rt.tok; {
+	case tok == nil:
+	case L <= 0:
+		x.uncounted = admission.NoContextLimit.String() // the backend knows its own
+	default:
 		var ids []int
+		var c tokenize.Count
 		ep := admission.Completions
 		if req.Has("messages") {
 			ep = admission.Chat
-			ids, err = tok.TokenizeChat(req)
+			ids, c, err = tok.TokenizeChatWithin(req, L)
 		} else {
-			ids, err = tok.TokenizeCompletion(req)
+			ids, c, err = tok.TokenizeCompletionWithin(req, L)
 		}
 		var ne *tokenize.NotExactError
 		rej := admission.CountRejection(ep, err)
 		switch {
+		case err == nil && c.Tokens > L:
+			// Refused as the door refuses it (not counted in
+			// maitred_rejections_total, which counts generation requests).
+			x.promptTokens, x.maxModelLen = c.Tokens, L
+			return rejection(admission.OverContext(ep, c, L))
 		case err == nil:
 			x.promptTokens = len(ids)
 			if ids == nil {
 				ids = []int{}
 			}
-			writeJSON(w, http.StatusOK, tokenizeAnswer{Count: len(ids), MaxModelLen: rt.fm.MaxModelLen(), Tokens: ids})
+			writeJSON(w, http.StatusOK, tokenizeAnswer{Count: len(ids), MaxModelLen: L, Tokens: ids})
 			return nil
 		case rej != nil:
-			// Refused as the door refuses it (not counted in
-			// maitred_rejections_total, which counts generation requests).
 			return rejection(rej)
 		case errors.As(err, &ne):
 			x.uncounted = ne.Reason // fall through to a backend
@@ -83,6 +102,7 @@ func (g *Gateway) tokenize(w http.ResponseWriter, r *http.Request, x *exchange) 
 			return err
 		}
 	}
+	slot.release()
 	return g.forwardOutsideQueue(w, r, x, rt, body)
 }
 
