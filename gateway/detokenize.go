@@ -41,7 +41,19 @@ func (g *Gateway) detokenize(w http.ResponseWriter, r *http.Request, x *exchange
 		return err
 	}
 	defer slot.release()
-	req, err := parseObject(body)
+	// The body is parsed within the values the longest context's ids
+	// need: a body of short ids costs fifty times its bytes parsed whole.
+	longest := g.longestContext()
+	maxValues := 0
+	if longest > 0 {
+		maxValues = longest + detokenizeOtherValues
+	}
+	req, err := parseObjectLimited(body, maxValues)
+	if tm, ok := errors.AsType[*ojson.TooManyValuesError](err); ok {
+		return &Error{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: codeContextLength, Param: "tokens", Layer: triage.LayerDoor,
+			Outcome: admission.ContextLength.String(),
+			Message: fmt.Sprintf("The request holds more than %d JSON values: more token ids than any model here holds (max_model_len %d at most). Please reduce the number of tokens.", tm.Limit, longest)}
+	}
 	if err != nil {
 		return err
 	}
@@ -76,9 +88,34 @@ func (g *Gateway) detokenize(w http.ResponseWriter, r *http.Request, x *exchange
 	return g.forwardOutsideQueue(w, r, x, rt, body)
 }
 
+// detokenizeOtherValues is room for the values of a /detokenize body
+// besides its ids: the object, model, tokens' array, a few more fields.
+const detokenizeOtherValues = 64
+
+// longestContext is the largest max_model_len of the models in force, 0
+// when one of them does not know its own yet.
+func (g *Gateway) longestContext() int {
+	n := 0
+	for _, rt := range g.live().models {
+		l := rt.fm.MaxModelLen()
+		if l <= 0 {
+			return 0
+		}
+		n = max(n, l)
+	}
+	return n
+}
+
 // parseObject reads a request body that must be one JSON object.
-func parseObject(body []byte) (*ojson.Value, error) {
-	req, perr := ojson.Parse(body, ojson.DefaultMaxDepth)
+func parseObject(body []byte) (*ojson.Value, error) { return parseObjectLimited(body, 0) }
+
+// parseObjectLimited is parseObject holding the body to maxValues values
+// (0: no limit); past them the error is an *ojson.TooManyValuesError.
+func parseObjectLimited(body []byte, maxValues int) (*ojson.Value, error) {
+	req, perr := ojson.ParseLimited(body, ojson.DefaultMaxDepth, maxValues)
+	if tm, ok := errors.AsType[*ojson.TooManyValuesError](perr); ok {
+		return nil, tm
+	}
 	if perr != nil {
 		return nil, badRequest(codeInvalidJSON, "", "The request body is not valid JSON: %v", perr)
 	}

@@ -57,7 +57,9 @@ func TestTokenizeOverContextBoundedLikeTheDoor(t *testing.T) {
 
 // TestDetokenizeHoldsIDsToTheContext: /detokenize takes at most
 // max_model_len ids (no sequence of the model is longer): more is a 400
-// that never reaches the backend; max_model_len ids are answered.
+// that never reaches the backend, and millions of them are refused
+// without parsing them all (a few times the body's bytes); max_model_len
+// ids are answered.
 func TestDetokenizeHoldsIDsToTheContext(t *testing.T) {
 	e := startTokenizing(t, "qwen3", 64)
 	ids := func(n int) string { return "[" + strings.TrimSuffix(strings.Repeat("9707,", n), ",") + "]" }
@@ -66,6 +68,21 @@ func TestDetokenizeHoldsIDsToTheContext(t *testing.T) {
 	var env errorEnvelope
 	if res.StatusCode != 400 || json.Unmarshal([]byte(raw), &env) != nil || env.Error.Code != "context_length_exceeded" || env.Error.Param != "tokens" {
 		t.Errorf("65 ids to a 64-token model: %d %s", res.StatusCode, raw)
+	}
+	// 3.9 million ids (7.8 MB): refused before they are all parsed, for
+	// a few times the body's bytes.
+	big := `{"model":"m","tokens":[` + strings.TrimSuffix(strings.Repeat("1,", 3_900_000), ",") + `]}`
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	res = e.gw.post(t, "/detokenize", big)
+	raw = readBodyT(t, res)
+	runtime.ReadMemStats(&after)
+	if res.StatusCode != 400 || json.Unmarshal([]byte(raw), &env) != nil || env.Error.Code != "context_length_exceeded" {
+		t.Errorf("3.9M ids: %d %.300s", res.StatusCode, raw)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 8*uint64(len(big)) {
+		t.Errorf("3.9M ids: %d MiB allocated for a %d MiB body, want at most 8x", alloc>>20, len(big)>>20)
 	}
 	if res := e.gw.post(t, "/detokenize", `{"model":"m","tokens":`+ids(64)+`}`); res.StatusCode != 200 {
 		t.Errorf("64 ids: %d %s", res.StatusCode, readBodyT(t, res))
