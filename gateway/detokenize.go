@@ -46,7 +46,7 @@ func (g *Gateway) detokenize(w http.ResponseWriter, r *http.Request, x *exchange
 	longest := g.longestContext()
 	maxValues := 0
 	if longest > 0 {
-		maxValues = longest + detokenizeOtherValues
+		maxValues = longest + idsOtherValues
 	}
 	req, err := parseObjectLimited(body, maxValues)
 	if tm, ok := errors.AsType[*ojson.TooManyValuesError](err); ok {
@@ -88,9 +88,10 @@ func (g *Gateway) detokenize(w http.ResponseWriter, r *http.Request, x *exchange
 	return g.forwardOutsideQueue(w, r, x, rt, body)
 }
 
-// detokenizeOtherValues is room for the values of a /detokenize body
-// besides its ids: the object, model, tokens' array, a few more fields.
-const detokenizeOtherValues = 64
+// idsOtherValues is room for the values of a body of token ids
+// (/detokenize's tokens, /tokenize's prompt) besides its ids: the object,
+// model, the array, a few more fields.
+const idsOtherValues = 64
 
 // longestContext is the largest max_model_len of the models in force, 0
 // when one of them does not know its own yet.

@@ -54,11 +54,16 @@ func (g *Gateway) reserveLocal(w http.ResponseWriter, x *exchange) error {
 		return nil
 	}
 	if err := g.take(w, x, lim, 0); err != nil {
+		if x.key.perMinute {
+			rateHeaders(w.Header(), g.quota.Status(x.key.name, x.key.limits))
+		}
 		return err
 	}
 	// The answer reports the key's token window too, as every answer to
 	// the key does.
-	rateHeaders(w.Header(), g.quota.Status(x.key.name, x.key.limits))
+	if x.key.perMinute {
+		rateHeaders(w.Header(), g.quota.Status(x.key.name, x.key.limits))
+	}
 	return nil
 }
 

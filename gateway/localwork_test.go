@@ -132,8 +132,8 @@ func TestLocalEndpointsTakeKeyRequestLimits(t *testing.T) {
 				res = tg.post(t, ep.path, ep.body, "Authorization", auth)
 			}
 			raw := readBodyT(t, res)
-			if got := res.Header.Get("X-Ratelimit-Limit-Requests"); got != "2" {
-				t.Errorf("%s #%d: x-ratelimit-limit-requests %q, want 2", ep.path, n, got)
+			if got, tok := res.Header.Get("X-Ratelimit-Limit-Requests"), res.Header.Get("X-Ratelimit-Limit-Tokens"); got != "2" || tok != "1" {
+				t.Errorf("%s #%d: x-ratelimit-limit-requests %q, -tokens %q, want 2 and 1", ep.path, n, got, tok)
 			}
 			if n < 3 {
 				if res.StatusCode != 200 {
@@ -207,5 +207,39 @@ func TestLocalWorkGate(t *testing.T) {
 	}
 	if n := len(lg.slots); n != 0 {
 		t.Errorf("%d slots still held after every request ended", n)
+	}
+}
+
+// TestTokenizeIDPromptParsedWithinTheContext: a /tokenize prompt of
+// millions of token ids (7 MB) is refused as over the context before the
+// ids are all parsed, for a few times the body's bytes; a chat with more
+// JSON values than the context holds is still parsed and counted (its
+// count is not known from its values).
+func TestTokenizeIDPromptParsedWithinTheContext(t *testing.T) {
+	e := startTokenizing(t, "qwen3", 64)
+	big := `{"model":"m","prompt":[` + strings.TrimSuffix(strings.Repeat("1,", 3_500_000), ",") + `]}`
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	res := e.gw.post(t, "/tokenize", big)
+	raw := readBodyT(t, res)
+	runtime.ReadMemStats(&after)
+	var env errorEnvelope
+	if res.StatusCode != 400 || json.Unmarshal([]byte(raw), &env) != nil || env.Error.Code != "context_length_exceeded" || env.Error.Param != "prompt" {
+		t.Errorf("3.5M ids: %d %.300s", res.StatusCode, raw)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 8*uint64(len(big)) {
+		t.Errorf("3.5M ids: %d MiB allocated for a %d MiB body, want at most 8x", alloc>>20, len(big)>>20)
+	}
+	// 200 values the template ignores (an extra field), a short chat.
+	chat := `{"model":"m","messages":[{"role":"user","content":"hi","extra":[` + strings.TrimSuffix(strings.Repeat("0,", 200), ",") + `]}]}`
+	res = e.gw.post(t, "/tokenize", chat)
+	raw = readBodyT(t, res)
+	var ta tokenizeAnswer
+	if res.StatusCode != 200 || json.Unmarshal([]byte(raw), &ta) != nil || ta.Count == 0 || ta.Count > 64 {
+		t.Errorf("a short chat of many values: %d %.300s", res.StatusCode, raw)
+	}
+	if n := len(clientRequests(e.sim, func(p string) bool { return p == "/tokenize" })); n != 0 {
+		t.Errorf("the backend received %d /tokenize requests", n)
 	}
 }

@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 	"github.com/maitred-dev/maitred/fleet"
 	"github.com/maitred-dev/maitred/internal/ojson"
 	"github.com/maitred-dev/maitred/tokenize"
+	"github.com/maitred-dev/maitred/triage"
 )
 
 // tokenizeAnswer is vLLM's TokenizeResponse.
@@ -47,7 +50,24 @@ func (g *Gateway) tokenize(w http.ResponseWriter, r *http.Request, x *exchange) 
 		return err
 	}
 	defer slot.release()
-	req, perr := ojson.Parse(body, ojson.DefaultMaxDepth)
+	// A prompt of token ids is parsed only as far as the longest context
+	// holds: parsed whole, a body of short ids costs fifty times its
+	// bytes. Any other body past that many values (a chat with large
+	// tools) is parsed whole: its token count is not known yet.
+	longest := g.longestContext()
+	maxValues := 0
+	if longest > 0 {
+		maxValues = longest + idsOtherValues
+	}
+	req, perr := ojson.ParseLimited(body, ojson.DefaultMaxDepth, maxValues)
+	if tm, ok := errors.AsType[*ojson.TooManyValuesError](perr); ok {
+		if strings.HasPrefix(tm.Path, "prompt[") {
+			return &Error{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: codeContextLength, Param: "prompt", Layer: triage.LayerDoor,
+				Outcome: admission.ContextLength.String(),
+				Message: fmt.Sprintf("The prompt holds more than %d token ids: more than any model here holds (max_model_len %d at most). Please reduce the length of the prompt.", longest, longest)}
+		}
+		req, perr = ojson.Parse(body, ojson.DefaultMaxDepth)
+	}
 	if perr != nil {
 		return badRequest(codeInvalidJSON, "", "The request body is not valid JSON: %v", perr)
 	}

@@ -41,10 +41,14 @@ func Parse(data []byte, maxDepth int) (*Value, error) {
 
 // TooManyValuesError is ParseLimited's answer to an input holding more
 // values than its limit: the parse stopped there, having built no more.
-type TooManyValuesError struct{ Limit int }
+type TooManyValuesError struct {
+	Limit int
+	// Path locates the value past the limit, e.g. "prompt[4096]".
+	Path string
+}
 
 func (e *TooManyValuesError) Error() string {
-	return fmt.Sprintf("the document holds more than %d values", e.Limit)
+	return fmt.Sprintf("the document holds more than %d values (at %s)", e.Limit, e.Path)
 }
 
 // ParseLimited is Parse for an input that may hold at most maxValues
@@ -221,7 +225,7 @@ func (p *parser) skipSpace() {
 
 func (p *parser) value() (*Value, error) {
 	if p.values++; p.maxValues > 0 && p.values > p.maxValues {
-		return nil, &TooManyValuesError{Limit: p.maxValues}
+		return nil, &TooManyValuesError{Limit: p.maxValues, Path: p.pathString()}
 	}
 	if p.pos >= len(p.data) {
 		if len(p.data) == 0 {

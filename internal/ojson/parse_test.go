@@ -275,6 +275,10 @@ func TestParseLimited(t *testing.T) {
 			t.Errorf("limit %d: %v, %v", c.limit, v, err)
 		case !c.ok && (!errors.As(err, &tm) || tm.Limit != c.limit):
 			t.Errorf("limit %d: err %v, want TooManyValuesError", c.limit, err)
+		case c.limit == 5 && tm.Path != "tokens[2]":
+			t.Errorf("limit 5: stopped at %q, want tokens[2]", tm.Path)
+		case c.limit == 1 && tm.Path != "model":
+			t.Errorf("limit 1: stopped at %q, want model", tm.Path)
 		}
 	}
 }
