@@ -156,8 +156,14 @@ func checkAnthropicBlock(b *ojson.Value, path string) *Rejection {
 		return badMessages(path+".type", codeInvalidValue, "%s.type must be one of %s, got %s.", path,
 			strings.Join(anthropicBlockTypes, ", "), describeValue(t))
 	}
-	if tx := b.Get("text"); tx != nil && !tx.IsNull() && tx.Kind != ojson.String {
+	tx := b.Get("text")
+	if tx != nil && !tx.IsNull() && tx.Kind != ojson.String {
 		return badMessages(path+".text", codeInvalidType, "%s.text must be a string, got %s.", path, tx.Kind)
+	}
+	if t.Str == "text" && tx.IsNull() {
+		// Anthropic's API requires it; vLLM's schema would let the block
+		// through empty.
+		return badMessages(path+".text", codeMissingParam, "%s.text is required: a text block carries its text.", path)
 	}
 	return nil
 }

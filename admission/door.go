@@ -26,6 +26,10 @@ type Model struct {
 	Counter Counter
 	// MaxModelLen is the context length; 0 when not known yet.
 	MaxModelLen int
+	// Vocab is the number of token ids the model takes
+	// (tokenize.Model.VocabSize); 0 when not known: ids are then held to
+	// non-negative 32-bit integers only.
+	Vocab int
 	// Clamp lowers an over-long max_tokens to what fits instead of
 	// rejecting (on_overflow: clamp).
 	Clamp bool
@@ -99,7 +103,7 @@ func (d *Door) checkModel(ep Endpoint, m Model, req *ojson.Value, body []byte) (
 	if ep == Chat {
 		rej = checkMessages(req)
 	} else {
-		rej = checkPrompt(req)
+		rej = checkPrompt(req, m.Vocab)
 	}
 	if rej != nil {
 		return Decision{}, rej
@@ -327,6 +331,20 @@ func CountRejection(ep Endpoint, err error) *Rejection {
 		return &Rejection{Reason: reason, Status: 400, Code: codeInvalidValue, Param: ie.Param, Message: ie.Msg}
 	}
 	return nil
+}
+
+// OverContext is the refusal of a prompt of c.Tokens tokens (a lower
+// bound when c.Truncated) over maxModelLen with no output requested: what
+// vLLM's /tokenize answers a prompt longer than the context (it holds the
+// prompt to max_model_len with no output budget), in the door's words.
+func OverContext(ep Endpoint, c tokenize.Count, maxModelLen int) *Rejection {
+	param := "messages"
+	if ep == Completions {
+		param = "prompt"
+	}
+	info := &ContextInfo{PromptTokens: c.Tokens, PromptExact: !c.Truncated, MaxModelLen: maxModelLen}
+	return &Rejection{Reason: ContextLength, Status: 400, Code: codeContextLength, Param: param,
+		Message: contextMessage(info, ep), Context: info}
 }
 
 // uncountedFit is the context rule for a prompt the door cannot count: a

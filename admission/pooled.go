@@ -47,7 +47,7 @@ func checkPooled(ep Endpoint, m Model, req *ojson.Value, body []byte) (Decision,
 		dec.Prompts, dec.Uncounted = n, NotCounted
 		return dec, nil
 	}
-	in, rej := pooledInputs(req)
+	in, rej := pooledInputs(req, m.Vocab)
 	if rej != nil {
 		return Decision{}, rej
 	}
@@ -175,7 +175,7 @@ const inputShapes = "a string, an array of strings, an array of token ids, an ar
 // pooledInputs reads the input forms vLLM accepts: input as a string,
 // strings, token ids or lists of ids; or the chat form, messages (one
 // conversation or a list of them) or input holding messages.
-func pooledInputs(req *ojson.Value) (pooledInput, *Rejection) {
+func pooledInputs(req *ojson.Value, vocab int) (pooledInput, *Rejection) {
 	if msgs := req.Get("messages"); msgs != nil {
 		if msgs.Kind != ojson.Array {
 			return pooledInput{}, badInput("messages", codeInvalidType, "messages must be an array of message objects, got %s.", msgs.Kind)
@@ -200,7 +200,7 @@ func pooledInputs(req *ojson.Value) (pooledInput, *Rejection) {
 		return pooledInput{}, badInput("input", codeInvalidValue, "input must not be an empty array.")
 	}
 	if in.Items[0].Kind == ojson.Number {
-		if rej := tokenIDList(in, "input"); rej != nil {
+		if rej := tokenIDList(in, "input", vocab); rej != nil {
 			return pooledInput{}, rej
 		}
 		return pooledInput{field: "input", items: []*ojson.Value{in}}, nil
@@ -214,7 +214,7 @@ func pooledInputs(req *ojson.Value) (pooledInput, *Rejection) {
 			if len(it.Items) == 0 {
 				return pooledInput{}, badInput(param, codeInvalidValue, "%s must not be an empty array.", param)
 			}
-			if rej := tokenIDList(it, param); rej != nil {
+			if rej := tokenIDList(it, param, vocab); rej != nil {
 				return pooledInput{}, rej
 			}
 		default:
@@ -224,10 +224,14 @@ func pooledInputs(req *ojson.Value) (pooledInput, *Rejection) {
 	return pooledInput{field: "input", items: in.Items}, nil
 }
 
-func tokenIDList(a *ojson.Value, param string) *Rejection {
+func tokenIDList(a *ojson.Value, param string, vocab int) *Rejection {
 	for i, it := range a.Items {
-		if it.Kind != ojson.Number || !it.IsInt() {
-			return badInput(fmt.Sprintf("%s[%d]", param, i), codeInvalidType, "%s[%d] must be a token id (an integer), got %s.", param, i, describe(it))
+		if msg := TokenIDError(it, vocab); msg != "" {
+			code := codeInvalidValue
+			if it.Kind != ojson.Number || !it.IsInt() {
+				code = codeInvalidType
+			}
+			return badInput(fmt.Sprintf("%s[%d]", param, i), code, "%s[%d]: %s", param, i, msg)
 		}
 	}
 	return nil

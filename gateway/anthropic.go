@@ -132,6 +132,11 @@ func (g *Gateway) countTokens(w http.ResponseWriter, r *http.Request, x *exchang
 	if err != nil {
 		return err
 	}
+	slot, err := g.localWork(x)
+	if err != nil {
+		return err
+	}
+	defer slot.release()
 	door, kc := g.doorFor(x)
 	dec, rej := door.CountMessages(body)
 	if rej != nil {
@@ -140,6 +145,7 @@ func (g *Gateway) countTokens(w http.ResponseWriter, r *http.Request, x *exchang
 	rt := g.decided(x, dec)
 	if dec.Uncounted != admission.Counted {
 		x.uncounted = dec.Uncounted.String()
+		slot.release()
 		return g.forwardOutsideQueue(w, r, x, rt, body)
 	}
 	x.promptTokens = dec.PromptTokens

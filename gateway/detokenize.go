@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 
+	"github.com/maitred-dev/maitred/admission"
 	"github.com/maitred-dev/maitred/internal/ojson"
 	"github.com/maitred-dev/maitred/tokenize"
 	"github.com/maitred-dev/maitred/triage"
@@ -20,16 +21,39 @@ type detokenizeAnswer struct {
 
 // detokenize answers POST /detokenize {model?, tokens} -> {prompt} locally
 // when the model's tokenizer decodes the ids exactly as vLLM's
-// tokenizer.decode does (tokenize.Model.Detokenize). Otherwise (no
-// tokenizer, a decoder this gateway does not reproduce, ids outside the
-// vocabulary, more ids than max_model_len, which newer vLLM refuses) it
-// goes to a ready backend, outside the queue, as /tokenize does.
+// tokenizer.decode does (tokenize.Model.Detokenize). Ids are held to the
+// model's vocabulary as every endpoint that takes ids holds them
+// (admission.TokenIDError), and to max_model_len ids: no sequence the
+// model holds is longer. Both are refused with 400, where vLLM drops ids
+// its tokenizer does not know and decodes any length: an id no sequence of
+// this model can hold, or more of them than it holds, is no text to
+// recover. Otherwise (no tokenizer, a decoder this gateway does not
+// reproduce, ids inside the vocabulary the tokenizer has no text for,
+// max_model_len not known) it goes to a ready backend, outside the queue,
+// as /tokenize does.
 func (g *Gateway) detokenize(w http.ResponseWriter, r *http.Request, x *exchange) error {
 	body, err := g.readJSONBody(w, r, x)
 	if err != nil {
 		return err
 	}
-	req, err := parseObject(body)
+	slot, err := g.localWork(x)
+	if err != nil {
+		return err
+	}
+	defer slot.release()
+	// The body is parsed within the values the longest context's ids
+	// need: a body of short ids costs fifty times its bytes parsed whole.
+	longest := g.longestContext()
+	maxValues := 0
+	if longest > 0 {
+		maxValues = longest + idsOtherValues
+	}
+	req, err := parseObjectLimited(body, maxValues)
+	if tm, ok := errors.AsType[*ojson.TooManyValuesError](err); ok {
+		return &Error{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: codeContextLength, Param: "tokens", Layer: triage.LayerDoor,
+			Outcome: admission.ContextLength.String(),
+			Message: fmt.Sprintf("The request holds more than %d JSON values: more token ids than any model here holds (max_model_len %d at most). Please reduce the number of tokens.", tm.Limit, longest)}
+	}
 	if err != nil {
 		return err
 	}
@@ -37,14 +61,15 @@ func (g *Gateway) detokenize(w http.ResponseWriter, r *http.Request, x *exchange
 	if err != nil {
 		return err
 	}
-	ids, err := tokenIDList(req)
+	L := rt.fm.MaxModelLen()
+	ids, err := tokenIDList(req, rt.vocab(), L)
 	if err != nil {
 		return err
 	}
 	if tok := rt.tok; tok == nil {
 		x.uncounted = "no_tokenizer"
-	} else if l := rt.fm.MaxModelLen(); l <= 0 || len(ids) > l {
-		x.uncounted = "over_max_model_len"
+	} else if L <= 0 {
+		x.uncounted = "no_context_limit"
 	} else {
 		text, derr := tok.Detokenize(ids)
 		var ne *tokenize.NotExactError
@@ -59,12 +84,39 @@ func (g *Gateway) detokenize(w http.ResponseWriter, r *http.Request, x *exchange
 			return derr
 		}
 	}
+	slot.release()
 	return g.forwardOutsideQueue(w, r, x, rt, body)
 }
 
+// idsOtherValues is room for the values of a body of token ids
+// (/detokenize's tokens, /tokenize's prompt) besides its ids: the object,
+// model, the array, a few more fields.
+const idsOtherValues = 64
+
+// longestContext is the largest max_model_len of the models in force, 0
+// when one of them does not know its own yet.
+func (g *Gateway) longestContext() int {
+	n := 0
+	for _, rt := range g.live().models {
+		l := rt.fm.MaxModelLen()
+		if l <= 0 {
+			return 0
+		}
+		n = max(n, l)
+	}
+	return n
+}
+
 // parseObject reads a request body that must be one JSON object.
-func parseObject(body []byte) (*ojson.Value, error) {
-	req, perr := ojson.Parse(body, ojson.DefaultMaxDepth)
+func parseObject(body []byte) (*ojson.Value, error) { return parseObjectLimited(body, 0) }
+
+// parseObjectLimited is parseObject holding the body to maxValues values
+// (0: no limit); past them the error is an *ojson.TooManyValuesError.
+func parseObjectLimited(body []byte, maxValues int) (*ojson.Value, error) {
+	req, perr := ojson.ParseLimited(body, ojson.DefaultMaxDepth, maxValues)
+	if tm, ok := errors.AsType[*ojson.TooManyValuesError](perr); ok {
+		return nil, tm
+	}
 	if perr != nil {
 		return nil, badRequest(codeInvalidJSON, "", "The request body is not valid JSON: %v", perr)
 	}
@@ -93,10 +145,9 @@ func (g *Gateway) lookupModel(x *exchange, req *ojson.Value) (*modelRuntime, err
 	return g.modelNamed(x, name)
 }
 
-// tokenIDList reads "tokens": a required list of integers. Values a
-// tokenizer cannot hold (negative, huge) are left for Detokenize to find
-// unknown, so that the backend answers them in its own words.
-func tokenIDList(req *ojson.Value) ([]int, error) {
+// tokenIDList reads "tokens": a required list of at most maxLen (0: no
+// bound) token ids of a vocabulary of vocab ids (0: not known).
+func tokenIDList(req *ojson.Value, vocab, maxLen int) ([]int, error) {
 	tv := req.Get("tokens")
 	if tv == nil || tv.IsNull() {
 		return nil, &Error{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: codeMissingParam, Param: "tokens", Layer: triage.LayerDoor,
@@ -105,15 +156,23 @@ func tokenIDList(req *ojson.Value) ([]int, error) {
 	if tv.Kind != ojson.Array {
 		return nil, badRequest(codeInvalidType, "tokens", "tokens must be a list of integers, got %s.", tv.Kind)
 	}
+	if maxLen > 0 && len(tv.Items) > maxLen {
+		return nil, &Error{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: codeContextLength, Param: "tokens", Layer: triage.LayerDoor,
+			Outcome: admission.ContextLength.String(),
+			Message: fmt.Sprintf("This model's maximum context length is %d tokens. However, tokens holds %d token ids. Please reduce the number of tokens.", maxLen, len(tv.Items))}
+	}
 	ids := make([]int, len(tv.Items))
 	for i, it := range tv.Items {
-		if it.Kind != ojson.Number || !it.IsInt() {
-			return nil, badRequest(codeInvalidType, fmt.Sprintf("tokens[%d]", i), "tokens[%d] must be an integer, got %s.", i, describeValue(it))
+		if msg := admission.TokenIDError(it, vocab); msg != "" {
+			code := codeInvalidValue
+			if it.Kind != ojson.Number || !it.IsInt() {
+				code = codeInvalidType
+			}
+			e := badRequest(code, fmt.Sprintf("tokens[%d]", i), "tokens[%d]: %s", i, msg)
+			e.Outcome = admission.InvalidInput.String()
+			return nil, e
 		}
-		n, ok := it.Int()
-		if !ok || n < -1<<40 || n > 1<<40 {
-			n = -1 // out of any vocabulary: forwarded
-		}
+		n, _ := it.Int()
 		ids[i] = int(n)
 	}
 	return ids, nil

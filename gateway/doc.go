@@ -116,9 +116,11 @@
 // use is answered with the unknown model's very 404, before any counting.
 // After the door, a keyed request reserves its tokens against its key's
 // limits (limits.go, package quota) before it queues, and settles with
-// exchange.used when it ends; every answer to it carries OpenAI's
-// x-ratelimit-* headers. The probes need no key. /metrics, /debug/* and
-// the status page name every tenant, so they are the admin listener's
+// exchange.used when it ends; a keyed local handler takes one request
+// and one concurrency slot of the key's request limits before it reads
+// its body (reserveLocal: no tokens, nothing is generated); every answer
+// to it carries OpenAI's x-ratelimit-* headers. The probes need no key.
+// /metrics, /debug/* and the status page name every tenant, so they are the admin listener's
 // (AdminHandler, ServeAdmin: config admin_listen) and answer 404 on the API
 // listener; an open gateway without admin_listen serves them on its one
 // listener, one with auth and no admin_listen nowhere (routes,
@@ -130,6 +132,16 @@
 // tokenize.Model.Detokenize), the render endpoints (render.go: the
 // door's checks and ids, vLLM's GenerateRequest) and Anthropic's POST
 // /v1/messages/count_tokens (anthropic.go: the door's Messages count).
+// Their work is bounded (localwork.go): per request by the door's rules
+// (/tokenize counts a prompt against max_model_len with the door's early
+// stop and byte bounds before it builds ids, and refuses one over it, as
+// vLLM's renderer does; /detokenize takes at most max_model_len ids of
+// the model's vocabulary and parses no more values than the longest
+// context's ids need), and at once by a gate of one running request per
+// core (GOMAXPROCS) with a small waiting room, past which it answers 429
+// queue_full. Token ids anywhere (the door's prompts and inputs,
+// /detokenize) are held to the model's vocabulary size
+// (tokenize.Model.VocabSize, admission.TokenIDError).
 // What the gateway cannot reproduce exactly goes to a ready backend of the model at once, outside
 // the queue, avoiding ejected backends.
 //

@@ -499,17 +499,25 @@ func TestWhitespaceFreePromptNearLimitStaysExact(t *testing.T) {
 	if forwarded == 0 || refused == 0 {
 		t.Errorf("the sweep did not straddle the limit: %d forwarded, %d refused", forwarded, refused)
 	}
-	// The simulator, like vLLM's renderer, refuses to /tokenize a prompt
-	// over its context: compare with one whose context is long enough.
-	wide := httptestServer(t, sim.New(sim.Config{Model: "m", MaxModelLen: 1 << 20, Tokenizer: sim.ModelTokenizer(tok)}, zap.NewNop()))
+	// /tokenize holds a prompt to the context as vLLM's renderer does (and
+	// the simulator): over it, both refuse; near it, the gateway's ids are
+	// the backend's.
 	body := `{"model":"m","prompt":"` + strings.Repeat("ab", 32<<10) + `"}`
 	gres := e.gw.post(t, "/tokenize", body)
 	gb := readBodyT(t, gres)
-	dres := postTo(t, e.gw, wide+"/tokenize", body)
+	dres := postTo(t, e.gw, dsrv.URL+"/tokenize", body)
 	db := readBodyT(t, dres)
+	if gres.StatusCode != 400 || dres.StatusCode != 400 || !strings.Contains(gb, "context_length_exceeded") {
+		t.Errorf("/tokenize of a long pre-token over the context: gateway %d %.200s, backend %d %.200s", gres.StatusCode, gb, dres.StatusCode, db)
+	}
+	body = `{"model":"m","prompt":"` + strings.Repeat("ab", 500) + `"}`
+	gres = e.gw.post(t, "/tokenize", body)
+	gb = readBodyT(t, gres)
+	dres = postTo(t, e.gw, dsrv.URL+"/tokenize", body)
+	db = readBodyT(t, dres)
 	var ga, da tokenizeAnswer
-	if gres.StatusCode != 200 || json.Unmarshal([]byte(gb), &ga) != nil || json.Unmarshal([]byte(db), &da) != nil || ga.Count != da.Count || ga.Count != len(ga.Tokens) {
-		t.Errorf("/tokenize of a long pre-token: gateway %d count %d, backend count %d", gres.StatusCode, ga.Count, da.Count)
+	if gres.StatusCode != 200 || json.Unmarshal([]byte(gb), &ga) != nil || json.Unmarshal([]byte(db), &da) != nil || ga.Count != da.Count || ga.Count != len(ga.Tokens) || ga.Count > maxLen {
+		t.Errorf("/tokenize of a long pre-token near the limit: gateway %d count %d, backend %d count %d", gres.StatusCode, ga.Count, dres.StatusCode, da.Count)
 	}
 }
 

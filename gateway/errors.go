@@ -84,6 +84,8 @@ const (
 const (
 	codeInvalidJSON      = "invalid_json"
 	codeInvalidType      = "invalid_type"
+	codeInvalidValue     = "invalid_value"
+	codeContextLength    = "context_length_exceeded"
 	codeModelNotFound    = "model_not_found"
 	codeMissingParam     = "missing_required_parameter"
 	codeRequestTooLarge  = "request_too_large"

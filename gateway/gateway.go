@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -125,6 +126,8 @@ type Gateway struct {
 	shared SharedStore
 	// tr traces requests; nil when tracing is off.
 	tr *tracer
+	// local bounds the local work running at once (localwork.go).
+	local *localGate
 }
 
 // Phase is the gateway's lifecycle: starting until the first probe round is
@@ -164,6 +167,7 @@ func New(o Options) (*Gateway, error) {
 		metrics: newMetrics(o.Registry),
 	}
 	g.bodies.limit = o.Config.MaxBodyBytesInFlight
+	g.local = newLocalGate(runtime.GOMAXPROCS(0))
 	g.tr = newTracer(o.Tracing)
 	g.stopCtx, g.hardStop = context.WithCancel(context.Background())
 	o.Registry.MustRegister(fleetCollector{o.Fleet})

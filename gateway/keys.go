@@ -290,9 +290,10 @@ func (g *Gateway) reloadAuth() error {
 // configured: Authorization: Bearer KEY, or (xAPIKey: Anthropic's
 // Messages and count_tokens) x-api-key: KEY. A missing or unknown key is
 // answered 401 invalid_api_key before anything else is read. Every answer
-// to a keyed request carries the key's x-ratelimit-* headers: set here
-// from its status, unless h reserves (reserves: the model pipeline, which
-// sets them from its reservation, limits.go).
+// to a keyed request carries the key's x-ratelimit-* headers. Unless h
+// reserves itself (reserves: the model pipeline, after the door's count,
+// limits.go), the request takes its hold here (reserveLocal: the key's
+// request limits, no tokens) and the headers follow from it.
 func (g *Gateway) keyed(h handlerFunc, xAPIKey, reserves bool) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request, x *exchange) error {
 		t := g.keys.Load()
@@ -306,12 +307,24 @@ func (g *Gateway) keyed(h handlerFunc, xAPIKey, reserves bool) handlerFunc {
 			return g.rejected(x, invalidKey(r, xAPIKey))
 		}
 		x.key = k
-		if k.perMinute && !reserves {
-			rateHeaders(w.Header(), g.quota.Status(k.name, k.limits))
-		}
 		k.metrics.requests.Inc()
 		k.metrics.inFlight.Inc()
 		defer k.metrics.inFlight.Dec()
+		if !reserves {
+			// A local handler's request counts against the key's
+			// request limits before anything is read (reserveLocal).
+			if err := g.reserveLocal(w, x); err != nil {
+				if e, ok := err.(*Error); ok {
+					return g.rejected(x, e)
+				}
+				return err
+			}
+			if x.res != nil {
+				defer x.res.Settle(0)
+			} else if k.perMinute {
+				rateHeaders(w.Header(), g.quota.Status(k.name, k.limits))
+			}
+		}
 		return h(w, r, x)
 	}
 }

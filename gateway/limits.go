@@ -37,7 +37,41 @@ func (g *Gateway) reserve(w http.ResponseWriter, x *exchange, ep admission.Endpo
 	}
 	ask := quotaAsk(x.rt, ep, dec, bodyLen)
 	x.reserved = ask
-	res, err := g.quota.Reserve(x.clientCtx, k.name, k.limits, ask)
+	return g.take(w, x, k.limits, ask)
+}
+
+// reserveLocal takes a keyed local request's hold (tokenizer endpoints,
+// render, count_tokens, /v1/models, /version, Responses by id): one
+// request against requests_per_minute and one concurrency slot against
+// max_concurrent, before its body is read. It asks for no tokens and is
+// not held to the token limits: it generates none, and its work is
+// bounded by the local-work gate (localwork.go) instead. The caller
+// settles x.res when the request ends (with 0 tokens).
+func (g *Gateway) reserveLocal(w http.ResponseWriter, x *exchange) error {
+	lim := x.key.limits
+	lim.TokensPerMinute, lim.TokensPerDay = 0, 0
+	if lim.RequestsPerMinute == 0 && lim.MaxConcurrent == 0 {
+		return nil
+	}
+	if err := g.take(w, x, lim, 0); err != nil {
+		if x.key.perMinute {
+			rateHeaders(w.Header(), g.quota.Status(x.key.name, x.key.limits))
+		}
+		return err
+	}
+	// The answer reports the key's token window too, as every answer to
+	// the key does.
+	if x.key.perMinute {
+		rateHeaders(w.Header(), g.quota.Status(x.key.name, x.key.limits))
+	}
+	return nil
+}
+
+// take reserves ask tokens, one request and one concurrency slot under
+// lim for x's key, or returns the 429 (or the store's 503).
+func (g *Gateway) take(w http.ResponseWriter, x *exchange, lim quota.Limits, ask int64) error {
+	k := x.key
+	res, err := g.quota.Reserve(x.clientCtx, k.name, lim, ask)
 	if err != nil {
 		d, ok := err.(*quota.Denied)
 		switch {

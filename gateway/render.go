@@ -104,6 +104,11 @@ func (g *Gateway) render(ep admission.Endpoint) handlerFunc {
 		if err != nil {
 			return err
 		}
+		slot, err := g.localWork(x)
+		if err != nil {
+			return err
+		}
+		defer slot.release()
 		door, kc := g.doorFor(x)
 		dec, rej := door.Check(ep, body)
 		if rej != nil {
@@ -131,6 +136,7 @@ func (g *Gateway) render(ep admission.Endpoint) handlerFunc {
 			}
 			x.uncounted = reason
 		}
+		slot.release()
 		return g.forwardOutsideQueue(w, r, x, rt, body)
 	}
 }

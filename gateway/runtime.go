@@ -54,7 +54,17 @@ func (rt *modelRuntime) admission() admission.Model {
 	} else if rt.tok != nil {
 		am.Counter = rt.tok // only a non-nil tokenizer: a typed nil would not read as "none"
 	}
+	am.Vocab = rt.vocab()
 	return am
+}
+
+// vocab is the number of token ids the model takes
+// (tokenize.Model.VocabSize), 0 when it has no tokenizer.
+func (rt *modelRuntime) vocab() int {
+	if rt.tok == nil {
+		return 0
+	}
+	return rt.tok.VocabSize()
 }
 
 // backend is the model's backend whose slot is named name (its

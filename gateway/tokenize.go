@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 	"github.com/maitred-dev/maitred/fleet"
 	"github.com/maitred-dev/maitred/internal/ojson"
 	"github.com/maitred-dev/maitred/tokenize"
+	"github.com/maitred-dev/maitred/triage"
 )
 
 // tokenizeAnswer is vLLM's TokenizeResponse.
@@ -30,14 +33,41 @@ type tokenizeAnswer struct {
 
 // tokenize answers POST /tokenize locally, with vLLM's request and response
 // schema, from the model's own tokenizer and chat template: the same count
-// the door uses. A model without a tokenizer, or a request this gateway
-// cannot reproduce exactly, goes to a backend instead.
+// the door uses. As vLLM's renderer does, it holds the prompt to
+// max_model_len: the prompt is counted first, with the door's early stop
+// and byte bounds, and one over the context is refused (400
+// context_length_exceeded) before any id list is built (localwork.go). A
+// model without a tokenizer, one whose max_model_len is not known yet,
+// or a request this gateway cannot reproduce exactly, goes to a backend
+// instead.
 func (g *Gateway) tokenize(w http.ResponseWriter, r *http.Request, x *exchange) error {
 	body, err := g.readJSONBody(w, r, x)
 	if err != nil {
 		return err
 	}
-	req, perr := ojson.Parse(body, ojson.DefaultMaxDepth)
+	slot, err := g.localWork(x)
+	if err != nil {
+		return err
+	}
+	defer slot.release()
+	// A prompt of token ids is parsed only as far as the longest context
+	// holds: parsed whole, a body of short ids costs fifty times its
+	// bytes. Any other body past that many values (a chat with large
+	// tools) is parsed whole: its token count is not known yet.
+	longest := g.longestContext()
+	maxValues := 0
+	if longest > 0 {
+		maxValues = longest + idsOtherValues
+	}
+	req, perr := ojson.ParseLimited(body, ojson.DefaultMaxDepth, maxValues)
+	if tm, ok := errors.AsType[*ojson.TooManyValuesError](perr); ok {
+		if strings.HasPrefix(tm.Path, "prompt[") {
+			return &Error{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: codeContextLength, Param: "prompt", Layer: triage.LayerDoor,
+				Outcome: admission.ContextLength.String(),
+				Message: fmt.Sprintf("The prompt holds more than %d token ids: more than any model here holds (max_model_len %d at most). Please reduce the length of the prompt.", longest, longest)}
+		}
+		req, perr = ojson.Parse(body, ojson.DefaultMaxDepth)
+	}
 	if perr != nil {
 		return badRequest(codeInvalidJSON, "", "The request body is not valid JSON: %v", perr)
 	}
@@ -54,28 +84,37 @@ func (g *Gateway) tokenize(w http.ResponseWriter, r *http.Request, x *exchange) 
 	if err != nil {
 		return err
 	}
-	if tok := rt.tok; tok != nil {
+	L := rt.fm.MaxModelLen()
+	switch tok := rt.tok; {
+	case tok == nil:
+	case L <= 0:
+		x.uncounted = admission.NoContextLimit.String() // the backend knows its own
+	default:
 		var ids []int
+		var c tokenize.Count
 		ep := admission.Completions
 		if req.Has("messages") {
 			ep = admission.Chat
-			ids, err = tok.TokenizeChat(req)
+			ids, c, err = tok.TokenizeChatWithin(req, L)
 		} else {
-			ids, err = tok.TokenizeCompletion(req)
+			ids, c, err = tok.TokenizeCompletionWithin(req, L)
 		}
 		var ne *tokenize.NotExactError
 		rej := admission.CountRejection(ep, err)
 		switch {
+		case err == nil && c.Tokens > L:
+			// Refused as the door refuses it (not counted in
+			// maitred_rejections_total, which counts generation requests).
+			x.promptTokens, x.maxModelLen = c.Tokens, L
+			return rejection(admission.OverContext(ep, c, L))
 		case err == nil:
 			x.promptTokens = len(ids)
 			if ids == nil {
 				ids = []int{}
 			}
-			writeJSON(w, http.StatusOK, tokenizeAnswer{Count: len(ids), MaxModelLen: rt.fm.MaxModelLen(), Tokens: ids})
+			writeJSON(w, http.StatusOK, tokenizeAnswer{Count: len(ids), MaxModelLen: L, Tokens: ids})
 			return nil
 		case rej != nil:
-			// Refused as the door refuses it (not counted in
-			// maitred_rejections_total, which counts generation requests).
 			return rejection(rej)
 		case errors.As(err, &ne):
 			x.uncounted = ne.Reason // fall through to a backend
@@ -83,6 +122,7 @@ func (g *Gateway) tokenize(w http.ResponseWriter, r *http.Request, x *exchange) 
 			return err
 		}
 	}
+	slot.release()
 	return g.forwardOutsideQueue(w, r, x, rt, body)
 }
 

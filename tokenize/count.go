@@ -115,6 +115,58 @@ func (m *Model) TokenizeChat(body *ojson.Value) ([]int, error) {
 	return m.enc.Encode(text, addSpecial), nil
 }
 
+// TokenizeChatWithin is TokenizeChat for a prompt of at most limit tokens
+// (limit > 0), as vLLM's /tokenize holds a prompt to max_model_len: the
+// rendered text is counted first, with counting's early stop and byte
+// bounds (a 7 MB pre-token over the limit costs milliseconds), and
+// tokenized only when it fits. A prompt over the limit returns nil ids and
+// its Count, Tokens > limit (a lower bound when Truncated). The template
+// is rendered once.
+func (m *Model) TokenizeChatWithin(body *ojson.Value, limit int) ([]int, Count, error) {
+	text, addSpecial, err := m.renderChat(body)
+	if err != nil {
+		return nil, Count{}, err
+	}
+	return m.encodeWithin(text, addSpecial, limit)
+}
+
+// TokenizeCompletionWithin is TokenizeCompletion held to limit tokens, as
+// TokenizeChatWithin.
+func (m *Model) TokenizeCompletionWithin(body *ojson.Value, limit int) ([]int, Count, error) {
+	prompts, addSpecial, err := completionPrompts(body)
+	if err != nil {
+		return nil, Count{}, err
+	}
+	if len(prompts) != 1 {
+		return nil, Count{}, inputErr("prompt", "expected a single prompt, got %d", len(prompts))
+	}
+	if ids := prompts[0].ids; ids != nil {
+		if limit > 0 && len(ids) > limit {
+			return nil, Count{Tokens: len(ids), Exact: true}, nil
+		}
+		return ids, Count{Tokens: len(ids), Exact: true}, nil
+	}
+	return m.encodeWithin(prompts[0].text, addSpecial, limit)
+}
+
+// appendEncoder is an Encoder that appends to a given slice (Tokenizer).
+type appendEncoder interface {
+	AppendEncode(dst []int, text string, addSpecial bool) []int
+}
+
+func (m *Model) encodeWithin(text string, addSpecial bool, limit int) ([]int, Count, error) {
+	n, exact := m.enc.Count(text, addSpecial, limit)
+	c := Count{Tokens: n, Exact: true, Truncated: !exact}
+	if !exact || limit > 0 && n > limit {
+		c.Truncated = true
+		return nil, c, nil
+	}
+	if ae, ok := m.enc.(appendEncoder); ok {
+		return ae.AppendEncode(make([]int, 0, n), text, addSpecial), c, nil
+	}
+	return m.enc.Encode(text, addSpecial), c, nil
+}
+
 // CountCompletion counts the prompt tokens of a /v1/completions request.
 // prompt may be a string, a list of strings, a list of token ids or a list
 // of such lists. Text is tokenized with special tokens (BOS) unless the

@@ -13,6 +13,11 @@
 // tokenizer.json decoder as Hugging Face does (ByteLevel; Replace,
 // ByteFallback, Fuse, Strip), then transformers' clean-up when
 // tokenizer_config.json asks for it; any other decoder is not exact.
+// [Model.VocabSize] is the bound vLLM holds prompt ids to: the larger of
+// the tokenizer's length ([Tokenizer.Size]) and config.json's vocab_size.
+// [Model.TokenizeChatWithin] and [Model.TokenizeCompletionWithin] build
+// ids only for a prompt within a limit, counted first with counting's
+// early stop and byte bounds.
 //
 // # Chat templates
 //

@@ -38,6 +38,10 @@ type Tokenizer struct {
 	idKnown []bool
 	decoder []decodeStep
 
+	// size is one more than the largest id of the vocabulary and the
+	// added tokens (Size).
+	size int
+
 	pool sync.Pool // *encScratch
 }
 
@@ -101,6 +105,11 @@ func (t *Tokenizer) Count(text string, addSpecial bool, limit int) (int, bool) {
 	return n, true
 }
 
+// Size is the tokenizer's length as transformers' len(tokenizer) reads
+// it: one more than the largest id of its vocabulary and added tokens
+// (tokenizer.max_token_id + 1 in vLLM's terms).
+func (t *Tokenizer) Size() int { return t.size }
+
 // TokenID returns the id of a single token given by its text: an added
 // token's content, or a vocabulary entry (for byte-level models the raw
 // bytes it stands for; for SentencePiece models the piece with "▁").
@@ -155,7 +164,7 @@ func (t *Tokenizer) WithSpecials(bos, eos string) (*Tokenizer, bool) {
 	c := &Tokenizer{
 		name: t.name, raw: t.raw, norm: t.norm, added: t.added, special: t.special,
 		normalize: t.normalize, split: t.split, bl: t.bl, spm: t.spm,
-		idText: t.idText, idOff: t.idOff, idKnown: t.idKnown, decoder: t.decoder,
+		idText: t.idText, idOff: t.idOff, idKnown: t.idKnown, decoder: t.decoder, size: t.size,
 	}
 	if bos != "" {
 		id, ok := t.TokenID(bos)

@@ -204,6 +204,12 @@ func ParseTokenizerJSON(data []byte) (*Tokenizer, error) {
 	if err := t.buildPost(f.PostProcessor); err != nil {
 		return nil, err
 	}
+	for _, id := range f.Model.Vocab {
+		t.size = max(t.size, int(id)+1)
+	}
+	for _, a := range f.AddedTokens {
+		t.size = max(t.size, a.ID+1)
+	}
 	t.setDecoder(f.Model.Vocab, f.AddedTokens, f.Decoder)
 	return t, nil
 }

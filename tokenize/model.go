@@ -50,6 +50,9 @@ type Model struct {
 	// cleanUp is tokenizer_config.json's clean_up_tokenization_spaces
 	// (nil: not set), which transformers' decode applies.
 	cleanUp *bool
+	// modelVocab is config.json's vocab_size (its text_config's for a
+	// multimodal model); 0 when the folder has none (VocabSize).
+	modelVocab int
 	// renders counts chat template renders (ChatRenders).
 	renders atomic.Int64
 	// chatReqs pools prepared chat requests (*chatRequest) with their
@@ -62,6 +65,21 @@ type Model struct {
 // chat request, which a request should pay once. For tests and
 // diagnostics.
 func (m *Model) ChatRenders() int64 { return m.renders.Load() }
+
+// VocabSize is the bound vLLM holds prompt token ids to: an id is in the
+// vocabulary when it is below the larger of the tokenizer's length
+// (len(tokenizer): its vocabulary and added tokens) and the model's
+// vocab_size from the folder's config.json, which may be larger (Qwen3's
+// embedding table is padded past its tokenizer's 151,669 ids to 151,936;
+// vLLM accepts ids up to either). 0 when neither is known (an Encoder
+// given in LoadOptions that does not say its size, and no config.json).
+func (m *Model) VocabSize() int {
+	n := m.modelVocab
+	if s, ok := m.enc.(interface{ Size() int }); ok {
+		n = max(n, s.Size())
+	}
+	return n
+}
 
 // Encoder returns the model's tokenizer.
 func (m *Model) Encoder() Encoder { return m.enc }
@@ -121,6 +139,26 @@ func LoadDir(dir string, opts LoadOptions) (*Model, error) {
 			return nil, fmt.Errorf("tokenize: %s: clean_up_tokenization_spaces: %w", dir, err)
 		}
 		m.cleanUp = &b
+	}
+
+	// The model's own vocabulary size, when the folder is the model's.
+	if b, err := os.ReadFile(filepath.Join(dir, "config.json")); err == nil {
+		var mc struct {
+			VocabSize  *int `json:"vocab_size"`
+			TextConfig *struct {
+				VocabSize *int `json:"vocab_size"`
+			} `json:"text_config"`
+		}
+		// A config.json this cannot read (Python's json writes NaN) only
+		// leaves the model's size unknown: the tokenizer's stands.
+		err := json.Unmarshal(b, &mc)
+		switch {
+		case err != nil:
+		case mc.VocabSize != nil:
+			m.modelVocab = max(*mc.VocabSize, 0)
+		case mc.TextConfig != nil && mc.TextConfig.VocabSize != nil:
+			m.modelVocab = max(*mc.TextConfig.VocabSize, 0)
+		}
 	}
 
 	// Tokenizer.

@@ -39,6 +39,32 @@ func Parse(data []byte, maxDepth int) (*Value, error) {
 	return parse(data, maxDepth, nil)
 }
 
+// TooManyValuesError is ParseLimited's answer to an input holding more
+// values than its limit: the parse stopped there, having built no more.
+type TooManyValuesError struct {
+	Limit int
+	// Path locates the value past the limit, e.g. "prompt[4096]".
+	Path string
+}
+
+func (e *TooManyValuesError) Error() string {
+	return fmt.Sprintf("the document holds more than %d values (at %s)", e.Limit, e.Path)
+}
+
+// ParseLimited is Parse for an input that may hold at most maxValues
+// values (each string, number, literal, array and object is one; 0: no
+// limit). A Value costs some hundred bytes, so a body of short numbers
+// ("1,1,1,…") parsed whole costs fifty times its size; a caller that
+// knows how many values a valid request can hold stops there, at the
+// cost of the values it allowed.
+func ParseLimited(data []byte, maxDepth, maxValues int) (*Value, error) {
+	if maxDepth <= 0 {
+		maxDepth = DefaultMaxDepth
+	}
+	p := parser{data: data, maxDepth: maxDepth, maxValues: maxValues}
+	return p.run()
+}
+
 // parse is Parse with strings read by strRead when it is not nil (the
 // tests' byte-by-byte reference reader).
 func parse(data []byte, maxDepth int, strRead func(*parser) (string, error)) (*Value, error) {
@@ -46,6 +72,11 @@ func parse(data []byte, maxDepth int, strRead func(*parser) (string, error)) (*V
 		maxDepth = DefaultMaxDepth
 	}
 	p := parser{data: data, maxDepth: maxDepth, strRead: strRead}
+	return p.run()
+}
+
+func (p *parser) run() (*Value, error) {
+	data := p.data
 	p.items, p.members, p.path = p.itemStack[:0], p.memberStack[:0], p.pathStack[:0]
 	p.skipSpace()
 	v, err := p.value()
@@ -70,8 +101,11 @@ type parser struct {
 	data     []byte
 	pos      int
 	maxDepth int
-	path     []pathElem
-	slab     []Value
+	// values counts the values read so far, against maxValues (0: no
+	// limit).
+	values, maxValues int
+	path              []pathElem
+	slab              []Value
 	// items and members are stacks of the elements of the arrays and
 	// objects being read (nested ones above their parents'); a finished
 	// container's are copied out to an exact-size slice carved from
@@ -190,6 +224,9 @@ func (p *parser) skipSpace() {
 }
 
 func (p *parser) value() (*Value, error) {
+	if p.values++; p.maxValues > 0 && p.values > p.maxValues {
+		return nil, &TooManyValuesError{Limit: p.maxValues, Path: p.pathString()}
+	}
 	if p.pos >= len(p.data) {
 		if len(p.data) == 0 {
 			return nil, p.errorf(0, "empty body")

@@ -258,3 +258,27 @@ func BenchmarkParseChatEscaped(b *testing.B) {
 		}
 	}
 }
+
+// TestParseLimited: a document within the limit parses as Parse parses
+// it; one value more is a TooManyValuesError naming the limit; 0 is no
+// limit.
+func TestParseLimited(t *testing.T) {
+	doc := []byte(`{"model":"m","tokens":[1,2,3]}`) // 6 values: the object, "m", the array, 3 numbers
+	for _, c := range []struct {
+		limit int
+		ok    bool
+	}{{0, true}, {6, true}, {5, false}, {1, false}} {
+		v, err := ParseLimited(doc, 0, c.limit)
+		var tm *TooManyValuesError
+		switch {
+		case c.ok && (err != nil || len(v.Get("tokens").Items) != 3):
+			t.Errorf("limit %d: %v, %v", c.limit, v, err)
+		case !c.ok && (!errors.As(err, &tm) || tm.Limit != c.limit):
+			t.Errorf("limit %d: err %v, want TooManyValuesError", c.limit, err)
+		case c.limit == 5 && tm.Path != "tokens[2]":
+			t.Errorf("limit 5: stopped at %q, want tokens[2]", tm.Path)
+		case c.limit == 1 && tm.Path != "model":
+			t.Errorf("limit 1: stopped at %q, want model", tm.Path)
+		}
+	}
+}
