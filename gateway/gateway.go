@@ -366,7 +366,8 @@ func (g *Gateway) Close() { g.checker.wait() }
 //  3. the listener closes and in-flight requests and streams get up to
 //     drain_timeout to finish;
 //  4. at that deadline every upstream request still running is cancelled:
-//     streams end with a server_shutting_down event and [DONE],
+//     streams end with a server_shutting_down event and an aborted
+//     response (no [DONE]),
 //     non-streaming requests waiting for a backend get 503.
 //
 // It returns nil after a clean drain.
