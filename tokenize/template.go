@@ -27,7 +27,7 @@ type Template struct {
 	source string
 	// tmpl is the engine's compiled template; nil when only the owned
 	// evaluator compiled it.
-	tmpl *jinja.Template
+	tmpl   *jinja.Template
 	texts  jinja.Value
 	idents map[string]bool
 	format ContentFormat
