@@ -118,6 +118,14 @@
 // What the gateway cannot reproduce exactly goes to a ready backend of the model at once, outside
 // the queue, avoiding ejected backends.
 //
+// A model whose chat template did not compile (tokenize.Model.
+// TemplateProblems: the model still loads) is served uncounted: its chat
+// requests are not exact at the door and forwarded; each runtime build
+// logs a warning naming the template's line and the reason, and the
+// runtime keeps why (modelRuntime.uncounted), which maitred_model_uncounted
+// (read from the runtimes in force at scrape time), /debug/backends and
+// the status page show.
+//
 // A request's model name is resolved once (catalog.resolve, runtime.go),
 // by the door or by a tokenizer endpoint: a configured model, or else a
 // LoRA adapter that some of a configured model's ready backends list

@@ -157,7 +157,7 @@ func New(o Options) (*Gateway, error) {
 	g.bodies.limit = o.Config.MaxBodyBytesInFlight
 	g.tr = newTracer(o.Tracing)
 	g.stopCtx, g.hardStop = context.WithCancel(context.Background())
-	o.Registry.MustRegister(fleetCollector{o.Fleet})
+	o.Registry.MustRegister(fleetCollector{o.Fleet}, modelsCollector{g})
 	if o.Shared != nil {
 		g.shared = o.Shared
 	}

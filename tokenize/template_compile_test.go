@@ -50,12 +50,18 @@ func TestUncompilableTemplateLoads(t *testing.T) {
 func TestJambaLikeTemplateOwned(t *testing.T) {
 	src := readFile(t, "testdata/chat/jamba_like.jinja")
 	tm, err := CompileTemplate(src)
-	if err != nil || tm.owned == nil {
-		t.Fatalf("compile: %v (owned: %s)", err, tm.notOwned)
+	if err != nil {
+		t.Fatalf("compile: %v", err)
+	}
+	if tm.owned == nil {
+		t.Fatalf("not on the owned evaluator: %s", tm.notOwned)
 	}
 	m, err := LoadDir(fixtures.ModelDir(t, "qwen3"), LoadOptions{ChatTemplate: src})
-	if err != nil || len(m.TemplateProblems()) != 0 {
-		t.Fatalf("load: %v %+v", err, m.TemplateProblems())
+	if err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	if ps := m.TemplateProblems(); len(ps) != 0 {
+		t.Fatalf("template problems: %+v", ps)
 	}
 	body, _ := ojson.Parse([]byte(`{"model":"m","messages":[{"role":"system","content":"S"},{"role":"user","content":"hi"}]}`), ojson.DefaultMaxDepth)
 	c, err := m.CountChat(body, 0)
