@@ -80,7 +80,8 @@ func anthropicErrors(w http.ResponseWriter, e *Error) { e.writeAs(w, e.anthropic
 
 // anthropicStream is the Messages stream: it ends with message_stop, or
 // with vLLM's own error event; a broken one gets one error event in
-// Anthropic's shape, and nothing after it.
+// Anthropic's shape, and nothing after it (no message_stop; the response
+// is aborted).
 var anthropicStream = &streamShape{end: anthropicStreamEnd, breakEvents: anthropicErrorEvent, meter: meterAnthropicEvent}
 
 func anthropicErrorEvent(e *Error) []byte {

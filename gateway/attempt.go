@@ -87,7 +87,8 @@ func (a *attempt) poolResult(res attemptResult, aborted bool) admission.Result {
 		// The proxy aborts when a body copy fails: a write to the client
 		// (it left, or stopped reading until its write timed out, which
 		// also cancels its context) or a read from the backend.
-		if x.clientCtx.Err() != nil || x.clientWriteErr != nil {
+		// A stream or body the drain deadline ended is nobody's failure.
+		if x.clientCtx.Err() != nil || x.clientWriteErr != nil || a.shutdown.Load() {
 			return admission.Abandoned
 		}
 		return admission.ServerError

@@ -22,7 +22,7 @@ func TestGrafanaDashboardUsesRealMetrics(t *testing.T) {
 	readBodyT(t, e.gw.post(t, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}`))
 	readBodyT(t, e.gw.post(t, "/v1/chat/completions", `{"model":"m","messages":[{"role":"robot","content":"hi"}]}`))
 	e.sim.Update(func(c *sim.Config) { c.CutAfterChunks = 1 })
-	readBodyT(t, e.gw.post(t, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}`))
+	readCutBody(t, e.gw.post(t, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}`))
 	e.gw.scrapeOnce(t)
 	e.gw.quiesce() // series recorded after the last byte reached the client
 	exported := e.gw.gathered(t)

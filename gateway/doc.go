@@ -84,9 +84,13 @@
 // at once (the proxy flushes every write) and, if the backend stream ends
 // without its family's last event (data exactly [DONE]; for Anthropic
 // Messages event: message_stop or vLLM's event: error), ends the client's
-// stream with the family's error events (an error event and [DONE];
-// Anthropic's event: error alone) naming why (backend_disconnected,
-// backend_stalled, server_shutting_down). Its idle clock runs only while it
+// stream with the family's error event (data: {"error": ...}; Anthropic's
+// event: error) naming why (backend_disconnected, backend_stalled,
+// server_shutting_down) and nothing after it, then fails the copy, and the
+// proxy aborts the response as it does a short body: no [DONE] or
+// message_stop, no terminating chunk (HTTP/1.1 closes the connection,
+// HTTP/2 resets the stream), so that a client reading only the text sees
+// a failure too. Its idle clock runs only while it
 // waits on the backend for a complete event. Any other answer is wrapped in
 // a bodyGuard that bounds each read the same way and aborts the client's
 // connection when the body stalls or ends short. Each write to the client
@@ -144,6 +148,14 @@
 // (tokenize.Model.VocabSize, admission.TokenIDError).
 // What the gateway cannot reproduce exactly goes to a ready backend of the model at once, outside
 // the queue, avoiding ejected backends.
+//
+// A model whose chat template did not compile (tokenize.Model.
+// TemplateProblems: the model still loads) is served uncounted: its chat
+// requests are not exact at the door and forwarded; each runtime build
+// logs a warning naming the template's line and the reason, and the
+// runtime keeps why (modelRuntime.uncounted), which maitred_model_uncounted
+// (read from the runtimes in force at scrape time), /debug/backends and
+// the status page show.
 //
 // A request's model name is resolved once (catalog.resolve, runtime.go),
 // by the door or by a tokenizer endpoint: a configured model, or else a

@@ -198,15 +198,16 @@ func (e *Error) writeAs(w http.ResponseWriter, env any) {
 	w.Write(body)
 }
 
-// sseEvent renders e as the last events of a stream that already answered
-// 200: one error event in the shape vLLM itself uses mid-stream, then
-// [DONE], so SDKs surface the error instead of ending quietly.
+// sseEvent renders e as the last event of a stream that already answered
+// 200: one error event in the shape vLLM itself uses mid-stream, so SDKs
+// surface the error instead of ending quietly. No [DONE] follows: the
+// stream did not end, and the proxy aborts the response after it.
 func (e *Error) sseEvent() []byte {
 	body, _ := json.Marshal(e.envelope())
-	out := make([]byte, 0, len(body)+32)
+	out := make([]byte, 0, len(body)+8)
 	out = append(out, "data: "...)
 	out = append(out, body...)
-	out = append(out, "\n\ndata: [DONE]\n\n"...)
+	out = append(out, "\n\n"...)
 	return out
 }
 

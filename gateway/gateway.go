@@ -170,7 +170,7 @@ func New(o Options) (*Gateway, error) {
 	g.local = newLocalGate(runtime.GOMAXPROCS(0))
 	g.tr = newTracer(o.Tracing)
 	g.stopCtx, g.hardStop = context.WithCancel(context.Background())
-	o.Registry.MustRegister(fleetCollector{o.Fleet})
+	o.Registry.MustRegister(fleetCollector{o.Fleet}, modelsCollector{g})
 	if o.Shared != nil {
 		g.shared = o.Shared
 	}
@@ -450,7 +450,8 @@ func (g *Gateway) Close() { g.checker.wait() }
 //  3. the listener closes and in-flight requests and streams get up to
 //     drain_timeout to finish;
 //  4. at that deadline every upstream request still running is cancelled:
-//     streams end with a server_shutting_down event and [DONE],
+//     streams end with a server_shutting_down event and an aborted
+//     response (no [DONE]),
 //     non-streaming requests waiting for a backend get 503.
 //
 // It returns nil after a clean drain.

@@ -9,8 +9,10 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -294,7 +296,16 @@ func TestKilledBackendTrafficMovesAndReturns(t *testing.T) {
 	}
 }
 
-// stream opens a chat stream and returns its events as they come.
+// streamEnd is the last line openStream delivers: how the body ended.
+func streamEnd(err error) string {
+	if err != nil {
+		return "(end: " + err.Error() + ")"
+	}
+	return "(end: clean)"
+}
+
+// stream opens a chat stream and returns its lines as they come, then
+// streamEnd of how the body ended.
 func openStream(t *testing.T, s *served, maxTokens int) (events <-chan string, status int) {
 	t.Helper()
 	body := `{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true,"max_tokens":` + strconv.Itoa(maxTokens) + `}`
@@ -309,6 +320,7 @@ func openStream(t *testing.T, s *served, maxTokens int) (events <-chan string, s
 				ch <- line
 			}
 		}
+		ch <- streamEnd(sc.Err())
 	}()
 	return ch, res.StatusCode
 }
@@ -405,9 +417,9 @@ func TestDrainLetsStreamsFinish(t *testing.T) {
 	// they run; the drain timeout is far longer.
 	r := drainScenario(t, 100, 50*time.Millisecond, 30*time.Second)
 	for i, evs := range r.streams {
-		last := evs[len(evs)-1]
-		if last != "data: [DONE]" || strings.Contains(strings.Join(evs, "\n"), `"error"`) {
-			t.Fatalf("stream %d did not finish cleanly: last %q", i, last)
+		n := len(evs)
+		if n < 2 || evs[n-2] != "data: [DONE]" || evs[n-1] != streamEnd(nil) || strings.Contains(strings.Join(evs, "\n"), `"error"`) {
+			t.Fatalf("stream %d did not finish cleanly: last %q", i, evs[max(0, n-2):])
 		}
 	}
 	if r.duringDelay != 200 || r.nonStreaming != 200 {
@@ -421,8 +433,11 @@ func TestDrainDeadlineEndsStreamsWithShutdownEvent(t *testing.T) {
 	const drainTimeout = 2 * time.Second
 	r := drainScenario(t, 300, 100*time.Millisecond, drainTimeout)
 	for i, evs := range r.streams {
+		// The drain deadline's event is the stream's last: no [DONE], and
+		// the body ends abortively (issue 26).
 		n := len(evs)
-		if n < 2 || evs[n-1] != "data: [DONE]" || !strings.Contains(evs[n-2], `"code":"server_shutting_down"`) {
+		if n < 2 || evs[n-1] != streamEnd(io.ErrUnexpectedEOF) || !strings.Contains(evs[n-2], `"code":"server_shutting_down"`) ||
+			slices.Contains(evs, "data: [DONE]") {
 			t.Fatalf("stream %d: last events %q", i, evs[max(0, n-2):])
 		}
 		if c := strings.Count(strings.Join(evs, "\n"), `"error"`); c != 1 {
@@ -433,7 +448,7 @@ func TestDrainDeadlineEndsStreamsWithShutdownEvent(t *testing.T) {
 		t.Errorf("non-streaming request at the deadline: %d, want 503", r.nonStreaming)
 	}
 	eventually(t, "the simulator to count 101 aborts", func() bool { return r.backend.Stats().Aborted == 101 })
-	t.Logf("readyz 503 after %s; 100 streams ended with server_shutting_down + [DONE], the non-streaming request got 503; simulator aborts %d; Serve returned after %s (drain_delay %s + drain_timeout %s)",
+	t.Logf("readyz 503 after %s; 100 streams ended with server_shutting_down and an abortive end, the non-streaming request got 503; simulator aborts %d; Serve returned after %s (drain_delay %s + drain_timeout %s)",
 		r.readyzAfter, r.backend.Stats().Aborted, r.serveTook, drainDelay, drainTimeout)
 }
 
@@ -441,18 +456,16 @@ func TestStalledStreamEndsWithBackendStalled(t *testing.T) {
 	gate := make(chan struct{})
 	e := startE2E(t, sim.Config{OutputTokens: 10, TokenGate: gate},
 		func(c *config.Config) { c.Models[0].StreamIdleTimeout = config.Duration(100 * time.Millisecond) })
-	done := make(chan string, 1)
+	done := make(chan *http.Response, 1)
 	go func() {
-		res := e.gw.post(t, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}`)
-		done <- readBodyT(t, res)
+		done <- e.gw.post(t, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}`)
 	}()
 	gate <- struct{}{} // one token, then silence
-	body := <-done
-	events := strings.Split(strings.TrimSuffix(body, "\n\n"), "\n\n")
-	n := len(events)
-	if n < 3 || events[n-1] != "data: [DONE]" || !strings.Contains(events[n-2], `"code":"backend_stalled"`) {
+	body := readCutBody(t, <-done)
+	if n := len(sseEvents(body)); n < 2 {
 		t.Fatalf("stream: %q", body)
 	}
+	checkBrokenStream(t, body, codeStalled)
 	eventually(t, "the simulator to count the abort", func() bool { return e.sim.Stats().Aborted == 1 })
 	e.gw.quiesce()
 	m := e.gw.gathered(t)

@@ -193,8 +193,8 @@ func TestMessagesBadInputsNeverReachBackend(t *testing.T) {
 // TestMessagesStreamEndsAtMessageStop: an Anthropic stream ends with
 // event: message_stop, not [DONE]. A complete stream passes through byte
 // for byte with nothing added; a stream the backend cuts before
-// message_stop ends with one error event in Anthropic's shape, and no
-// [DONE]; Anthropic's SDK raises it.
+// message_stop ends with one error event in Anthropic's shape, no [DONE]
+// and no message_stop, and an abortive end; Anthropic's SDK raises it.
 func TestMessagesStreamEndsAtMessageStop(t *testing.T) {
 	const head = "event: message_start\n" +
 		`data: {"type":"message_start","message":{"id":"x","content":[],"model":"m","stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":8,"output_tokens":0}}}` + "\n\n" +
@@ -224,7 +224,7 @@ func TestMessagesStreamEndsAtMessageStop(t *testing.T) {
 
 	cut <- true
 	res = tg.post(t, "/v1/messages", req)
-	body := readBodyT(t, res)
+	body := readCutBody(t, res)
 	rest, ok := strings.CutPrefix(body, head)
 	if !ok || strings.Contains(body, "[DONE]") || !strings.HasPrefix(rest, "event: error\ndata: ") || !strings.HasSuffix(rest, "\n\n") ||
 		strings.Count(rest, "\n\n") != 1 {

@@ -147,6 +147,24 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return m
 }
 
+// modelsCollector exports, at scrape time, the configured models whose
+// chat requests all go uncounted, from the runtimes in force.
+type modelsCollector struct{ g *Gateway }
+
+var modelUncountedDesc = prometheus.NewDesc("maitred_model_uncounted",
+	"1 for a configured model whose chat requests are all forwarded uncounted, by reason: no_tokenizer, or chat_template_not_compiled (its chat template did not compile; the log, /debug/backends and the status page name its line and why).",
+	[]string{"model", "reason"}, nil)
+
+func (c modelsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- modelUncountedDesc }
+
+func (c modelsCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, rt := range c.g.live().models {
+		if rt.uncounted != "" {
+			ch <- prometheus.MustNewConstMetric(modelUncountedDesc, prometheus.GaugeValue, 1, rt.name, rt.uncounted)
+		}
+	}
+}
+
 // fleetCollector exports each backend's state at scrape time, so the gauge
 // can never disagree with /readyz.
 type fleetCollector struct{ fleet *fleet.Fleet }

@@ -26,7 +26,8 @@ import (
 //   - affinity, tokenizeCheck: whether prefix affinity and the sampled
 //     tokenizer check apply (they read a chat or completions prompt);
 //   - stream: how the family's SSE stream ends and how the gateway ends
-//     one that broke (nil: OpenAI's, [DONE]).
+//     one that broke (nil: OpenAI's, [DONE]; a broken one gets an error
+//     event and an aborted response).
 //
 // Whether a request streams is the door's reading of its body
 // (Decision.Stream); a family that never streams never sets it.

@@ -47,7 +47,10 @@ var forwardedHeaders = []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Hos
 // first bytes). ctx is the upstream request's. A failure before any
 // response header is left in a.proxyErr, with nothing written; a failure
 // while copying the body aborts the client's connection
-// (http.ErrAbortHandler), since the status line is already out.
+// (http.ErrAbortHandler), since the status line is already out: HTTP/1.1
+// closes it without the terminating chunk, HTTP/2 resets the stream. A
+// stream the backend broke fails the copy too (errStreamCut), once its
+// error event is out.
 func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, in *http.Request, a *attempt, body io.ReadCloser, length int64, getBody func() (io.ReadCloser, error)) {
 	out := (&http.Request{
 		Method:        in.Method,
@@ -357,9 +360,10 @@ func isEventStream(ct string) bool {
 	return strings.HasPrefix(ct, "text/event-stream")
 }
 
-// streamBroken is called when a backend stream ends without [DONE]; it
-// returns the events that end the client's stream, naming why: the drain
-// deadline, a silent backend, or a backend that went away.
+// streamBroken is called when a backend stream ends without its last
+// event; it returns the error event that ends the client's stream, naming
+// why: the drain deadline, a silent backend, or a backend that went away.
+// The guard then fails the copy and the proxy aborts the response.
 func (g *Gateway) streamBroken(a *attempt, cause error) []byte {
 	x := a.x
 	var code, kind, msg string
@@ -378,7 +382,7 @@ func (g *Gateway) streamBroken(a *attempt, cause error) []byte {
 		}
 		msg += "; the answer is truncated."
 	}
-	x.streamBroke = code
+	x.streamBroke, x.sseBroke = code, true
 	x.rt.metrics.streamErrors.WithLabelValues(code).Inc()
 	if kind != "shutdown" {
 		g.backendError(a, kind)

@@ -306,8 +306,8 @@ func (g *Gateway) probeResponses(ctx context.Context, models []*modelRuntime, pa
 }
 
 // responsesStream is a Responses stream: it ends at its completing event,
-// and a broken one gets an error event and [DONE] as OpenAI's other
-// streams do.
+// and a broken one gets an error event, as OpenAI's other streams do, and
+// an aborted response.
 var responsesStream = &streamShape{end: responsesStreamEnd, breakEvents: (*Error).sseEvent, meter: meterResponsesEvent}
 
 // responsesStreamEnd recognises the event that completes a Responses

@@ -1,9 +1,12 @@
 package gateway
 
 import (
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
 
 	"github.com/maitred-dev/maitred/admission"
 	"github.com/maitred-dev/maitred/config"
@@ -43,6 +46,35 @@ type modelRuntime struct {
 	// checkRate is tokenize_check_rate.
 	checkRate float64
 	metrics   modelMetrics
+	// uncounted is why the model's chat requests are forwarded uncounted
+	// whatever they hold ("" when they are counted): uncountedNoTokenizer,
+	// or uncountedTemplate with uncountedWhy naming the template, its
+	// line and the reason it did not compile.
+	uncounted, uncountedWhy string
+}
+
+// The reasons a model is served uncounted, the reason label of
+// maitred_model_uncounted (a closed set).
+const (
+	uncountedNoTokenizer = "no_tokenizer"
+	uncountedTemplate    = "chat_template_not_compiled"
+)
+
+// modelUncounted says why a model's chat requests all go uncounted: no
+// tokenizer, or chat templates that did not compile (each named with its
+// line and reason); "" when they are counted.
+func modelUncounted(tok *tokenize.Model) (reason, why string) {
+	if tok == nil {
+		return uncountedNoTokenizer, "the model has no tokenizer"
+	}
+	var parts []string
+	for _, p := range tok.TemplateProblems() {
+		parts = append(parts, fmt.Sprintf("chat template %q did not compile: %s", p.Name, strings.TrimPrefix(p.Err.Error(), "chat template: ")))
+	}
+	if len(parts) == 0 {
+		return "", ""
+	}
+	return uncountedTemplate, strings.Join(parts, "; ")
 }
 
 // admission is the door's view of the model. MaxModelLen is read now: it
@@ -184,6 +216,13 @@ func (g *Gateway) newRuntimes(cfg *config.Config, toks map[string]*tokenize.Mode
 			checkRate:      mc.TokenizeCheckRate,
 		}
 		rt.counter = g.counterFor(rt)
+		rt.uncounted, rt.uncountedWhy = modelUncounted(rt.tok)
+		if rt.uncounted == uncountedTemplate {
+			for _, p := range rt.tok.TemplateProblems() {
+				g.log.Warn("chat template did not compile: the model's chat requests are forwarded uncounted",
+					zap.String("model", mc.Name), zap.String("template", p.Name), zap.Int("line", p.Err.Line), zap.String("reason", p.Err.Reason))
+			}
+		}
 		pc := g.poolConfig(cfg, mc)
 		if old := prev[mc.Name]; old != nil {
 			rt.pool, rt.metrics = old.pool, old.metrics

@@ -79,8 +79,11 @@ type exchange struct {
 	// clientWriteErr is the first failed write to the client, if any.
 	clientWriteErr error
 	// streamBroke is the reason the gateway ended a backend's answer after
-	// its headers: a stream (with an error event) or a body (by aborting).
+	// its headers: a stream (with an error event, then by aborting) or a
+	// body (by aborting); sseBroke says it was a stream, whose error event
+	// named it, so that its outcome stays its status (settle).
 	streamBroke string
+	sseBroke    bool
 	// outcome names how the request ended when it did not succeed, and
 	// layer where its progress stopped; failed says they are set. They are
 	// set once, by fail, where the failure is known (a door rejection's
@@ -137,6 +140,9 @@ func (g *Gateway) serveIn(env errorWriter, endpoint string, h handlerFunc) http.
 				switch {
 				case r.Context().Err() != nil || x.clientWriteErr != nil:
 					x.fail(clientOutcome(x), triage.LayerClient)
+				case x.sseBroke:
+					// A stream ended with its error event, then aborted:
+					// settle names it by stream_error, as before the abort.
 				case x.streamBroke != "":
 					x.fail(x.streamBroke, x.brokenLayer())
 				default:

@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"time"
 )
@@ -15,12 +16,21 @@ const maxPartialEvent = 1 << 20
 // doneData is the data of the event that ends an OpenAI stream.
 var doneData = []byte("[DONE]")
 
+// errStreamCut is what a streamGuard's Read returns once it has handed out
+// the events that end a broken stream: the proxy then aborts the client's
+// response (no [DONE], no terminating chunk), so that a client reading
+// only the text sees a failure too, not a short answer that looks whole.
+var errStreamCut = errors.New("the backend stream ended before its last event")
+
 // streamGuard wraps a backend's SSE body. It passes complete events through
 // as soon as they arrive and watches for the [DONE] event. When the backend
 // stream ends any other way (a reset, a cut, a clean close too early), it
-// drops the unfinished event and ends the client's stream with the events
-// onBreak returns, so that SDKs raise an error instead of ending quietly
-// with a truncated answer. When the client itself left, it simply fails.
+// drops the unfinished event, hands out the events onBreak returns (the
+// family's error event, never its end) and then fails with errStreamCut,
+// which makes the proxy abort the client's response: SDKs that read the
+// error event raise it, and a client that reads only the text gets an
+// abortive end instead of a truncated answer that ends like a whole one.
+// When the client itself left, it simply fails.
 type streamGuard struct {
 	body    io.ReadCloser
 	ctx     context.Context
@@ -35,6 +45,7 @@ type streamGuard struct {
 	isEnd func(events []byte) bool
 	tail  []byte // the break events still to return
 	ended bool
+	cut   bool // ended by a break: the last Read fails with errStreamCut
 
 	// The idle clock runs only while the guard waits on the backend for a
 	// complete event: it starts when a Read has no complete event to hand
@@ -93,6 +104,9 @@ func (g *streamGuard) read(p []byte) (int, error) {
 			return n, nil
 		}
 		if g.ended {
+			if g.cut {
+				return 0, errStreamCut
+			}
 			return 0, io.EOF
 		}
 		if len(g.buf) == cap(g.buf) {
@@ -140,6 +154,7 @@ func (g *streamGuard) read(p []byte) (int, error) {
 		// Drop the unfinished event: half a JSON object is worse than none.
 		g.buf = g.buf[:g.ready]
 		g.tail = g.onBreak(cause)
+		g.cut = true
 		if g.partial {
 			// What went out ends inside an oversized event: end its line
 			// and the event, so that the error event starts on its own.
@@ -200,7 +215,8 @@ type streamShape struct {
 }
 
 // openAIStream is the OpenAI APIs' stream: it ends with data: [DONE], and
-// a broken one gets an error event and [DONE].
+// a broken one gets an error event and no [DONE] (the response is then
+// aborted).
 var openAIStream = &streamShape{end: openAIStreamEnd, breakEvents: (*Error).sseEvent, meter: meterOpenAIEvent}
 
 func openAIStreamEnd(events []byte) bool {

@@ -50,7 +50,9 @@ func readAll(t *testing.T, r io.Reader) (string, []string, error) {
 	}
 }
 
-const breakEvents = "data: {\"error\":\"broken\"}\n\ndata: [DONE]\n\n"
+// breakEvents stand for the family's error event; the guard adds nothing
+// after them and then fails with errStreamCut.
+const breakEvents = "data: {\"error\":\"broken\"}\n\n"
 
 func TestStreamGuard(t *testing.T) {
 	reset := errors.New("connection reset")
@@ -80,7 +82,7 @@ func TestStreamGuard(t *testing.T) {
 			want:   "data: {\"a\":1}\r\n\r\ndata: [DONE]\r\n\r\n",
 		},
 		{
-			name:   "reset mid-event drops the partial event and ends with error and DONE",
+			name:   "reset mid-event drops the partial event and ends with the error event and a cut",
 			pieces: []string{"data: {\"a\":1}\n\n", "data: {\"a\":"},
 			err:    reset,
 			want:   "data: {\"a\":1}\n\n" + breakEvents,
@@ -140,8 +142,8 @@ func TestStreamGuard(t *testing.T) {
 			g := newStreamGuard(&chunks{pieces: append([]string(nil), tt.pieces...), err: tt.err}, context.Background(),
 				func(c error) []byte { called++; cause = c; return []byte(breakEvents) })
 			got, _, err := readAll(t, g)
-			if err != nil {
-				t.Fatalf("read error %v", err)
+			if tt.broken && err != errStreamCut || !tt.broken && err != nil {
+				t.Fatalf("read error %v, want errStreamCut: %v", err, tt.broken)
 			}
 			if got != tt.want {
 				t.Errorf("got  %.300q\nwant %.300q", got, tt.want)
@@ -225,8 +227,8 @@ func FuzzStreamGuard(f *testing.F) {
 		g := newStreamGuard(&chunks{pieces: pieces, err: err}, context.Background(),
 			func(error) []byte { broke = true; return []byte(breakEvents) })
 		got, _, rerr := readAll(t, g)
-		if rerr != nil {
-			t.Fatal(rerr)
+		if broke != (rerr == errStreamCut) || rerr != nil && rerr != errStreamCut {
+			t.Fatalf("broke=%v, read error %v", broke, rerr)
 		}
 		if broke {
 			// Output is a prefix of the stream ending at an event boundary, then the break events.

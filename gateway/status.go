@@ -43,6 +43,7 @@ td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left}
 {{range .Models}}
 <h2>Model {{.Name}}</h2>
 <p>Verdict <b>{{.Verdict}}</b>; queue depth {{.Queue}}; max_model_len {{.MaxModelLen}}.</p>
+{{with .Uncounted}}<p class="uncounted">Chat requests forwarded uncounted: {{.}}.</p>{{end}}
 <table class="backends"><tr><th>backend</th><th>from</th><th>state</th><th>since</th><th>reason</th><th>in flight</th><th>tokens / budget</th><th>TTFT p50</th><th>TPOT p50</th><th>notes</th></tr>
 {{range .Backends}}<tr><td>{{.Host}}</td><td>{{.Source}}</td><td class="{{.State}}">{{.State}}</td><td>{{.Since}}</td><td>{{.Reason}}</td><td>{{.InFlight}}</td><td>{{.Tokens}} / {{.Budget}}</td><td>{{.TTFT}}</td><td>{{.TPOT}}</td><td>{{.Notes}}</td></tr>
 {{end}}</table>
@@ -63,6 +64,7 @@ type statusBackend struct {
 
 type statusModel struct {
 	Name, Verdict      string
+	Uncounted          string
 	Queue, MaxModelLen int
 	Backends           []statusBackend
 }
@@ -89,7 +91,7 @@ func (g *Gateway) statusPage(w http.ResponseWriter, r *http.Request, _ *exchange
 	sort.Slice(d.Evidence, func(i, j int) bool { return d.Evidence[i].K < d.Evidence[j].K })
 	for _, rt := range g.live().models {
 		m := rt.fm
-		sm := statusModel{Name: m.Name, Verdict: verdictOf(rep, m.Name), MaxModelLen: m.MaxModelLen()}
+		sm := statusModel{Name: m.Name, Verdict: verdictOf(rep, m.Name), MaxModelLen: m.MaxModelLen(), Uncounted: rt.uncountedWhy}
 		pst := rt.pool.Stats()
 		for _, q := range pst.Depth {
 			sm.Queue += q

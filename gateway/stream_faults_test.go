@@ -8,6 +8,7 @@ package gateway
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -73,14 +74,29 @@ func sseEvents(body string) []string {
 }
 
 // checkBrokenStream asserts that a stream ended with one error event with
-// code, then [DONE].
+// code, and no [DONE] (issue 26: the stream did not end, and says so).
 func checkBrokenStream(t *testing.T, body, code string) {
 	t.Helper()
 	evs := sseEvents(body)
 	n := len(evs)
-	if n < 2 || evs[n-1] != "data: [DONE]" || !strings.HasPrefix(evs[n-2], `data: {"error"`) || !strings.Contains(evs[n-2], `"code":"`+code+`"`) {
-		t.Fatalf("stream does not end with a %s error event and [DONE]: ...%q", code, body[max(0, len(body)-300):])
+	if n < 1 || !strings.HasPrefix(evs[n-1], `data: {"error"`) || !strings.Contains(evs[n-1], `"code":"`+code+`"`) ||
+		!strings.HasSuffix(body, "\n\n") || hasDoneEvent([]byte(body)) || strings.Count(body, `{"error"`) != 1 {
+		t.Fatalf("stream does not end with one %s error event and nothing after it: ...%q", code, body[max(0, len(body)-300):])
 	}
+}
+
+// readCutBody reads the body of an answer the gateway ended as broken: its
+// end must be abortive (net/http's client reports the missing terminating
+// chunk as io.ErrUnexpectedEOF), so that a client reading only the text
+// sees a failure. It returns what came before the abort.
+func readCutBody(t *testing.T, res *http.Response) string {
+	t.Helper()
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("reading a broken stream: err = %v, want io.ErrUnexpectedEOF (an abortive end); body ...%q", err, b[max(0, len(b)-300):])
+	}
+	return string(b)
 }
 
 // rawRequest sends a streaming chat request on a new connection and returns
@@ -183,7 +199,7 @@ func TestTricklingBackendIsStalled(t *testing.T) {
 		}
 	})
 	tg, logs := startLoggedGateway(t, idle200ms, fb.URL)
-	body := readBodyT(t, tg.post(t, "/v1/chat/completions", streamBody))
+	body := readCutBody(t, tg.post(t, "/v1/chat/completions", streamBody))
 	checkBrokenStream(t, body, codeStalled)
 	<-cancelled
 	tg.quiesce()
@@ -195,7 +211,7 @@ func TestTricklingBackendIsStalled(t *testing.T) {
 
 // TestDoneInsideATokenIsNotTheEnd: a completion whose text contains
 // "data: [DONE]", followed by a cut or a stall, still ends the client's
-// stream with an error event and [DONE].
+// stream with an error event and an abortive end.
 func TestDoneInsideATokenIsNotTheEnd(t *testing.T) {
 	const first = "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n" +
 		"data: {\"choices\":[{\"delta\":{\"content\":\"data: [DONE]\"}}]}\n\n"
@@ -222,7 +238,7 @@ func TestDoneInsideATokenIsNotTheEnd(t *testing.T) {
 				// Returning without [DONE] ends the body cleanly: a cut.
 			})
 			tg, logs := startLoggedGateway(t, mutate, fb.URL)
-			body := readBodyT(t, tg.post(t, "/v1/chat/completions", streamBody))
+			body := readCutBody(t, tg.post(t, "/v1/chat/completions", streamBody))
 			if !strings.HasPrefix(body, first) {
 				t.Fatalf("the events before the break were altered: %q", body)
 			}
@@ -358,7 +374,7 @@ func TestBreakAfterOversizedPartialEventStartsAFreshEvent(t *testing.T) {
 		// then a cut, mid-event
 	})
 	tg, _ := startLoggedGateway(t, nil, fb.URL)
-	body := readBodyT(t, tg.post(t, "/v1/chat/completions", streamBody))
+	body := readCutBody(t, tg.post(t, "/v1/chat/completions", streamBody))
 	checkBrokenStream(t, body, codeDisconnected)
 }
 

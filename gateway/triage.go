@@ -202,6 +202,10 @@ type backendRecord struct {
 	ScrapeErrors     int               `json:"scrape_errors"`
 	LastScrapeError  string            `json:"last_scrape_error,omitempty"`
 	SlowPathFallback bool              `json:"possible_slow_path_fallback"`
+	// Uncounted is why the model's chat requests are all forwarded
+	// uncounted (its chat template did not compile: which, the line and
+	// the reason; or no tokenizer).
+	Uncounted string `json:"uncounted,omitempty"`
 }
 
 // debugBackends answers GET /debug/backends: each backend's record taken at
@@ -226,7 +230,7 @@ func (g *Gateway) debugBackends(w http.ResponseWriter, r *http.Request, _ *excha
 				TokenBudget: sl.Budget, InFlightTokens: sl.Tokens, Ejected: sl.Ejected,
 				Ejections: sl.Ejections, Failures: sl.Failures,
 				GaugesState: sl.GaugesState.String(), ScrapeErrors: sl.ScrapeErrors, LastScrapeError: sl.LastScrapeError,
-				SlowPathFallback: slow[rt.name+"/"+b.URL.Host]}
+				SlowPathFallback: slow[rt.name+"/"+b.URL.Host], Uncounted: rt.uncountedWhy}
 			if sl.Ejected {
 				until := sl.EjectedUntil.UTC()
 				rec.EjectedUntil = &until

@@ -267,7 +267,7 @@ func TestUsageMeterCutAndRefused(t *testing.T) {
 		r := startUsageRig(t, sim.Config{})
 		r.sim.Update(func(c *sim.Config) { c.CutAfterChunks = 3 })
 		res, id := r.post(t, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"Say something"}],"max_tokens":10,"stream":true,"stream_options":{"include_usage":true}}`)
-		body := readBodyT(t, res)
+		body := readCutBody(t, res)
 		var text strings.Builder
 		for _, d := range sseData(t, body) {
 			var v struct {

@@ -221,6 +221,9 @@ func (m *Model) prepareChat(body *ojson.Value) (*chatRequest, error) {
 	default:
 		return nil, &NotExactError{"the model has no chat template (vLLM refuses chat requests without one)"}
 	}
+	if ce := req.tmpl.broken; ce != nil {
+		return nil, &NotExactError{ce.Error()}
+	}
 	format := m.contentFormat
 	if format == "" {
 		format = req.tmpl.ContentFormat()

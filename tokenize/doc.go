@@ -41,7 +41,8 @@
 //     dicts, count_chat.go) and converted to the engine's only when the
 //     engine path renders; Python's semantics
 //     (str(), repr, float repr, tojson, Python's operators, tests and
-//     string methods, jinja2's scoping and Undefined). It takes every
+//     string methods, jinja2's scoping and Undefined, call argument
+//     unpacking f(*args, **kwargs)). It takes every
 //     template it fully parses and implements; where Python would raise,
 //     or where the engine path renders something Python would not, it
 //     declines (not exact) rather than guess;
@@ -56,8 +57,13 @@
 //     because the engine binds it looser than + and -; tojson, string,
 //     trim, join and list are Python-compatible versions.
 //
-// A template either path cannot parse fails at load with the engine's
-// error, as before. raise_exception and strftime_now are provided as vLLM
+// A template the owned evaluator takes needs nothing of the engine (which
+// does not parse *args or `is divisibleby 6`, for example). A template
+// neither path can parse does not fail the load: the model keeps it as
+// uncompiled ([Template.CompileErr], [Model.TemplateProblems]: the
+// template line and the reason) and every chat request that would render
+// it is not exact, so the gateway forwards it uncounted, as vLLM (Python's
+// jinja2) may well render it. raise_exception and strftime_now are provided as vLLM
 // provides them. Every fixture model's template is on the owned path
 // (TestOwnedFixtureTemplates); FuzzOwnedDifferential renders random
 // conversations through both paths and requires the same outcome.
@@ -69,8 +75,8 @@
 //
 // # Exactness
 //
-// Counting never guesses. A template the engine cannot parse fails at load
-// with its error. At render time, a template that raises is a
+// Counting never guesses. A template no path can parse loads as
+// uncompiled, its chat requests not exact. At render time, a template that raises is a
 // [TemplateError] (the client's 400, in the template's words); a request
 // vLLM would refuse while preparing it is an [InputError]; anything this
 // package cannot reproduce exactly, including an engine failure or panic,

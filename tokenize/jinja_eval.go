@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -334,6 +336,8 @@ func walkExpr(e expr, f func(expr)) {
 		for _, a := range n.kwArgs {
 			walkExpr(a, f)
 		}
+		walkExpr(n.star, f)
+		walkExpr(n.dstar, f)
 	case *methodExpr:
 		walkExpr(n.obj, f)
 		walkExpr(n.call, f)
@@ -990,11 +994,11 @@ func (r *renderer) evalMethod(n *methodExpr) (value, error) {
 	}
 	mark := len(r.args)
 	defer func() { r.args = r.args[:mark] }()
-	args, kw, err := r.evalArgs(n.call)
+	args, kwNames, kw, err := r.evalArgs(n.call)
 	if err != nil {
 		return undef, err
 	}
-	return r.callMethod(o, n.name, args, n.call.kwNames, kw)
+	return r.callMethod(o, n.name, args, kwNames, kw)
 }
 
 func (r *renderer) evalTest(n *testExpr) (value, error) {
@@ -1655,28 +1659,92 @@ func isASCIIStr(s string) bool {
 // Calls.
 
 // evalArgs evaluates a call's arguments onto the renderer's argument
-// stack; the caller pops them with r.args = r.args[:mark].
-func (r *renderer) evalArgs(c *callExpr) (args, kw []value, err error) {
+// stack; the caller pops them with r.args = r.args[:mark]. It returns the
+// positional arguments and the keyword arguments with their names.
+func (r *renderer) evalArgs(c *callExpr) (args []value, kwNames []string, kw []value, err error) {
+	if c.star != nil || c.dstar != nil {
+		return r.evalUnpacked(c)
+	}
 	na := len(c.args) + len(c.kwArgs)
 	if na == 0 {
-		return nil, nil, nil
+		return nil, nil, nil, nil
 	}
 	for _, a := range c.args {
 		v, err := r.eval(a)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		r.args = append(r.args, v)
 	}
 	for _, a := range c.kwArgs {
 		v, err := r.eval(a)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		r.args = append(r.args, v)
 	}
 	all := r.args[len(r.args)-na:]
-	return all[:len(c.args):len(c.args)], all[len(c.args):], nil
+	return all[:len(c.args):len(c.args)], c.kwNames, all[len(c.args):], nil
+}
+
+// evalUnpacked is evalArgs for a call with *star or **dstar, as Python
+// calls f(a, k=v, *star, **dstar): the positional arguments, then star's
+// items (what a for loop over it iterates: a list's items, a string's
+// characters, a dict's keys; Undefined, which jinja2 iterates as empty,
+// none), then the keyword arguments and dstar's items (a mapping; a key
+// given twice is Python's TypeError).
+func (r *renderer) evalUnpacked(c *callExpr) (args []value, kwNames []string, kw []value, err error) {
+	var pos []value
+	for _, a := range c.args {
+		v, err := r.eval(a)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		pos = append(pos, v)
+	}
+	if c.star != nil {
+		v, err := r.eval(c.star)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		switch v.k {
+		case kNone, kBool, kInt, kFloat:
+			return nil, nil, nil, errPyRaises("TypeError: argument after * must be an iterable")
+		}
+		ls, err := iterate(v)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		for i := range ls.n {
+			pos = append(pos, ls.at(i))
+		}
+	}
+	kwNames = append([]string(nil), c.kwNames...)
+	for _, a := range c.kwArgs {
+		v, err := r.eval(a)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		kw = append(kw, v)
+	}
+	if c.dstar != nil {
+		v, err := r.eval(c.dstar)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		if !v.isMap() {
+			return nil, nil, nil, errPyRaises("TypeError: argument after ** must be a mapping")
+		}
+		for i := range v.mapLen() {
+			k := v.mapKey(i)
+			if slices.Contains(kwNames, k) {
+				return nil, nil, nil, errPyRaises("TypeError: got multiple values for keyword argument " + strconv.Quote(k))
+			}
+			kwNames = append(kwNames, k)
+			kw = append(kw, v.mapVal(i))
+		}
+	}
+	return pos, kwNames, kw, nil
 }
 
 func (r *renderer) evalCall(c *callExpr) (value, error) {
@@ -1686,19 +1754,19 @@ func (r *renderer) evalCall(c *callExpr) (value, error) {
 	}
 	mark := len(r.args)
 	defer func() { r.args = r.args[:mark] }()
-	args, kw, err := r.evalArgs(c)
+	args, kwNames, kw, err := r.evalArgs(c)
 	if err != nil {
 		return undef, err
 	}
 	switch fn.k {
 	case kMacro:
-		return r.callMacro(fn.p.(*macroDef), args, c.kwNames, kw)
+		return r.callMacro(fn.p.(*macroDef), args, kwNames, kw)
 	case kFunc:
 		f := fn.p.(*funcVal)
 		if f.recv.k != kUndef {
-			return r.callMethod(f.recv, f.name, args, c.kwNames, kw)
+			return r.callMethod(f.recv, f.name, args, kwNames, kw)
 		}
-		return r.callGlobal(f.name, args, c.kwNames, kw)
+		return r.callGlobal(f.name, args, kwNames, kw)
 	case kUndef:
 		return undef, errPyRaises("UndefinedError: calling an undefined value")
 	case kLoop:

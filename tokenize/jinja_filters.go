@@ -135,7 +135,7 @@ func (r *renderer) evalFilter(n *filterExpr) (value, error) {
 	}
 	mark := len(r.args)
 	defer func() { r.args = r.args[:mark] }()
-	args, kw, err := r.evalArgs(n.call)
+	args, _, kw, err := r.evalArgs(n.call)
 	if err != nil {
 		return undef, err
 	}
@@ -348,7 +348,7 @@ func attrPath(it, attr value) (value, error) {
 func (r *renderer) tojson(b *strings.Builder, v value, c *callExpr) error {
 	mark := len(r.args)
 	defer func() { r.args = r.args[:mark] }()
-	args, kw, err := r.evalArgs(c)
+	args, _, kw, err := r.evalArgs(c)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package tokenize
 
 import (
+	"fmt"
 	"slices"
 )
 
@@ -47,6 +48,9 @@ type (
 		args    []expr
 		kwNames []string
 		kwArgs  []expr
+		// star and dstar are *star and **dstar (nil: absent), unpacked
+		// after args and kwArgs as Python's f(a, k=v, *star, **dstar).
+		star, dstar expr
 	}
 	// methodExpr is obj.name(args): a method call, resolved without
 	// building a bound method.
@@ -208,18 +212,31 @@ type parser struct {
 	loops int // enclosing for loops (break, continue, macro placement)
 }
 
-// parseOwned parses the lexed template.
+// parseOwned parses the lexed template. An error names the template line
+// of the tag it stopped at.
 func parseOwned(segs []lexSeg) ([]stmt, error) {
 	p := &parser{segs: segs}
 	body, end, err := p.parseBody()
-	if err != nil {
-		return nil, err
+	if err == nil && end != "" {
+		err = notOwned("unexpected {%% %s %%}", end)
 	}
-	if end != "" {
-		return nil, notOwned("unexpected {%% %s %%}", end)
+	if err != nil {
+		if len(segs) > 0 {
+			return nil, &lineError{segs[min(max(p.si-1, 0), len(segs)-1)].line, err}
+		}
+		return nil, err
 	}
 	return body, nil
 }
+
+// lineError is a compile error at a template line.
+type lineError struct {
+	line int
+	err  error
+}
+
+func (e *lineError) Error() string { return fmt.Sprintf("line %d: %v", e.line, e.err) }
+func (e *lineError) Unwrap() error { return e.err }
 
 // parseBody parses statements up to a block tag it does not open itself
 // (returned as end, with that tag's tokens current) or the template's end.
@@ -994,13 +1011,16 @@ func (p *parser) parseSubscript(obj expr) (expr, error) {
 	return &sliceExpr{obj: obj, lo: parts[0], hi: parts[1], step: parts[2]}, nil
 }
 
+// parseCall parses a call's arguments as jinja2's parse_call_args does:
+// positional arguments, then keyword arguments, with *star after the
+// positional ones (keywords may follow it) and **dstar last.
 func (p *parser) parseCall() (*callExpr, error) {
 	if err := p.expectOp("("); err != nil {
 		return nil, err
 	}
 	c := &callExpr{}
 	for !p.isOp(")") {
-		if len(c.args)+len(c.kwArgs) > 0 {
+		if len(c.args)+len(c.kwArgs) > 0 || c.star != nil || c.dstar != nil {
 			if err := p.expectOp(","); err != nil {
 				return nil, err
 			}
@@ -1009,10 +1029,27 @@ func (p *parser) parseCall() (*callExpr, error) {
 			}
 		}
 		if p.isOp("*") || p.isOp("**") {
-			return nil, notOwned("*args in a call")
+			double := p.isOp("**")
+			if c.dstar != nil || !double && c.star != nil {
+				return nil, notOwned("invalid syntax for function call expression")
+			}
+			p.tp++
+			x, err := p.parseExpr(true)
+			if err != nil {
+				return nil, err
+			}
+			if double {
+				c.dstar = x
+			} else {
+				c.star = x
+			}
+			continue
 		}
 		t := p.cur()
 		if t.kind == tName && p.toks[p.tp+1].kind == tOp && p.toks[p.tp+1].s == "=" {
+			if c.dstar != nil {
+				return nil, notOwned("invalid syntax for function call expression")
+			}
 			p.tp += 2
 			x, err := p.parseExpr(true)
 			if err != nil {
@@ -1025,8 +1062,8 @@ func (p *parser) parseCall() (*callExpr, error) {
 			c.kwArgs = append(c.kwArgs, x)
 			continue
 		}
-		if len(c.kwArgs) > 0 {
-			return nil, notOwned("a positional argument after a keyword argument")
+		if len(c.kwArgs) > 0 || c.star != nil || c.dstar != nil {
+			return nil, notOwned("a positional argument after a keyword argument or an unpacking")
 		}
 		x, err := p.parseExpr(true)
 		if err != nil {
@@ -1058,6 +1095,9 @@ func (p *parser) parseFilterExpr(e expr) (expr, error) {
 					return nil, err
 				}
 			}
+			if c.star != nil || c.dstar != nil {
+				return nil, notOwned("unpacking in a filter's arguments")
+			}
 			if err := checkFilter(t.s, c); err != nil {
 				return nil, err
 			}
@@ -1080,8 +1120,8 @@ func (p *parser) parseFilterExpr(e expr) (expr, error) {
 				if err != nil {
 					return nil, err
 				}
-				if len(c.kwArgs) > 0 {
-					return nil, notOwned("keyword arguments to a test")
+				if len(c.kwArgs) > 0 || c.star != nil || c.dstar != nil {
+					return nil, notOwned("keyword arguments or unpacking to a test")
 				}
 				tx.args = c.args
 			case n.kind == tName && (n.s == "else" || n.s == "or" || n.s == "and"):

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -195,22 +196,14 @@ func LoadDir(dir string, opts LoadOptions) (*Model, error) {
 		}
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "chat_template.jinja")); err == nil {
-		t, err := CompileTemplate(string(b))
-		if err != nil {
-			return nil, fmt.Errorf("tokenize: %s: chat_template.jinja: %w", dir, err)
-		}
-		m.templates = map[string]*Template{"default": t}
+		m.templates = map[string]*Template{"default": compileOrKeep(string(b))}
 	}
 	if opts.ChatTemplate != "" {
 		src, err := resolveTemplateOption(opts.ChatTemplate)
 		if err != nil {
 			return nil, err
 		}
-		t, err := CompileTemplate(src)
-		if err != nil {
-			return nil, fmt.Errorf("tokenize: chat template override: %w", err)
-		}
-		m.templates = map[string]*Template{"default": t}
+		m.templates = map[string]*Template{"default": compileOrKeep(src)}
 	}
 	if err := m.setOptions(opts); err != nil {
 		return nil, err
@@ -243,11 +236,7 @@ func (m *Model) addConfigTemplates(raw json.RawMessage) error {
 	}
 	var s string
 	if err := json.Unmarshal(raw, &s); err == nil {
-		t, err := CompileTemplate(s)
-		if err != nil {
-			return err
-		}
-		m.templates["default"] = t
+		m.templates["default"] = compileOrKeep(s)
 		return nil
 	}
 	var list []struct {
@@ -258,13 +247,41 @@ func (m *Model) addConfigTemplates(raw json.RawMessage) error {
 		return fmt.Errorf("neither a string nor a list of named templates")
 	}
 	for _, e := range list {
-		t, err := CompileTemplate(e.Template)
-		if err != nil {
-			return fmt.Errorf("template %q: %w", e.Name, err)
-		}
-		m.templates[e.Name] = t
+		m.templates[e.Name] = compileOrKeep(e.Template)
 	}
 	return nil
+}
+
+// compileOrKeep compiles a chat template; one that does not compile is
+// kept as such (Template.CompileErr), never a failed load: vLLM, whose
+// Python jinja2 may render what no path here parses, serves the model,
+// and so does the gateway, forwarding its requests uncounted.
+func compileOrKeep(source string) *Template {
+	t, err := CompileTemplate(source)
+	if err != nil {
+		return uncompiled(source, err)
+	}
+	return t
+}
+
+// TemplateProblem is a chat template of the model that did not compile.
+type TemplateProblem struct {
+	Name string // "default", or the named template's name
+	Err  *CompileError
+}
+
+// TemplateProblems lists the model's chat templates that did not compile,
+// by name: the requests that would render them are forwarded uncounted
+// (CountChat reports them not exact).
+func (m *Model) TemplateProblems() []TemplateProblem {
+	var out []TemplateProblem
+	for name, t := range m.templates {
+		if t.broken != nil {
+			out = append(out, TemplateProblem{Name: name, Err: t.broken})
+		}
+	}
+	slices.SortFunc(out, func(a, b TemplateProblem) int { return strings.Compare(a.Name, b.Name) })
+	return out
 }
 
 // resolveTemplateOption reads a --chat-template value as vLLM's

@@ -25,6 +25,8 @@ const (
 // it in transformers' configuration. Safe for concurrent use.
 type Template struct {
 	source string
+	// tmpl is the engine's compiled template; nil when only the owned
+	// evaluator compiled it.
 	tmpl   *jinja.Template
 	texts  jinja.Value
 	idents map[string]bool
@@ -38,6 +40,9 @@ type Template struct {
 	// it (jinja_*.go); nil: the engine renders. notOwned says why not.
 	owned    *ownedTemplate
 	notOwned string
+	// broken: the template did not compile (LoadDir keeps it so): every
+	// render is not exact.
+	broken *CompileError
 }
 
 type namedValue struct {
@@ -45,15 +50,59 @@ type namedValue struct {
 	v    jinja.Value
 }
 
-// CompileTemplate compiles a Hugging Face chat template.
+// CompileError is a chat template that could not be compiled: the lexer
+// refused it, or neither the owned evaluator nor the engine parses it.
+// Line is the template line where the owned evaluator (or the lexer)
+// stopped, 0 when unknown; Reason says why. A model whose template does
+// not compile still loads: its requests are forwarded uncounted.
+type CompileError struct {
+	Line   int
+	Reason string
+}
+
+func (e *CompileError) Error() string {
+	if e.Line > 0 {
+		return fmt.Sprintf("chat template: line %d: %s", e.Line, e.Reason)
+	}
+	return "chat template: " + e.Reason
+}
+
+// compileError is err as a *CompileError, its line taken out of the
+// reason when the lexer or the owned parser named one.
+func compileError(err error) *CompileError {
+	var le *lineError
+	if errors.As(err, &le) {
+		var no *errNotOwned
+		if errors.As(le.err, &no) {
+			return &CompileError{Line: le.line, Reason: "not supported: " + no.what}
+		}
+		return &CompileError{Line: le.line, Reason: le.err.Error()}
+	}
+	msg := err.Error()
+	var line int
+	if n, _ := fmt.Sscanf(msg, "line %d: ", &line); n == 1 {
+		_, msg, _ = strings.Cut(msg, ": ")
+		return &CompileError{Line: line, Reason: msg}
+	}
+	return &CompileError{Reason: msg}
+}
+
+// CompileTemplate compiles a Hugging Face chat template. It fails with a
+// *CompileError only when no path can render it: a template the owned
+// evaluator takes needs nothing of the engine, and one the engine takes
+// renders there.
 func CompileTemplate(source string) (*Template, error) {
 	lx, err := lexTemplate(source)
 	if err != nil {
-		return nil, fmt.Errorf("chat template: %w", err)
+		return nil, compileError(err)
 	}
+	owned, oerr := compileOwned(lx)
 	t, err := jinja.Compile(lx.src)
+	if err != nil && owned == nil {
+		return nil, compileError(oerr)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("chat template: %w", err)
+		t = nil // the owned evaluator renders it
 	}
 	texts := make([]jinja.Value, len(lx.texts))
 	for i, s := range lx.texts {
@@ -71,7 +120,6 @@ func CompileTemplate(source string) (*Template, error) {
 	if lx.idents["raise_exception"] {
 		helpers = append(helpers, namedValue{"raise_exception", vRaise})
 	}
-	owned, oerr := compileOwned(lx)
 	notOwnedWhy := ""
 	if oerr != nil {
 		notOwnedWhy = oerr.Error()
@@ -88,6 +136,19 @@ func CompileTemplate(source string) (*Template, error) {
 		strftime: lx.idents["strftime_now"],
 	}, nil
 }
+
+// uncompiled is a template that did not compile (err): kept by LoadDir
+// so that the model loads, and its requests go uncounted.
+func uncompiled(source string, err error) *Template {
+	var ce *CompileError
+	if !errors.As(err, &ce) {
+		ce = &CompileError{Reason: err.Error()}
+	}
+	return &Template{source: source, broken: ce}
+}
+
+// CompileErr is why the template did not compile, or nil when it did.
+func (t *Template) CompileErr() *CompileError { return t.broken }
 
 // Source returns the template text as given.
 func (t *Template) Source() string { return t.source }
@@ -135,6 +196,9 @@ var (
 // feature is not reproduced exactly; any other error is an engine failure
 // that Python may or may not share.
 func (t *Template) Render(vars map[string]jinja.Value, now func() time.Time) (string, error) {
+	if t.broken != nil {
+		return "", errUnsupported(t.broken.Error())
+	}
 	if t.owned != nil {
 		return t.renderOwned(engineVars(vars), now)
 	}
@@ -143,6 +207,9 @@ func (t *Template) Render(vars map[string]jinja.Value, now func() time.Time) (st
 
 // renderChat renders a prepared chat request's variables.
 func (t *Template) renderChat(vars *chatVars, now func() time.Time) (string, error) {
+	if t.broken != nil {
+		return "", errUnsupported(t.broken.Error())
+	}
 	if t.owned != nil {
 		return t.renderOwned(vars, now)
 	}
@@ -187,6 +254,9 @@ func (t *Template) renderEngine(vars map[string]jinja.Value, now func() time.Tim
 			out, err = "", errUnsupported(fmt.Sprintf("the template engine failed: %v", r))
 		}
 	}()
+	if t.tmpl == nil {
+		return "", errUnsupported("the template engine cannot parse this template")
+	}
 	vars[textVar] = t.texts
 	for _, h := range t.helpers {
 		vars[h.name] = h.v

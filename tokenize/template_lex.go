@@ -52,10 +52,12 @@ type lexed struct {
 }
 
 // lexSeg is one piece of a lexed template: text (kind 0) or the body of a
-// tag (kind '{' or '%').
+// tag (kind '{' or '%'); line is the template line (1-based, after
+// newline normalisation) where it starts, for compile errors.
 type lexSeg struct {
 	kind byte
 	text string
+	line int
 }
 
 // lexTemplate rewrites src as described above.
@@ -70,13 +72,20 @@ func lexTemplate(src string) (*lexed, error) {
 	lx := &lexed{idents: map[string]bool{}}
 	var out strings.Builder
 	out.Grow(len(src) + len(src)/4)
-	emitText := func(s string) {
+	// lineOf is the line of src[i], for i never decreasing between calls.
+	line, lineAt := 1, 0
+	lineOf := func(i int) int {
+		line += strings.Count(src[lineAt:i], "\n")
+		lineAt = i
+		return line
+	}
+	emitText := func(s string, at int) {
 		if s == "" {
 			return
 		}
 		out.WriteString("{{ " + textVar + "[" + strconv.Itoa(len(lx.texts)) + "] }}")
 		lx.texts = append(lx.texts, s)
-		lx.segs = append(lx.segs, lexSeg{0, s})
+		lx.segs = append(lx.segs, lexSeg{0, s, lineOf(at)})
 	}
 
 	pos := 0
@@ -84,7 +93,7 @@ func lexTemplate(src string) (*lexed, error) {
 	for pos < len(src) {
 		j, kind := nextOpener(src, pos)
 		if j < 0 {
-			emitText(src[pos:])
+			emitText(src[pos:], pos)
 			break
 		}
 		data := src[pos:j]
@@ -99,7 +108,7 @@ func lexTemplate(src string) (*lexed, error) {
 			_, isRaw = rawBegin(src, k)
 		}
 		data = applyLeftStrip(data, sign, kind != '{', lineStarting)
-		emitText(data)
+		emitText(data, pos)
 
 		if isRaw {
 			end, _ := rawBegin(src, k)
@@ -108,10 +117,10 @@ func lexTemplate(src string) (*lexed, error) {
 			lineStarting = src[end-1] == '\n'
 			bodyEnd, tagEnd, esign, ok := findEndRaw(src, end)
 			if !ok {
-				return nil, fmt.Errorf("missing end of raw directive")
+				return nil, fmt.Errorf("line %d: missing end of raw directive", lineOf(j))
 			}
 			body := applyLeftStrip(src[end:bodyEnd], esign, true, lineStarting)
-			emitText(body)
+			emitText(body, end)
 			lineStarting = src[tagEnd-1] == '\n'
 			pos = tagEnd
 			continue
@@ -121,20 +130,20 @@ func lexTemplate(src string) (*lexed, error) {
 		case '#':
 			end, ok := findCommentEnd(src, k)
 			if !ok {
-				return nil, fmt.Errorf("missing end of comment tag")
+				return nil, fmt.Errorf("line %d: missing end of comment tag", lineOf(j))
 			}
 			lineStarting = src[end-1] == '\n'
 			pos = end
 		case '{', '%':
 			bodyEnd, end, err := findTagEnd(src, k, kind)
 			if err != nil {
-				return nil, err
+				return nil, fmt.Errorf("line %d: %w", lineOf(j), err)
 			}
 			body := src[k:bodyEnd]
-			lx.segs = append(lx.segs, lexSeg{kind, body})
+			lx.segs = append(lx.segs, lexSeg{kind, body, lineOf(j)})
 			rw, err := rewriteTag(body, lx.idents)
 			if err != nil {
-				return nil, err
+				return nil, fmt.Errorf("line %d: %w", lineOf(j), err)
 			}
 			isStr := kind == '{' && alwaysString(rw)
 			rw = rewriteConcat(rw)

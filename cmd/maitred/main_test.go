@@ -17,8 +17,12 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
 
+	"github.com/maitred-dev/maitred/config"
 	"github.com/maitred-dev/maitred/sim"
+	"github.com/maitred-dev/maitred/tokenize"
 )
 
 func TestMain(m *testing.M) {
@@ -235,5 +239,68 @@ func TestServeDrainsOnSIGTERM(t *testing.T) {
 	res.Body.Close()
 	if got := <-code; got != 0 {
 		t.Fatalf("exit code %d after SIGTERM", got)
+	}
+}
+
+// TestServeStartsWithUncompilableTemplate: a model whose chat template
+// maitred cannot compile (Python's jinja2 renders it, vLLM serves it) is
+// not a failed start (issue 26): the gateway serves, forwards the model's
+// chat requests uncounted, and /debug/backends says why.
+func TestServeStartsWithUncompilableTemplate(t *testing.T) {
+	tokDir, _ := filepath.Abs("../../.fixtures/models/qwen3")
+	qwen3, err := tokenize.LoadDir(tokDir, tokenize.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The backend counts as vLLM would, with the real tokenizer.
+	backend := sim.New(sim.Config{Model: "m", OutputTokens: 2, Tokenizer: sim.ModelTokenizer(qwen3)}, nil)
+	bsrv := httptest.NewServer(backend.Handler())
+	defer bsrv.Close()
+	defer backend.Close()
+	dir := t.TempDir()
+	tmpl := filepath.Join(dir, "chat.jinja")
+	os.WriteFile(tmpl, []byte("{%- for m in messages %}\n{%- with c = m['content'] %}{{ c }}{% endwith %}\n{%- endfor %}"), 0o600)
+	cfg, err := config.Parse([]byte("listen: 127.0.0.1:0\ndrain_delay: 0s\nmodels:\n  - name: m\n    tokenizer: " + tokDir +
+		"\n    chat_template: " + tmpl + "\n    backends:\n      - url: " + bsrv.URL + "\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	addr := make(chan net.Addr, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- runGateway(ctx, cfg, zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel)), runOptions{started: func(a net.Addr) { addr <- a }})
+	}()
+	var base string
+	select {
+	case a := <-addr:
+		base = "http://" + a.String()
+	case err := <-done:
+		t.Fatalf("the gateway did not start: %v", err)
+	}
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	res, err := c.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":2}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || !strings.Contains(string(b), `"chat.completion"`) {
+		t.Fatalf("chat: %d %s", res.StatusCode, b)
+	}
+	res, err = c.Get(base + "/debug/backends")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(res.Body)
+	res.Body.Close()
+	if !strings.Contains(string(b), `"uncounted":"chat template \"default\" did not compile: line 2: not supported: statement \"with\""`) {
+		t.Errorf("/debug/backends: %s", b)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("serve: %v", err)
 	}
 }

@@ -14,6 +14,10 @@ Usage, from the repository root, after scripts/fetch-fixtures.sh:
     python3 tools/chatgolden/chatgolden.py
     (cd tools/tokgolden && npm ci) && node tools/chatgolden/count.js   # token counts
 
+or only the single-feature templates (features.py; no fixtures needed):
+
+    python3 tools/chatgolden/chatgolden.py features
+
 Output: tokenize/testdata/chat/<model>.golden.jsonl, one JSON object per
 case: {"id", "body" (the request JSON text), "text" | "error" + "error_type"}.
 count.js adds "tokens" (HF tokenizers, add_special_tokens per the body).
@@ -298,6 +302,8 @@ def main():
                 rec["error"], rec["error_type"] = str(e), type(e).__name__
             f.write(json.dumps(rec, ensure_ascii=False) + "\n")
     print("chatgolden: features: %d templates" % len(features.FEATURES))
+    if sys.argv[1:] == ["features"]:
+        return
     all_cases = cases.build()
     for model in MODELS:
         mdir = os.path.join(ROOT, ".fixtures", "models", model)

@@ -1,6 +1,12 @@
 """Single-feature templates for the gaps between the Go engine and Python
 jinja2 that change counts. Each is (id, template, variables as JSON text)."""
 
+import os
+
+# tokenize/testdata/chat/jamba_like.jinja, which the Go tests also load.
+JAMBA = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tokenize", "testdata", "chat", "jamba_like.jinja"),
+             encoding="utf-8").read()
+
 V = '{"none": null, "f1": 1.0, "f2": 1e-07, "f3": 1e16, "f4": 123456789012345.6, "f5": -0.0, "f6": 0.1, "f7": 2.5e-05, "i": 42, "s": "x", "t": true, "l": [1, 2.0, null, "a\'b", "q\\"", true], "d": {"z": 1, "a": {"b": [1.5, null]}, "m": "é\u2028<>&"}, "e": [], "ed": {}, "u": "日本\\n\\t\\u0001"}'
 
 FEATURES = [
@@ -59,4 +65,18 @@ FEATURES = [
     ("macro", "{% macro m(x) %}<{{ x }}>{% endmacro %}{{ m(f1) }}{{ m(none) }}"),
     ("set_block", "{% set x %}\n  body {{ f1 }}\n{% endset %}[{{ x }}]"),
     ("tojson_undefined", "{{ missing|tojson }}"),
+    # Call argument unpacking (jinja2's parse_call_args): *x after the
+    # positional arguments, keywords after it, **x last.
+    ("call_star_args", "{% macro m(a, b, c='C') %}[{{ a }}|{{ b }}|{{ c }}]{% endmacro %}{% set p = [[1, s], [f1, none, t]] %}{{ m(*p[0]) }}{{ m(*p[1]) }}{{ m(i, *[s]) }}{{ m(*(l[:2])) }}{{ m(*'xy') }}{{ m(*p[0], c=d.z) }}{{ m(*missing, a=1, b=2) }}"),
+    ("call_star_dict_keys", "{% macro m(a, b) %}{{ a }}-{{ b }}{% endmacro %}{{ m(*{'k1': 1, 'k2': 2}) }} {{ m('q', *d|list|first) }} {{ m(*d|list) if false else 'n' }}"),
+    ("call_star_kwargs", "{% macro m(a, b='B', c='C') %}{{ a }}/{{ b }}/{{ c }}{% endmacro %}{{ m(**{'a': 1, 'c': none}) }} {{ m(s, **{'b': l[1]}) }} {{ m(*[i], c=f6, **{'b': t}) }} {{ namespace(**{'x': i}).x }}"),
+    ("call_star_methods", "{{ 'a,b,c'.split(*[',', 1]) }} {{ range(*[1, 4])|list }}"),
+    ("call_star_macro_list", "{%- macro sys(c) -%}<S>{{ c }}{%- endmacro -%}{%- macro turn(r, c, end='<E>') -%}<{{ r }}>{{ c }}{{ end }}{%- endmacro -%}{%- set ns = namespace(ms=[], ps=[]) -%}{%- for x in l -%}{%- if loop.first -%}{%- set ns.ms = ns.ms + [sys] -%}{%- set ns.ps = ns.ps + [[x]] -%}{%- else -%}{%- set ns.ms = ns.ms + [turn] -%}{%- set ns.ps = ns.ps + [['r' ~ loop.index, x]] -%}{%- endif -%}{%- endfor -%}{%- for i in range(ns.ms|length) -%}{{ ns.ms[i](*ns.ps[i]) }}{%- endfor -%}"),
+    ("call_star_too_many", "{% macro m(a) %}{{ a }}{% endmacro %}{{ m(*[1, 2]) }}"),
+    # The Jamba-like template (macros called through a list with
+    # unpacking), over a conversation set in the template itself.
+    ("jamba_like", "{%- set bos_token = '<|startoftext|>' -%}{%- set add_generation_prompt = t -%}"
+     "{%- set tools = [{'type': 'function', 'function': {'name': 'f', 'parameters': d} }] -%}"
+     "{%- set messages = [{'role': 'system', 'content': 'Be brief.'}, {'role': 'user', 'content': u}, "
+     "{'role': 'assistant', 'content': s}, {'role': 'user', 'content': 'again ' ~ f1}] -%}" + JAMBA),
 ]
