@@ -107,7 +107,7 @@ type Backend struct {
 	// warmupBusy: the backend was taken as warm while busy serving
 	// others, its warm-up generation given up unmeasured.
 	warmupBusy bool
-	gauges                             Gauges
+	gauges     Gauges
 	// Failed warm-ups in a row, and when the next may run (backoff).
 	warmFails  int
 	nextWarmup time.Time
