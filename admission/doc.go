@@ -82,7 +82,10 @@
 // leave none ends at once. OnEvent hears every ejection, its end, an
 // ejection held back by that bound, and gauges-state changes, so none is
 // silent. Blocked says what holds the backends back when a request timed
-// out. Advice turns the observed release rate into Retry-After.
+// out. Advice turns the observed release rate into Retry-After while it
+// is recent (the last release within twice the mean gap), else the
+// capacity (requests running, the mean time a lease is held), and caps it
+// at QueueTimeout.
 //
 // A backend's gauges are fresh (checked against the saturation levels),
 // stale when the last good scrape is older than StaleAfter (held back: a

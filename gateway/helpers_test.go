@@ -149,6 +149,8 @@ type extras struct {
 	// quota is the keys' quota store (nil: an in-process one).
 	quota  quota.Store
 	tracer *telemetry.Provider // nil: tracing off
+	// queueClock is the admission pools' clock (nil: time.Now).
+	queueClock func() time.Time
 }
 
 // startGatewayFull also takes the triage engine and the logger.
@@ -181,7 +183,7 @@ func startGatewayFull(t *testing.T, tok *tokenize.Model, ex extras, mutate func(
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	opts := Options{Config: cfg, Fleet: fl, Logger: log, Registry: reg, Transport: tr, Triage: ex.triage, QuotaClock: ex.quotaClock, Quota: ex.quota, Tracing: ex.tracer}
+	opts := Options{Config: cfg, Fleet: fl, Logger: log, Registry: reg, Transport: tr, Triage: ex.triage, QuotaClock: ex.quotaClock, QueueClock: ex.queueClock, Quota: ex.quota, Tracing: ex.tracer}
 	if tok != nil {
 		opts.Tokenizers = map[string]*tokenize.Model{"m": tok}
 	}
