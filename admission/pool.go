@@ -325,7 +325,7 @@ type Pool struct {
 	lastRel time.Time
 	// held: how long a lease is held (grant to release), exponentially
 	// weighted; what the queue's capacity drains at once the rate is stale.
-	held time.Duration
+	held      time.Duration
 	draining  bool
 	closed    bool // Close: the model left the config
 	rnd       *rand.Rand
