@@ -660,9 +660,12 @@ func (p *Pool) confirm(ctx context.Context, l *Lease) (o Outcome, retry bool) {
 	// The store is down: keep the grant if it is within this replica's
 	// share of the slot's limits (grants from now on are picked on it).
 	p.mu.Lock()
-	n := p.cfg.Shared.State().Replicas
-	maxIn, budget := share(l.maxIn, n), share(l.budget, n)
-	ok := (maxIn == 0 || s.inFlight <= maxIn) && (budget == 0 || s.tokens <= budget || s.inFlight == 1)
+	st := p.cfg.Shared.State()
+	maxIn, budget := l.maxIn, share(l.budget, st.Replicas)
+	if maxIn > 0 {
+		maxIn = downMaxIn(p.cfg.Shared, s.Name, maxIn, st)
+	}
+	ok := (l.maxIn == 0 || s.inFlight <= maxIn) && (budget == 0 || s.tokens <= budget || s.inFlight == 1)
 	if ok {
 		l.hold = h
 	}
@@ -813,8 +816,13 @@ func (p *Pool) fits(s *Slot, tokens int) bool {
 		if s.elsewhere {
 			return false
 		}
-		if st := p.cfg.Shared.State(); !st.Up {
-			maxIn, b = share(maxIn, st.Replicas), share(b, st.Replicas)
+		if st := p.cfg.Shared.State(); !st.Up || st.Settling {
+			// The store cannot count the other replicas' work now:
+			// keep to this replica's allowance.
+			if maxIn > 0 && s.inFlight >= downMaxIn(p.cfg.Shared, s.Name, maxIn, st) {
+				return false
+			}
+			b = share(b, st.Replicas)
 		}
 	}
 	if maxIn > 0 && s.inFlight >= maxIn {
