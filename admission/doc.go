@@ -84,7 +84,10 @@
 // leave none ends at once. OnEvent hears every ejection, its end, an
 // ejection held back by that bound, and gauges-state changes, so none is
 // silent. Blocked says what holds the backends back when a request timed
-// out. Advice turns the observed release rate into Retry-After.
+// out. Advice turns the observed release rate into Retry-After while it
+// is recent (the last release within twice the mean gap), else the
+// capacity (requests running, the mean time a lease is held), and caps it
+// at QueueTimeout.
 //
 // A backend's gauges are fresh (checked against the saturation levels),
 // stale when the last good scrape is older than StaleAfter (held back: a
@@ -102,9 +105,14 @@
 // held by other replicas) is not picked again until SharedFreed (another
 // replica released on it) or SharedRecheck (the store's heartbeat, or a
 // change in its standing), and the request goes back to the head of its
-// class. While the account cannot be reached, the pool admits on its share
-// of each limit (the limit divided by the live replicas last counted, at
-// least 1) or, with RejectWhenStoreDown, refuses with StoreDown.
+// class. While the account cannot be reached (or settles after coming
+// back: SharedState.Settling), the pool admits on its allowance, or, with
+// RejectWhenStoreDown, refuses with StoreDown: for a backend's
+// max_in_flight the room this replica held there at the account's last
+// answer (Shared.Seen) plus its even share of the room nobody held, so the
+// replicas together stay within the limit (downMaxIn); for the token
+// budget, and a backend never answered about, its share of the limit (the
+// limit divided by the live replicas last counted, at least 1).
 //
 // Reasons, Uncounted and Outcomes are small closed enums that double as
 // metric labels. CountRejection is the one mapping from a tokenizer's

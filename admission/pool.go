@@ -284,6 +284,7 @@ type Lease struct {
 	maxIn, budget int
 	wakes         uint64
 	hold          Hold
+	at            time.Time // granted
 }
 
 // Result is how a dispatched request went, for outlier ejection.
@@ -320,8 +321,11 @@ type Pool struct {
 	// arrivals numbers the requests, for their order in the queue.
 	arrivals uint64
 	// drain rate: releases per second, exponentially weighted.
-	rate      float64
-	lastRel   time.Time
+	rate    float64
+	lastRel time.Time
+	// held: how long a lease is held (grant to release), exponentially
+	// weighted; what the queue's capacity drains at once the rate is stale.
+	held      time.Duration
 	draining  bool
 	closed    bool // Close: the model left the config
 	rnd       *rand.Rand
@@ -656,9 +660,12 @@ func (p *Pool) confirm(ctx context.Context, l *Lease) (o Outcome, retry bool) {
 	// The store is down: keep the grant if it is within this replica's
 	// share of the slot's limits (grants from now on are picked on it).
 	p.mu.Lock()
-	n := p.cfg.Shared.State().Replicas
-	maxIn, budget := share(l.maxIn, n), share(l.budget, n)
-	ok := (maxIn == 0 || s.inFlight <= maxIn) && (budget == 0 || s.tokens <= budget || s.inFlight == 1)
+	st := p.cfg.Shared.State()
+	maxIn, budget := l.maxIn, share(l.budget, st.Replicas)
+	if maxIn > 0 {
+		maxIn = downMaxIn(p.cfg.Shared, s.Name, maxIn, st)
+	}
+	ok := (l.maxIn == 0 || s.inFlight <= maxIn) && (budget == 0 || s.tokens <= budget || s.inFlight == 1)
 	if ok {
 		l.hold = h
 	}
@@ -809,8 +816,13 @@ func (p *Pool) fits(s *Slot, tokens int) bool {
 		if s.elsewhere {
 			return false
 		}
-		if st := p.cfg.Shared.State(); !st.Up {
-			maxIn, b = share(maxIn, st.Replicas), share(b, st.Replicas)
+		if st := p.cfg.Shared.State(); !st.Up || st.Settling {
+			// The store cannot count the other replicas' work now:
+			// keep to this replica's allowance.
+			if maxIn > 0 && s.inFlight >= downMaxIn(p.cfg.Shared, s.Name, maxIn, st) {
+				return false
+			}
+			b = share(b, st.Replicas)
 		}
 	}
 	if maxIn > 0 && s.inFlight >= maxIn {
@@ -871,7 +883,7 @@ func (p *Pool) grantLocked(t Ticket) *Lease {
 	pick.inFlight++
 	pick.tokens += t.Tokens
 	p.decisions[policy]++
-	return &Lease{Slot: pick, Policy: policy, pool: p, tokens: t.Tokens, maxIn: pick.cfg.MaxInFlight, budget: pick.budget(), wakes: pick.wakes}
+	return &Lease{Slot: pick, Policy: policy, pool: p, tokens: t.Tokens, maxIn: pick.cfg.MaxInFlight, budget: pick.budget(), wakes: pick.wakes, at: p.now()}
 }
 
 // affinityLocked walks the hash ring from h to the first candidate that
@@ -975,6 +987,7 @@ func (l *Lease) release(r Result, count bool) {
 	}
 	if count {
 		p.observeRelease(now)
+		p.observeHeld(now.Sub(l.at))
 	}
 	p.dispatchLocked()
 }
@@ -994,6 +1007,19 @@ func (p *Pool) observeRelease(now time.Time) {
 		}
 	}
 	p.lastRel = now
+}
+
+// observeHeld updates the mean time a lease is held, with a horizon of
+// about 20 releases.
+func (p *Pool) observeHeld(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	if p.held == 0 {
+		p.held = d
+		return
+	}
+	p.held += time.Duration(float64(d-p.held) * 0.05)
 }
 
 // Kick re-runs dispatch: call when a backend became ready, its gauges
@@ -1089,29 +1115,44 @@ func (p *Pool) flushLocked() {
 // Wait is the queue's advice to a rejected or waiting client.
 type Wait struct {
 	Depth int
-	// Expected is the time the queue needs to drain Depth requests at the
-	// observed release rate (QueueTimeout when no rate is known yet).
+	// Expected is the time the queue needs to drain Depth requests, never
+	// over QueueTimeout (a request waits no longer than that anyway): at
+	// the observed release rate while releases are recent, else from
+	// capacity (the requests running and how long a request holds its
+	// backend); QueueTimeout when neither is known yet.
 	Expected time.Duration
 	// RatePerSecond is the observed release rate.
 	RatePerSecond float64
 }
 
 // Advice returns the queue's depth and expected wait, for Retry-After.
+//
+// The release rate is a mean of the gaps between releases, so it is
+// current only while releases keep coming: after an idle spell the first
+// burst would otherwise be advised from a gap of minutes. A rate whose last
+// release is older than twice its mean gap is stale, and the wait comes
+// from capacity instead: depth+1 requests, each holding a backend for the
+// mean held time, drained by as many at once as run now (at least one).
 func (p *Pool) Advice() Wait {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	w := Wait{Depth: p.depth, RatePerSecond: p.rate}
 	rate := p.rate
-	// A rate measured long ago says nothing about now; decay it.
-	if !p.lastRel.IsZero() {
-		if idle := p.now().Sub(p.lastRel).Seconds(); rate > 0 && idle > 1/rate {
-			rate = 1 / idle
-		}
-	}
-	if rate > 0 {
+	fresh := rate > 0 && !p.lastRel.IsZero() && p.now().Sub(p.lastRel).Seconds() <= 2/rate
+	switch {
+	case fresh:
 		w.Expected = time.Duration(float64(p.depth+1) / rate * float64(time.Second))
-	} else {
+	case p.held > 0:
+		running := 0
+		for _, s := range p.slots {
+			running += s.inFlight
+		}
+		w.Expected = time.Duration(float64(p.depth+1) * float64(p.held) / float64(max(running, 1)))
+	default:
 		w.Expected = p.cfg.QueueTimeout
+	}
+	if p.cfg.QueueTimeout > 0 {
+		w.Expected = min(w.Expected, p.cfg.QueueTimeout)
 	}
 	return w
 }

@@ -22,6 +22,11 @@ type Shared interface {
 	// State is the store's standing; the pool reads it under its lock, so
 	// it must not block.
 	State() SharedState
+	// Seen is the backend's holdings, this replica's and the other
+	// replicas', as the store counted them in its last answer about it
+	// while up and settled (ok false: none yet). The pool reads it under
+	// its lock, so it must not block.
+	Seen(backend string) (mine, others int, ok bool)
 }
 
 // Hold is one request's holding on a backend in the shared account.
@@ -41,6 +46,10 @@ type SharedState struct {
 	// Since is when Up last changed; Err is the last error while down.
 	Since time.Time
 	Err   string
+	// Settling: the store is back, but the other replicas may not have
+	// written back yet what they took while it was down, so its counts
+	// may be short: the pool keeps to its down-time allowance as well.
+	Settling bool
 }
 
 var (
@@ -76,4 +85,23 @@ type ResponseOwners interface {
 	// ResponseOwner is the owner recorded for id; found is false when
 	// none is. An error (ErrStoreDown) means it could not be asked.
 	ResponseOwner(ctx context.Context, id string) (o ResponseOwner, found bool, err error)
+}
+
+// downMaxIn is what this replica may run on a backend whose limit is
+// limit (> 0) while the store is down or settling: the room it held there
+// when the store last answered, plus its even share (of the live
+// replicas) of the room nobody held then. The other replicas keep to
+// theirs, so together they stay within the limit, where each one's share
+// of the limit would not be (a replica holding more than its share when
+// the store stopped answering keeps it, while the others would take
+// theirs). Without an answer yet about the backend: its share of the
+// limit.
+func downMaxIn(sh Shared, backend string, limit int, st SharedState) int {
+	n := max(st.Replicas, 1)
+	mine, others, ok := sh.Seen(backend)
+	if !ok {
+		return share(limit, n)
+	}
+	room := max(0, limit-mine-others)
+	return min(limit, mine+room/n)
 }

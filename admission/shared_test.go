@@ -16,6 +16,8 @@ type fakeShared struct {
 	down      bool
 	replicas  int
 	takes     int
+	// seen: what the store counted at its last answer (Seen); nil: none.
+	seen map[string][2]int
 }
 
 type fakeHold struct {
@@ -56,6 +58,13 @@ func (f *fakeShared) State() SharedState {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return SharedState{Up: !f.down, Replicas: f.replicas}
+}
+
+func (f *fakeShared) Seen(backend string) (int, int, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.seen[backend]
+	return c[0], c[1], ok
 }
 
 func (f *fakeShared) set(fn func(*fakeShared)) {
@@ -171,6 +180,54 @@ func TestSharedStoreDownAdmitsOnTheShare(t *testing.T) {
 		}
 		l2.Release(Succeeded)
 	})
+}
+
+// While the account cannot be reached, a replica keeps the room it held
+// there at its last answer plus its share of the room nobody held: another
+// replica held the whole limit, so this one admits nothing (its share of
+// the limit, 2, used to be admitted: 6 on a backend of max_in_flight 4),
+// and one that held 3 of the 4 keeps 3 (not 2).
+func TestSharedStoreDownKeepsTheRoomItHeld(t *testing.T) {
+	for _, c := range []struct {
+		name         string
+		mine, others int
+		want         int
+	}{
+		{"others held all", 0, 4, 0},
+		{"held 3 of 4", 3, 1, 3},
+		{"held 1, 2 free", 1, 1, 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newFakeShared()
+				f.down, f.replicas = true, 2
+				f.seen = map[string][2]int{"b0": {c.mine, c.others}}
+				p := testPool(one(4, 0), func(c *PoolConfig) { c.Shared = f; c.QueueSize = 10 })
+				ctx, cancel := context.WithCancel(t.Context())
+				defer cancel()
+				var leases []*Lease
+				var mu sync.Mutex
+				for range 4 {
+					go func() {
+						if l, o := p.Acquire(ctx, Ticket{Tokens: 1}); o == Admitted {
+							mu.Lock()
+							leases = append(leases, l)
+							mu.Unlock()
+						}
+					}()
+				}
+				synctest.Wait()
+				if n := p.Stats().Slots[0].InFlight; n != c.want {
+					t.Errorf("in flight %d while the store is down, want %d", n, c.want)
+				}
+				cancel()
+				synctest.Wait()
+				for _, l := range leases {
+					l.Release(Succeeded)
+				}
+			})
+		})
+	}
 }
 
 func TestSharedStoreDownRejects(t *testing.T) {

@@ -179,7 +179,9 @@ type HealthConfig struct {
 	// tokens that also measure the backend's idle TTFT and TPOT)
 	// a backend must answer before it is ready, and of the tokenizer probe.
 	WarmupPrompt string `yaml:"warmup_prompt"`
-	// WarmupTimeout bounds the warm-up generation.
+	// WarmupTimeout bounds the warm-up generation's wait for each token
+	// (the first included): a slow backend that keeps producing tokens is
+	// waited for, and a busy one is not waited for (see package fleet).
 	WarmupTimeout Duration `yaml:"warmup_timeout"`
 	// WarmupBackoffMax caps the wait between failed warm-ups: a backend
 	// whose warm-up fails (a tokenizer or max_model_len mismatch, a failed

@@ -37,8 +37,15 @@
 //	          judges latency against), and the backend's /tokenize must count
 //	          a probe conversation as the gateway does
 //	          (tokenizer_check: warn serves it anyway, recording the
-//	          mismatch; off skips the probe). A failed warm-up is retried
-//	          with exponential backoff up to health.warmup_backoff_max
+//	          mismatch; off skips the probe). Each step has its own
+//	          deadline (health.timeout; the generation warmup_timeout
+//	          per token). A backend busy serving others (requests
+//	          waiting, vllm:generation_tokens_total rising across two
+//	          /metrics reads while the generation has no token yet) is
+//	          warm: the queued generation is given up and the backend is
+//	          ready unmeasured (BackendStatus.WarmupBusy). A failed
+//	          warm-up is retried with exponential backoff up to
+//	          health.warmup_backoff_max
 //	ready     requests may go here
 //	unhealthy unhealthy_threshold failed probes or real connection failures
 //	          in a row; it warms up again when /health recovers
@@ -55,7 +62,7 @@
 //
 // A scraper reads each ready backend's /metrics every scrape_interval
 // (vllm:num_requests_waiting, running, kv_cache_usage_perc,
-// num_preemptions_total, cache_config_info) for the admission pools and
+// num_preemptions_total, cache_config_info, generation_tokens_total) for the admission pools and
 // triage. It streams the page line by line and parses only those families'
 // samples, up to MaxMetricsBytes; a failed scrape is a *ScrapeError that
 // tells an unreadable answer (error status, not vLLM's page, too large)

@@ -104,7 +104,10 @@ type Backend struct {
 	// first token and its mean time per output token after the first (0
 	// when it streamed fewer than two tokens).
 	warmupTime, warmupTTFT, warmupTPOT time.Duration
-	gauges                             Gauges
+	// warmupBusy: the backend was taken as warm while busy serving
+	// others, its warm-up generation given up unmeasured.
+	warmupBusy bool
+	gauges     Gauges
 	// Failed warm-ups in a row, and when the next may run (backoff).
 	warmFails  int
 	nextWarmup time.Time
@@ -202,6 +205,10 @@ type BackendStatus struct {
 	// The same in seconds, for /debug/backends.
 	WarmupTTFTSeconds float64 `json:"warmup_ttft_seconds,omitempty"`
 	WarmupTPOTSeconds float64 `json:"warmup_tpot_seconds,omitempty"`
+	// WarmupBusy: the backend was found busy serving other requests (its
+	// requests waiting, its generated tokens rising) while the warm-up
+	// generation queued, and taken as warm without it (no TTFT/TPOT).
+	WarmupBusy bool `json:"warmup_busy,omitempty"`
 	// Mismatch is a tokenizer or max_model_len difference found at
 	// warm-up: holding it back, or accepted (tokenizer_check: warn).
 	Mismatch *Mismatch `json:"mismatch,omitempty"`
@@ -218,7 +225,7 @@ func (b *Backend) Status() BackendStatus {
 	st := BackendStatus{URL: b.URL.String(), Source: b.owner.label(), Draining: b.draining, State: b.state, Reason: b.reason, Since: b.since, MaxModelLen: b.maxModelLen,
 		InFlight: b.inFlight.Load(), Version: b.version, WarmupSeconds: b.warmupTime.Seconds(), WarmupFailures: b.warmFails,
 		Adapters: b.adapters, WarmupTTFT: b.warmupTTFT, WarmupTPOT: b.warmupTPOT,
-		WarmupTTFTSeconds: b.warmupTTFT.Seconds(), WarmupTPOTSeconds: b.warmupTPOT.Seconds()}
+		WarmupTTFTSeconds: b.warmupTTFT.Seconds(), WarmupTPOTSeconds: b.warmupTPOT.Seconds(), WarmupBusy: b.warmupBusy}
 	if b.mismatch != nil {
 		mm := *b.mismatch
 		st.Mismatch = &mm
@@ -769,13 +776,20 @@ func (f *Fleet) checkHealth(ctx context.Context, b *Backend) (bool, string) {
 
 // warmUp runs the checks between warming and ready: the model is listed
 // (with a max_model_len agreeing with the config), a short streamed
-// generation succeeds (and measures TTFT and TPOT), and the backend's /tokenize counts a probe conversation as this
-// gateway does. It returns Ready, or Warming with the reason.
+// generation succeeds (and measures TTFT and TPOT), and the backend's
+// /tokenize counts a probe conversation as this gateway does. Each step
+// has its own deadline: the listing, /version and the tokenizer probe
+// health.timeout each, the generation warmup_timeout per token (see
+// warmupGeneration), so a slow generation leaves the probe after it its
+// whole time. It returns Ready, or Warming with the reason.
 func (f *Fleet) warmUp(ctx context.Context, m *Model, b *Backend) (State, string) {
 	b.setMismatch(nil) // found again below if it still holds
-	pctx, cancel := context.WithTimeout(ctx, f.health.Timeout.D())
-	defer cancel()
-	served, err := f.listModels(pctx, b)
+	step := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(ctx, f.health.Timeout.D())
+	}
+	lctx, cancel := step()
+	served, err := f.listModels(lctx, b)
+	cancel()
 	if err != nil {
 		return Warming, "/v1/models: " + err.Error()
 	}
@@ -796,7 +810,10 @@ func (f *Fleet) warmUp(ctx context.Context, m *Model, b *Backend) (State, string
 		b.setMismatch(&Mismatch{Check: CheckMaxModelLen, Gateway: l, Backend: card.MaxModelLen})
 		return Warming, fmt.Sprintf("%s: backend serves max_model_len %d, config says %d", ReasonMaxModelLen, card.MaxModelLen, l)
 	}
-	if v, err := f.version(pctx, b); err == nil {
+	vctx, cancel := step()
+	v, err := f.version(vctx, b)
+	cancel()
+	if err == nil {
 		b.mu.Lock()
 		b.version = v
 		b.mu.Unlock()
@@ -804,19 +821,24 @@ func (f *Fleet) warmUp(ctx context.Context, m *Model, b *Backend) (State, string
 	// The warm-up generation: the first real request pays for lazy
 	// compilation and allocation; this one does instead. It streams a few
 	// tokens so that it also measures the backend's TTFT and TPOT idle,
-	// the floor triage judges latency against from the first minute.
-	wctx, wcancel := context.WithTimeout(ctx, f.health.WarmupTimeout.D())
-	defer wcancel()
-	w, err := f.warmupGeneration(wctx, b)
+	// the floor triage judges latency against from the first minute. A
+	// backend busy serving others is warm without it (warmup.busy).
+	w, err := f.warmupGeneration(ctx, b)
 	if err != nil {
 		return Warming, ReasonWarmupFailed + ": " + err.Error()
 	}
+	if w.busy {
+		f.log.Info("backend busy serving other requests: taken as warm without a finished warm-up generation (no TTFT/TPOT floor measured)",
+			zap.String("model", m.Name), zap.String("backend", b.URL.String()))
+	}
 	b.mu.Lock()
-	b.warmupTime, b.warmupTTFT, b.warmupTPOT = w.total, w.ttft, w.tpot
+	b.warmupTime, b.warmupTTFT, b.warmupTPOT, b.warmupBusy = w.total, w.ttft, w.tpot, w.busy
 	b.mu.Unlock()
 	var mm *Mismatch
 	if set := m.settings.Load(); set.counter != nil && set.tokenizerCheck != config.TokenizerOff {
-		reason, found := f.tokenizerProbe(pctx, set.counter, b)
+		tctx, cancel := step()
+		reason, found := f.tokenizerProbe(tctx, set.counter, b)
+		cancel()
 		switch {
 		case found != nil && set.tokenizerCheck == config.TokenizerWarn:
 			found.Accepted = true

@@ -16,6 +16,9 @@ import (
 type Gauges struct {
 	Running, Waiting, KVUsage float64
 	Preemptions               float64 // vllm:num_preemptions_total, a counter
+	// Generated is vllm:generation_tokens_total, a counter: that it rises
+	// between two scrapes shows the engine producing tokens.
+	Generated float64
 	// KVCapacity is num_gpu_blocks x block_size from vllm:cache_config_info
 	// (0 when not exported).
 	KVCapacity int
@@ -78,6 +81,7 @@ const (
 	famKVUsage     = "vllm:kv_cache_usage_perc"
 	famPreemptions = "vllm:num_preemptions_total"
 	famCacheInfo   = "vllm:cache_config_info"
+	famGenerated   = "vllm:generation_tokens_total"
 )
 
 // parseMetrics reads a Prometheus text exposition line by line, keeping
@@ -133,7 +137,7 @@ var vllmPrefix = []byte("vllm:")
 
 func isKept(line []byte) bool {
 	switch string(name(line)) {
-	case famRunning, famWaiting, famKVUsage, famPreemptions, famCacheInfo:
+	case famRunning, famWaiting, famKVUsage, famPreemptions, famCacheInfo, famGenerated:
 		return true
 	}
 	return false
@@ -164,6 +168,8 @@ func (g *Gauges) addLine(line []byte, served string, seen *bool) error {
 		dst = &g.KVUsage
 	case famPreemptions:
 		dst = &g.Preemptions
+	case famGenerated:
+		dst = &g.Generated
 	case famCacheInfo:
 		if g.Info != nil {
 			return nil // the first series, as vLLM exports one

@@ -52,6 +52,7 @@ func parseExpfmt(r io.Reader, served string) (Gauges, error) {
 	g.Waiting = sum(famWaiting)
 	g.KVUsage = sum(famKVUsage)
 	g.Preemptions = sum(famPreemptions)
+	g.Generated = sum(famGenerated)
 	if fam := fams[famCacheInfo]; fam != nil && len(fam.Metric) > 0 {
 		g.Info = map[string]string{}
 		for _, lp := range fam.Metric[0].Label {

@@ -45,6 +45,9 @@ type Options struct {
 	// QuotaClock is the limits' clock; nil: time.Now. Tests run the
 	// windows faster with it.
 	QuotaClock func() time.Time
+	// QueueClock is the admission queues' clock (their drain rate and the
+	// waits they advise); nil: time.Now. Tests skip an idle spell with it.
+	QueueClock func() time.Time
 	// Shared is the store the fleet's replicas share (package store); nil:
 	// this process accounts alone.
 	Shared SharedStore
@@ -124,6 +127,8 @@ type Gateway struct {
 	quota quota.Store
 	// shared is the replicas' shared store; nil when alone.
 	shared SharedStore
+	// queueClock is the admission pools' clock (Options.QueueClock).
+	queueClock func() time.Time
 	// tr traces requests; nil when tracing is off.
 	tr *tracer
 	// local bounds the local work running at once (localwork.go).
@@ -171,6 +176,7 @@ func New(o Options) (*Gateway, error) {
 	g.tr = newTracer(o.Tracing)
 	g.stopCtx, g.hardStop = context.WithCancel(context.Background())
 	o.Registry.MustRegister(fleetCollector{o.Fleet}, modelsCollector{g})
+	g.queueClock = o.QueueClock
 	if o.Shared != nil {
 		g.shared = o.Shared
 	}

@@ -152,6 +152,8 @@ type extras struct {
 	tracer *telemetry.Provider // nil: tracing off
 	// responses is the replicas' record of response owners (nil: none).
 	responses admission.ResponseOwners
+	// queueClock is the admission pools' clock (nil: time.Now).
+	queueClock func() time.Time
 }
 
 // startGatewayFull also takes the triage engine and the logger.
@@ -184,7 +186,7 @@ func startGatewayFull(t *testing.T, tok *tokenize.Model, ex extras, mutate func(
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	opts := Options{Config: cfg, Fleet: fl, Logger: log, Registry: reg, Transport: tr, Triage: ex.triage, QuotaClock: ex.quotaClock, Quota: ex.quota, Tracing: ex.tracer,
+	opts := Options{Config: cfg, Fleet: fl, Logger: log, Registry: reg, Transport: tr, Triage: ex.triage, QuotaClock: ex.quotaClock, QueueClock: ex.queueClock, Quota: ex.quota, Tracing: ex.tracer,
 		ResponseOwners: ex.responses}
 	if tok != nil {
 		opts.Tokenizers = map[string]*tokenize.Model{"m": tok}

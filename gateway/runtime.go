@@ -231,7 +231,7 @@ func (g *Gateway) newRuntimes(cfg *config.Config, toks map[string]*tokenize.Mode
 			rt.metrics = g.metrics.forModel(mc.Name)
 			first := rt // events name the model; its pool and fleet model stay
 			pc.OnEvent = func(e admission.Event) { g.poolEvent(first, e) }
-			rt.pool = admission.NewPool(mc.Name, pc, nil, nil)
+			rt.pool = admission.NewPool(mc.Name, pc, nil, g.queueClock)
 			rt.syncSlots()
 		}
 		g.refsMu.Lock()

@@ -43,12 +43,21 @@
 // store down (logged once, maitred_store_up 0, shown in /readyz, /debug and
 // on the status page); Take then answers at once, without a round trip,
 // and the pool applies on_store_error: local admits on this replica's
-// share of each limit (the configured value divided by the live replicas
-// last counted, at least 1), reject refuses with 503. Heartbeats go on
+// allowance (see package admission: the room it held on each backend at
+// the store's last answer about it, Seen, plus its share of the room
+// nobody held; takes and releases answer with the backend's count, this
+// replica's part and a version that orders answers arriving out of order),
+// reject refuses with 503. Heartbeats go on
 // (every second at most while down), and the first that reaches the store
 // again marks it up: it writes every holding the replica has, those taken
 // while the store was down included, each under its own field, so nothing
-// is counted twice; holdings of requests still running can exceed a
+// is counted twice. Only a heartbeat sent while the store was taken as up
+// ends the write-back (one sent while down and answered late misses the
+// holdings taken meanwhile), and only such a one records its time in the
+// beats hash; the replica settles (State().Settling: the pool keeps to its
+// allowance as well) until every live replica's recorded beat is later
+// than its return by store_timeout, since until then the store's counts
+// may lack what other replicas took while it was down; holdings of requests still running can exceed a
 // backend's limit for as long as they run, which holds new takes back
 // until they end (never past them). A store that restarted empty is
 // refilled the same way: the store keeps a random epoch, and a heartbeat

@@ -39,7 +39,9 @@ end
 // caller's own lease (a replica that takes is alive), drops holdings of
 // dead replicas, and counts the others against the limits. An idle backend
 // takes a request over its budget, as the pool does. Returns {1 or 0, n,
-// tokens, epoch} after the decision (see epochLua).
+// tokens, mine, version, epoch} after the decision (see epochLua): n live
+// holdings in all, mine of them the caller's; version (KEYS[4], a counter
+// of takes and releases) orders answers that arrive out of order.
 var takeScript = redis.NewScript(`local KEYS_REPLICAS = KEYS[2]` + livenessLua + `
 local epoch = redis.call('GET', KEYS[3])
 if not epoch then
@@ -48,14 +50,18 @@ if not epoch then
 end
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[6]), ARGV[5])
 local field, tokens, maxIn, budget = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local own = ARGV[5] .. '/'
 local all = redis.call('HGETALL', KEYS[1])
-local n, sum = 0, 0
+local n, sum, mine = 0, 0, 0
 for i = 1, #all, 2 do
   local f = all[i]
   if f ~= field then
     if alive(string.match(f, '^(.+)/%d+$')) then
       n = n + 1
       sum = sum + (tonumber(all[i + 1]) or 0)
+      if string.sub(f, 1, #own) == own then
+        mine = mine + 1
+      end
     else
       redis.call('HDEL', KEYS[1], f)
     end
@@ -63,19 +69,30 @@ for i = 1, #all, 2 do
 end
 if (maxIn > 0 and n >= maxIn) or (budget > 0 and n > 0 and sum + tokens > budget) then
   redis.call('HDEL', KEYS[1], field)
-  return {0, n, sum, epoch}
+  return {0, n, sum, mine, redis.call('INCR', KEYS[4]), epoch}
 end
 redis.call('HSET', KEYS[1], field, tokens)
-return {1, n + 1, sum + tokens, epoch}
+return {1, n + 1, sum + tokens, mine + 1, redis.call('INCR', KEYS[4]), epoch}
 `)
 
 // releaseScript drops a holding and, when it was there, announces the
-// freed room. KEYS: the backend's hash. ARGV: field, channel, backend.
+// freed room. KEYS: the backend's hash, the version counter. ARGV: field,
+// channel, backend, replica. Returns {holdings left, the replica's among
+// them, version} (every field counted, a dead replica's too: the count
+// errs high).
 var releaseScript = redis.NewScript(`
 if redis.call('HDEL', KEYS[1], ARGV[1]) == 1 then
   redis.call('PUBLISH', ARGV[2], ARGV[3])
 end
-return 0
+local own = ARGV[4] .. '/'
+local keys = redis.call('HKEYS', KEYS[1])
+local mine = 0
+for _, f in ipairs(keys) do
+  if string.sub(f, 1, #own) == own then
+    mine = mine + 1
+  end
+end
+return {#keys, mine, redis.call('INCR', KEYS[2])}
 `)
 
 // beatScript renews a replica's lease and keeps its holdings as the
@@ -94,13 +111,19 @@ return 0
 // replicas are dropped, and a backend that lost holdings is announced as
 // freed; a key's reservations ("q") of dead replicas are left to its next
 // reserve, which counts them as used, and the hash is given the quota TTL.
-// KEYS: the replicas set, the epoch, then the hashes. ARGV: replica, lease
+// A heartbeat sent while the replica took the store as up (so every
+// holding it has is in the store after it) records its time (the store's
+// clock, ms) in the beats hash, so that a replica that came back from an
+// outage can tell when every live replica's holdings are whole again.
+// KEYS: the replicas set, the epoch, the beats hash, then the hashes. ARGV: replica, lease
 // (ms), the snapshot's highest seq, the channel, the quota TTL (ms), the
 // epoch the replica last saw ("" for none yet), a fresh epoch (used when
 // the store has none), "1" to write back whatever the epoch (the replica
-// was cut off from the store), then per hash its backend's name, its kind, the count
+// was cut off from the store), "1" when the replica took the store as up
+// when it sent this (its time is recorded), then per hash its backend's
+// name, its kind, the count
 // of holdings and that many (seq, value) pairs. Returns {live replicas,
-// epoch}.
+// the store's time, the oldest last beat of the live replicas, epoch}.
 var beatScript = redis.NewScript(`local KEYS_REPLICAS = KEYS[1]` + livenessLua + `
 local replica, maxSeq, channel, qttl = ARGV[1], tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local epoch = redis.call('GET', KEYS[2])
@@ -113,8 +136,16 @@ end
 local writeBack = ARGV[8] == '1' or created or (ARGV[6] ~= '' and epoch ~= ARGV[6])
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), replica)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. now)
-local a = 9
-for k = 3, #KEYS do
+if ARGV[9] == '1' then
+  redis.call('HSET', KEYS[3], replica, now)
+end
+local oldest = now
+for _, r in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], now, '+inf')) do
+  local b = tonumber(redis.call('HGET', KEYS[3], r) or '0')
+  if b < oldest then oldest = b end
+end
+local a = 10
+for k = 4, #KEYS do
   local name, kind, c = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
   a = a + 3
   local mine = {}
@@ -148,5 +179,5 @@ for k = 3, #KEYS do
     redis.call('PUBLISH', channel, name)
   end
 end
-return {redis.call('ZCOUNT', KEYS[1], now, '+inf'), epoch}
+return {redis.call('ZCOUNT', KEYS[1], now, '+inf'), now, oldest, epoch}
 `)

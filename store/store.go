@@ -30,6 +30,8 @@ const prefix = "{maitred}:"
 const (
 	replicasKey = prefix + "replicas" // sorted set: replica -> lease end (ms, the store's clock)
 	epochKey    = prefix + "epoch"    // a random value set once: a new one means the store lost its data
+	beatsKey    = prefix + "beats"    // hash: replica -> its last heartbeat (ms, the store's clock)
+	versionKey  = prefix + "version"  // a counter of takes and releases: orders their answers
 	freedChan   = prefix + "freed"    // pub/sub: a backend's name when room was freed on it
 )
 
@@ -62,6 +64,12 @@ type Store struct {
 	leaseMs int64
 
 	state atomic.Pointer[admission.SharedState]
+	// settling: the store came back (at settleFrom, its clock in ms), and
+	// until every live replica has beaten since (writing back what it took
+	// while the store was down) its counts may be short of them; the pool
+	// keeps to its down-time allowance until then (SharedState.Settling).
+	settling   atomic.Bool
+	settleFrom int64 // under mu
 
 	mu     sync.Mutex
 	holds  map[uint64]*hold
@@ -77,10 +85,20 @@ type Store struct {
 	// unsettled are quota settlements the store could not take yet.
 	unsettled []unsettled
 	watchers  []func(backend string)
+	// seen is, per backend, the holdings the store counted at its last
+	// answer about it while up and settled (Seen).
+	seen map[string]seenCount
 
 	// minute is the length of the keys' per-minute windows (a minute;
 	// shorter in tests, see Options.QuotaMinute).
 	minute time.Duration
+}
+
+// seenCount is a backend's holdings as the store last counted them, at
+// version (the store's counter of takes and releases).
+type seenCount struct {
+	mine, others int
+	version      int64
 }
 
 // hashInfo is what the heartbeat needs to know of a hash of holdings.
@@ -140,7 +158,7 @@ func New(o Options) (*Store, error) {
 	}
 	s := &Store{
 		cfg: o.Config, rdb: redis.NewClient(opt), log: o.Logger.Named("store"), replica: o.Replica,
-		leaseMs: o.Config.Lease.D().Milliseconds(), holds: map[uint64]*hold{}, hashes: map[string]hashInfo{},
+		leaseMs: o.Config.Lease.D().Milliseconds(), holds: map[uint64]*hold{}, hashes: map[string]hashInfo{}, seen: map[string]seenCount{},
 		minute: o.QuotaMinute,
 	}
 	if s.minute <= 0 {
@@ -199,7 +217,35 @@ func defaultReplica() string {
 }
 
 // State is the store's standing as last seen.
-func (s *Store) State() admission.SharedState { return *s.state.Load() }
+func (s *Store) State() admission.SharedState {
+	st := *s.state.Load()
+	st.Settling = st.Up && s.settling.Load()
+	return st
+}
+
+// Seen implements admission.Shared: the backend's holdings, this
+// replica's and the others', as the store counted them in its last answer
+// about the backend (a take or a release) while it was up and settled.
+func (s *Store) Seen(backend string) (mine, others int, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.seen[backend]
+	return c.mine, c.others, ok
+}
+
+// see records a backend's holdings from an answer of the store, unless the
+// store is down or settling (its counts are then short of what replicas
+// took while it was down).
+func (s *Store) see(backend string, total, mine, version int64) {
+	if st := s.State(); !st.Up || st.Settling {
+		return
+	}
+	s.mu.Lock()
+	if s.seen[backend].version < version {
+		s.seen[backend] = seenCount{mine: int(mine), others: int(max(total-mine, 0)), version: version}
+	}
+	s.mu.Unlock()
+}
 
 // Replica is this process's name in the store.
 func (s *Store) Replica() string { return s.replica }
@@ -301,7 +347,7 @@ func (s *Store) Run(ctx context.Context) {
 		s.beat(ctx)
 		s.notify("")
 		next := s.cfg.Heartbeat.D()
-		if !s.State().Up {
+		if st := s.State(); !st.Up || st.Settling {
 			next = min(next, time.Second)
 		}
 		t := time.NewTimer(next)
@@ -353,13 +399,22 @@ func (s *Store) beat(ctx context.Context) {
 	for _, h := range s.holds {
 		byHash[h.hkey] = append(byHash[h.hkey], h)
 	}
-	keys := []string{replicasKey, epochKey}
+	keys := []string{replicasKey, epochKey, beatsKey}
 	force := "0"
 	if s.writeBack {
 		force = "1"
 	}
 	seen := s.epoch
-	args := []any{s.replica, s.leaseMs, maxSeq, freedChan, s.quotaTTL(), seen, newEpoch(), force}
+	// Sent while the store is taken as up, this heartbeat's snapshot has
+	// every holding taken while it was down (none is added locally
+	// since): only such a one ends a write-back, and only its time tells
+	// the other replicas this one's holdings are whole.
+	up := s.State().Up
+	complete := "0"
+	if up {
+		complete = "1"
+	}
+	args := []any{s.replica, s.leaseMs, maxSeq, freedChan, s.quotaTTL(), seen, newEpoch(), force, complete}
 	for k, info := range s.hashes {
 		hs := byHash[k]
 		keys = append(keys, k)
@@ -375,7 +430,7 @@ func (s *Store) beat(ctx context.Context) {
 	if ctx.Err() != nil {
 		return
 	}
-	if err == nil && len(res) != 2 {
+	if err == nil && len(res) != 4 {
 		err = fmt.Errorf("heartbeat: unexpected answer %v", res)
 	}
 	if err != nil {
@@ -383,9 +438,12 @@ func (s *Store) beat(ctx context.Context) {
 		return
 	}
 	n, _ := res[0].(int64)
-	epoch, _ := res[1].(string)
+	now, _ := res[1].(int64)
+	oldest, _ := res[2].(int64)
+	epoch, _ := res[3].(string)
+	s.settleBack(now, oldest)
 	s.mu.Lock()
-	if s.downs == downs {
+	if s.downs == downs && up {
 		s.writeBack = false
 	}
 	if seen == "" && s.epoch != "" && s.epoch != epoch {
@@ -398,6 +456,31 @@ func (s *Store) beat(ctx context.Context) {
 	s.mu.Unlock()
 	s.reached(int(n))
 	s.retrySettles()
+}
+
+// settleBack follows the store's return: the heartbeat that finds it back
+// (at now, the store's clock) starts settling, and a later one that finds
+// every live replica's last beat (oldest) more than store_timeout after
+// that ends it (a beat sent before and answered late does not count: it
+// ran within store_timeout of the return).
+func (s *Store) settleBack(now, oldest int64) {
+	if !s.State().Up {
+		s.mu.Lock()
+		s.settleFrom = now
+		s.mu.Unlock()
+		s.settling.Store(true)
+		return
+	}
+	if !s.settling.Load() {
+		return
+	}
+	s.mu.Lock()
+	done := oldest > s.settleFrom+s.cfg.Timeout.D().Milliseconds()
+	s.mu.Unlock()
+	if done {
+		s.settling.Store(false)
+		s.notify("") // the pools look again: the counts are whole
+	}
 }
 
 // hold is one request's holding: a field of a hash of holdings (a
@@ -439,7 +522,7 @@ func (s *Store) Take(ctx context.Context, backend string, maxInFlight, budget, t
 		return h, admission.ErrStoreDown
 	}
 	c, cancel := context.WithTimeout(ctx, s.cfg.Timeout.D())
-	ans, err := takeScript.Run(c, s.rdb, []string{backendKey(backend), replicasKey, epochKey},
+	ans, err := takeScript.Run(c, s.rdb, []string{backendKey(backend), replicasKey, epochKey, versionKey},
 		h.field(), tokens, maxInFlight, budget, s.replica, s.leaseMs, newEpoch()).Slice()
 	cancel()
 	res := s.withEpoch(ans)
@@ -449,7 +532,11 @@ func (s *Store) Take(ctx context.Context, backend string, maxInFlight, budget, t
 	case err != nil:
 		s.fail(err)
 		return h, errors.Join(admission.ErrStoreDown, err)
-	case len(res) == 0 || res[0] == 0:
+	}
+	if len(res) >= 5 {
+		s.see(backend, res[1], res[3], res[4])
+	}
+	if len(res) == 0 || res[0] == 0 {
 		s.forget(h)
 		return nil, admission.ErrHeldElsewhere
 	}
@@ -469,10 +556,14 @@ func (h *hold) Release() {
 		return
 	}
 	c, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout.D())
-	err := releaseScript.Run(c, s.rdb, []string{backendKey(h.backend)}, h.field(), freedChan, h.backend).Err()
+	ans, err := releaseScript.Run(c, s.rdb, []string{backendKey(h.backend), versionKey}, h.field(), freedChan, h.backend, s.replica).Int64Slice()
 	cancel()
 	if err != nil {
 		s.fail(err)
+		return
+	}
+	if len(ans) == 3 {
+		s.see(h.backend, ans[0], ans[1], ans[2])
 	}
 }
 

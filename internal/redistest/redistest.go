@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -144,6 +145,26 @@ func (s *Server) Stop() {
 	}
 	cmd.Process.Kill()
 	<-done
+}
+
+// Freeze stops the server as SIGSTOP does: connections stay open and are
+// accepted, nothing is answered, until Thaw (SIGCONT).
+func (s *Server) Freeze() { s.signal(syscall.SIGSTOP) }
+
+// Thaw resumes a frozen server (SIGCONT); what was sent meanwhile is
+// answered then.
+func (s *Server) Thaw() { s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig syscall.Signal) {
+	s.mu.Lock()
+	cmd := s.cmd
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	if err := cmd.Process.Signal(sig); err != nil {
+		s.t.Fatalf("redis-server %v: %v", sig, err)
+	}
 }
 
 // Restart starts the server again on the same port, empty.
