@@ -201,9 +201,11 @@ func TestStoreFrozenHoldsNoRequest(t *testing.T) {
 	slices.Sort(during)
 	usual, worst := before[len(before)/2], during[len(during)-1]
 	t.Logf("store frozen for %s; usual %s, worst started while frozen %s (of %d)", thawed.Sub(frozen).Round(time.Millisecond), usual, worst, len(during))
-	// Its usual time, store_timeout 250 ms, and a second of slack for a
-	// loaded machine; the freeze lasts far longer.
-	if bound := usual + 250*time.Millisecond + time.Second; worst > bound {
+	// Its usual time, store_timeout 250 ms, and two seconds of slack for a
+	// loaded machine (CI runs every package at once on two cores). The
+	// requests that completed while the store was frozen (completed(10)
+	// above) already show none waits for the store to come back.
+	if bound := usual + 250*time.Millisecond + 2*time.Second; worst > bound {
 		t.Errorf("a request started while the store was frozen took %s; usual %s, bound %s", worst, usual, bound)
 	}
 	if st := b.sim.Stats(); st.PeakRunning > 4 {
