@@ -5,6 +5,7 @@ package archtest
 import (
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -55,6 +56,69 @@ func TestLayering(t *testing.T) {
 			if deps[f] {
 				t.Errorf("%s depends on %s", r.pkg, f)
 			}
+		}
+	}
+}
+
+// testPackage is an import path of a package made for tests: the
+// OpenTelemetry SDK's tracetest and metrictest (metricdatatest), the
+// standard library's net/http/httptest, testing/iotest, fstest, slogtest
+// and synctest, maitred's own internal/dnstest and internal/redistest,
+// anything called testutil, and testing itself.
+func testPackage(path string) bool {
+	last := path[strings.LastIndexByte(path, '/')+1:]
+	return strings.HasSuffix(last, "test") || last == "testutil" || path == "testing"
+}
+
+// Production code imports no test package: they are built for tests
+// (fake spans, in-process servers, t.Helper plumbing), not for serving.
+// Every package's non-test files are checked (the helpers that are test
+// packages themselves aside), and the shipped binary's whole dependency
+// graph, third-party packages included.
+func TestNoTestPackagesInProductionCode(t *testing.T) {
+	const mod = "github.com/maitred-dev/maitred/"
+	// Test helpers: made for tests, imported by test files (and by the
+	// benchmark harness, bench), never by what ships.
+	helpers := map[string]bool{mod + "internal/dnstest": true, mod + "internal/redistest": true, mod + "internal/fixtures": true}
+
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}}{{range .Imports}} {{.}}{{end}}", "../../...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	checked := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || helpers[f[0]] || testPackage(f[0]) {
+			continue
+		}
+		checked++
+		for _, imp := range f[1:] {
+			if imp == "testing" && f[0] == mod+"bench" {
+				continue // the benchmark harness is a tool, not the product
+			}
+			if testPackage(imp) {
+				t.Errorf("%s imports the test package %s in non-test code", f[0], imp)
+			}
+		}
+	}
+	if checked < 10 {
+		t.Fatalf("checked %d packages: go list did not list the module", checked)
+	}
+
+	out, err = exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", "../../cmd/maitred").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list -deps cmd/maitred: %v\n%s", err, out)
+	}
+	deps := strings.Fields(string(out))
+	if !slices.Contains(deps, mod+"internal/telemetry") {
+		t.Fatalf("cmd/maitred's dependencies do not include internal/telemetry: %v", deps)
+	}
+	for _, d := range deps {
+		if strings.HasPrefix(d, "internal/") {
+			continue // the runtime's own (internal/synctest is in every binary)
+		}
+		if testPackage(d) || helpers[d] {
+			t.Errorf("cmd/maitred depends on the test package %s", d)
 		}
 	}
 }

@@ -49,9 +49,11 @@
 // It keeps the standard exporter's behaviour: the settings above (a
 // malformed one is an error here, where that one logged and ignored it),
 // gzip, a proxy from the environment, retries of 429, 502, 503 and 504
-// honouring Retry-After with bounded backoff. gRPC uses OpenTelemetry's
-// otlptracegrpc, given the traces as the SDK's read-only spans
-// (otlpgrpc.go).
+// honouring Retry-After with bounded backoff. gRPC sends the same
+// request, encoded by the same encoder and decoded into the protobuf
+// messages OpenTelemetry's otlptracegrpc client takes (otlpgrpc.go): its
+// connection, OTEL_EXPORTER_OTLP_* settings and retries are the standard
+// exporter's. No SDK span, and no SDK test package, is involved.
 //
 // Traces are batched by this package's batcher (batcher.go), for either
 // protocol, with the SDK's batch span processor's settings
@@ -73,7 +75,6 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
-	"go.opentelemetry.io/otel/sdk/instrumentation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
@@ -271,9 +272,9 @@ func New(ctx context.Context, s Settings, o Options) (*Provider, error) {
 	wire := false
 	switch s.Protocol {
 	case ProtocolGRPC:
-		var ge sdktrace.SpanExporter
-		if ge, err = otlptracegrpc.New(ctx, otlptracegrpc.WithEndpointURL(s.Endpoint)); err == nil {
-			exp = &grpcExporter{exp: ge, res: res, scope: instrumentation.Scope{Name: ScopeName}}
+		client := otlptracegrpc.NewClient(otlptracegrpc.WithEndpointURL(s.Endpoint))
+		if err = client.Start(ctx); err == nil {
+			exp = &grpcExporter{client: client, enc: newSpanEncoder(res.Attributes(), ScopeName)}
 		}
 	case ProtocolHTTP:
 		var hs httpSettings

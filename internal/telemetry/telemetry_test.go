@@ -186,9 +186,8 @@ func (c *traceCollector) Export(_ context.Context, r *coltracepb.ExportTraceServ
 	return &coltracepb.ExportTraceServiceResponse{}, nil
 }
 
-// TestGRPCExporterMatchesHTTP: the gRPC exporter New builds sends the
-// request the HTTP one sends for the same traces (the traces converted to
-// the SDK's spans for OpenTelemetry's otlptracegrpc).
+// TestGRPCExporterMatchesHTTP: the gRPC exporter New builds sends, to a
+// real gRPC collector, the request the HTTP one sends for the same traces.
 func TestGRPCExporterMatchesHTTP(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
