@@ -39,13 +39,16 @@ func docErrorTable(t *testing.T) map[string]docErrorRow {
 	rows := map[string]docErrorRow{}
 	header, inTable := false, false
 	for line := range strings.SplitSeq(s, "\n") {
-		if !strings.HasPrefix(line, "| ") {
+		if !strings.HasPrefix(line, "|") {
 			if inTable {
 				break // the first table only
 			}
 			continue
 		}
 		inTable = true
+		if strings.HasPrefix(line, "|---") {
+			continue
+		}
 		cells := strings.Split(strings.Trim(line, "| "), " | ")
 		if !header {
 			if len(cells) < 4 || cells[2] != "type" {
