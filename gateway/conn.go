@@ -68,7 +68,7 @@ func (l *listener) Close() error {
 // (RFC 9112 lets a server do so), so the handler cannot see that a request
 // was framed two ways, which is how requests are smuggled past a proxy in
 // front. The scanner notes the first such request; the gateway refuses it
-// and closes the connection (what the README promises).
+// and closes the connection (what docs/admission.md promises, "At the socket").
 type framedConn struct {
 	net.Conn
 	release   func()

@@ -16,66 +16,71 @@ import (
 	"github.com/maitred-dev/maitred/sim"
 )
 
-// readmeErrorRow is one row of the README's table of the gateway's own
+// docErrorRow is one row of docs/errors.md's table of the gateway's own
 // errors: the statuses, and the types a code may carry.
-type readmeErrorRow struct {
+type docErrorRow struct {
 	status string
 	types  []string
 }
 
-// readmeErrorTable reads the table under "Errors the gateway makes
-// itself" in README.md, by code.
-func readmeErrorTable(t *testing.T) map[string]readmeErrorRow {
+// docErrorTable reads the first table of docs/errors.md ("Errors the
+// gateway makes itself"), by code.
+func docErrorTable(t *testing.T) map[string]docErrorRow {
 	t.Helper()
-	b, err := os.ReadFile("../README.md")
+	b, err := os.ReadFile("../docs/errors.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := string(b)
-	i := strings.Index(s, "### Errors the gateway makes itself")
-	if i < 0 {
-		t.Fatal("README.md lacks the section Errors the gateway makes itself")
-	}
-	s = s[i:]
-	if j := strings.Index(s, "\n\n`/v1/messages`"); j > 0 {
-		s = s[:j]
+	if !strings.HasPrefix(s, "# Errors the gateway makes itself\n") {
+		t.Fatal("docs/errors.md does not start with its title, Errors the gateway makes itself")
 	}
 	ticked := regexp.MustCompile("`([^`]+)`")
-	rows := map[string]readmeErrorRow{}
-	header := false
+	rows := map[string]docErrorRow{}
+	header, inTable := false, false
 	for line := range strings.SplitSeq(s, "\n") {
-		if !strings.HasPrefix(line, "| ") {
+		if !strings.HasPrefix(line, "|") {
+			if inTable {
+				break // the first table only
+			}
+			continue
+		}
+		inTable = true
+		if strings.HasPrefix(line, "|---") {
 			continue
 		}
 		cells := strings.Split(strings.Trim(line, "| "), " | ")
 		if !header {
 			if len(cells) < 4 || cells[2] != "type" {
-				t.Fatalf("the README's error table has no type column: %q", line)
+				t.Fatalf("the error table of docs/errors.md has no type column: %q", line)
 			}
 			header = true
 			continue
 		}
 		if len(cells) < 4 {
-			t.Fatalf("README error row %q: want status | code | type | when", line)
+			t.Fatalf("docs/errors.md error row %q: want status | code | type | when", line)
 		}
 		var types []string
 		for _, m := range ticked.FindAllStringSubmatch(cells[2], -1) {
 			types = append(types, m[1])
 		}
 		for _, m := range ticked.FindAllStringSubmatch(cells[1], -1) {
-			rows[m[1]] = readmeErrorRow{status: cells[0], types: types}
+			rows[m[1]] = docErrorRow{status: cells[0], types: types}
 		}
+	}
+	if len(rows) == 0 {
+		t.Fatal("docs/errors.md has no error table")
 	}
 	return rows
 }
 
-// TestErrorTypesAsREADMESays provokes the gateway's own errors over real
+// TestErrorTypesAsDocumented provokes the gateway's own errors over real
 // HTTP and checks each answer's status and error type against the
-// README's table: 429 queue_full is server_error (the fleet is full, not
+// table in docs/errors.md: 429 queue_full is server_error (the fleet is full, not
 // the request wrong), 429 rate_limit_exceeded is requests or tokens, the
 // client's 4xx are invalid_request_error, 5xx server_error.
-func TestErrorTypesAsREADMESays(t *testing.T) {
-	table := readmeErrorTable(t)
+func TestErrorTypesAsDocumented(t *testing.T) {
+	table := docErrorTable(t)
 	gate := make(chan struct{})
 	e := startE2E(t, sim.Config{OutputTokens: 1, TokenGate: gate}, func(c *config.Config) {
 		c.MaxBodyBytes = 4096
@@ -124,14 +129,14 @@ func TestErrorTypesAsREADMESays(t *testing.T) {
 		seen[code] = true
 		row, ok := table[code]
 		if !ok {
-			t.Errorf("%s: code %s is not in the README's table", what, code)
+			t.Errorf("%s: code %s is not in docs/errors.md's table", what, code)
 			return
 		}
 		if a.Error.Code != code || !strings.Contains(row.status, strconv.Itoa(a.status)) {
 			t.Errorf("%s: %d %s, want %s %s", what, a.status, a.Error.Code, row.status, code)
 		}
 		if !slices.Contains(row.types, a.Error.Type) {
-			t.Errorf("%s: %s has type %q; the README says %v", what, code, a.Error.Type, row.types)
+			t.Errorf("%s: %s has type %q; docs/errors.md says %v", what, code, a.Error.Type, row.types)
 		}
 	}
 

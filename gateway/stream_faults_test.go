@@ -353,7 +353,7 @@ func leaveStream(t *testing.T, events, prefix string) (*testGateway, *observer.O
 }
 
 // TestAbandonedStreamIsLogged499: a client that leaves mid-stream is
-// logged as 499 client_closed, as the README says, and the backend
+// logged as 499 client_closed, as docs/proxying.md says, and the backend
 // request is cancelled.
 func TestAbandonedStreamIsLogged499(t *testing.T) {
 	tg, logs := leaveStream(t, "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n", "data: ")
