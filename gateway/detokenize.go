@@ -43,11 +43,7 @@ func (g *Gateway) detokenize(w http.ResponseWriter, r *http.Request, x *exchange
 	defer slot.release()
 	// The body is parsed within the values the longest context's ids
 	// need: a body of short ids costs fifty times its bytes parsed whole.
-	longest := g.longestContext()
-	maxValues := 0
-	if longest > 0 {
-		maxValues = longest + idsOtherValues
-	}
+	longest, maxValues := g.idsValueLimit()
 	req, err := parseObjectLimited(body, maxValues)
 	if tm, ok := errors.AsType[*ojson.TooManyValuesError](err); ok {
 		return &Error{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: codeContextLength, Param: "tokens", Layer: triage.LayerDoor,
@@ -92,6 +88,17 @@ func (g *Gateway) detokenize(w http.ResponseWriter, r *http.Request, x *exchange
 // (/detokenize's tokens, /tokenize's prompt) besides its ids: the object,
 // model, the array, a few more fields.
 const idsOtherValues = 64
+
+// idsValueLimit is the longest context in force (longestContext) and the
+// number of JSON values a body of that many token ids holds at most (0,
+// no limit, while a model does not know its context yet).
+func (g *Gateway) idsValueLimit() (longest, maxValues int) {
+	longest = g.longestContext()
+	if longest > 0 {
+		maxValues = longest + idsOtherValues
+	}
+	return longest, maxValues
+}
 
 // longestContext is the largest max_model_len of the models in force, 0
 // when one of them does not know its own yet.

@@ -54,11 +54,7 @@ func (g *Gateway) tokenize(w http.ResponseWriter, r *http.Request, x *exchange) 
 	// holds: parsed whole, a body of short ids costs fifty times its
 	// bytes. Any other body past that many values (a chat with large
 	// tools) is parsed whole: its token count is not known yet.
-	longest := g.longestContext()
-	maxValues := 0
-	if longest > 0 {
-		maxValues = longest + idsOtherValues
-	}
+	longest, maxValues := g.idsValueLimit()
 	req, perr := ojson.ParseLimited(body, ojson.DefaultMaxDepth, maxValues)
 	if tm, ok := errors.AsType[*ojson.TooManyValuesError](perr); ok {
 		if strings.HasPrefix(tm.Path, "prompt[") {
