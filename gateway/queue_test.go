@@ -188,9 +188,15 @@ func TestTokenBudgetHoldsAcrossBackends(t *testing.T) {
 
 func TestFailingBackendIsEjectedAndReadmitted(t *testing.T) {
 	sims, urls := startSims(t, 2, nil)
-	tg := startGatewayToks(t, nil, func(c *config.Config) {
+	// The cool-off runs on the queue's clock, which the test moves past it:
+	// on a loaded machine a real 200 ms cool-off could end before the
+	// first cycle's checks.
+	var skipped atomic.Int64
+	clock := func() time.Time { return time.Now().Add(time.Duration(skipped.Load())) }
+	const coolOff = 10 * time.Minute
+	tg := startGatewayFull(t, nil, extras{queueClock: clock}, func(c *config.Config) {
 		c.EjectAfter = 3
-		c.EjectFor = config.Duration(200 * time.Millisecond)
+		c.EjectFor = config.Duration(coolOff)
 	}, urls...)
 	sims[0].Update(func(c *sim.Config) { c.FailStatus = 500 }) // after warm-up
 	pool := tg.live().byName["m"].pool
@@ -221,6 +227,7 @@ func TestFailingBackendIsEjectedAndReadmitted(t *testing.T) {
 	if a, b := tokenizes(sims[0]), tokenizes(sims[1]); a != 0 || b != 4 {
 		t.Errorf("/tokenize while backend 0 is ejected: %d to it, %d to the other", a, b)
 	}
+	skipped.Add(int64(coolOff + time.Second))
 	eventually(t, "readmission after the cool-off", func() bool { return !pool.Stats().Slots[0].Ejected })
 	if errs := cycle(); errs > 3 || pool.Stats().Slots[0].Ejections != 2 {
 		t.Fatalf("second cycle: %d errors, %d ejections", errs, pool.Stats().Slots[0].Ejections)
