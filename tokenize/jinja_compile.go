@@ -606,7 +606,7 @@ func compileAdd(n *addExpr) valFn {
 					if err != nil {
 						return undef, err
 					}
-					if v.k != kStr {
+					if !plainStr(v) {
 						if i == 0 {
 							return addFromFns(r, v, parts[1:])
 						}
@@ -647,7 +647,7 @@ func (pt *strPart) peekStr(r *renderer) *value {
 	if pt.peek == nil {
 		return nil
 	}
-	if v := pt.peek(r); v != nil && v.k == kStr {
+	if v := pt.peek(r); v != nil && plainStr(*v) {
 		return v
 	}
 	return nil
@@ -760,6 +760,7 @@ func compileWriteAdd(n *addExpr) writeFn {
 	if ps[0].isLit || ps[0].peek != nil {
 		slow := compileWriteAddSlow(parts)
 		return func(r *renderer) error {
+			start := r.out.Len()
 			for i := range ps {
 				pt := &ps[i]
 				if pt.isLit {
@@ -776,6 +777,9 @@ func compileWriteAdd(n *addExpr) writeFn {
 				w, err := pt.f(r)
 				if err != nil {
 					return err
+				}
+				if isMarkup(w) {
+					return rewriteMarkupAdd(r, start, w, func(acc value) (value, error) { return addFromFns(r, acc, parts[i+1:]) })
 				}
 				if err := writeOperand(r.out, w); err != nil {
 					return err
@@ -794,18 +798,22 @@ func compileWriteAddSlow(parts []valFn) writeFn {
 		if err != nil {
 			return err
 		}
-		if first.k != kStr {
+		if !plainStr(first) {
 			v, err := addFromFns(r, first, parts[1:])
 			if err != nil {
 				return err
 			}
 			return writeStr(r.out, v)
 		}
+		start := r.out.Len()
 		r.out.WriteString(first.s)
-		for _, p := range parts[1:] {
+		for i, p := range parts[1:] {
 			v, err := p(r)
 			if err != nil {
 				return err
+			}
+			if isMarkup(v) {
+				return rewriteMarkupAdd(r, start, v, func(acc value) (value, error) { return addFromFns(r, acc, parts[i+2:]) })
 			}
 			if err := writeOperand(r.out, v); err != nil {
 				return err
@@ -832,6 +840,9 @@ func compileFilter(n *filterExpr) valFn {
 			v, err := x(r)
 			if err != nil {
 				return undef, err
+			}
+			if isMarkup(v) {
+				return undef, errMarkup("filter trim")
 			}
 			if v.k != kStr {
 				s, err := pyStrV(v)

@@ -816,18 +816,22 @@ func (r *renderer) writeAdd(n *addExpr) error {
 	if err != nil {
 		return err
 	}
-	if first.k != kStr {
+	if !plainStr(first) {
 		v, err := r.addFrom(first, n.parts[1:])
 		if err != nil {
 			return err
 		}
 		return writeStr(r.out, v)
 	}
+	start := r.out.Len()
 	r.out.WriteString(first.s)
-	for _, p := range n.parts[1:] {
+	for i, p := range n.parts[1:] {
 		v, err := r.eval(p)
 		if err != nil {
 			return err
+		}
+		if isMarkup(v) {
+			return rewriteMarkupAdd(r, start, v, func(acc value) (value, error) { return r.addFrom(acc, n.parts[i+2:]) })
 		}
 		if err := writeOperand(r.out, v); err != nil {
 			return err
@@ -836,10 +840,32 @@ func (r *renderer) writeAdd(n *addExpr) error {
 	return nil
 }
 
+// rewriteMarkupAdd continues a + chain whose plain str operands were
+// written from start when operand m is Markup: str + Markup escapes the
+// str (Markup.__radd__), so the written text is taken back, added to m,
+// the rest of the chain (rest) added, and the result written.
+func rewriteMarkupAdd(r *renderer, start int, m value, rest func(acc value) (value, error)) error {
+	s := r.out.String()
+	r.out.Reset()
+	r.out.WriteString(s[:start])
+	acc, err := add(strV(s[start:]), m)
+	if err != nil {
+		return err
+	}
+	if acc, err = rest(acc); err != nil {
+		return err
+	}
+	return writeStr(r.out, acc)
+}
+
 // writeOperand writes v, a later operand of a + chain whose first was a
 // string (already written): Python's str + v, an error unless v is a
 // string too.
 func writeOperand(out *strings.Builder, v value) error {
+	if isMarkup(v) {
+		// str + Markup escapes the str, which is written already.
+		return errMarkup("+ after a written str")
+	}
 	if v.k != kStr {
 		_, err := add(emptyS, v)
 		return err // always an error: str + non-str
@@ -866,7 +892,7 @@ func (r *renderer) addFrom(acc value, rest []expr) (value, error) {
 // allocation.
 func (r *renderer) evalAdd(n *addExpr) (value, error) {
 	first, err := r.eval(n.parts[0])
-	if err != nil || first.k != kStr {
+	if err != nil || !plainStr(first) {
 		if err != nil {
 			return undef, err
 		}
@@ -880,7 +906,7 @@ func (r *renderer) evalAdd(n *addExpr) (value, error) {
 		if err != nil {
 			return undef, err
 		}
-		if v.k != kStr {
+		if !plainStr(v) {
 			acc := strV(strings.Join(strs, ""))
 			if acc, err = add(acc, v); err != nil {
 				return undef, err
@@ -971,6 +997,9 @@ func (r *renderer) evalItem(n *itemExpr) (value, error) {
 	o, err := r.ev(n.obj)
 	if err != nil {
 		return undef, err
+	}
+	if isMarkup(o) {
+		return undef, errMarkup("an item")
 	}
 	if n.hasSKey {
 		if o.k == kDict {
@@ -1205,6 +1234,16 @@ func pyIn(item, c value) (bool, error) {
 
 func add(a, b value) (value, error) {
 	switch {
+	case (isMarkup(a) || isMarkup(b)) && a.k == kStr && b.k == kStr:
+		// Markup.__add__ and __radd__: the plain str operand is escaped.
+		as, bs := a.s, b.s
+		if !isMarkup(a) {
+			as = htmlEscape(as)
+		}
+		if !isMarkup(b) {
+			bs = htmlEscape(bs)
+		}
+		return markupV(as + bs), nil
 	case a.k == kStr && b.k == kStr:
 		return strV(a.s + b.s), nil
 	case a.isNumber() && b.isNumber():
@@ -1242,6 +1281,9 @@ func arith(op string, a, b value) (value, error) {
 	}
 	if a.k == kUndef || b.k == kUndef {
 		return undef, errPyRaises("UndefinedError in arithmetic")
+	}
+	if isMarkup(a) || isMarkup(b) {
+		return undef, errMarkup(op)
 	}
 	if op == "*" {
 		// Repetition: str or list times an int.
@@ -1538,6 +1580,9 @@ func (r *renderer) evalSlice(n *sliceExpr) (value, error) {
 	o, err := r.eval(n.obj)
 	if err != nil {
 		return undef, err
+	}
+	if isMarkup(o) {
+		return undef, errMarkup("a slice")
 	}
 	var b [3]value
 	for i, x := range []expr{n.lo, n.hi, n.step} {
@@ -1908,6 +1953,9 @@ func (r *renderer) callMacro(m *macroDef, args []value, kwNames []string, kw []v
 }
 
 func (r *renderer) callMethod(o value, name string, args []value, kwNames []string, kw []value) (value, error) {
+	if isMarkup(o) && name != "startswith" && name != "endswith" {
+		return undef, errMarkup("str." + name)
+	}
 	switch o.k {
 	case kStr:
 		if strMethods[name] {
@@ -2075,8 +2123,91 @@ func strMethod(s, name string, args []value, kwNames []string, kw []value) (valu
 			return undef, errPyRaises("TypeError: " + name + " takes no arguments")
 		}
 		return caseASCII(s, name == "upper")
+	case "format":
+		return strFormat(s, args, kwNames, kw)
 	}
 	return undef, errNotPython("str." + name)
+}
+
+// strFormat is str.format for replacement fields {}, {0} and {name}, with
+// no conversion and a format spec of "", "d" (an int) or "s" (a str);
+// anything else is declined.
+func strFormat(s string, args []value, kwNames []string, kw []value) (value, error) {
+	var b strings.Builder
+	auto, manual := 0, false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c == '}' {
+			if i+1 < len(s) && s[i+1] == '}' {
+				b.WriteByte('}')
+				i++
+				continue
+			}
+			return undef, errPyRaises("ValueError: Single '}' encountered in format string")
+		}
+		if c != '{' {
+			b.WriteByte(c)
+			continue
+		}
+		if i+1 < len(s) && s[i+1] == '{' {
+			b.WriteByte('{')
+			i++
+			continue
+		}
+		end := strings.IndexByte(s[i+1:], '}')
+		if end < 0 {
+			return undef, errPyRaises("ValueError: expected '}' before end of string")
+		}
+		field := s[i+1 : i+1+end]
+		i += 1 + end
+		name, spec, _ := strings.Cut(field, ":")
+		if strings.ContainsAny(field, "{!.[") {
+			return undef, errNotPython("str.format field " + strconv.Quote(field))
+		}
+		var v value
+		switch {
+		case name == "" || isDigits(name):
+			n := auto
+			if name == "" {
+				if manual {
+					return undef, errPyRaises("ValueError: cannot switch from manual field specification to automatic field numbering")
+				}
+				auto++
+			} else {
+				if auto > 0 {
+					return undef, errPyRaises("ValueError: cannot switch from automatic field numbering to manual field specification")
+				}
+				manual = true
+				var err error
+				if n, err = strconv.Atoi(name); err != nil {
+					return undef, errUnsupported("str.format index")
+				}
+			}
+			if n >= len(args) {
+				return undef, errPyRaises("IndexError: Replacement index out of range")
+			}
+			v = args[n]
+		default:
+			j := slices.Index(kwNames, name)
+			if j < 0 {
+				return undef, errPyRaises("KeyError: " + name)
+			}
+			v = kw[j]
+		}
+		switch {
+		case spec == "":
+			if err := writeStr(&b, v); err != nil {
+				return undef, err
+			}
+		case spec == "d" && (v.k == kInt || v.k == kBool):
+			b.WriteString(strconv.FormatInt(v.n, 10))
+		case spec == "s" && v.k == kStr:
+			b.WriteString(v.s)
+		default:
+			return undef, errNotPython("str.format spec " + strconv.Quote(spec))
+		}
+	}
+	return strV(b.String()), nil
 }
 
 func caseASCII(s string, upper bool) (value, error) {
@@ -2090,6 +2221,10 @@ func caseASCII(s string, upper bool) (value, error) {
 }
 
 func dictMethod(o value, name string, args, kw []value) (value, error) {
+	switch name {
+	case "update", "pop", "popitem", "setdefault", "clear":
+		return undef, errPyRaises("SecurityError: access to attribute '" + name + "' of 'dict' object is unsafe.")
+	}
 	if len(kw) > 0 {
 		return undef, errPyRaises("TypeError: dict." + name + " takes no keyword arguments")
 	}

@@ -128,6 +128,13 @@ func pyIterValues(v value) ([]value, error) {
 	return out, nil
 }
 
+// markupFilters are the filters that treat a Markup value as the plain
+// str it is (their result is not Markup, or is the value itself).
+var markupFilters = map[string]bool{
+	"tojson": true, "join": true, "list": true, "length": true, "count": true,
+	"default": true, "d": true, "first": true, "last": true, "safe": true, "string": true,
+}
+
 func (r *renderer) evalFilter(n *filterExpr) (value, error) {
 	v, err := r.ev(n.arg)
 	if err != nil {
@@ -140,7 +147,14 @@ func (r *renderer) evalFilter(n *filterExpr) (value, error) {
 		return undef, err
 	}
 	c := n.call
+	if isMarkup(v) && !markupFilters[n.name] {
+		return undef, errMarkup("filter " + n.name)
+	}
 	switch n.name {
+	case "safe":
+		// markupsafe.Markup(value): str(value), marked.
+		s, err := pyStrV(v)
+		return markupV(s), err
 	case "tojson":
 		var b strings.Builder
 		if err := r.tojsonArgs(&b, v, c, args, kw); err != nil {
@@ -148,6 +162,9 @@ func (r *renderer) evalFilter(n *filterExpr) (value, error) {
 		}
 		return strV(b.String()), nil
 	case "string":
+		if isMarkup(v) {
+			return v, nil // soft_str keeps a str (Markup) as it is
+		}
 		s, err := pyStrV(v)
 		return strV(s), err
 	case "trim":
@@ -219,6 +236,63 @@ func (r *renderer) evalFilter(n *filterExpr) (value, error) {
 			return undef, err
 		}
 		return caseASCII(s, n.name == "upper")
+	case "replace":
+		// str(s).replace(str(old), str(new), count), autoescape off.
+		s, err := pyStrV(v)
+		if err != nil {
+			return undef, err
+		}
+		old, _ := filterArg(c, args, kw, 0, "old")
+		nw, _ := filterArg(c, args, kw, 1, "new")
+		os, err := pyStrV(old)
+		if err != nil {
+			return undef, err
+		}
+		ns, err := pyStrV(nw)
+		if err != nil {
+			return undef, err
+		}
+		n := -1
+		if cnt, ok := filterArg(c, args, kw, 2, "count"); ok && cnt.k != kNone {
+			if cnt.k != kInt {
+				return undef, errNotPython("replace with a count that is not an int")
+			}
+			n = int(max(cnt.n, -1))
+		}
+		return strV(strings.Replace(s, os, ns, n)), nil
+	case "min", "max":
+		// Numbers only: jinja2 compares strings case-insensitively.
+		items, err := pyIterValues(v)
+		if err != nil {
+			return undef, err
+		}
+		if len(items) == 0 {
+			return undef, nil // jinja2: an Undefined, "No aggregated item"
+		}
+		best := items[0]
+		for _, it := range items {
+			if !it.isNumber() {
+				return undef, errNotPython(n.name + " over values that are not numbers")
+			}
+			bf, _ := best.num()
+			f, _ := it.num()
+			if n.name == "min" && f < bf || n.name == "max" && f > bf {
+				best = it
+			}
+		}
+		return best, nil
+	case "capitalize":
+		s, err := pyStrV(v)
+		if err != nil {
+			return undef, err
+		}
+		if !isASCIIStr(s) {
+			return undef, errUnsupported("capitalize of non-ASCII text")
+		}
+		if s == "" {
+			return strV(s), nil
+		}
+		return strV(strings.ToUpper(s[:1]) + strings.ToLower(s[1:])), nil
 	case "first", "last":
 		switch v.k {
 		case kStr, kList, kSeq, kDict, kMap, kUndef:
@@ -252,6 +326,22 @@ func (r *renderer) evalFilter(n *filterExpr) (value, error) {
 		}
 		return undef, errPyRaises("TypeError: items of a non-mapping")
 	case "map":
+		if len(c.args) > 0 {
+			// map('filter', args...): the filter on every item.
+			items, err := pyIterValues(v)
+			if err != nil {
+				return undef, err
+			}
+			out := make([]value, len(items))
+			for i, it := range items {
+				x, err := r.evalFilter(&filterExpr{arg: &litExpr{it}, name: args[0].s, call: &callExpr{args: c.args[1:]}})
+				if err != nil {
+					return undef, err
+				}
+				out[i] = x
+			}
+			return value{k: kSeq, p: &seqVal{items: out, lazy: true, noRepr: "a generator"}}, nil
+		}
 		attr, _ := filterArg(c, args, kw, -1, "attribute")
 		def, hasDef := filterArg(c, args, kw, -1, "default")
 		items, err := pyIterValues(v)

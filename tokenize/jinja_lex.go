@@ -63,7 +63,7 @@ func scanExpr(src string) ([]token, error) {
 		case c >= utf8.RuneSelf:
 			return nil, notOwned("a non-ASCII character outside a string")
 		case c >= '0' && c <= '9':
-			t, e, err := scanNumber(src, p)
+			t, e, err := scanNumber(src, p, p > 0 && src[p-1] == '.')
 			if err != nil {
 				return nil, err
 			}
@@ -99,8 +99,10 @@ func scanExpr(src string) ([]token, error) {
 }
 
 // scanNumber reads jinja2's integer and float literals (with _
-// separators) at src[p].
-func scanNumber(src string, p int) (token, int, error) {
+// separators) at src[p]. Right after a dot (x.0.name) it is an integer,
+// and a dot may follow it, as jinja2's float pattern does not match
+// after a dot.
+func scanNumber(src string, p int, afterDot bool) (token, int, error) {
 	e := p
 	digits := func() {
 		for e < len(src) && (src[e] >= '0' && src[e] <= '9' || src[e] == '_' && e+1 < len(src) && src[e+1] >= '0' && src[e+1] <= '9') {
@@ -108,6 +110,12 @@ func scanNumber(src string, p int) (token, int, error) {
 		}
 	}
 	digits()
+	if afterDot {
+		if e < len(src) && isIdentPart(src[e]) {
+			return token{}, 0, notOwned("number literal %q", src[p:e+1])
+		}
+		return intToken(src[p:e], e)
+	}
 	isFloat := false
 	if e+1 < len(src) && src[e] == '.' && src[e+1] >= '0' && src[e+1] <= '9' {
 		isFloat = true
@@ -136,6 +144,12 @@ func scanNumber(src string, p int) (token, int, error) {
 		}
 		return token{kind: tFloat, f: f}, e, nil
 	}
+	return intToken(lit, e)
+}
+
+// intToken is the integer literal lit (separators removed), ending at e.
+func intToken(lit string, e int) (token, int, error) {
+	lit = strings.ReplaceAll(lit, "_", "")
 	if len(lit) > 1 && lit[0] == '0' {
 		return token{}, 0, notOwned("integer literal with a leading zero")
 	}

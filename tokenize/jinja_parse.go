@@ -3,6 +3,7 @@ package tokenize
 import (
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // The owned evaluator's parser: jinja2's grammar (jinja2/parser.py) for
@@ -820,8 +821,8 @@ func (p *parser) parsePrimary() (expr, error) {
 		if isKeyword(t.s) {
 			return nil, notOwned("keyword %q as a value", t.s)
 		}
-		if t.s[0] == '_' {
-			return nil, notOwned("a name starting with _")
+		if strings.HasPrefix(t.s, "__mt_") {
+			return nil, notOwned("a name of the package's engine rewrite (__mt_)")
 		}
 		return &nameExpr{name: t.s}, nil
 	case tStr:
@@ -1171,11 +1172,17 @@ var testArity = map[string]int{
 }
 
 // methodNames are the methods the evaluator calls: str's and dict's
-// read-only ones, and loop.cycle.
+// read-only ones, and loop.cycle; and the mutating methods of dict and
+// list, which the immutable sandbox refuses (SecurityError) when a render
+// reaches them: the template compiles, and a render that calls one is not
+// counted.
 var methodNames = map[string]bool{
 	"strip": true, "lstrip": true, "rstrip": true, "split": true, "startswith": true,
 	"endswith": true, "replace": true, "upper": true, "lower": true,
 	"get": true, "items": true, "keys": true, "values": true, "cycle": true,
+	"format": true,
+	"update": true, "append": true, "extend": true, "insert": true, "pop": true,
+	"popitem": true, "setdefault": true, "remove": true, "clear": true,
 }
 
 // filterArgs lists the filters the evaluator implements: their positional
@@ -1196,6 +1203,11 @@ var filterArgs = map[string]struct {
 	"d":          {[]string{"default_value", "boolean"}, false},
 	"upper":      {nil, false},
 	"lower":      {nil, false},
+	"capitalize": {nil, false},
+	"safe":       {nil, false},
+	"replace":    {[]string{"old", "new", "count"}, false},
+	"min":        {[]string{"case_sensitive", "attribute"}, false},
+	"max":        {[]string{"case_sensitive", "attribute"}, false},
 	"first":      {nil, false},
 	"last":       {nil, false},
 	"items":      {nil, false},
@@ -1229,15 +1241,32 @@ func checkFilter(name string, c *callExpr) error {
 		}
 	}
 	switch name {
+	case "min", "max":
+		if len(c.args)+len(c.kwArgs) > 0 {
+			return notOwned("%s with arguments", name)
+		}
+	case "replace":
+		if len(c.args)+len(c.kwArgs) < 2 {
+			return notOwned("replace without old and new")
+		}
 	case "format":
 		if len(c.kwArgs) > 0 {
 			return notOwned("format with keyword arguments")
 		}
 	case "map":
-		// Only map(attribute=...[, default=...]).
-		if len(c.args) > 0 || !slices.Contains(c.kwNames, "attribute") {
-			return notOwned("map without attribute=")
+		// map(attribute=...[, default=...]), or map('filter', args...)
+		// with a filter the evaluator implements.
+		if len(c.args) == 0 {
+			if !slices.Contains(c.kwNames, "attribute") {
+				return notOwned("map without attribute=")
+			}
+			return nil
 		}
+		lit, ok := c.args[0].(*litExpr)
+		if !ok || lit.v.k != kStr || lit.v.s == "map" || len(c.kwArgs) > 0 || c.star != nil || c.dstar != nil {
+			return notOwned("map with a filter that is not a string literal")
+		}
+		return checkFilter(lit.v.s, &callExpr{args: c.args[1:]})
 	case "select", "reject", "selectattr", "rejectattr":
 		if len(c.kwArgs) > 0 {
 			return notOwned("%s with keyword arguments", name)

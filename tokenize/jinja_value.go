@@ -104,7 +104,34 @@ var (
 	fnRange = value{k: kFunc, p: &funcVal{name: "range"}}
 )
 
-func strV(s string) value    { return value{k: kStr, s: s} }
+func strV(s string) value { return value{k: kStr, s: s} }
+
+// markupTag marks a str value as markupsafe's Markup (the safe filter's
+// result; p of a kStr value). Output, ~, tojson, join, length, tests and
+// comparisons treat it as the str it is; + escapes the other operand, as
+// Markup.__add__ does; other operations on it are declined (markupStr).
+type markupTag struct{}
+
+func markupV(s string) value { return value{k: kStr, s: s, p: markupTag{}} }
+
+// plainStr is a str value that is not Markup.
+func plainStr(v value) bool { return v.k == kStr && !isMarkup(v) }
+
+func isMarkup(v value) bool {
+	_, ok := v.p.(markupTag)
+	return v.k == kStr && ok
+}
+
+// errMarkup declines an operation whose Markup result (or escaping of
+// its arguments) the evaluator does not reproduce.
+func errMarkup(what string) error {
+	return errNotPython(what + " on a Markup string (the safe filter's result)")
+}
+
+// htmlEscape is markupsafe's escape of a str.
+func htmlEscape(s string) string {
+	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", "'", "&#39;", `"`, "&#34;").Replace(s)
+}
 func intV(n int64) value     { return value{k: kInt, n: n} }
 func floatV(f float64) value { return value{k: kFloat, n: int64(math.Float64bits(f))} }
 func boolV(b bool) value {

@@ -287,9 +287,10 @@ func (t *Template) setStrftime(vars map[string]jinja.Value, now func() time.Time
 
 // Content-format detection, after vLLM's _detect_content_format: the
 // template is "openai" when some for loop iterates over a message's
-// content (`for x in message['content']`, `message.content`, through a
-// variable set from it, with or without filters), where message is a loop
-// variable over messages or over a variable set from messages.
+// content directly (`for x in message['content']`, `message.content`,
+// with or without filters), where message is a loop variable over messages
+// or over a variable set from messages. As vLLM, a variable set from the
+// content (`set c = message.content` then `for x in c`) does not count.
 var (
 	reForIn  = regexp.MustCompile(`^for\s+([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s+in\s+(.+)$`)
 	reSetTo  = regexp.MustCompile(`^set\s+([A-Za-z_]\w*)\s*=\s*(.+)$`)
@@ -319,23 +320,12 @@ func detectContentFormat(bodies []string) ContentFormat {
 		}
 	}
 	delete(msgVars, "messages")
-	contentVars := map[string]bool{}
-	for _, b := range bodies {
-		if m := reSetTo.FindStringSubmatch(b); m != nil {
-			if c := reConAcc.FindStringSubmatch(m[2]); c != nil && msgVars[c[1]] {
-				contentVars[m[1]] = true
-			}
-		}
-	}
 	for _, b := range bodies {
 		m := reForIn.FindStringSubmatch(b)
 		if m == nil {
 			continue
 		}
 		if c := reConAcc.FindStringSubmatch(m[2]); c != nil && msgVars[c[1]] {
-			return ContentOpenAI
-		}
-		if h := reHeadID.FindStringSubmatch(m[2]); h != nil && contentVars[h[1]] {
 			return ContentOpenAI
 		}
 	}

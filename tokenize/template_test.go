@@ -16,8 +16,9 @@ import (
 // knownFeatureGaps are single-feature templates this package still renders
 // differently from Python, with the cause.
 var knownFeatureGaps = map[string]string{
-	"prec_unary_filter":  "the engine has no ** operator: a template using it fails to load, with the engine's parse error",
-	"call_star_too_many": "Python raises a TypeError (too many arguments to a macro); the owned evaluator declines (not exact): the request is forwarded for vLLM to refuse",
+	"prec_unary_filter":     "the engine has no ** operator: a template using it fails to load, with the engine's parse error",
+	"call_star_too_many":    "Python raises a TypeError (too many arguments to a macro); the owned evaluator declines (not exact): the request is forwarded for vLLM to refuse",
+	"dict_update_sandboxed": "Python's immutable sandbox raises a SecurityError (dict.update); the owned evaluator declines (not exact): the request is forwarded for vLLM to refuse",
 }
 
 // TestTemplateFeatures renders the single-feature templates of
@@ -97,6 +98,27 @@ func TestContentFormat(t *testing.T) {
 	}{{"qwen3", ContentString}, {"llama3_1", ContentString}, {"deepseek_v3", ContentString}, {"gemma3", ContentOpenAI}} {
 		if got := fixtureModel(t, m.model).ChatTemplate().ContentFormat(); got != m.want {
 			t.Errorf("%s: content format %s, want %s", m.model, got, m.want)
+		}
+	}
+}
+
+// TestContentFormatDirectAccess: as vLLM's _detect_content_format, only a
+// loop directly over a message's content makes a template "openai"; a
+// variable set from the content and looped over (Mistral's tool template:
+// `set tool_calls = message.content`) leaves it "string".
+func TestContentFormatDirectAccess(t *testing.T) {
+	for src, want := range map[string]ContentFormat{
+		"{% for m in messages %}{% for c in m.content %}{{ c.text }}{% endfor %}{% endfor %}":                           ContentOpenAI,
+		"{% set ms = messages[1:] %}{% for m in ms %}{% for c in m['content'] | list %}{{ c }}{% endfor %}{% endfor %}": ContentOpenAI,
+		"{% for m in messages %}{% set x = m.content %}{% for c in x %}{{ c }}{% endfor %}{% endfor %}":                 ContentString,
+		"{% for m in messages %}{{ m.content }}{% endfor %}":                                                            ContentString,
+	} {
+		tm, err := CompileTemplate(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := tm.ContentFormat(); got != want {
+			t.Errorf("%s: content format %s, want %s", src, got, want)
 		}
 	}
 }
