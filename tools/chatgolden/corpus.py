@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""corpus writes the goldens of the chat-template corpus
-(tokenize/testdata/corpus: real templates from public repositories, each
-file's origin in origins.json).
+"""corpus writes the goldens of the chat-template corpus: the Hugging Face
+chat templates of @huggingface/ollama-utils, which scripts/fetch-fixtures.sh
+extracts to .fixtures/templates (index.json names each file's model and
+sha256).
 
 Every template is rendered over the conversations of CASES, each with
 add_generation_prompt true, the way chatgolden.py renders a fixture model:
@@ -10,16 +11,22 @@ transformers configures it (chatgolden.make_env). The special tokens are
 the same for every template (SPECIAL) and the Go test gives the engine the
 same ones.
 
-Usage, from the repository root (no fixtures needed):
+The goldens hold no third-party text: per (template, case) the template's
+sha256, the case id, and the SHA-256 and UTF-8 byte length of jinja2's
+rendering, or the error type and message where jinja2 raised.
+
+Usage, from the repository root, after `make fixtures`:
 
     python3 tools/chatgolden/corpus.py
 
-Output: tokenize/testdata/corpus/goldens.jsonl, one JSON object per
-(template, case): {"template", "id", "body", "text" | "error" +
-"error_type"}; a template jinja2 cannot compile has one record with id
-"compile".
+Output: tokenize/testdata/corpus.cases.jsonl (the conversations, one
+{"id", "body"} a line) and tokenize/testdata/corpus.golden.jsonl, one JSON
+object per (template, case): {"template", "sha256", "id", "text_sha256" +
+"text_bytes" | "error" + "error_type"}; a template jinja2 cannot compile has
+one record with id "compile".
 """
 
+import hashlib
 import json
 import os
 import sys
@@ -27,7 +34,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import chatgolden  # noqa: E402
 
-CORPUS = os.path.join(chatgolden.ROOT, "tokenize", "testdata", "corpus")
+TEMPLATES = os.path.join(chatgolden.ROOT, ".fixtures", "templates")
+TESTDATA = os.path.join(chatgolden.ROOT, "tokenize", "testdata")
 SPECIAL = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>"}
 
 WEATHER = {
@@ -113,26 +121,34 @@ CASES = [
 
 def main():
     env = chatgolden.make_env()
-    names = sorted(n for n in os.listdir(CORPUS) if n.endswith(".jinja"))
-    out = os.path.join(CORPUS, "goldens.jsonl")
+    index = json.load(open(os.path.join(TEMPLATES, "index.json"), encoding="utf-8"))
+    bodies = []
+    with open(os.path.join(TESTDATA, "corpus.cases.jsonl"), "w", encoding="utf-8") as f:
+        for cid, body in CASES:
+            body_text = json.dumps(dict(body, add_generation_prompt=True), ensure_ascii=False)
+            bodies.append((cid, body_text))
+            f.write(json.dumps({"id": cid, "body": body_text}, ensure_ascii=False) + "\n")
     counts = {}
-    with open(out, "w", encoding="utf-8") as f:
-        for name in names:
-            source = open(os.path.join(CORPUS, name), encoding="utf-8", newline="").read()
+    with open(os.path.join(TESTDATA, "corpus.golden.jsonl"), "w", encoding="utf-8") as f:
+        for entry in index:
+            raw = open(os.path.join(TEMPLATES, entry["file"]), "rb").read()
+            digest = hashlib.sha256(raw).hexdigest()
+            if digest != entry["sha256"]:
+                sys.exit("corpus: %s differs from index.json" % entry["file"])
+            source = raw.decode("utf-8")
+            head = {"template": entry["file"], "sha256": digest}
             try:
                 compiled = env.from_string(source)
             except Exception as e:
-                rec = {"template": name, "id": "compile", "error": str(e), "error_type": type(e).__name__}
+                rec = dict(head, id="compile", error=str(e), error_type=type(e).__name__)
                 f.write(json.dumps(rec, ensure_ascii=False) + "\n")
                 counts["compile_error"] = counts.get("compile_error", 0) + 1
                 continue
-            for cid, body in CASES:
-                body = dict(body, add_generation_prompt=True)
-                body_text = json.dumps(body, ensure_ascii=False)
-                rec = {"template": name, "id": cid, "body": body_text}
+            for cid, body_text in bodies:
+                rec = dict(head, id=cid)
                 try:
-                    rec["text"] = chatgolden.render(env, compiled, source, SPECIAL, json.loads(body_text))
-                    kind = "text"
+                    text = chatgolden.render(env, compiled, source, SPECIAL, json.loads(body_text)).encode("utf-8")
+                    rec["text_sha256"], rec["text_bytes"] = hashlib.sha256(text).hexdigest(), len(text)
                 except chatgolden.TemplateError as e:
                     rec["error"], rec["error_type"] = str(e), "TemplateError"
                 except chatgolden.InputError as e:
@@ -142,7 +158,7 @@ def main():
                 kind = rec.get("error_type", "text")
                 counts[kind] = counts.get(kind, 0) + 1
                 f.write(json.dumps(rec, ensure_ascii=False) + "\n")
-    print("corpus: %d templates; %s" % (len(names), ", ".join("%s %d" % kv for kv in sorted(counts.items()))))
+    print("corpus: %d templates; %s" % (len(index), ", ".join("%s %d" % kv for kv in sorted(counts.items()))))
 
 
 if __name__ == "__main__":
