@@ -73,6 +73,20 @@
 // single-feature templates, with the remaining feature gaps listed in
 // template_test.go.
 //
+// The template corpus is the 97 Hugging Face chat templates of the npm
+// package @huggingface/ollama-utils (MIT), which scripts/fetch-fixtures.sh
+// downloads, verifies by its integrity and extracts to .fixtures/templates
+// (with index.json: each file's model and sha256); none of it is committed.
+// tools/chatgolden/corpus.py renders each over the conversations of
+// testdata/corpus.cases.jsonl with Python jinja2 and writes
+// testdata/corpus.golden.jsonl, which holds hashes only: per template and
+// conversation, the template's sha256 and the SHA-256 and byte length of
+// jinja2's text, or the error jinja2 raised. TestTemplateCorpus requires
+// the owned evaluator's text to hash the same wherever jinja2 rendered, an
+// error or a decline wherever it raised, and every template to load;
+// the templates where it knowingly differs are listed, with the reason,
+// in template_corpus_test.go.
+//
 // # Exactness
 //
 // Counting never guesses. A template no path can parse loads as
