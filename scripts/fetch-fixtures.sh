@@ -96,34 +96,41 @@ for entry in "${fixtures[@]}"; do
   echo "fixtures: $name extracted"
 done
 
-# The chat-template corpus (tokenize/template_corpus_test.go).
-tversion=0.0.18
-tintegrity="XdFPSQY2nFX3IQrviL2A4RqSGAsS5655CI1lQmT2TVz3YWVEFXHFJ9LEvmKZKmb1ihjhENaUy2/RJc4foaWpQA=="
-tgz="$dest/tarballs/ollama-utils-$tversion.tgz"
-out="$dest/templates"
-stamp="$out/.verified-$tversion"
-if [[ -f "$stamp" && -f "$out/index.json" && -f "$tgz" ]] && verify "$tgz" "$tintegrity"; then
-  echo "fixtures: templates ok"
-  exit 0
-fi
-if [[ ! -f "$tgz" ]] || ! verify "$tgz" "$tintegrity"; then
-  url="https://registry.npmjs.org/@huggingface/ollama-utils/-/ollama-utils-$tversion.tgz"
-  echo "fixtures: downloading $url"
-  curl -fsSL --retry 3 -o "$tgz.part" "$url"
-  if ! verify "$tgz.part" "$tintegrity"; then
-    echo "fixtures: CHECKSUM MISMATCH for ollama-utils ($url)" >&2
-    echo "fixtures: expected sha512-$tintegrity" >&2
-    rm -f "$tgz.part"
+# The chat-template corpus (tokenize/template_corpus_test.go): the templates
+# of @huggingface/ollama-utils, taken out of its dist/index.js by node.
+fetch_templates() {
+  local tversion=0.0.18
+  local tintegrity="XdFPSQY2nFX3IQrviL2A4RqSGAsS5655CI1lQmT2TVz3YWVEFXHFJ9LEvmKZKmb1ihjhENaUy2/RJc4foaWpQA=="
+  local tgz="$dest/tarballs/ollama-utils-$tversion.tgz"
+  local out="$dest/templates"
+  if [[ -f "$out/.verified-$tversion" && -f "$out/index.json" && -f "$tgz" ]] && verify "$tgz" "$tintegrity"; then
+    echo "fixtures: templates ok"
+    return
+  fi
+  if [[ ! -f "$tgz" ]] || ! verify "$tgz" "$tintegrity"; then
+    local url="https://registry.npmjs.org/@huggingface/ollama-utils/-/ollama-utils-$tversion.tgz"
+    echo "fixtures: downloading $url"
+    curl -fsSL --retry 3 -o "$tgz.part" "$url"
+    if ! verify "$tgz.part" "$tintegrity"; then
+      echo "fixtures: CHECKSUM MISMATCH for ollama-utils ($url)" >&2
+      echo "fixtures: expected sha512-$tintegrity" >&2
+      rm -f "$tgz.part"
+      exit 1
+    fi
+    mv "$tgz.part" "$tgz"
+  fi
+  local tmp
+  tmp="$(mktemp -d "$dest/.templates.XXXXXX")"
+  tar -xzf "$tgz" -C "$tmp" package/dist/index.js
+  if ! node "$root/scripts/extract-templates.js" "$tmp/package" "$tmp/templates"; then
+    rm -rf "$tmp"
     exit 1
   fi
-  mv "$tgz.part" "$tgz"
-fi
-tmp="$(mktemp -d "$dest/.templates.XXXXXX")"
-tar -xzf "$tgz" -C "$tmp" package/dist/index.js package/package.json
-node "$root/scripts/extract-templates.js" "$tmp/package" "$tmp/templates"
-chmod 755 "$tmp/templates"
-touch "$tmp/templates/.verified-$tversion"
-rm -rf "$out"
-mv "$tmp/templates" "$out"
-rm -rf "$tmp"
-echo "fixtures: templates extracted"
+  chmod 755 "$tmp/templates"
+  touch "$tmp/templates/.verified-$tversion"
+  rm -rf "$out"
+  mv "$tmp/templates" "$out"
+  rm -rf "$tmp"
+  echo "fixtures: templates extracted"
+}
+fetch_templates
