@@ -1,7 +1,6 @@
 # maitred. `make test` is the one command CI runs (.ci/run): it fetches the
 # tokenizer fixtures and the chat-template corpus, vets, runs every test with
-# the race detector, then runs
-# each fuzz target briefly.
+# the race detector, then runs each fuzz target briefly.
 GO       ?= go
 FUZZTIME ?=
 
