@@ -2123,6 +2123,11 @@ func strMethod(s, name string, args []value, kwNames []string, kw []value) (valu
 			return undef, errPyRaises("TypeError: " + name + " takes no arguments")
 		}
 		return caseASCII(s, name == "upper")
+	case "title":
+		if len(args)+len(kw) > 0 {
+			return undef, errPyRaises("TypeError: title takes no arguments")
+		}
+		return titleASCII(s)
 	case "format":
 		return strFormat(s, args, kwNames, kw)
 	}
@@ -2208,6 +2213,34 @@ func strFormat(s string, args []value, kwNames []string, kw []value) (value, err
 		}
 	}
 	return strV(b.String()), nil
+}
+
+// titleASCII is Python's str.title on ASCII text: a letter after a
+// letter is lowered, any other letter raised (digits, apostrophes and
+// underscores end a word: "3rd" is "3Rd", "it's" is "It'S").
+func titleASCII(s string) (value, error) {
+	if !isASCIIStr(s) {
+		return undef, errUnsupported("title of non-ASCII text")
+	}
+	b := []byte(s)
+	prevLetter := false
+	for i, c := range b {
+		switch {
+		case 'a' <= c && c <= 'z':
+			if !prevLetter {
+				b[i] = c - 'a' + 'A'
+			}
+			prevLetter = true
+		case 'A' <= c && c <= 'Z':
+			if prevLetter {
+				b[i] = c - 'A' + 'a'
+			}
+			prevLetter = true
+		default:
+			prevLetter = false
+		}
+	}
+	return strV(string(b)), nil
 }
 
 func caseASCII(s string, upper bool) (value, error) {

@@ -1178,7 +1178,7 @@ var testArity = map[string]int{
 // counted.
 var methodNames = map[string]bool{
 	"strip": true, "lstrip": true, "rstrip": true, "split": true, "startswith": true,
-	"endswith": true, "replace": true, "upper": true, "lower": true,
+	"endswith": true, "replace": true, "upper": true, "lower": true, "title": true,
 	"get": true, "items": true, "keys": true, "values": true, "cycle": true,
 	"format": true,
 	"update": true, "append": true, "extend": true, "insert": true, "pop": true,

@@ -60,6 +60,7 @@ FEATURES = [
     ("truth_filters", "{{ l|select()|list }} {{ l|reject|list }} {{ [d, {'z': 0}]|rejectattr('z')|list|length }} {{ [{'r': 'a'}, {'r': ''}]|selectattr( 'r' )|map(attribute='r')|join(',') }} {{ [{'r': none}, {'r': 1}]|selectattr('r', 'none')|list|length }} {{ l|select|map('string')|join('|') }}"),
     ("ns_loop", "{% set ns = namespace(n=0) %}{% for x in l %}{% set ns.n = ns.n + 1 %}{% endfor %}{{ ns.n }}"),
     ("capitalize", "{{ 'user'|capitalize }} {{ 'aSSISTANT two'|capitalize }} {{ ''|capitalize }} {{ 'x' ~ ('tool'|capitalize) }}"),
+    ("str_title", "{{ 'user'.title() }} {{ 'aSSISTANT two-words'.title() }} {{ ''.title() }} {{ 'tool_call 3rd x'.title() }} {{ \"it's\".title() }}"),
     ("map_filter_name", "{{ [d, l, s]|map('tojson')|join(', ') }}|{{ ['  a ', 'b  ']|map('trim')|join('+') }}|{{ [1, 2.5, none]|map('string')|list }}|{{ ['a', 'b']|map('upper')|list }}"),
     ("dict_update_sandboxed", "{% set c = {'a': 1} %}{% set _ = c.update({'b': 2}) %}{{ c }}"),
     ("safe_markup", "{{ s|safe }}|{{ (d|tojson|safe) ~ '<' }}|{{ ('<a>'|safe) + '<b>&' }}|{{ ('<x>\"' + ('&'|safe) + \"'\") ~ '' }}|{% set m = l|tojson|safe %}{{ m }}|{{ m|length }}|{{ none|safe }}|{{ ('a'|safe)|string + '<' }}|{{ ('<'|safe) == '<' }}|{{ [s|safe, '>']|join }}|{{ (u|safe) ~ none }}"),
