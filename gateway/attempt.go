@@ -6,12 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptrace"
-	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/maitred-dev/maitred/admission"
@@ -271,21 +268,4 @@ func (g *Gateway) classify(r *http.Request, a *attempt) attemptResult {
 
 func (g *Gateway) backendError(a *attempt, kind string) {
 	a.x.rt.metrics.backendErrors.WithLabelValues(a.backend.URL.Host, kind).Inc()
-}
-
-func dialReason(err error) string {
-	switch {
-	case errors.Is(err, syscall.ECONNREFUSED):
-		return "connection refused"
-	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
-		return "host unreachable"
-	case errors.Is(err, syscall.EPIPE), errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.EOF),
-		err.Error() == errServerClosedIdle, strings.HasPrefix(err.Error(), errNoAnswerByte):
-		return "connection closed by the backend"
-	}
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		return "connect timed out"
-	}
-	return "connect failed"
 }

@@ -3,11 +3,8 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"io"
-	"net"
 	"strings"
-	"syscall"
 
 	"github.com/maitred-dev/maitred/tokenize"
 )
@@ -664,37 +661,3 @@ func (x *exchange) used() (tokens int64, known bool) {
 	}
 	return a.usage.Used()
 }
-
-// neverSent reports whether the attempt's transport error means its
-// request never reached a live backend: refused, written into a connection
-// the backend had already closed, sent on a pooled connection the backend
-// closed while it was idle (net/http's "server closed idle connection": the
-// backend closed it before this request was on it, as a server shutting
-// down does; net/http itself retries that only for idempotent requests), or
-// sent on a reused idle connection that ended before a single byte of an
-// answer came (the same race, seen from the read side: a keep-alive
-// connection the backend closed as the request went out).
-func (a *attempt) neverSent() bool {
-	err := a.proxyErr
-	var oe *net.OpError
-	if errors.As(err, &oe) && (oe.Op == "dial" || oe.Op == "write" || oe.Op == "readfrom") {
-		return true
-	}
-	if err == nil {
-		return false
-	}
-	msg := err.Error()
-	if msg == errServerClosedIdle {
-		return true
-	}
-	return a.reusedIdle && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || strings.HasPrefix(msg, errNoAnswerByte))
-}
-
-// errServerClosedIdle is net/http's text for a pooled connection the
-// server closed while idle; errNoAnswerByte starts its text for a
-// connection that failed before the answer's first byte (neither error
-// value is exported).
-const (
-	errServerClosedIdle = "http: server closed idle connection"
-	errNoAnswerByte     = "net/http: Transport failed to read from server"
-)
