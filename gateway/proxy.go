@@ -11,7 +11,6 @@ import (
 	"net/http/httptrace"
 	"net/textproto"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -302,19 +301,6 @@ func (g *Gateway) onResponse(res *http.Response, a *attempt) (flushHeaders bool)
 	return events || res.ContentLength < 0
 }
 
-// serverTimingValue is the Server-Timing value of a response whose headers
-// just came: door, queue and backend durations in milliseconds.
-func serverTimingValue(x *exchange) string {
-	b := make([]byte, 0, 64)
-	b = append(b, "door;dur="...)
-	b = strconv.AppendFloat(b, ms(x.doorDone.Sub(x.readDone)), 'f', 3, 64)
-	b = append(b, ", queue;dur="...)
-	b = strconv.AppendFloat(b, ms(x.sentAt.Sub(x.doorDone)), 'f', 3, 64)
-	b = append(b, ", backend;dur="...)
-	b = strconv.AppendFloat(b, ms(x.headersAt.Sub(x.sentAt)), 'f', 3, 64)
-	return string(b)
-}
-
 // copyAnswer copies a backend's body to the client through a pooled
 // buffer, flushing each write: what the backend sent is the client's at
 // once, and a body the backend cuts short reaches the client as far as it
@@ -414,5 +400,3 @@ func (g *Gateway) bodyBroken(a *attempt, cause error) {
 		g.backendError(a, "body_disconnected")
 	}
 }
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -5,59 +5,10 @@ import (
 	"net/http"
 	"time"
 
-	"go.uber.org/zap/zapcore"
-
 	"github.com/maitred-dev/maitred/config"
 	"github.com/maitred-dev/maitred/fleet"
 	"github.com/maitred-dev/maitred/triage"
 )
-
-// phases partition a request's time, so that they add up to its total:
-//
-//	read     arrival -> body read
-//	door     parse, validate, render, count
-//	queue    waiting for a backend slot (and failed connection attempts)
-//	connect  request sent -> response headers (non-streaming: the whole generation)
-//	prefill  headers -> first event (streams: vLLM's queue + prefill)
-//	decode   first event -> last event
-//	tail     the rest: writing a non-streaming body, or an error answer
-//
-// A phase a request never reached is zero.
-type phases struct {
-	read, door, queue, connect, prefill, decode, tail time.Duration
-}
-
-var phaseNames = []string{"read", "door", "queue", "connect", "prefill", "decode", "tail"}
-
-func (p phases) list() []time.Duration {
-	return []time.Duration{p.read, p.door, p.queue, p.connect, p.prefill, p.decode, p.tail}
-}
-
-// MarshalLogObject writes the phases in milliseconds into the access log.
-func (p phases) MarshalLogObject(enc zapcore.ObjectEncoder) error {
-	for i, d := range p.list() {
-		if d > 0 {
-			enc.AddFloat64(phaseNames[i]+"_ms", float64(d.Microseconds())/1000)
-		}
-	}
-	return nil
-}
-
-// phases cuts [start, end] at each stamp the request reached.
-func (x *exchange) phases(end time.Time) phases {
-	stamps := []time.Time{x.readDone, x.doorDone, x.sentAt, x.headersAt, x.firstEventAt, x.lastEventAt}
-	var out [7]time.Duration
-	prev := x.start
-	for i, t := range stamps {
-		if t.IsZero() || t.Before(prev) {
-			continue
-		}
-		out[i] = t.Sub(prev)
-		prev = t
-	}
-	out[6] = end.Sub(prev)
-	return phases{out[0], out[1], out[2], out[3], out[4], out[5], out[6]}
-}
 
 // settle returns where the request's progress stopped ("" on success),
 // once its answer is over. A failure recorded where it was known (x.fail)
