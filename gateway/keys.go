@@ -1,14 +1,11 @@
 package gateway
 
 import (
-	"context"
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -145,121 +142,6 @@ func (g *Gateway) initKeys() error {
 	}
 	g.log.Info("API keys required", zap.Int("keys", len(keys)), zap.String("keys_file", a.KeysFile))
 	return nil
-}
-
-// fileState is what a file watcher last read: the keys_file's (reloadKeys)
-// and the config file's (WatchFile).
-type fileState struct {
-	sum     [32]byte
-	missing bool
-}
-
-// poll reads path once and returns its content when it differs from what
-// was read last. The file is read by path each time and compared by
-// content, so an edit in place, a rename over it and a Kubernetes
-// ConfigMap update (a symlink swapped to a new folder) are all seen. A
-// missing file (a ConfigMap swap can leave the path missing for an
-// instant) is reported once (missingNow), and read again next time.
-func (s *fileState) poll(path string) (data []byte, changed, missingNow bool, err error) {
-	data, err = os.ReadFile(path)
-	if err != nil {
-		if !errors.Is(err, os.ErrNotExist) || s.missing {
-			return nil, false, false, err
-		}
-		s.missing = true
-		return nil, false, true, err
-	}
-	s.missing = false
-	sum := sha256.Sum256(data)
-	if sum == s.sum {
-		return data, false, false, nil
-	}
-	s.sum = sum
-	return data, true, false, nil
-}
-
-// WatchFile polls path every interval until ctx is done, as the keys_file
-// is watched (fileState.poll), and calls changed with the new content once
-// it has changed and then read the same at the next poll (debounced: a
-// file written in several steps is taken whole). initial is the content
-// already in force.
-func WatchFile(ctx context.Context, path string, every time.Duration, initial []byte, changed func(data []byte)) {
-	s := fileState{sum: sha256.Sum256(initial)}
-	var pending []byte
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		data, differs, _, err := s.poll(path)
-		switch {
-		case err != nil:
-		case differs:
-			pending = data // wait one poll: it must read the same again
-		case pending != nil:
-			pending = nil
-			changed(data)
-		}
-	}
-}
-
-// keysPollInterval is how often the keys_file is re-read.
-const keysPollInterval = 500 * time.Millisecond
-
-// WatchKeys re-reads auth.keys_file every 500 ms until ctx is done, and
-// puts its keys in force when its content changed. The file is read by
-// path each time and compared by content, so an edit in place, a rename
-// over it and a Kubernetes ConfigMap update (a symlink swapped to a new
-// folder) are all seen. A file that fails to parse or validate is refused
-// with a log naming the key path; the keys in force keep serving. It
-// returns at once when there is no keys_file.
-func (g *Gateway) WatchKeys(ctx context.Context) {
-	g.watchKeys(ctx, keysPollInterval)
-}
-
-func (g *Gateway) watchKeys(ctx context.Context, every time.Duration) {
-	a := g.conf().Auth
-	if a == nil || a.KeysFile == "" {
-		return
-	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		g.reloadKeys()
-	}
-}
-
-// reloadKeys reads the keys_file once and puts it in force if it changed.
-func (g *Gateway) reloadKeys() {
-	g.keysMu.Lock()
-	defer g.keysMu.Unlock()
-	a := g.conf().Auth
-	data, changed, missing, err := g.keysFile.poll(a.KeysFile)
-	if missing {
-		g.log.Warn("keys_file unreadable; the keys in force keep serving", zap.String("keys_file", a.KeysFile), zap.Error(err))
-	}
-	if !changed {
-		return
-	}
-	fileKeys, err := config.ParseKeys(data, g.conf())
-	if err == nil {
-		err = g.setKeys(append(append([]config.KeyConfig(nil), a.Keys...), fileKeys...))
-	}
-	if err != nil {
-		g.metrics.keyReloads.WithLabelValues("refused").Inc()
-		g.log.Error("keys_file refused; the keys in force keep serving", zap.String("keys_file", a.KeysFile), zap.String("error", err.Error()))
-		return
-	}
-	g.metrics.keyReloads.WithLabelValues("loaded").Inc()
-	g.log.Info("keys_file loaded", zap.String("keys_file", a.KeysFile), zap.Int("keys", len(a.Keys)+len(fileKeys)))
 }
 
 // reloadAuth puts a reloaded config's auth section in force: its keys and
