@@ -69,9 +69,9 @@
 // write, each write to the client flushed). GET /version (to a ready
 // backend that answered /version at its warm-up, of any model; version.go)
 // and the uncountable /tokenize pass through to a ready backend outside
-// the queue. A
+// the queue (passthrough.go). A
 // connection failure before anything reached a backend goes back to the
-// pool for another one. The proxy drops hop-by-hop headers both ways, drops
+// pool for another one (the retry rule, retry.go: neverSent). The proxy drops hop-by-hop headers both ways, drops
 // the client's Authorization and cookies and its X-Forwarded-* claims (it
 // states the hop it saw), and sends the backend's own key; two
 // differential fuzz targets hold both directions' headers to what
@@ -114,7 +114,8 @@
 // /v1/models, /version, Responses by id, owned by the key that created
 // the response) runs behind keyed (keys.go): the
 // key is found by the SHA-256 digest of what the client presents, in a
-// table swapped atomically when the keys_file changes (WatchKeys), and the
+// table swapped atomically when the keys_file changes (WatchKeys,
+// keys_watch.go), and the
 // request carries its *apiKey from then on. A key's allow-list is the
 // door's catalog as the key sees it (keyCatalog), so a model it may not
 // use is answered with the unknown model's very 404, before any counting.
@@ -147,7 +148,7 @@
 // /detokenize) are held to the model's vocabulary size
 // (tokenize.Model.VocabSize, admission.TokenIDError).
 // What the gateway cannot reproduce exactly goes to a ready backend of the model at once, outside
-// the queue, avoiding ejected backends.
+// the queue, avoiding ejected backends (forwardOutsideQueue, passthrough.go).
 //
 // A model whose chat template did not compile (tokenize.Model.
 // TemplateProblems: the model still loads) is served uncounted: its chat
@@ -187,8 +188,8 @@
 // records no attributes, but its context still goes to the backend,
 // flagged unsampled.
 //
-// Each request carries a phase clock (read, door, queue, connect, prefill,
-// decode, tail) whose phases add up to its duration; they go to the access
+// Each request carries a phase clock (phases.go: read, door, queue,
+// connect, prefill, decode, tail) whose phases add up to its duration; they go to the access
 // log, maitred_phase_seconds, Server-Timing and the triage engine, with the
 // layer where a failed request stopped. Serve owns the drain timeline:
 // readiness fails at once, new requests are served for drain_delay, then
