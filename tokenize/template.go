@@ -97,7 +97,11 @@ func CompileTemplate(source string) (*Template, error) {
 		return nil, compileError(err)
 	}
 	owned, oerr := compileOwned(lx)
-	t, err := jinja.Compile(lx.src)
+	var t *jinja.Template
+	err = lx.engineErr
+	if err == nil {
+		t, err = jinja.Compile(lx.src)
+	}
 	if err != nil && owned == nil {
 		return nil, compileError(oerr)
 	}

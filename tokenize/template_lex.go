@@ -49,6 +49,10 @@ type lexed struct {
 	// applied: text, and the untouched bodies of {{ }} and {% %} tags
 	// (the owned evaluator's input, jinja_parse.go).
 	segs []lexSeg
+	// engineErr, when set, is why src must not go to the engine: a body
+	// its scanner would split differently. The owned evaluator, which
+	// reads segs, is not concerned.
+	engineErr error
 }
 
 // lexSeg is one piece of a lexed template: text (kind 0) or the body of a
@@ -142,8 +146,8 @@ func lexTemplate(src string) (*lexed, error) {
 			body := src[k:bodyEnd]
 			lx.segs = append(lx.segs, lexSeg{kind, body, lineOf(j)})
 			rw, err := rewriteTag(body, lx.idents)
-			if err != nil {
-				return nil, fmt.Errorf("line %d: %w", lineOf(j), err)
+			if err != nil && lx.engineErr == nil {
+				lx.engineErr = fmt.Errorf("line %d: %w", lineOf(j), err)
 			}
 			isStr := kind == '{' && alwaysString(rw)
 			rw = rewriteConcat(rw)
@@ -350,9 +354,13 @@ func findTagEnd(src string, k int, kind byte) (bodyEnd, end int, err error) {
 	return 0, 0, fmt.Errorf("unclosed template tag")
 }
 
-// rewriteTag renames filters, collects identifiers and refuses bodies the
-// engine's own scanner would split differently.
+// rewriteTag renames filters and collects identifiers. It returns an error,
+// with the rewritten body still complete, for a body the engine's own
+// scanner would split differently (a `}}` or `%}` inside brackets, as a
+// nested dict literal ends): such a template can only render through the
+// owned evaluator.
 func rewriteTag(body string, idents map[string]bool) (string, error) {
+	var refused error
 	var b strings.Builder
 	b.Grow(len(body) + 16)
 	prevPipe := false
@@ -400,14 +408,19 @@ func rewriteTag(body string, idents map[string]bool) (string, error) {
 			b.WriteByte(c)
 			p++
 		case (c == '}' || c == '%') && p+1 < len(body) && body[p+1] == '}':
-			return "", errUnsupported("a tag closer inside brackets")
+			if refused == nil {
+				refused = errUnsupported("a tag closer inside brackets")
+			}
+			b.WriteByte(c)
+			p++
+			prevPipe = false
 		default:
 			b.WriteByte(c)
 			p++
 			prevPipe = false
 		}
 	}
-	return b.String(), nil
+	return b.String(), refused
 }
 
 // truthFilters are the filters whose truth-test form (no test given) the

@@ -84,6 +84,12 @@ FEATURES = [
     ("call_star_methods", "{{ 'a,b,c'.split(*[',', 1]) }} {{ range(*[1, 4])|list }}"),
     ("call_star_macro_list", "{%- macro sys(c) -%}<S>{{ c }}{%- endmacro -%}{%- macro turn(r, c, end='<E>') -%}<{{ r }}>{{ c }}{{ end }}{%- endmacro -%}{%- set ns = namespace(ms=[], ps=[]) -%}{%- for x in l -%}{%- if loop.first -%}{%- set ns.ms = ns.ms + [sys] -%}{%- set ns.ps = ns.ps + [[x]] -%}{%- else -%}{%- set ns.ms = ns.ms + [turn] -%}{%- set ns.ps = ns.ps + [['r' ~ loop.index, x]] -%}{%- endif -%}{%- endfor -%}{%- for i in range(ns.ms|length) -%}{{ ns.ms[i](*ns.ps[i]) }}{%- endfor -%}"),
     ("call_star_too_many", "{% macro m(a) %}{{ a }}{% endmacro %}{{ m(*[1, 2]) }}"),
+    # A nested dict literal ends in `}}` (or a list of them in `}}]`)
+    # inside an expression and inside {% set %}: the owned evaluator reads
+    # it as jinja2 does; the engine's scanner would split the tag there.
+    ("nested_dict_closer", "{{ {'a': {'b': 1}} }} {{ {'a': {'b': l[0]}}['a'] }} {{ {'q': {'r': s}}.q.r ~ '!' }}"
+     "{% set c = {'x': {'y': s}} %}{{ c.x.y }} {{ c }}{% set e = [{'k': {'v': 2}}] %}{{ e[0].k.v }}"
+     "{%- set n = namespace(m={'p': {'z': i}}) %}{{ n.m.p.z }}"),
     # The Jamba-like template (macros called through a list with
     # unpacking), over a conversation set in the template itself.
     ("jamba_like", "{%- set bos_token = '<|startoftext|>' -%}{%- set add_generation_prompt = t -%}"
