@@ -504,6 +504,19 @@ type usageScanner struct {
 	uOK        bool
 }
 
+// captureString adds c to a string value being captured (the answer's
+// model or id), or, past maxModelValue bytes, gives that value up as read
+// and empty; it says whether the scanner then has all it wants.
+func (s *usageScanner) captureString(buf *[]byte, read *bool, c byte) (allDone bool) {
+	if len(*buf) < maxModelValue {
+		*buf = append(*buf, c)
+		return false
+	}
+	s.capturing, *read, *buf = 0, true, (*buf)[:0]
+	s.done = s.usageDone && s.modelDone && s.idDone
+	return s.done
+}
+
 func (s *usageScanner) feed(p []byte) {
 	if s.done {
 		return
@@ -521,24 +534,12 @@ func (s *usageScanner) feed(p []byte) {
 				s.val = append(s.val, c)
 			}
 		case 'm':
-			if len(s.model) == maxModelValue {
-				s.capturing, s.modelDone, s.model = 0, true, s.model[:0]
-				s.done = s.usageDone && s.idDone
-				if s.done {
-					return
-				}
-			} else {
-				s.model = append(s.model, c)
+			if s.captureString(&s.model, &s.modelDone, c) {
+				return
 			}
 		case 'i':
-			if len(s.id) == maxModelValue {
-				s.capturing, s.idDone, s.id = 0, true, s.id[:0]
-				s.done = s.usageDone && s.modelDone
-				if s.done {
-					return
-				}
-			} else {
-				s.id = append(s.id, c)
+			if s.captureString(&s.id, &s.idDone, c) {
+				return
 			}
 		}
 		if s.inStr {
