@@ -138,6 +138,7 @@ func TestSlowPathFallback(t *testing.T) {
 		}
 	})
 	r := e.Report()
+	golden(t, t.Name(), r)
 	flags := map[string]BackendReport{}
 	for _, b := range r.Models[0].Backends {
 		flags[b.Backend] = b
@@ -376,6 +377,7 @@ func TestPerModelVerdicts(t *testing.T) {
 		e.Observe(Observation{Time: c.t, Model: mdl, Layer: LayerDoor, Reason: "context_length_exceeded"})
 	})
 	r := e.Report()
+	golden(t, t.Name(), r)
 	got := map[string]string{}
 	for _, m := range r.Models {
 		got[m.Model] = m.Verdict
@@ -406,6 +408,7 @@ func TestPrefillTimeoutsWithoutTTFT(t *testing.T) {
 		}
 	})
 	r := e.Report()
+	golden(t, t.Name(), r)
 	if r.Verdict != VerdictPrefill {
 		t.Fatalf("verdict = %s (others %v)", r.Verdict, verdicts(r.Others))
 	}

@@ -271,6 +271,7 @@ func TestScenarios(t *testing.T) {
 			tc.feed(e, c)
 			r := e.Report()
 			mustJSON(t, r)
+			golden(t, "scenario-"+tc.name, r)
 			if r.Verdict != tc.verdict {
 				dump(t, r)
 				t.Fatalf("verdict = %s, want %s (others %v)", r.Verdict, tc.verdict, verdicts(r.Others))
