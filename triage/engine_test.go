@@ -150,14 +150,14 @@ func TestSlowPathFallback(t *testing.T) {
 			continue
 		}
 		if want != "" {
-			if len(br.SlowPath) != 1 || br.SlowPath[0]["signal"] != want {
+			if len(br.SlowPath) != 1 || br.SlowPath[0].Signal != want {
 				t.Errorf("%s: slow path evidence %v, want %s", b, br.SlowPath, want)
 			}
 		}
 	}
-	near(t, flags["b4"].SlowPath[0], "ratio", 400.0/50, 0.001)
-	near(t, flags["b4"].SlowPath[0], "peers_median_ms", 50, 0)
-	near(t, flags["b3"].SlowPath[0], "ratio", 4, 0.001)
+	nearValue(t, "b4 ratio", flags["b4"].SlowPath[0].Ratio, 400.0/50, 0.001)
+	nearValue(t, "b4 peers_median_ms", flags["b4"].SlowPath[0].PeersMedianMs, 50, 0)
+	nearValue(t, "b3 ratio", flags["b3"].SlowPath[0].Ratio, 4, 0.001)
 	if got := r.Evidence["slow_path_backends"]; fmt.Sprint(got) != "[llama-8b/b3 llama-8b/b4]" {
 		t.Errorf("slow_path_backends = %v", got)
 	}

@@ -70,7 +70,7 @@ func jsonDiff(at string, got, want any) string {
 		}
 		for k := range gm {
 			if _, ok := wm[k]; !ok {
-				out.WriteString(at + "." + k + ": not in the golden\n")
+				out.WriteString(at + "." + k + ": unexpected\n")
 			}
 		}
 		return out.String()
@@ -157,4 +157,46 @@ func TestReportGoldenQuiet(t *testing.T) {
 	e.Sample(BackendSample{Time: c.t, Model: mdl, Backend: be1, Running: 1, KVUsage: 0.1, Ready: true, State: "ready", StateSince: t0})
 	e.GatewayQueue(mdl, 2, c.t)
 	golden(t, "quiet-samples", e.Report())
+}
+
+// TestEvidenceFieldsAreItsJSON: the Evidence maps hold exactly the fields
+// the typed evidence marshals to (names, omitted fields, values), for every
+// finding, every scope and every backend of the rule cases.
+func TestEvidenceFieldsAreItsJSON(t *testing.T) {
+	tm := &terms{th: DefaultThresholds(), window: 5 * time.Minute, recent: 20 * time.Second, now: t0}
+	same := func(what string, typed any) {
+		t.Helper()
+		a, err := json.Marshal(typed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := json.Marshal(fields(typed))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var x, y any
+		_ = json.Unmarshal(a, &x)
+		_ = json.Unmarshal(b, &y)
+		if !reflect.DeepEqual(x, y) {
+			t.Errorf("%s: fields differ from its JSON:\n%s", what, jsonDiff("", y, x))
+		}
+	}
+	n := 0
+	for verdict, build := range ruleCases {
+		mw, _ := build()
+		s := newSnapshot(tm, []*modelWindow{mw})
+		same(verdict+" scope", s.evidence())
+		for _, r := range rules {
+			if ev, ok := r.fires(s); ok {
+				same(verdict+" "+r.verdict, ev)
+				n++
+			}
+		}
+		for _, b := range mw.backends {
+			same(verdict+" "+b.name, b.evidence(tm))
+		}
+	}
+	if n < len(rules) {
+		t.Errorf("%d findings checked, fewer than the %d rules", n, len(rules))
+	}
 }

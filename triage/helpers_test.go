@@ -57,9 +57,14 @@ func num(t *testing.T, ev map[string]any, key string) float64 {
 // near asserts evidence key is within rel (relative) of want.
 func near(t *testing.T, ev map[string]any, key string, want, rel float64) {
 	t.Helper()
-	got := num(t, ev, key)
+	nearValue(t, key, num(t, ev, key), want, rel)
+}
+
+// nearValue asserts got is within rel (relative) of want.
+func nearValue(t *testing.T, what string, got, want, rel float64) {
+	t.Helper()
 	if math.Abs(got-want) > rel*math.Abs(want)+1e-9 {
-		t.Errorf("%s = %v, want %v ±%.0f%%", key, got, want, rel*100)
+		t.Errorf("%s = %v, want %v ±%.0f%%", what, got, want, rel*100)
 	}
 }
 

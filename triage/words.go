@@ -9,8 +9,8 @@ import (
 
 // This file says the evidence in sentences (Report.Said, Finding.Said and
 // the *_baseline_words of a backend's evidence): the figures that made a
-// verdict and, for latency, which baseline they were judged against. The
-// sentences are built from the same values as the evidence maps.
+// verdict and, for latency, which baseline they were judged against. Each
+// evidence value says itself, from the same values as its figures.
 
 // fmtNs writes a duration given in nanoseconds for people.
 func fmtNs(ns float64) string {
@@ -28,196 +28,172 @@ func fmtNs(ns float64) string {
 
 func pct(x float64) string { return fmt.Sprintf("%.0f%%", x*100) }
 
-// recentSpan is the span Thresholds.Recent covers, in whole buckets.
-func (e *Engine) recentSpan() time.Duration {
-	return time.Duration(e.recentBuckets()) * e.width
-}
-
-// baselineWords says which baseline a backend's TTFT (tpot false) or TPOT
-// was judged against, and why that one.
-func (e *Engine) baselineWords(be *beval, tpot bool) string {
-	name, src, base, warm, mv := "TTFT", be.ttftSrc, be.ttftBase, float64(be.s.warmTTFT), &be.s.base.ttft
-	if tpot {
-		name, src, base, warm, mv = "TPOT", be.tpotSrc, be.tpotBase, float64(be.s.warmTPOT), &be.s.base.tpot
-	}
-	minCov := e.cfg.Thresholds.MinBaselineCoverage
-	cov := mv.coverage.Round(time.Second)
-	mvVal, mvOK := mv.value()
+// baselineWords says which baseline a latency was judged against, and why
+// that one.
+func (l *latency) baselineWords(t *terms) string {
+	minCov := t.th.MinBaselineCoverage
+	cov := l.moving.coverage.Round(time.Second)
 	noMoving := fmt.Sprintf("no moving baseline yet: it covers %s of the %s of traffic it needs", cov, minCov)
-	switch src {
+	switch l.src {
 	case "warmup":
-		if mvOK && mv.coverage >= minCov {
-			return fmt.Sprintf("its warm-up %s, %s, measured idle (lower than its moving baseline, %s)", name, fmtNs(base), fmtNs(mvVal))
+		if l.moving.ok && l.moving.coverage >= minCov {
+			return fmt.Sprintf("its warm-up %s, %s, measured idle (lower than its moving baseline, %s)", l.name, fmtNs(l.base), fmtNs(l.moving.value))
 		}
-		return fmt.Sprintf("its warm-up %s, %s, measured idle (%s)", name, fmtNs(base), noMoving)
+		return fmt.Sprintf("its warm-up %s, %s, measured idle (%s)", l.name, fmtNs(l.base), noMoving)
 	case "moving":
-		if warm > 0 {
-			return fmt.Sprintf("its moving baseline, %s over %s of traffic (lower than its warm-up %s, %s)", fmtNs(base), cov, name, fmtNs(warm))
+		if l.warm > 0 {
+			return fmt.Sprintf("its moving baseline, %s over %s of traffic (lower than its warm-up %s, %s)", fmtNs(l.base), cov, l.name, fmtNs(l.warm))
 		}
-		return fmt.Sprintf("its moving baseline, %s over %s of traffic (no warm-up %s was measured)", fmtNs(base), cov, name)
+		return fmt.Sprintf("its moving baseline, %s over %s of traffic (no warm-up %s was measured)", fmtNs(l.base), cov, l.name)
 	}
-	return fmt.Sprintf("no baseline, so %s is not judged (no warm-up %s was measured; %s)", name, name, noMoving)
+	return fmt.Sprintf("no baseline, so %s is not judged (no warm-up %s was measured; %s)", l.name, l.name, noMoving)
 }
 
 // latencyWords says a backend's TTFT or TPOT p50 against its baseline:
 // over the newest part of the window when that is what shows the rise (or
 // the larger ratio), else over the whole window.
-func (e *Engine) latencyWords(be *beval, tpot bool) string {
-	name, p50, n, base, rec := "TTFT", be.ttftP50, int(be.a.ttft.n), be.ttftBase, be.ttftRecent
-	if tpot {
-		name, p50, n, base, rec = "TPOT", be.tpotP50, int(be.a.tpot.n), be.tpotBase, be.tpotRecent
-	}
-	over := "the " + e.cfg.Window.String() + " window"
-	if rec.n > 0 && (base <= 0 || rec.ratio >= p50/base) {
-		p50, n, over = rec.p50, rec.n, "the last "+e.recentSpan().String()
+func latencyWords(b *backendWindow, l *latency, t *terms) string {
+	p50, n, over := l.p50, l.n, "the "+t.window.String()+" window"
+	if l.recent.n > 0 && (l.base <= 0 || l.recent.ratio >= p50/l.base) {
+		p50, n, over = l.recent.p50, l.recent.n, "the last "+t.recent.String()
 	}
 	if n == 0 {
-		return fmt.Sprintf("%s: no %s samples", qualified(be), name)
+		return fmt.Sprintf("%s: no %s samples", b.qualified(), l.name)
 	}
-	if base <= 0 {
-		return fmt.Sprintf("%s: %s p50 %s over %s (%d samples); %s", qualified(be), name, fmtNs(p50), over, n, e.baselineWords(be, tpot))
+	if l.base <= 0 {
+		return fmt.Sprintf("%s: %s p50 %s over %s (%d samples); %s", b.qualified(), l.name, fmtNs(p50), over, n, l.baselineWords(t))
 	}
-	return fmt.Sprintf("%s: %s p50 %s over %s (%d samples) is %.1fx %s", qualified(be), name, fmtNs(p50), over, n, p50/base, e.baselineWords(be, tpot))
+	return fmt.Sprintf("%s: %s p50 %s over %s (%d samples) is %.1fx %s", b.qualified(), l.name, fmtNs(p50), over, n, p50/l.base, l.baselineWords(t))
 }
 
-// sayLatency is one latency sentence per backend (decode: TPOT).
-func (e *Engine) sayLatency(aff []*beval, ttft bool) []string {
-	out := make([]string, 0, len(aff))
-	for _, be := range aff {
-		out = append(out, e.latencyWords(be, !ttft))
-	}
-	return out
-}
-
-func (e *Engine) sayKV(aff []*beval) []string {
-	th := e.cfg.Thresholds
+func (ev *compatEvidence) said(*terms) []string {
 	var out []string
-	for _, be := range aff {
-		why := fmt.Sprintf("%.1f preemptions a minute", be.prePerMin)
-		if !(be.preKnown && be.prePerMin > th.PreemptionsPerMin) {
-			why = fmt.Sprintf("vLLM's waiting queue growing %+.1f a minute while running stays flat", be.waiting.SlopePerMin)
-		}
-		out = append(out, fmt.Sprintf("%s: KV cache usage reached %s (at least %s reads as full), with %s",
-			qualified(be), pct(be.kv.Max), pct(th.KVFull), why))
-	}
-	return out
-}
-
-func (e *Engine) sayPrefill(aff []*beval, scopes []*mscope, gq, np int) []string {
-	th := e.cfg.Thresholds
-	var out []string
-	for _, be := range aff {
-		out = append(out, e.latencyWords(be, false)+", while TPOT holds steady")
-	}
-	for _, msc := range scopes {
-		if msc.queueGrowing {
-			out = append(out, fmt.Sprintf("the gateway's queue for %s grows %+.1f a minute (now %.0f, high at %.0f)",
-				msc.m.name, msc.q.SlopePerMin, msc.q.Last, th.QueueDepthHigh))
-		}
-	}
-	for _, be := range aff {
-		if be.waiting.N > 0 && (be.waiting.SlopePerMin >= th.GrowthPerMin || be.waiting.Last >= th.WaitingHigh) {
-			out = append(out, fmt.Sprintf("%s: vLLM's waiting queue grows %+.1f a minute (now %.0f)", qualified(be), be.waiting.SlopePerMin, be.waiting.Last))
-		}
-	}
-	if gq > 0 {
-		out = append(out, fmt.Sprintf("%d requests failed in the gateway's queue (full or timed out) and never reached a backend", gq))
-	}
-	if np > 0 {
-		out = append(out, fmt.Sprintf("%d requests failed before their first token", np))
-	}
-	return out
-}
-
-func sayCompat(bes []*beval) []string {
-	var out []string
-	for _, be := range bes {
-		if be.s.name == "" || !be.incompatible {
-			continue
-		}
-		c := be.s.compat
+	for _, b := range ev.Incompatible {
 		out = append(out, fmt.Sprintf("%s is held back: its %s differs from this gateway's (gateway %d, backend %d)",
-			qualified(be), strings.ReplaceAll(c.Check, "_", " "), c.Gateway, c.Backend))
+			b.Backend, strings.ReplaceAll(b.Check, "_", " "), b.Gateway, b.BackendValue))
 	}
 	return out
 }
 
-func sayUnavailable(bes []*beval, unready, connect, requests int, now time.Time) []string {
+func (ev *unavailableEvidence) said(t *terms) []string {
 	var out []string
-	for _, be := range bes {
-		if be.s.name == "" || be.incompatible {
-			continue
-		}
-		conn := be.a.layers[layerConnect]
+	for _, d := range ev.Down {
+		b := d.b
 		switch {
-		case be.notReadyNow:
+		case b.notReadyNow:
 			what := "is not ready"
-			if be.s.ejected {
+			if b.ejected {
 				what = "is ejected as an outlier"
 			}
-			sent := qualified(be) + " " + what
-			if be.s.state != "" {
-				sent += " (" + be.s.state
-				if be.s.stateReason != "" {
-					sent += ": " + be.s.stateReason
+			sent := d.Backend + " " + what
+			if b.state != "" {
+				sent += " (" + b.state
+				if b.stateReason != "" {
+					sent += ": " + b.stateReason
 				}
 				sent += ")"
 			}
-			if !be.s.stateSince.IsZero() {
-				sent += " for " + now.Sub(be.s.stateSince).Round(time.Second).String()
+			if !b.stateSince.IsZero() {
+				sent += " for " + t.now.Sub(b.stateSince).Round(time.Second).String()
 			}
 			out = append(out, sent)
-		case conn > 0:
-			out = append(out, fmt.Sprintf("%s: %d requests could not connect", qualified(be), conn))
+		case d.ConnectFailures > 0:
+			out = append(out, fmt.Sprintf("%s: %d requests could not connect", d.Backend, d.ConnectFailures))
 		}
 	}
-	if unready+connect > 0 {
+	if ev.Failures > 0 {
 		out = append(out, fmt.Sprintf("%d of %d requests failed for want of a backend (%d found none ready, %d could not connect)",
-			unready+connect, requests, unready, connect))
+			ev.Failures, ev.requests, ev.NoReadyBackend, ev.Connect))
 	}
 	return out
 }
 
-func sayBoundary(door, backend, failures, requests int, byReason map[string]int) []string {
-	out := []string{fmt.Sprintf("%d of the %d failures were refused requests (%d of %d requests): %d at the door, %d by the backend itself",
-		door+backend, failures, door+backend, requests, door, backend)}
-	if len(byReason) > 0 {
-		type rc struct {
-			r string
-			n int
-		}
-		var rs []rc
-		for r, n := range byReason {
-			rs = append(rs, rc{r, n})
-		}
-		sort.Slice(rs, func(i, j int) bool { return rs[i].n > rs[j].n || rs[i].n == rs[j].n && rs[i].r < rs[j].r })
-		parts := make([]string, 0, 3)
-		for i, x := range rs {
-			if i == 3 {
-				break
-			}
-			parts = append(parts, fmt.Sprintf("%s %d", x.r, x.n))
-		}
-		out = append(out, "refused at the door for: "+strings.Join(parts, ", "))
-	}
-	return out
-}
-
-func (e *Engine) sayClient(clientFail bool, closed, failures int, stallDom bool, stalled, requests int) []string {
+func (ev *kvEvidence) said(t *terms) []string {
+	th := &t.th
 	var out []string
-	if clientFail {
-		out = append(out, fmt.Sprintf("%d of the %d failures were clients that left or read too slowly", closed, failures))
-	}
-	if stallDom {
-		out = append(out, fmt.Sprintf("%d of %d requests spent %s or more of their time blocked writing to a slow client",
-			stalled, requests, pct(e.cfg.Thresholds.StallFraction)))
+	for _, b := range ev.backends {
+		why := fmt.Sprintf("%.1f preemptions a minute", b.prePerMin)
+		if !(b.preKnown && b.prePerMin > th.PreemptionsPerMin) {
+			why = fmt.Sprintf("vLLM's waiting queue growing %+.1f a minute while running stays flat", b.waiting.SlopePerMin)
+		}
+		out = append(out, fmt.Sprintf("%s: KV cache usage reached %s (at least %s reads as full), with %s",
+			b.qualified(), pct(b.kv.Max), pct(th.KVFull), why))
 	}
 	return out
 }
 
-func (e *Engine) sayHealthy(requests, failures int) []string {
-	if requests == 0 {
-		return []string{"no requests in the " + e.cfg.Window.String() + " window"}
+func (ev *decodeEvidence) said(t *terms) []string {
+	out := make([]string, 0, len(ev.backends))
+	for _, b := range ev.backends {
+		out = append(out, latencyWords(b, &b.tpot, t))
 	}
-	return []string{fmt.Sprintf("nothing stands out over the %s window: %d requests, %d failures", e.cfg.Window, requests, failures)}
+	return out
+}
+
+func (ev *prefillEvidence) said(t *terms) []string {
+	th := &t.th
+	var out []string
+	for _, b := range ev.aff {
+		out = append(out, latencyWords(b, &b.ttft, t)+", while TPOT holds steady")
+	}
+	for _, mw := range ev.queues {
+		if mw.queueGrowing {
+			out = append(out, fmt.Sprintf("the gateway's queue for %s grows %+.1f a minute (now %.0f, high at %.0f)",
+				mw.name, mw.q.SlopePerMin, mw.q.Last, th.QueueDepthHigh))
+		}
+	}
+	for _, b := range ev.aff {
+		if b.waitingGrowing(th) {
+			out = append(out, fmt.Sprintf("%s: vLLM's waiting queue grows %+.1f a minute (now %.0f)", b.qualified(), b.waiting.SlopePerMin, b.waiting.Last))
+		}
+	}
+	if ev.QueueFailures > 0 {
+		out = append(out, fmt.Sprintf("%d requests failed in the gateway's queue (full or timed out) and never reached a backend", ev.QueueFailures))
+	}
+	if ev.PrefillFailures > 0 {
+		out = append(out, fmt.Sprintf("%d requests failed before their first token", ev.PrefillFailures))
+	}
+	return out
+}
+
+func (ev *boundaryEvidence) said(*terms) []string {
+	refused := ev.Door + ev.Backend
+	out := []string{fmt.Sprintf("%d of the %d failures were refused requests (%d of %d requests): %d at the door, %d by the backend itself",
+		refused, ev.failures, refused, ev.requests, ev.Door, ev.Backend)}
+	if len(ev.ByReason) == 0 {
+		return out
+	}
+	type rc struct {
+		r string
+		n int
+	}
+	var rs []rc
+	for r, n := range ev.ByReason {
+		rs = append(rs, rc{r, n})
+	}
+	sort.Slice(rs, func(i, j int) bool { return rs[i].n > rs[j].n || rs[i].n == rs[j].n && rs[i].r < rs[j].r })
+	parts := make([]string, 0, 3)
+	for _, x := range rs[:min(3, len(rs))] {
+		parts = append(parts, fmt.Sprintf("%s %d", x.r, x.n))
+	}
+	return append(out, "refused at the door for: "+strings.Join(parts, ", "))
+}
+
+func (ev *clientEvidence) said(t *terms) []string {
+	var out []string
+	if ev.left {
+		out = append(out, fmt.Sprintf("%d of the %d failures were clients that left or read too slowly", ev.Closed, ev.failures))
+	}
+	if ev.stalledDominate {
+		out = append(out, fmt.Sprintf("%d of %d requests spent %s or more of their time blocked writing to a slow client",
+			ev.Stalled, ev.requests, pct(t.th.StallFraction)))
+	}
+	return out
+}
+
+func (ev healthyEvidence) said(t *terms) []string {
+	if ev.requests == 0 {
+		return []string{"no requests in the " + t.window.String() + " window"}
+	}
+	return []string{fmt.Sprintf("nothing stands out over the %s window: %d requests, %d failures", t.window, ev.requests, ev.failures)}
 }
