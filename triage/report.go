@@ -87,12 +87,12 @@ func (e *Engine) Report() Report {
 	rep := Report{Window: e.cfg.Window.String(), GeneratedAt: t.now, Dropped: e.dropped}
 	e.mu.Unlock()
 
-	fleet := assess(newSnapshot(t, models))
-	rep.Verdict, rep.Evidence, rep.Said, rep.Next, rep.Others = fleet.verdict, fleet.evidence, fleet.said, fleet.next, fleet.others
+	fleet, others := assess(newSnapshot(t, models))
+	rep.Verdict, rep.Evidence, rep.Said, rep.Next, rep.Others = fleet.Verdict, fleet.Evidence, fleet.Said, fleet.Next, others
 	for _, mw := range models {
-		m := assess(newSnapshot(t, []*modelWindow{mw}))
+		m, others := assess(newSnapshot(t, []*modelWindow{mw}))
 		mr := ModelReport{Model: mw.name, Requests: mw.requests,
-			Verdict: m.verdict, Evidence: m.evidence, Said: m.said, Next: m.next, Others: m.others}
+			Verdict: m.Verdict, Evidence: m.Evidence, Said: m.Said, Next: m.Next, Others: others}
 		rep.Requests += mw.requests
 		for _, b := range mw.backends {
 			if b.name != "" {
@@ -104,19 +104,10 @@ func (e *Engine) Report() Report {
 	return rep
 }
 
-// assessment is a scope's verdict.
-type assessment struct {
-	verdict  string
-	evidence map[string]any
-	said     []string
-	next     []string
-	others   []Finding
-}
-
 // assess applies every rule to a scope. The verdict is the first rule that
-// fires, its evidence the scope's laid over with that rule's; the other
-// rules that fire follow, in order.
-func assess(s *snapshot) assessment {
+// fires (healthy when none does), with the scope's evidence laid over with
+// that rule's; the other rules that fire follow, in order.
+func assess(s *snapshot) (verdict Finding, others []Finding) {
 	var found []Finding
 	var first evidence
 	for _, r := range rules {
@@ -130,14 +121,15 @@ func assess(s *snapshot) assessment {
 		found = append(found, Finding{Verdict: r.verdict, Evidence: fields(ev), Said: ev.said(s.terms), Next: Next(r.verdict)})
 	}
 	if len(found) == 0 {
-		return assessment{verdict: VerdictHealthy, evidence: fields(s.evidence()),
-			said: healthyEvidence{s.requests, s.requests - s.ok}.said(s.terms), next: Next(VerdictHealthy)}
+		said := healthyEvidence{s.requests, s.requests - s.ok}.said(s.terms)
+		return Finding{Verdict: VerdictHealthy, Evidence: fields(s.evidence()), Said: said, Next: Next(VerdictHealthy)}, nil
 	}
-	a := assessment{verdict: found[0].Verdict, evidence: fields(s.evidence(), first), said: found[0].Said, next: found[0].Next}
+	verdict = found[0]
+	verdict.Evidence = fields(s.evidence(), first)
 	if len(found) > 1 {
-		a.others = found[1:]
+		others = found[1:]
 	}
-	return a
+	return verdict, others
 }
 
 // fields is evidence as the JSON object the report serves, for the

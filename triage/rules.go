@@ -35,7 +35,8 @@ type rule struct {
 // queues and makes clients give up; a full KV cache preempts, which slows
 // decode and grows the waiting queue; slow decode lowers throughput, which
 // grows queues. Door rejections and client behaviour say nothing about the
-// fleet, so they come last among the failure classes.
+// fleet, so they come last among the failure classes. The list is read
+// only.
 var rules = []rule{
 	{
 		verdict: VerdictCompat,

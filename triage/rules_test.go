@@ -117,8 +117,8 @@ func TestRulesFireOnTheirOwnEvidence(t *testing.T) {
 				}
 			}
 		}
-		if got := assess(s).verdict; got != want {
-			t.Errorf("on %s's evidence, the verdict is %s", want, got)
+		if got, _ := assess(s); got.Verdict != want {
+			t.Errorf("on %s's evidence, the verdict is %s", want, got.Verdict)
 		}
 	}
 }
