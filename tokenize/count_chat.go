@@ -5,7 +5,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/ardanlabs/jinja"
 	"github.com/maitred-dev/maitred/internal/ojson"
 )
 
@@ -64,11 +63,10 @@ type finalContent struct {
 
 // chatVars are a chat request's template variables: the model's special
 // tokens, under the request's own (kwargs, tools, documents, messages,
-// add_generation_prompt), which are built as the owned evaluator's values
-// and converted for the engine path only when it renders.
+// add_generation_prompt), built as the evaluator's values.
 type chatVars struct {
-	special map[string]jinja.Value // the model's, shared and read-only
-	own     fields                 // the request's, in the order set
+	special map[string]value // the model's, shared and read-only
+	own     fields           // the request's, in the order set
 	// bodyLen is the request body's length, about the render's.
 	bodyLen int
 }
@@ -79,23 +77,10 @@ func (cv *chatVars) lookup(name string) (value, bool) {
 	if v, ok := cv.own.get(name); ok {
 		return v, true
 	}
-	if j, ok := cv.special[name]; ok {
-		return fromJ(j), true
+	if v, ok := cv.special[name]; ok {
+		return v, true
 	}
 	return undef, false
-}
-
-// engine returns the variables as the engine path takes them (a new map,
-// which the engine path adds to).
-func (cv *chatVars) engine() map[string]jinja.Value {
-	vars := make(map[string]jinja.Value, len(cv.special)+len(cv.own.keys)+8) // room for Render's own
-	for k, v := range cv.special {
-		vars[k] = v
-	}
-	for i, n := range cv.own.keys {
-		vars[n] = toJ(cv.own.vals[i])
-	}
-	return vars
 }
 
 // convState converts ojson values to template values and remembers the

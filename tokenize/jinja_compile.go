@@ -314,10 +314,6 @@ func compileAttr(n *attrExpr) valFn {
 				v, _ := o.p.(*mapVal).get(name)
 				return v, nil
 			}
-		case kDict:
-			if !method {
-				return dictField(*o, name), nil
-			}
 		case kNS:
 			v, _ := o.p.(*nsVal).get(name)
 			return v, nil
@@ -341,10 +337,6 @@ func compileSKey(n *itemExpr) valFn {
 				return value{k: kFunc, p: &funcVal{name: key, recv: *o}}, nil
 			}
 			return undef, nil
-		case kDict:
-			if v := dictField(*o, key); v.k != kUndef || !method {
-				return v, nil
-			}
 		}
 		return getItem(*o, strV(key))
 	})
@@ -439,8 +431,6 @@ func getAttrOf(o *value, name string) (value, error) {
 	case kMap:
 		v, _ := o.p.(*mapVal).get(name)
 		return v, nil
-	case kDict:
-		return dictField(*o, name), nil
 	}
 	return getAttr(*o, name)
 }
@@ -531,11 +521,11 @@ func compileTest(n *testExpr) condFn {
 		case "string":
 			is = func(k vkind) bool { return k == kStr }
 		case "mapping":
-			is = func(k vkind) bool { return k == kDict || k == kMap }
+			is = func(k vkind) bool { return k == kMap }
 		case "iterable":
 			is = func(k vkind) bool {
 				switch k {
-				case kStr, kList, kSeq, kDict, kMap, kUndef, kLoop:
+				case kStr, kSeq, kMap, kUndef, kLoop:
 					return true
 				}
 				return false
@@ -860,13 +850,11 @@ func compileFilter(n *filterExpr) valFn {
 				return undef, err
 			}
 			switch v.k {
-			case kList:
-				return intV(int64(v.seqLen())), nil
 			case kSeq:
 				if !v.p.(*seqVal).lazy {
 					return intV(int64(v.seqLen())), nil
 				}
-			case kDict, kMap:
+			case kMap:
 				return intV(int64(v.mapLen())), nil
 			}
 			return filterLength(v)

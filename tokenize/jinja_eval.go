@@ -11,17 +11,14 @@ import (
 	"time"
 	"unicode/utf8"
 	"unsafe"
-
-	"github.com/ardanlabs/jinja"
 )
 
 // The owned evaluator: renders a parsed template (jinja_parse.go) with
 // Python jinja2's semantics in transformers' configuration
 // (ImmutableSandboxedEnvironment, trim_blocks, lstrip_blocks,
-// loopcontrols). Where Python raises and the engine path would render
-// something, or where the two differ and this file does not reproduce
-// Python, it returns an *unsupportedError: the count is not exact and vLLM
-// decides.
+// loopcontrols). Where Python raises and this file does not reproduce
+// the error, or where it does not reproduce Python's output, it returns
+// an *unsupportedError: the count is not exact and vLLM decides.
 
 // ownedTemplate is a template the owned evaluator renders.
 type ownedTemplate struct {
@@ -58,8 +55,8 @@ func compileOwned(lx *lexed) (*ownedTemplate, error) {
 	inits := make([]topSlot, len(names))
 	for i, name := range names {
 		switch name {
-		// The package's helpers win over render variables, as on the
-		// engine path (Template.Render sets them last).
+		// The package's helpers win over render variables, as
+		// vLLM's globals do.
 		case "raise_exception":
 			inits[i] = topSlot{helper: true, v: fnRaise}
 		case "strftime_now":
@@ -458,15 +455,12 @@ type outputHinter interface {
 	outputHint() int
 }
 
-// engineVars are render variables given as the engine's values.
-type engineVars map[string]jinja.Value
+// mapVars are render variables given by name ([Template.Render]).
+type mapVars map[string]value
 
-func (vars engineVars) lookup(name string) (value, bool) {
-	j, ok := vars[name]
-	if !ok {
-		return undef, false
-	}
-	return fromJ(j), true
+func (vars mapVars) lookup(name string) (value, bool) {
+	v, ok := vars[name]
+	return v, ok
 }
 
 // render renders the template with vars (read, never written).
@@ -624,8 +618,6 @@ func (l *loopState) at(i int) value {
 // source.
 func iterate(v value) (loopState, error) {
 	switch v.k {
-	case kList:
-		return loopState{src: v, n: v.seqLen()}, nil
 	case kSeq:
 		sv := v.p.(*seqVal)
 		if sv.lazy {
@@ -635,7 +627,7 @@ func iterate(v value) (loopState, error) {
 			sv.used = true
 		}
 		return loopState{src: v, n: len(sv.items)}, nil
-	case kDict, kMap:
+	case kMap:
 		return loopState{src: v, n: v.mapLen()}, nil
 	case kStr:
 		vals := make([]value, 0, len(v.s))
@@ -738,7 +730,7 @@ func (r *renderer) reversible(x *nameExpr) value {
 		return undef
 	}
 	v := r.get(x.ref)
-	if v.k == kList || v.k == kSeq && !v.p.(*seqVal).lazy {
+	if v.k == kSeq && !v.p.(*seqVal).lazy {
 		return v
 	}
 	return undef
@@ -978,19 +970,7 @@ func (r *renderer) evalAttr(n *attrExpr) (value, error) {
 	if err != nil {
 		return undef, err
 	}
-	if o.k == kDict && n.fl&flDictMethod == 0 {
-		return dictField(o, n.name), nil
-	}
 	return getAttr(o, n.name)
-}
-
-// dictField is d[key] of a request dict, Undefined when missing.
-func dictField(o value, key string) value {
-	j, ok := o.p.(*jinja.Dict).Data[key]
-	if !ok {
-		return undef
-	}
-	return fromJ(j)
 }
 
 func (r *renderer) evalItem(n *itemExpr) (value, error) {
@@ -1002,11 +982,6 @@ func (r *renderer) evalItem(n *itemExpr) (value, error) {
 		return undef, errMarkup("an item")
 	}
 	if n.hasSKey {
-		if o.k == kDict {
-			if v := dictField(o, n.skey); v.k != kUndef || n.fl&flDictMethod == 0 {
-				return v, nil
-			}
-		}
 		return getItem(o, strV(n.skey))
 	}
 	k, err := r.ev(n.key)
@@ -1207,7 +1182,7 @@ func pyIn(item, c value) (bool, error) {
 			return false, errPyRaises("TypeError: 'in <string>' requires string as left operand")
 		}
 		return strings.Contains(c.s, item.s), nil
-	case kList, kSeq:
+	case kSeq:
 		if c.k == kSeq && c.p.(*seqVal).lazy {
 			return false, errUnsupported("in over a generator")
 		}
@@ -1217,12 +1192,12 @@ func pyIn(item, c value) (bool, error) {
 			}
 		}
 		return false, nil
-	case kDict, kMap:
+	case kMap:
 		switch item.k {
 		case kStr:
 			_, ok := c.mapGet(item.s)
 			return ok, nil
-		case kList, kSeq, kDict, kMap, kNS, kLoop:
+		case kSeq, kMap, kNS, kLoop:
 			return false, errPyRaises("TypeError: unhashable type")
 		}
 		return false, nil
@@ -1446,7 +1421,7 @@ func flagsOf(name string) attrFlags {
 
 func getAttr(o value, name string) (value, error) {
 	switch o.k {
-	case kDict, kMap:
+	case kMap:
 		if dictMethods[name] {
 			return method(o, name), nil
 		}
@@ -1456,7 +1431,7 @@ func getAttr(o value, name string) (value, error) {
 		if strMethods[name] {
 			return method(o, name), nil
 		}
-	case kList, kSeq:
+	case kSeq:
 		if listMethods[name] {
 			return method(o, name), nil
 		}
@@ -1513,7 +1488,7 @@ func loopAttr(l *loopState, name string) (value, error) {
 
 func getItem(o, k value) (value, error) {
 	switch o.k {
-	case kDict, kMap:
+	case kMap:
 		if k.k == kStr {
 			if v, ok := o.mapGet(k.s); ok {
 				return v, nil
@@ -1523,7 +1498,7 @@ func getItem(o, k value) (value, error) {
 			}
 		}
 		return undef, nil
-	case kList, kSeq:
+	case kSeq:
 		if k.k == kInt || k.k == kBool {
 			if o.k == kSeq && o.p.(*seqVal).lazy {
 				return undef, nil // a generator is not subscriptable
@@ -1611,7 +1586,7 @@ func (r *renderer) evalSlice(n *sliceExpr) (value, error) {
 	var n0 int
 	var chars []value
 	switch o.k {
-	case kList, kSeq:
+	case kSeq:
 		if o.k == kSeq && o.p.(*seqVal).lazy {
 			return undef, nil
 		}
@@ -1961,7 +1936,7 @@ func (r *renderer) callMethod(o value, name string, args []value, kwNames []stri
 		if strMethods[name] {
 			return strMethod(o.s, name, args, kwNames, kw)
 		}
-	case kDict, kMap:
+	case kMap:
 		if dictMethods[name] {
 			return dictMethod(o, name, args, kw)
 		}
@@ -1973,7 +1948,7 @@ func (r *renderer) callMethod(o value, name string, args []value, kwNames []stri
 			l := o.p.(*loopState)
 			return args[l.i%len(args)], nil
 		}
-	case kList, kSeq:
+	case kSeq:
 		if listMethods[name] {
 			return undef, errNotPython("list." + name)
 		}
@@ -2270,7 +2245,7 @@ func dictMethod(o value, name string, args, kw []value) (value, error) {
 			if v, ok := o.mapGet(args[0].s); ok {
 				return v, nil
 			}
-		} else if k := args[0].k; k == kList || k == kSeq || k == kDict || k == kMap {
+		} else if k := args[0].k; k == kSeq || k == kMap {
 			return undef, errPyRaises("TypeError: unhashable type")
 		}
 		if len(args) == 2 {

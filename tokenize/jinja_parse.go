@@ -3,14 +3,13 @@ package tokenize
 import (
 	"fmt"
 	"slices"
-	"strings"
 )
 
 // The owned evaluator's parser: jinja2's grammar (jinja2/parser.py) for
 // the statements and expressions chat templates use, built into a tree
 // whose names are resolved to frame slots (resolve, below) so a render
 // never looks a variable up by name. Any other construct is refused with
-// errNotOwned and the template keeps the engine path.
+// errNotOwned: the template does not compile.
 
 // ref addresses a variable: level 0 is the template's frame, level 1 the
 // frame of the macro being called.
@@ -821,9 +820,6 @@ func (p *parser) parsePrimary() (expr, error) {
 		if isKeyword(t.s) {
 			return nil, notOwned("keyword %q as a value", t.s)
 		}
-		if strings.HasPrefix(t.s, "__mt_") {
-			return nil, notOwned("a name of the package's engine rewrite (__mt_)")
-		}
 		return &nameExpr{name: t.s}, nil
 	case tStr:
 		s := t.s
@@ -1197,6 +1193,10 @@ var filterArgs = map[string]struct {
 	"join":       {[]string{"d", "attribute"}, false},
 	"list":       {nil, false},
 	"format":     {nil, true},
+	"abs":        {nil, false},
+	"reverse":    {nil, false},
+	"round":      {[]string{"precision", "method"}, false},
+	"sort":       {[]string{"reverse", "case_sensitive", "attribute"}, false},
 	"length":     {nil, false},
 	"count":      {nil, false},
 	"default":    {[]string{"default_value", "boolean"}, false},
@@ -1228,8 +1228,8 @@ func checkFilter(name string, c *callExpr) error {
 	}
 	for _, k := range c.kwNames {
 		if !slices.Contains(fa.params, k) {
-			if name == "map" && (k == "attribute" || k == "default") {
-				continue
+			if name == "map" && (k == "attribute" || k == "default") || name == "format" {
+				continue // format with keywords declines at render
 			}
 			return notOwned("filter %q keyword %q", name, k)
 		}
@@ -1248,10 +1248,6 @@ func checkFilter(name string, c *callExpr) error {
 	case "replace":
 		if len(c.args)+len(c.kwArgs) < 2 {
 			return notOwned("replace without old and new")
-		}
-	case "format":
-		if len(c.kwArgs) > 0 {
-			return notOwned("format with keyword arguments")
 		}
 	case "map":
 		// map(attribute=...[, default=...]), or map('filter', args...)

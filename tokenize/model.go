@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ardanlabs/jinja"
 	"github.com/maitred-dev/maitred/internal/ojson"
 )
 
@@ -45,7 +44,7 @@ type Model struct {
 	// transformers' get_chat_template does) and others.
 	templates     map[string]*Template
 	contentFormat ContentFormat // forced; "" = per template
-	special       map[string]jinja.Value
+	special       map[string]value
 	defaultKwargs *ojson.Value
 	now           func() time.Time
 	// cleanUp is tokenizer_config.json's clean_up_tokenization_spaces
@@ -108,14 +107,14 @@ func LoadDir(dir string, opts LoadOptions) (*Model, error) {
 
 	// Special-token strings, as transformers' special_tokens_map passes
 	// them to the template.
-	m.special = map[string]jinja.Value{}
+	m.special = map[string]value{}
 	for _, k := range []string{"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"} {
 		s, ok, err := tokenString(cfg[k])
 		if err != nil {
 			return nil, fmt.Errorf("tokenize: %s: tokenizer_config.json %s: %w", dir, k, err)
 		}
 		if ok {
-			m.special[k] = jinja.NewString(s)
+			m.special[k] = strV(s)
 		}
 	}
 	if raw, ok := cfg["additional_special_tokens"]; ok && string(raw) != "null" {
@@ -123,15 +122,15 @@ func LoadDir(dir string, opts LoadOptions) (*Model, error) {
 		if err := json.Unmarshal(raw, &list); err != nil {
 			return nil, fmt.Errorf("tokenize: %s: additional_special_tokens: %w", dir, err)
 		}
-		items := make([]jinja.Value, 0, len(list))
+		items := make([]value, 0, len(list))
 		for _, r := range list {
 			s, ok, err := tokenString(r)
 			if err != nil || !ok {
 				return nil, fmt.Errorf("tokenize: %s: additional_special_tokens: bad entry %s", dir, r)
 			}
-			items = append(items, jinja.NewString(s))
+			items = append(items, strV(s))
 		}
-		m.special["additional_special_tokens"] = jinja.NewList(items)
+		m.special["additional_special_tokens"] = listV(items)
 	}
 
 	if raw, ok := cfg["clean_up_tokenization_spaces"]; ok && string(raw) != "null" {
