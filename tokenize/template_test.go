@@ -154,9 +154,9 @@ func TestFormatOutsideItsSubset(t *testing.T) {
 // not reproduce is declined, never guessed.
 func TestOrderAndNumberFilters(t *testing.T) {
 	for src, want := range map[string]string{
-		`{{ 2.675|round(2) }} {{ 2.5|round }} {{ 3|round(2) }} {{ -0.4|round }} {{ 1.21|round(1,"ceil") }} {{ 5|round(1,"floor") }} {{ true|round }}`: "2.67 2.0 3 -0.0 1.3 5.0 1",
+		`{{ 2.675|round(2) }} {{ 2.5|round }} {{ 3|round(2) }} {{ -0.4|round }} {{ 1.21|round(1,"ceil") }} {{ 5|round(1,"floor") }} {{ true|round }}`:                                 "2.67 2.0 3 -0.0 1.3 5.0 1",
 		`{{ [3,1.5,true,2]|sort }} {{ [3,1,2]|sort(true) }} {{ ["b","A","a","B"]|sort }} {{ ["b","A","a","B"]|sort(case_sensitive=true) }} {{ {"b":1,"a":2}|sort }} {{ "cab"|sort }}`: "[True, 1.5, 2, 3] [3, 2, 1] ['A', 'a', 'b', 'B'] ['A', 'B', 'a', 'b'] ['a', 'b'] ['a', 'b', 'c']",
-		`{{ -3|abs }} {{ -2.5|abs }} {{ "héllo"|reverse }} {{ {"a":1,"b":2}|reverse|list }} {{ x|reverse|list }} {{ [1,2]|reverse|join(",") }}`: "3 2.5 olléh ['b', 'a'] [] 2,1",
+		`{{ -3|abs }} {{ -2.5|abs }} {{ "héllo"|reverse }} {{ {"a":1,"b":2}|reverse|list }} {{ x|reverse|list }} {{ [1,2]|reverse|join(",") }}`:                                       "3 2.5 olléh ['b', 'a'] [] 2,1",
 	} {
 		if got, err := renderWith(t, src, `{}`); err != nil || got != want {
 			t.Errorf("%s: got %q, %v; want %q", src, got, err, want)
