@@ -61,7 +61,7 @@ func (fc *filterCall) arg(pos int, name string) (value, bool) {
 }
 
 // filterFn implements one filter.
-type filterFn func(r *renderer, fc *filterCall) (value, error)
+type filterFn func(r *renderer, fc filterCall) (value, error)
 
 // filterFuncs are the filters the evaluator implements (filterArgs in
 // jinja_parse.go lists their parameters, checked at compile time).
@@ -98,16 +98,16 @@ func (r *renderer) evalFilter(n *filterExpr) (value, error) {
 	if !ok {
 		return undef, errNotPython("filter " + n.name)
 	}
-	return f(r, &filterCall{name: n.name, v: v, c: n.call, args: args, kw: kw})
+	return f(r, filterCall{name: n.name, v: v, c: n.call, args: args, kw: kw})
 }
 
 // filterSafe is markupsafe.Markup(value): str(value), marked.
-func filterSafe(_ *renderer, fc *filterCall) (value, error) {
+func filterSafe(_ *renderer, fc filterCall) (value, error) {
 	s, err := pyStrV(fc.v)
 	return markupV(s), err
 }
 
-func filterToJSON(r *renderer, fc *filterCall) (value, error) {
+func filterToJSON(r *renderer, fc filterCall) (value, error) {
 	var b strings.Builder
 	if err := r.tojsonArgs(&b, fc.v, fc.c, fc.args, fc.kw); err != nil {
 		return undef, err
@@ -115,7 +115,7 @@ func filterToJSON(r *renderer, fc *filterCall) (value, error) {
 	return strV(b.String()), nil
 }
 
-func filterString(_ *renderer, fc *filterCall) (value, error) {
+func filterString(_ *renderer, fc filterCall) (value, error) {
 	if isMarkup(fc.v) {
 		return fc.v, nil // soft_str keeps a str (Markup) as it is
 	}
@@ -124,7 +124,7 @@ func filterString(_ *renderer, fc *filterCall) (value, error) {
 }
 
 // filterTrim is str(value).strip(chars).
-func filterTrim(_ *renderer, fc *filterCall) (value, error) {
+func filterTrim(_ *renderer, fc filterCall) (value, error) {
 	s, err := pyStrV(fc.v)
 	if err != nil {
 		return undef, err
@@ -139,7 +139,7 @@ func filterTrim(_ *renderer, fc *filterCall) (value, error) {
 }
 
 // filterJoin is join(value, d=”, attribute=None) with str() of each item.
-func filterJoin(_ *renderer, fc *filterCall) (value, error) {
+func filterJoin(_ *renderer, fc filterCall) (value, error) {
 	sep := ""
 	if d, ok := fc.arg(0, "d"); ok {
 		var err error
@@ -174,7 +174,7 @@ func filterJoin(_ *renderer, fc *filterCall) (value, error) {
 }
 
 // filterList is Python's list(value): a dict gives its keys.
-func filterList(_ *renderer, fc *filterCall) (value, error) {
+func filterList(_ *renderer, fc filterCall) (value, error) {
 	items, err := pyIterValues(fc.v)
 	if err != nil {
 		return undef, errUnsupported("list of a non-iterable value")
@@ -182,17 +182,17 @@ func filterList(_ *renderer, fc *filterCall) (value, error) {
 	return value{k: kSeq, p: &seqVal{items: items}}, nil
 }
 
-func filterFormat(_ *renderer, fc *filterCall) (value, error) {
+func filterFormat(_ *renderer, fc filterCall) (value, error) {
 	if len(fc.kw) > 0 {
 		return undef, errUnsupported("format of a non-string or with keyword arguments")
 	}
 	return formatFilter(fc.v, fc.args)
 }
 
-func filterLen(_ *renderer, fc *filterCall) (value, error) { return filterLength(fc.v) }
+func filterLen(_ *renderer, fc filterCall) (value, error) { return filterLength(fc.v) }
 
 // filterDefault is default(value, default_value=”, boolean=False).
-func filterDefault(_ *renderer, fc *filterCall) (value, error) {
+func filterDefault(_ *renderer, fc filterCall) (value, error) {
 	def := emptyS
 	if d, ok := fc.arg(0, "default_value"); ok {
 		def = d
@@ -204,7 +204,7 @@ func filterDefault(_ *renderer, fc *filterCall) (value, error) {
 	return fc.v, nil
 }
 
-func filterCase(_ *renderer, fc *filterCall) (value, error) {
+func filterCase(_ *renderer, fc filterCall) (value, error) {
 	s, err := pyStrV(fc.v)
 	if err != nil {
 		return undef, err
@@ -214,7 +214,7 @@ func filterCase(_ *renderer, fc *filterCall) (value, error) {
 
 // filterReplace is str(s).replace(str(old), str(new), count), autoescape
 // off.
-func filterReplace(_ *renderer, fc *filterCall) (value, error) {
+func filterReplace(_ *renderer, fc filterCall) (value, error) {
 	s, err := pyStrV(fc.v)
 	if err != nil {
 		return undef, err
@@ -241,7 +241,7 @@ func filterReplace(_ *renderer, fc *filterCall) (value, error) {
 
 // filterMinMax is min and max over numbers only (jinja2 compares strings
 // case-insensitively).
-func filterMinMax(_ *renderer, fc *filterCall) (value, error) {
+func filterMinMax(_ *renderer, fc filterCall) (value, error) {
 	items, err := pyIterValues(fc.v)
 	if err != nil {
 		return undef, err
@@ -263,7 +263,7 @@ func filterMinMax(_ *renderer, fc *filterCall) (value, error) {
 	return best, nil
 }
 
-func filterCapitalize(_ *renderer, fc *filterCall) (value, error) {
+func filterCapitalize(_ *renderer, fc filterCall) (value, error) {
 	s, err := pyStrV(fc.v)
 	if err != nil {
 		return undef, err
@@ -277,7 +277,7 @@ func filterCapitalize(_ *renderer, fc *filterCall) (value, error) {
 	return strV(strings.ToUpper(s[:1]) + strings.ToLower(s[1:])), nil
 }
 
-func filterFirstLast(_ *renderer, fc *filterCall) (value, error) {
+func filterFirstLast(_ *renderer, fc filterCall) (value, error) {
 	v := fc.v
 	switch v.k {
 	case kStr, kSeq, kMap, kUndef:
@@ -300,7 +300,7 @@ func filterFirstLast(_ *renderer, fc *filterCall) (value, error) {
 	return items[len(items)-1], nil
 }
 
-func filterItems(_ *renderer, fc *filterCall) (value, error) {
+func filterItems(_ *renderer, fc filterCall) (value, error) {
 	v := fc.v
 	switch v.k {
 	case kUndef:
@@ -317,7 +317,7 @@ func filterItems(_ *renderer, fc *filterCall) (value, error) {
 
 // filterMap is map('filter', args...), the filter on every item, or
 // map(attribute=...[, default=...]).
-func filterMap(r *renderer, fc *filterCall) (value, error) {
+func filterMap(r *renderer, fc filterCall) (value, error) {
 	items, err := pyIterValues(fc.v)
 	if err != nil {
 		return undef, err
@@ -350,7 +350,7 @@ func filterMap(r *renderer, fc *filterCall) (value, error) {
 
 // filterSelect is select, reject, selectattr and rejectattr: a test (or
 // truth) on every item, or on its attribute.
-func filterSelect(_ *renderer, fc *filterCall) (value, error) {
+func filterSelect(_ *renderer, fc filterCall) (value, error) {
 	items, err := pyIterValues(fc.v)
 	if err != nil {
 		return undef, err

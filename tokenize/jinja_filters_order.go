@@ -13,7 +13,7 @@ import (
 
 // filterAbs is Python's abs(): an int for an int or a bool, a float for a
 // float.
-func filterAbs(_ *renderer, fc *filterCall) (value, error) {
+func filterAbs(_ *renderer, fc filterCall) (value, error) {
 	switch v := fc.v; v.k {
 	case kInt, kBool:
 		if v.n == math.MinInt64 {
@@ -30,7 +30,7 @@ func filterAbs(_ *renderer, fc *filterCall) (value, error) {
 // Python's round(value, precision) (an int stays an int; a float is
 // rounded half to even on its exact value, as repr's digits are), 'ceil'
 // and 'floor' are math's on value * 10**precision, divided back.
-func filterRound(_ *renderer, fc *filterCall) (value, error) {
+func filterRound(_ *renderer, fc filterCall) (value, error) {
 	v := fc.v
 	prec := int64(0)
 	if p, ok := fc.arg(0, "precision"); ok {
@@ -85,7 +85,7 @@ func filterRound(_ *renderer, fc *filterCall) (value, error) {
 // only then); Python raises comparing other mixes, and sorting by an
 // attribute is not reproduced. The sort is stable, as Python's, reverse
 // included.
-func filterSort(_ *renderer, fc *filterCall) (value, error) {
+func filterSort(_ *renderer, fc filterCall) (value, error) {
 	if a, ok := fc.arg(2, "attribute"); ok && a.k != kNone {
 		return undef, errUnsupported("sort by attribute")
 	}
@@ -138,7 +138,7 @@ func filterSort(_ *renderer, fc *filterCall) (value, error) {
 // filterReverse is jinja2's reverse: a str reversed; a list, tuple or dict
 // through reversed() (an iterator); anything else iterable as a reversed
 // list (a generator). An Undefined reverses as an empty iterator.
-func filterReverse(_ *renderer, fc *filterCall) (value, error) {
+func filterReverse(_ *renderer, fc filterCall) (value, error) {
 	v := fc.v
 	if v.k == kStr {
 		rs := []rune(v.s)

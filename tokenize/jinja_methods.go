@@ -21,133 +21,171 @@ func strArg(v value, noneOK bool) (string, bool, error) {
 	return "", false, errPyRaises("TypeError: a str method argument must be str")
 }
 
+// strMethod calls the str method name on s.
 func strMethod(s, name string, args []value, kwNames []string, kw []value) (value, error) {
-	switch name {
-	case "strip", "lstrip", "rstrip":
-		if len(kw) > 0 || len(args) > 1 {
-			return undef, errPyRaises("TypeError: strip arguments")
+	m, ok := strMethodFuncs[name]
+	if !ok {
+		return undef, errNotPython("str." + name)
+	}
+	return m(strCall{s: s, name: name, args: args, kwNames: kwNames, kw: kw})
+}
+
+// strCall is one str method call: the receiver and the arguments.
+type strCall struct {
+	s, name string
+	args    []value
+	kwNames []string
+	kw      []value
+}
+
+// strMethodFuncs are the str methods the evaluator implements.
+var strMethodFuncs = map[string]func(c strCall) (value, error){
+	"strip": strStrip, "lstrip": strStrip, "rstrip": strStrip,
+	"split": strSplit, "startswith": strStartsEnds, "endswith": strStartsEnds,
+	"replace": strReplace, "upper": strCase, "lower": strCase, "title": strTitle,
+	"format": func(c strCall) (value, error) { return strFormat(c.s, c.args, c.kwNames, c.kw) },
+}
+
+// strStrip is str.strip, lstrip and rstrip, on whitespace or on chars.
+func strStrip(c strCall) (value, error) {
+	s, name, args := c.s, c.name, c.args
+	if len(c.kw) > 0 || len(args) > 1 {
+		return undef, errPyRaises("TypeError: strip arguments")
+	}
+	chars, has := "", false
+	if len(args) == 1 {
+		var err error
+		if chars, has, err = strArg(args[0], true); err != nil {
+			return undef, err
 		}
-		chars, has := "", false
-		if len(args) == 1 {
-			var err error
-			if chars, has, err = strArg(args[0], true); err != nil {
-				return undef, err
-			}
-		}
-		switch {
-		case has && name == "strip":
-			return strV(strings.Trim(s, chars)), nil
-		case has && name == "lstrip":
-			return strV(strings.TrimLeft(s, chars)), nil
-		case has:
-			return strV(strings.TrimRight(s, chars)), nil
-		case name == "strip":
-			return strV(strings.TrimFunc(s, pyIsSpace)), nil
-		case name == "lstrip":
-			return strV(strings.TrimLeftFunc(s, pyIsSpace)), nil
-		}
-		return strV(strings.TrimRightFunc(s, pyIsSpace)), nil
-	case "split":
-		sep, maxsplit := noneV, intV(-1)
-		if len(args) > 2 {
-			return undef, errPyRaises("TypeError: split arguments")
-		}
-		if len(args) > 0 {
-			sep = args[0]
-		}
-		if len(args) > 1 {
-			maxsplit = args[1]
-		}
-		for i, k := range kwNames {
-			switch k {
-			case "sep":
-				sep = kw[i]
-			case "maxsplit":
-				maxsplit = kw[i]
-			default:
-				return undef, errPyRaises("TypeError: split keyword")
-			}
-		}
-		if maxsplit.k != kInt && maxsplit.k != kBool {
-			return undef, errPyRaises("TypeError: maxsplit")
-		}
-		var parts []string
-		switch sep.k {
-		case kNone:
-			if maxsplit.n >= 0 {
-				return undef, errUnsupported("split() on whitespace with maxsplit")
-			}
-			parts = strings.FieldsFunc(s, pyIsSpace)
-		case kStr:
-			if sep.s == "" {
-				return undef, errPyRaises("ValueError: empty separator")
-			}
-			n := -1
-			if maxsplit.n >= 0 {
-				n = int(min(maxsplit.n, int64(len(s)))) + 1
-			}
-			parts = strings.SplitN(s, sep.s, n)
+	}
+	switch {
+	case has && name == "strip":
+		return strV(strings.Trim(s, chars)), nil
+	case has && name == "lstrip":
+		return strV(strings.TrimLeft(s, chars)), nil
+	case has:
+		return strV(strings.TrimRight(s, chars)), nil
+	case name == "strip":
+		return strV(strings.TrimFunc(s, pyIsSpace)), nil
+	case name == "lstrip":
+		return strV(strings.TrimLeftFunc(s, pyIsSpace)), nil
+	}
+	return strV(strings.TrimRightFunc(s, pyIsSpace)), nil
+}
+
+// strSplit is str.split(sep=None, maxsplit=-1).
+func strSplit(c strCall) (value, error) {
+	s, args := c.s, c.args
+	sep, maxsplit := noneV, intV(-1)
+	if len(args) > 2 {
+		return undef, errPyRaises("TypeError: split arguments")
+	}
+	if len(args) > 0 {
+		sep = args[0]
+	}
+	if len(args) > 1 {
+		maxsplit = args[1]
+	}
+	for i, k := range c.kwNames {
+		switch k {
+		case "sep":
+			sep = c.kw[i]
+		case "maxsplit":
+			maxsplit = c.kw[i]
 		default:
-			return undef, errPyRaises("TypeError: split separator")
+			return undef, errPyRaises("TypeError: split keyword")
 		}
-		items := make([]value, len(parts))
-		for i, p := range parts {
-			items[i] = strV(p)
+	}
+	if maxsplit.k != kInt && maxsplit.k != kBool {
+		return undef, errPyRaises("TypeError: maxsplit")
+	}
+	var parts []string
+	switch sep.k {
+	case kNone:
+		if maxsplit.n >= 0 {
+			return undef, errUnsupported("split() on whitespace with maxsplit")
 		}
-		return value{k: kSeq, p: &seqVal{items: items}}, nil
-	case "startswith", "endswith":
-		if len(kw) > 0 || len(args) != 1 {
-			return undef, errUnsupported("str." + name + " with start or end")
-		}
-		var prefixes []string
-		switch a := args[0]; {
-		case a.k == kStr:
-			prefixes = []string{a.s}
-		case a.k == kSeq && a.p.(*seqVal).tuple:
-			for _, it := range a.p.(*seqVal).items {
-				if it.k != kStr {
-					return undef, errPyRaises("TypeError: " + name + " tuple of non-str")
-				}
-				prefixes = append(prefixes, it.s)
-			}
-		default:
-			return undef, errPyRaises("TypeError: " + name + " argument")
-		}
-		for _, p := range prefixes {
-			if name == "startswith" && strings.HasPrefix(s, p) || name == "endswith" && strings.HasSuffix(s, p) {
-				return trueV, nil
-			}
-		}
-		return falseV, nil
-	case "replace":
-		if len(args) < 2 || len(args) > 3 || len(kw) > 0 {
-			return undef, errPyRaises("TypeError: replace arguments")
-		}
-		if args[0].k != kStr || args[1].k != kStr {
-			return undef, errPyRaises("TypeError: replace arguments must be str")
+		parts = strings.FieldsFunc(s, pyIsSpace)
+	case kStr:
+		if sep.s == "" {
+			return undef, errPyRaises("ValueError: empty separator")
 		}
 		n := -1
-		if len(args) == 3 {
-			if args[2].k != kInt && args[2].k != kBool {
-				return undef, errPyRaises("TypeError: replace count")
-			}
-			n = int(max(min(args[2].n, int64(len(s))+1), -1))
+		if maxsplit.n >= 0 {
+			n = int(min(maxsplit.n, int64(len(s)))) + 1
 		}
-		return strV(strings.Replace(s, args[0].s, args[1].s, n)), nil
-	case "upper", "lower":
-		if len(args)+len(kw) > 0 {
-			return undef, errPyRaises("TypeError: " + name + " takes no arguments")
-		}
-		return caseASCII(s, name == "upper")
-	case "title":
-		if len(args)+len(kw) > 0 {
-			return undef, errPyRaises("TypeError: title takes no arguments")
-		}
-		return titleASCII(s)
-	case "format":
-		return strFormat(s, args, kwNames, kw)
+		parts = strings.SplitN(s, sep.s, n)
+	default:
+		return undef, errPyRaises("TypeError: split separator")
 	}
-	return undef, errNotPython("str." + name)
+	items := make([]value, len(parts))
+	for i, p := range parts {
+		items[i] = strV(p)
+	}
+	return value{k: kSeq, p: &seqVal{items: items}}, nil
+}
+
+// strStartsEnds is str.startswith and endswith, of a str or a tuple of
+// them.
+func strStartsEnds(c strCall) (value, error) {
+	s, name, args := c.s, c.name, c.args
+	if len(c.kw) > 0 || len(args) != 1 {
+		return undef, errUnsupported("str." + name + " with start or end")
+	}
+	var prefixes []string
+	switch a := args[0]; {
+	case a.k == kStr:
+		prefixes = []string{a.s}
+	case a.k == kSeq && a.p.(*seqVal).tuple:
+		for _, it := range a.p.(*seqVal).items {
+			if it.k != kStr {
+				return undef, errPyRaises("TypeError: " + name + " tuple of non-str")
+			}
+			prefixes = append(prefixes, it.s)
+		}
+	default:
+		return undef, errPyRaises("TypeError: " + name + " argument")
+	}
+	for _, p := range prefixes {
+		if name == "startswith" && strings.HasPrefix(s, p) || name == "endswith" && strings.HasSuffix(s, p) {
+			return trueV, nil
+		}
+	}
+	return falseV, nil
+}
+
+// strReplace is str.replace(old, new, count=-1).
+func strReplace(c strCall) (value, error) {
+	s, args := c.s, c.args
+	if len(args) < 2 || len(args) > 3 || len(c.kw) > 0 {
+		return undef, errPyRaises("TypeError: replace arguments")
+	}
+	if args[0].k != kStr || args[1].k != kStr {
+		return undef, errPyRaises("TypeError: replace arguments must be str")
+	}
+	n := -1
+	if len(args) == 3 {
+		if args[2].k != kInt && args[2].k != kBool {
+			return undef, errPyRaises("TypeError: replace count")
+		}
+		n = int(max(min(args[2].n, int64(len(s))+1), -1))
+	}
+	return strV(strings.Replace(s, args[0].s, args[1].s, n)), nil
+}
+
+func strCase(c strCall) (value, error) {
+	if len(c.args)+len(c.kw) > 0 {
+		return undef, errPyRaises("TypeError: " + c.name + " takes no arguments")
+	}
+	return caseASCII(c.s, c.name == "upper")
+}
+
+func strTitle(c strCall) (value, error) {
+	if len(c.args)+len(c.kw) > 0 {
+		return undef, errPyRaises("TypeError: title takes no arguments")
+	}
+	return titleASCII(c.s)
 }
 
 // strFormat is str.format for replacement fields {}, {0} and {name}, with

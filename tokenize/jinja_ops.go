@@ -123,29 +123,8 @@ func arith(op string, a, b value) (value, error) {
 		return undef, errMarkup(op)
 	}
 	if op == "*" {
-		// Repetition: str or list times an int.
-		s, n := a, b
-		if a.k == kInt || a.k == kBool {
-			s, n = b, a
-		}
-		if (s.k == kStr || s.isSeq()) && (n.k == kInt || n.k == kBool) {
-			cnt := max(n.n, 0)
-			if s.k == kStr {
-				if int64(len(s.s))*cnt > 1<<24 {
-					return undef, errUnsupported("a very long repetition")
-				}
-				return strV(strings.Repeat(s.s, int(cnt))), nil
-			}
-			if int64(s.seqLen())*cnt > 1<<20 || (s.k == kSeq && s.p.(*seqVal).noRepr != "") {
-				return undef, errUnsupported("list repetition")
-			}
-			var items []value
-			for range cnt {
-				for i := range s.seqLen() {
-					items = append(items, s.seqAt(i))
-				}
-			}
-			return value{k: kSeq, p: &seqVal{items: items, tuple: s.k == kSeq && s.p.(*seqVal).tuple}}, nil
+		if v, ok, err := repeat(a, b); ok {
+			return v, err
 		}
 	}
 	if !a.isNumber() || !b.isNumber() {
@@ -154,6 +133,41 @@ func arith(op string, a, b value) (value, error) {
 		}
 		return undef, errPyRaises("TypeError: unsupported operand types for " + op)
 	}
+	return numArith(op, a, b)
+}
+
+// repeat is Python's repetition, a str or a list times an int (in either
+// order); ok is false for other operands.
+func repeat(a, b value) (v value, ok bool, err error) {
+	s, n := a, b
+	if a.k == kInt || a.k == kBool {
+		s, n = b, a
+	}
+	if (s.k != kStr && !s.isSeq()) || (n.k != kInt && n.k != kBool) {
+		return undef, false, nil
+	}
+	cnt := max(n.n, 0)
+	if s.k == kStr {
+		if int64(len(s.s))*cnt > 1<<24 {
+			return undef, true, errUnsupported("a very long repetition")
+		}
+		return strV(strings.Repeat(s.s, int(cnt))), true, nil
+	}
+	if int64(s.seqLen())*cnt > 1<<20 || (s.k == kSeq && s.p.(*seqVal).noRepr != "") {
+		return undef, true, errUnsupported("list repetition")
+	}
+	var items []value
+	for range cnt {
+		for i := range s.seqLen() {
+			items = append(items, s.seqAt(i))
+		}
+	}
+	return value{k: kSeq, p: &seqVal{items: items, tuple: s.k == kSeq && s.p.(*seqVal).tuple}}, true, nil
+}
+
+// numArith is op on two numbers (bool, int, float), as Python computes
+// it; what int64 or float64 would not give exactly is declined.
+func numArith(op string, a, b value) (value, error) {
 	ints := a.k != kFloat && b.k != kFloat
 	af, _ := a.num()
 	bf, _ := b.num()

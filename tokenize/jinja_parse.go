@@ -804,6 +804,8 @@ func (p *parser) parseUnary(withFilter bool) (expr, error) {
 	return e, nil
 }
 
+// parsePrimary parses a name, a literal, a parenthesised expression or
+// tuple, a list or a dict.
 func (p *parser) parsePrimary() (expr, error) {
 	t := p.cur()
 	switch t.kind {
@@ -839,83 +841,99 @@ func (p *parser) parsePrimary() (expr, error) {
 		switch t.s {
 		case "(":
 			p.tp++
-			if p.skipOp(")") {
-				return &listExpr{tuple: true}, nil
-			}
-			e, err := p.parseExpr(true)
-			if err != nil {
-				return nil, err
-			}
-			if p.isOp(",") {
-				l := &listExpr{items: []expr{e}, tuple: true}
-				for p.skipOp(",") {
-					if p.isOp(")") {
-						break
-					}
-					x, err := p.parseExpr(true)
-					if err != nil {
-						return nil, err
-					}
-					l.items = append(l.items, x)
-				}
-				e = l
-			}
-			return e, p.expectOp(")")
+			return p.parseParen()
 		case "[":
 			p.tp++
-			l := &listExpr{}
-			for !p.isOp("]") {
-				if len(l.items) > 0 {
-					if err := p.expectOp(","); err != nil {
-						return nil, err
-					}
-					if p.isOp("]") {
-						break
-					}
-				}
-				x, err := p.parseExpr(true)
-				if err != nil {
-					return nil, err
-				}
-				l.items = append(l.items, x)
-			}
-			p.tp++
-			return l, nil
+			return p.parseList()
 		case "{":
 			p.tp++
-			d := &dictExpr{}
-			for !p.isOp("}") {
-				if len(d.keys) > 0 {
-					if err := p.expectOp(","); err != nil {
-						return nil, err
-					}
-					if p.isOp("}") {
-						break
-					}
-				}
-				k := p.cur()
-				if k.kind != tStr || p.toks[p.tp+1].kind == tStr {
-					return nil, notOwned("a dict key that is not a string literal")
-				}
-				p.tp++
-				if err := p.expectOp(":"); err != nil {
-					return nil, err
-				}
-				v, err := p.parseExpr(true)
-				if err != nil {
-					return nil, err
-				}
-				if slices.Contains(d.keys, k.s) {
-					return nil, notOwned("a repeated dict key")
-				}
-				d.keys = append(d.keys, k.s)
-				d.vals = append(d.vals, v)
-			}
-			p.tp++
-			return d, nil
+			return p.parseDict()
 		}
 	}
 	return nil, notOwned("unexpected token")
+}
+
+// parseParen parses what follows "(": (), (e), or a tuple (a, b[,]).
+func (p *parser) parseParen() (expr, error) {
+	if p.skipOp(")") {
+		return &listExpr{tuple: true}, nil
+	}
+	e, err := p.parseExpr(true)
+	if err != nil {
+		return nil, err
+	}
+	if p.isOp(",") {
+		l := &listExpr{items: []expr{e}, tuple: true}
+		for p.skipOp(",") {
+			if p.isOp(")") {
+				break
+			}
+			x, err := p.parseExpr(true)
+			if err != nil {
+				return nil, err
+			}
+			l.items = append(l.items, x)
+		}
+		e = l
+	}
+	return e, p.expectOp(")")
+}
+
+// parseList parses what follows "[": a list literal.
+func (p *parser) parseList() (expr, error) {
+	l := &listExpr{}
+	for !p.isOp("]") {
+		if len(l.items) > 0 {
+			if err := p.expectOp(","); err != nil {
+				return nil, err
+			}
+			if p.isOp("]") {
+				break
+			}
+		}
+		x, err := p.parseExpr(true)
+		if err != nil {
+			return nil, err
+		}
+		l.items = append(l.items, x)
+	}
+	p.tp++
+	return l, nil
+}
+
+// parseDict parses what follows "{": a dict literal with string literal
+// keys, each once.
+func (p *parser) parseDict() (expr, error) {
+	d := &dictExpr{}
+	for !p.isOp("}") {
+		if len(d.keys) > 0 {
+			if err := p.expectOp(","); err != nil {
+				return nil, err
+			}
+			if p.isOp("}") {
+				break
+			}
+		}
+		k := p.cur()
+		if k.kind != tStr || p.toks[p.tp+1].kind == tStr {
+			return nil, notOwned("a dict key that is not a string literal")
+		}
+		p.tp++
+		if err := p.expectOp(":"); err != nil {
+			return nil, err
+		}
+		v, err := p.parseExpr(true)
+		if err != nil {
+			return nil, err
+		}
+		if slices.Contains(d.keys, k.s) {
+			return nil, notOwned("a repeated dict key")
+		}
+		d.keys = append(d.keys, k.s)
+		d.vals = append(d.vals, v)
+	}
+	p.tp++
+	return d, nil
 }
 
 func (p *parser) parsePostfix(e expr) (expr, error) {
