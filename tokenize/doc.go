@@ -29,16 +29,20 @@
 // Templates are lexed here exactly as jinja2 lexes them (trim_blocks,
 // lstrip_blocks, {%- -%}; template_lex.go), then parsed and rendered by
 // the package's own evaluator, its only template engine: jinja_lex.go
-// (the expression scanner), jinja_parse.go (jinja2's grammar, a tree with
-// variables resolved to frame slots), jinja_compile.go (compiled once into
-// closures: the shapes chat templates are made of, such as
-// message['role'] == 'user', loop.index0, a + chain of literals and
-// fields, read fields in place without dispatch; anything else calls the
-// tree walker on its node), jinja_eval.go (the tree walker, jinja2's
-// scoping and Undefined, call argument unpacking f(*args, **kwargs)),
-// jinja_tests.go and jinja_filters*.go (tests and filters, as tables of
-// functions), jinja_value.go (the values: small structs, ordered dicts;
-// Python's str(), repr, ==, tojson) and template_py.go (Python's float
+// (the expression scanner), jinja_parse.go (jinja2's grammar),
+// jinja_resolve.go (variables resolved to frame slots), jinja_compile*.go
+// (compiled once into closures: the shapes chat templates are made of,
+// such as message['role'] == 'user', loop.index0, a + chain of literals
+// and fields, read fields in place without dispatch, conditions as bools,
+// ints without values; anything else calls the tree walker on its node),
+// jinja_eval.go (the tree walker: statements, output, jinja2's scoping
+// and Undefined), jinja_loop.go (for loops), jinja_ops.go (Python's
+// operators), jinja_access.go (attributes, items, slices), jinja_call.go
+// (calls with f(*args, **kwargs) unpacking, globals, macros),
+// jinja_methods.go, jinja_tests.go and jinja_filters*.go (str and dict
+// methods, tests and filters, as tables of functions), jinja_value.go
+// (the values: small structs, ordered dicts; Python's str(), repr, ==,
+// tojson) and template_py.go (Python's float
 // repr, string repr, json string escaping, %-formatting and strftime). A
 // render runs over these values into one pre-sized buffer; a chat
 // request's variables are built directly as them (count_chat.go), and
