@@ -36,7 +36,6 @@ FUZZ_TARGETS := \
 	./admission:FuzzDoor:40000x \
 	./tokenize:FuzzPretokenize:10000x \
 	./tokenize:FuzzBPE:7000x \
-	./tokenize:FuzzRewriteConcat:30000x \
 	./tokenize:FuzzCountChat:50000x \
 	./tokenize:FuzzOwnedDifferential:5000x
 

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-
-	"github.com/ardanlabs/jinja"
 )
 
 // demoTemplate is ChatML: <|im_start|>role\ncontent<|im_end|>\n per
@@ -64,7 +62,7 @@ func Builtin(name string) (*Model, error) {
 		Name:      "demo",
 		enc:       newSpecialSplitter(o200k, demoSpecials),
 		templates: map[string]*Template{"default": t},
-		special:   map[string]jinja.Value{"eos_token": jinja.NewString("<|im_end|>")},
+		special:   map[string]value{"eos_token": strV("<|im_end|>")},
 	}, nil
 }
 

@@ -317,7 +317,7 @@ func (m *Model) renderChat(body *ojson.Value) (string, bool, error) {
 		case isUnsupported(err):
 			return "", false, &NotExactError{err.Error()}
 		}
-		return "", false, &NotExactError{"template failed in the Go engine (Python may render it): " + err.Error()}
+		return "", false, &NotExactError{"the template evaluator failed (Python may render it): " + err.Error()}
 	}
 	if cont {
 		if out, err = continueFinalMessage(out, final); err != nil {

@@ -5,7 +5,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/ardanlabs/jinja"
 	"github.com/maitred-dev/maitred/internal/ojson"
 )
 
@@ -64,11 +63,10 @@ type finalContent struct {
 
 // chatVars are a chat request's template variables: the model's special
 // tokens, under the request's own (kwargs, tools, documents, messages,
-// add_generation_prompt), which are built as the owned evaluator's values
-// and converted for the engine path only when it renders.
+// add_generation_prompt), built as the evaluator's values.
 type chatVars struct {
-	special map[string]jinja.Value // the model's, shared and read-only
-	own     fields                 // the request's, in the order set
+	special map[string]value // the model's, shared and read-only
+	own     fields           // the request's, in the order set
 	// bodyLen is the request body's length, about the render's.
 	bodyLen int
 }
@@ -79,23 +77,10 @@ func (cv *chatVars) lookup(name string) (value, bool) {
 	if v, ok := cv.own.get(name); ok {
 		return v, true
 	}
-	if j, ok := cv.special[name]; ok {
-		return fromJ(j), true
+	if v, ok := cv.special[name]; ok {
+		return v, true
 	}
 	return undef, false
-}
-
-// engine returns the variables as the engine path takes them (a new map,
-// which the engine path adds to).
-func (cv *chatVars) engine() map[string]jinja.Value {
-	vars := make(map[string]jinja.Value, len(cv.special)+len(cv.own.keys)+8) // room for Render's own
-	for k, v := range cv.special {
-		vars[k] = v
-	}
-	for i, n := range cv.own.keys {
-		vars[n] = toJ(cv.own.vals[i])
-	}
-	return vars
 }
 
 // convState converts ojson values to template values and remembers the
@@ -166,35 +151,16 @@ var chatFnKwargs = map[string]bool{
 	"return_dict": true, "return_assistant_tokens_mask": true, "tokenizer_kwargs": true,
 }
 
+// prepareChat reads a chat request's body into the template's variables
+// and chooses the template, as vLLM's chat preprocessing does.
 func (m *Model) prepareChat(body *ojson.Value) (*chatRequest, error) {
 	if body == nil || body.Kind != ojson.Object {
 		return nil, inputErr("", "the request body must be a JSON object")
 	}
 	req := m.newChatRequest()
 	st := &req.conv
-
-	boolField := func(name string, def bool) (bool, error) {
-		v := body.Get(name)
-		if v.IsNull() {
-			return def, nil
-		}
-		if v.Kind != ojson.Bool {
-			return false, inputErr(name, "must be a boolean")
-		}
-		return v.Bool, nil
-	}
-	addGen, err := boolField("add_generation_prompt", true)
+	addGen, err := chatFlags(body, req)
 	if err != nil {
-		return nil, err
-	}
-	req.continueFinal, err = boolField("continue_final_message", false)
-	if err != nil {
-		return nil, err
-	}
-	if req.continueFinal && addGen {
-		return nil, inputErr("continue_final_message", "Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
-	}
-	if req.addSpecial, err = boolField("add_special_tokens", false); err != nil {
 		return nil, err
 	}
 	if v := body.Get("chat_template"); !v.IsNull() {
@@ -209,77 +175,100 @@ func (m *Model) prepareChat(body *ojson.Value) (*chatRequest, error) {
 			return nil, err
 		}
 	}
-
-	// Template selection (transformers' get_chat_template).
-	switch {
-	case tools.k != kNone && m.templates["tool_use"] != nil:
-		req.tmpl = m.templates["tool_use"]
-	case m.templates["default"] != nil:
-		req.tmpl = m.templates["default"]
-	case len(m.templates) > 0:
-		return nil, &TemplateError{"This model has multiple chat templates with no default specified! Please either pass a chat template or the name of the template you wish to use to the `chat_template` argument. Available template names are " + templateNames(m.templates) + "."}
-	default:
-		return nil, &NotExactError{"the model has no chat template (vLLM refuses chat requests without one)"}
-	}
-	if ce := req.tmpl.broken; ce != nil {
-		return nil, &NotExactError{ce.Error()}
+	if req.tmpl, err = m.chooseTemplate(tools); err != nil {
+		return nil, err
 	}
 	format := m.contentFormat
 	if format == "" {
 		format = req.tmpl.ContentFormat()
 	}
-
 	msgs, err := m.conversation(body.Get("messages"), format, st, req)
 	if err != nil {
 		return nil, err
 	}
+	if err := m.setChatVars(body, req, tools, msgs, addGen); err != nil {
+		return nil, err
+	}
+	if st.reason != "" {
+		return nil, &NotExactError{st.reason}
+	}
+	return req, nil
+}
 
-	// Keyword arguments: defaults, then the request's chat_template_kwargs
-	// (filtered as resolve_chat_template_kwargs does), then the top-level
-	// fields, which win. The model's special tokens are under all of them.
+// chatFlags reads add_generation_prompt (returned), continue_final_message
+// and add_special_tokens.
+func chatFlags(body *ojson.Value, req *chatRequest) (addGen bool, err error) {
+	boolField := func(name string, def bool) (bool, error) {
+		v := body.Get(name)
+		if v.IsNull() {
+			return def, nil
+		}
+		if v.Kind != ojson.Bool {
+			return false, inputErr(name, "must be a boolean")
+		}
+		return v.Bool, nil
+	}
+	if addGen, err = boolField("add_generation_prompt", true); err != nil {
+		return false, err
+	}
+	if req.continueFinal, err = boolField("continue_final_message", false); err != nil {
+		return false, err
+	}
+	if req.continueFinal && addGen {
+		return false, inputErr("continue_final_message", "Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
+	}
+	if req.addSpecial, err = boolField("add_special_tokens", false); err != nil {
+		return false, err
+	}
+	return addGen, nil
+}
+
+// chooseTemplate is transformers' get_chat_template: tool_use when the
+// request has tools and the model has that template, else the default.
+func (m *Model) chooseTemplate(tools value) (*Template, error) {
+	var t *Template
+	switch {
+	case tools.k != kNone && m.templates["tool_use"] != nil:
+		t = m.templates["tool_use"]
+	case m.templates["default"] != nil:
+		t = m.templates["default"]
+	case len(m.templates) > 0:
+		return nil, &TemplateError{"This model has multiple chat templates with no default specified! Please either pass a chat template or the name of the template you wish to use to the `chat_template` argument. Available template names are " + templateNames(m.templates) + "."}
+	default:
+		return nil, &NotExactError{"the model has no chat template (vLLM refuses chat requests without one)"}
+	}
+	if ce := t.broken; ce != nil {
+		return nil, &NotExactError{ce.Error()}
+	}
+	return t, nil
+}
+
+// setChatVars sets the template's keyword arguments: defaults, then the
+// request's chat_template_kwargs (filtered as resolve_chat_template_kwargs
+// does), then the top-level fields, which win. The model's special tokens
+// are under all of them.
+func (m *Model) setChatVars(body *ojson.Value, req *chatRequest, tools, msgs value, addGen bool) error {
+	st := &req.conv
 	vars := &req.vars
 	vars.special = m.special
 	vars.bodyLen = body.End - body.Start
 	vars.own = fields{keys: req.namesBuf[:0], vals: req.valsBuf[:0]}
-	addKwargs := func(obj *ojson.Value, fromRequest bool) error {
-		for _, mb := range obj.Members {
-			k := mb.Key
-			if fromRequest && (k == "chat_template" || k == "tokenize") {
-				return inputErr("chat_template_kwargs", "Found unexpected chat template kwargs from request: {'%s'}", k)
-			}
-			if k == "chat_template" || k == "tokenize" || !(chatFnKwargs[k] || req.tmpl.References(k)) {
-				continue
-			}
-			switch k {
-			case "add_generation_prompt", "continue_final_message":
-				continue // the top-level field always overrides it
-			case "tools", "documents":
-			default:
-				if chatFnKwargs[k] || k == "messages" {
-					st.fail("chat_template_kwargs key " + strconv.Quote(k))
-					continue
-				}
-			}
-			vars.own.set(k, st.value(mb.Value))
-		}
-		return nil
-	}
 	if m.defaultKwargs != nil {
-		if err := addKwargs(m.defaultKwargs, false); err != nil {
-			return nil, err
+		if err := addKwargs(req, m.defaultKwargs, false); err != nil {
+			return err
 		}
 	}
 	if v := body.Get("chat_template_kwargs"); !v.IsNull() {
 		if v.Kind != ojson.Object {
-			return nil, inputErr("chat_template_kwargs", "must be an object")
+			return inputErr("chat_template_kwargs", "must be an object")
 		}
-		if err := addKwargs(v, true); err != nil {
-			return nil, err
+		if err := addKwargs(req, v, true); err != nil {
+			return err
 		}
 	}
 	if v := body.Get("documents"); !v.IsNull() {
 		if v.Kind != ojson.Array {
-			return nil, inputErr("documents", "must be an array of objects")
+			return inputErr("documents", "must be an array of objects")
 		}
 		vars.own.set("documents", st.value(v))
 	}
@@ -297,10 +286,34 @@ func (m *Model) prepareChat(body *ojson.Value) (*chatRequest, error) {
 	}
 	vars.own.set("messages", msgs)
 	vars.own.set("add_generation_prompt", boolV(addGen))
-	if st.reason != "" {
-		return nil, &NotExactError{st.reason}
+	return nil
+}
+
+// addKwargs sets the keyword arguments of obj (the model's defaults, or
+// the request's chat_template_kwargs) that the template may read.
+func addKwargs(req *chatRequest, obj *ojson.Value, fromRequest bool) error {
+	st, vars := &req.conv, &req.vars
+	for _, mb := range obj.Members {
+		k := mb.Key
+		if fromRequest && (k == "chat_template" || k == "tokenize") {
+			return inputErr("chat_template_kwargs", "Found unexpected chat template kwargs from request: {'%s'}", k)
+		}
+		if k == "chat_template" || k == "tokenize" || !(chatFnKwargs[k] || req.tmpl.References(k)) {
+			continue
+		}
+		switch k {
+		case "add_generation_prompt", "continue_final_message":
+			continue // the top-level field always overrides it
+		case "tools", "documents":
+		default:
+			if chatFnKwargs[k] || k == "messages" {
+				st.fail("chat_template_kwargs key " + strconv.Quote(k))
+				continue
+			}
+		}
+		vars.own.set(k, st.value(mb.Value))
 	}
-	return req, nil
+	return nil
 }
 
 func templateNames(ts map[string]*Template) string {
@@ -427,33 +440,12 @@ func (m *Model) conversation(mv *ojson.Value, format ContentFormat, st *convStat
 		req.msgVals, req.msgDicts = make([]value, n), make([]dictSlot, n)
 	}
 	out, dicts := req.msgVals[:n], req.msgDicts[:n]
-	var parts []dictSlot
-	var partVals []value
-	var lists []seqVal // the content part lists
+	var slabs partSlabs
 	for i, msg := range mv.Items {
 		if msg.Kind != ojson.Object {
 			return noneV, inputErr(msgPath(i), "must be an object")
 		}
-		// The fields read, in one pass over the members.
-		var f msgFields
-		for _, mb := range msg.Members {
-			switch mb.Key {
-			case "role":
-				f.role = mb.Value
-			case "content":
-				f.content = mb.Value
-			case "tool_calls":
-				f.toolCalls = mb.Value
-			case "reasoning":
-				f.reasoning = mb.Value
-			case "reasoning_content":
-				f.reasoningContent = mb.Value
-			case "tool_call_id":
-				f.toolCallID = mb.Value
-			case "name":
-				f.name = mb.Value
-			}
-		}
+		f := readMsgFields(msg)
 		rv := f.role
 		if rv == nil || rv.Kind != ojson.String {
 			return noneV, inputErr(msgPath(i)+".role", "is required and must be a string")
@@ -463,37 +455,15 @@ func (m *Model) conversation(mv *ojson.Value, format ContentFormat, st *convStat
 		// Content parts: null is [], a string is one text part.
 		var texts []string
 		var one [1]string
-		cv := f.content
-		switch {
+		switch cv := f.content; {
 		case cv.IsNull():
 		case cv.Kind == ojson.String:
 			one[0] = cv.Str
 			texts = one[:]
 		case cv.Kind == ojson.Array:
-			for j, part := range cv.Items {
-				if part.Kind == ojson.String {
-					texts = append(texts, part.Str)
-					continue
-				}
-				if part.Kind != ojson.Object {
-					return noneV, inputErr(partPath(i, j), "must be an object")
-				}
-				tv := part.Get("type")
-				if tv == nil || tv.Kind != ojson.String {
-					return noneV, inputErr(partPath(i, j)+".type", "is required and must be a string")
-				}
-				switch {
-				case tv.Str == "text" || tv.Str == "input_text":
-					t := part.Get("text")
-					if t == nil || t.Kind != ojson.String {
-						return noneV, inputErr(partPath(i, j)+".text", "is required and must be a string")
-					}
-					texts = append(texts, t.Str)
-				case mmPartTypes[tv.Str]:
-					return noneV, &NotExactError{"multimodal content (" + tv.Str + ")"}
-				default:
-					return noneV, &NotExactError{"content part type " + strconv.Quote(tv.Str)}
-				}
+			var err error
+			if texts, err = partTexts(cv, i); err != nil {
+				return noneV, err
 			}
 		default:
 			return noneV, inputErr(msgPath(i)+".content", "must be a string, an array of content parts or null")
@@ -503,26 +473,7 @@ func (m *Model) conversation(mv *ojson.Value, format ContentFormat, st *convStat
 		d.vals[0] = strV(role)
 		var finalText finalContent
 		if format == ContentOpenAI && !(role == "tool" && len(texts) > 0) {
-			if parts == nil && len(texts) > 0 {
-				parts, partVals = make([]dictSlot, 0, n), make([]value, 0, n)
-			}
-			start := len(partVals)
-			for _, t := range texts {
-				parts = append(parts, dictSlot{})
-				pd := parts[len(parts)-1].init(keysTypeText)
-				pd.vals[0], pd.vals[1] = strV("text"), strV(t)
-				partVals = append(partVals, value{k: kMap, p: pd})
-			}
-			if lists == nil {
-				lists = make([]seqVal, n)
-			}
-			l := &lists[i]
-			if len(texts) == 0 {
-				l.items = []value{}
-			} else {
-				l.items = partVals[start:len(partVals):len(partVals)]
-			}
-			d.vals[1] = value{k: kSeq, p: l}
+			d.vals[1] = slabs.list(texts, i, n)
 			if len(texts) > 0 {
 				finalText = finalContent{texts[len(texts)-1], true}
 			}
@@ -534,40 +485,138 @@ func (m *Model) conversation(mv *ojson.Value, format ContentFormat, st *convStat
 		if i == n-1 {
 			req.final = finalText
 		}
-
-		switch role {
-		case "assistant":
-			if tc := f.toolCalls; !tc.IsNull() {
-				calls, err := toolCalls(tc, msgPath(i)+".tool_calls", st)
-				if err != nil {
-					return noneV, err
-				}
-				if len(calls) > 0 {
-					d.add("tool_calls", listV(calls))
-				}
-			}
-			r := f.reasoning
-			if r.IsNull() {
-				r = f.reasoningContent
-			}
-			if !r.IsNull() {
-				if r.Kind != ojson.String {
-					return noneV, inputErr(msgPath(i)+".reasoning_content", "must be a string")
-				}
-				d.add("reasoning", strV(r.Str))
-				d.add("reasoning_content", strV(r.Str))
-			}
-		case "tool":
-			if id := f.toolCallID; id != nil {
-				d.add("tool_call_id", st.value(id))
-			}
-		}
-		if nv := f.name; nv != nil && nv.Kind == ojson.String {
-			d.add("name", strV(nv.Str))
+		if err := roleFields(d, role, &f, i, st); err != nil {
+			return noneV, err
 		}
 		out[i] = value{k: kMap, p: d}
 	}
 	return listV(out), nil
+}
+
+// readMsgFields reads the fields of a message, in one pass over its
+// members.
+func readMsgFields(msg *ojson.Value) msgFields {
+	var f msgFields
+	for _, mb := range msg.Members {
+		switch mb.Key {
+		case "role":
+			f.role = mb.Value
+		case "content":
+			f.content = mb.Value
+		case "tool_calls":
+			f.toolCalls = mb.Value
+		case "reasoning":
+			f.reasoning = mb.Value
+		case "reasoning_content":
+			f.reasoningContent = mb.Value
+		case "tool_call_id":
+			f.toolCallID = mb.Value
+		case "name":
+			f.name = mb.Value
+		}
+	}
+	return f
+}
+
+// partTexts reads message i's content parts: their texts; multimodal and
+// unknown parts are not exact.
+func partTexts(cv *ojson.Value, i int) ([]string, error) {
+	var texts []string
+	for j, part := range cv.Items {
+		if part.Kind == ojson.String {
+			texts = append(texts, part.Str)
+			continue
+		}
+		if part.Kind != ojson.Object {
+			return nil, inputErr(partPath(i, j), "must be an object")
+		}
+		tv := part.Get("type")
+		if tv == nil || tv.Kind != ojson.String {
+			return nil, inputErr(partPath(i, j)+".type", "is required and must be a string")
+		}
+		switch {
+		case tv.Str == "text" || tv.Str == "input_text":
+			t := part.Get("text")
+			if t == nil || t.Kind != ojson.String {
+				return nil, inputErr(partPath(i, j)+".text", "is required and must be a string")
+			}
+			texts = append(texts, t.Str)
+		case mmPartTypes[tv.Str]:
+			return nil, &NotExactError{"multimodal content (" + tv.Str + ")"}
+		default:
+			return nil, &NotExactError{"content part type " + strconv.Quote(tv.Str)}
+		}
+	}
+	return texts, nil
+}
+
+// partSlabs hold a conversation's content part lists (openai format):
+// the parts' dicts and values, and the lists, each slab allocated once.
+type partSlabs struct {
+	parts    []dictSlot
+	partVals []value
+	lists    []seqVal
+}
+
+// list returns message i's content (of n messages) as a list of
+// {"type": "text", "text": t} parts.
+func (sl *partSlabs) list(texts []string, i, n int) value {
+	if sl.parts == nil && len(texts) > 0 {
+		sl.parts, sl.partVals = make([]dictSlot, 0, n), make([]value, 0, n)
+	}
+	start := len(sl.partVals)
+	for _, t := range texts {
+		sl.parts = append(sl.parts, dictSlot{})
+		pd := sl.parts[len(sl.parts)-1].init(keysTypeText)
+		pd.vals[0], pd.vals[1] = strV("text"), strV(t)
+		sl.partVals = append(sl.partVals, value{k: kMap, p: pd})
+	}
+	if sl.lists == nil {
+		sl.lists = make([]seqVal, n)
+	}
+	l := &sl.lists[i]
+	if len(texts) == 0 {
+		l.items = []value{}
+	} else {
+		l.items = sl.partVals[start:len(sl.partVals):len(sl.partVals)]
+	}
+	return value{k: kSeq, p: l}
+}
+
+// roleFields adds message i's fields beyond role and content: an
+// assistant's tool calls and reasoning, a tool's tool_call_id, a name.
+func roleFields(d *mapVal, role string, f *msgFields, i int, st *convState) error {
+	switch role {
+	case "assistant":
+		if tc := f.toolCalls; !tc.IsNull() {
+			calls, err := toolCalls(tc, msgPath(i)+".tool_calls", st)
+			if err != nil {
+				return err
+			}
+			if len(calls) > 0 {
+				d.add("tool_calls", listV(calls))
+			}
+		}
+		r := f.reasoning
+		if r.IsNull() {
+			r = f.reasoningContent
+		}
+		if !r.IsNull() {
+			if r.Kind != ojson.String {
+				return inputErr(msgPath(i)+".reasoning_content", "must be a string")
+			}
+			d.add("reasoning", strV(r.Str))
+			d.add("reasoning_content", strV(r.Str))
+		}
+	case "tool":
+		if id := f.toolCallID; id != nil {
+			d.add("tool_call_id", st.value(id))
+		}
+	}
+	if nv := f.name; nv != nil && nv.Kind == ojson.String {
+		d.add("name", strV(nv.Str))
+	}
+	return nil
 }
 
 // toolCalls copies an assistant's tool_calls with string arguments parsed

@@ -196,91 +196,70 @@ func tenTurnBody() string {
 	return b.String()
 }
 
-// benchEngines are the two render paths, for side-by-side benchmarks:
-// engine=owned is the package's evaluator (what Model uses), engine=jinja
-// the github.com/ardanlabs/jinja path every template had before it.
-var benchEngines = []struct {
-	name  string
-	model func(*Model) *Model
-}{{"engine=jinja", engineOnly}, {"engine=owned", func(m *Model) *Model { return m }}}
-
 func BenchmarkCountChat(b *testing.B) {
 	for _, name := range []string{"qwen3", "llama3_1"} {
-		for _, eng := range benchEngines {
-			b.Run(name+"/"+eng.name, func(b *testing.B) {
-				m := eng.model(fixtureModel(b, name))
-				raw := []byte(tenTurnBody())
-				body := parseBody(b, string(raw))
-				c, err := m.CountChat(body, 0)
-				if err != nil || !c.Exact {
-					b.Fatal(c, err)
+		b.Run(name, func(b *testing.B) {
+			m := fixtureModel(b, name)
+			raw := []byte(tenTurnBody())
+			body := parseBody(b, string(raw))
+			c, err := m.CountChat(body, 0)
+			if err != nil || !c.Exact {
+				b.Fatal(c, err)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if _, err := m.CountChat(body, 0); err != nil {
+					b.Fatal(err)
 				}
-				b.ReportAllocs()
-				b.ResetTimer()
-				for range b.N {
-					if _, err := m.CountChat(body, 0); err != nil {
-						b.Fatal(err)
-					}
-				}
-				b.ReportMetric(float64(c.Tokens), "tokens")
-			})
-		}
+			}
+			b.ReportMetric(float64(c.Tokens), "tokens")
+		})
 	}
 }
 
 // BenchmarkRenderChat renders the 10-turn chat with each fixture model's
-// template (the render alone: request to prompt text, no tokenizing), on
-// both render paths:
+// template (the render alone: request to prompt text, no tokenizing):
 //
 //	go test -run '^$' -bench 'RenderChat|RenderTemplate' -benchmem -cpu 1 ./tokenize
 func BenchmarkRenderChat(b *testing.B) {
 	for _, name := range chatFixtures {
-		for _, eng := range benchEngines {
-			b.Run(name+"/"+eng.name, func(b *testing.B) {
-				m := eng.model(fixtureModel(b, name))
-				body := parseBody(b, tenTurnBody())
+		b.Run(name, func(b *testing.B) {
+			m := fixtureModel(b, name)
+			body := parseBody(b, tenTurnBody())
+			if _, err := m.RenderChat(body); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
 				if _, err := m.RenderChat(body); err != nil {
 					b.Fatal(err)
 				}
-				b.ReportAllocs()
-				for b.Loop() {
-					if _, err := m.RenderChat(body); err != nil {
-						b.Fatal(err)
-					}
-				}
-			})
-		}
+			}
+		})
 	}
 }
 
 // BenchmarkRenderTemplate is the template render alone (Template.Render
-// on the request's prepared variables), on both render paths.
+// on the request's prepared variables).
 func BenchmarkRenderTemplate(b *testing.B) {
 	for _, name := range chatFixtures {
-		for _, eng := range benchEngines {
-			b.Run(name+"/"+eng.name, func(b *testing.B) {
-				m := eng.model(fixtureModel(b, name))
-				req, err := m.prepareChat(parseBody(b, tenTurnBody()))
-				if err != nil {
-					b.Fatal(err)
-				}
-				// The engine path renders its own variables (converted
-				// once here, outside the loop).
-				render := func() (string, error) { return req.tmpl.renderChat(&req.vars, m.now) }
-				if req.tmpl.owned == nil {
-					vars := req.vars.engine()
-					render = func() (string, error) { return req.tmpl.Render(vars, m.now) }
-				}
+		b.Run(name, func(b *testing.B) {
+			m := fixtureModel(b, name)
+			req, err := m.prepareChat(parseBody(b, tenTurnBody()))
+			if err != nil {
+				b.Fatal(err)
+			}
+			render := func() (string, error) { return req.tmpl.renderChat(&req.vars, m.now) }
+			if _, err := render(); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
 				if _, err := render(); err != nil {
 					b.Fatal(err)
 				}
-				b.ReportAllocs()
-				for b.Loop() {
-					if _, err := render(); err != nil {
-						b.Fatal(err)
-					}
-				}
-			})
-		}
+			}
+		})
 	}
 }

@@ -27,46 +27,40 @@
 // transformers' apply_chat_template with add_generation_prompt=true.
 //
 // Templates are lexed here exactly as jinja2 lexes them (trim_blocks,
-// lstrip_blocks, {%- -%}; template_lex.go), then rendered by one of two
-// paths, chosen once at compile time:
+// lstrip_blocks, {%- -%}; template_lex.go), then parsed and rendered by
+// the package's own evaluator, its only template engine: jinja_lex.go
+// (the expression scanner), jinja_parse.go (jinja2's grammar),
+// jinja_resolve.go (variables resolved to frame slots), jinja_compile*.go
+// (compiled once into closures: the shapes chat templates are made of,
+// such as message['role'] == 'user', loop.index0, a + chain of literals
+// and fields, read fields in place without dispatch, conditions as bools,
+// ints without values; anything else calls the tree walker on its node),
+// jinja_eval.go (the tree walker: statements, output, jinja2's scoping
+// and Undefined), jinja_loop.go (for loops), jinja_ops.go (Python's
+// operators), jinja_access.go (attributes, items, slices), jinja_call.go
+// (calls with f(*args, **kwargs) unpacking, globals, macros),
+// jinja_methods.go, jinja_tests.go and jinja_filters*.go (str and dict
+// methods, tests and filters, as tables of functions), jinja_value.go
+// (the values: small structs, ordered dicts; Python's str(), repr, ==,
+// tojson) and template_py.go (Python's float
+// repr, string repr, json string escaping, %-formatting and strftime). A
+// render runs over these values into one pre-sized buffer; a chat
+// request's variables are built directly as them (count_chat.go), and
+// [Template.Render] takes them by name ([Value], [ParseValue]). Where
+// Python would raise an error the evaluator does not reproduce, or would
+// print something it does not reproduce, it declines (not exact) rather
+// than guess.
 //
-//   - the package's own evaluator (jinja_lex.go, jinja_parse.go,
-//     jinja_eval.go, jinja_compile.go, jinja_value.go): a tree with
-//     variables resolved to frame slots, compiled once into closures
-//     (the shapes chat templates are made of, such as message['role'] ==
-//     'user', loop.index0, a + chain of literals and fields, read fields
-//     in place without dispatch; anything else calls the tree walker on
-//     its node), run over small values into one pre-sized buffer. A chat
-//     request's variables are built directly as these values (ordered
-//     dicts, count_chat.go) and converted to the engine's only when the
-//     engine path renders; Python's semantics
-//     (str(), repr, float repr, tojson, Python's operators, tests and
-//     string methods, jinja2's scoping and Undefined, call argument
-//     unpacking f(*args, **kwargs)). It takes every
-//     template it fully parses and implements; where Python would raise,
-//     or where the engine path renders something Python would not, it
-//     declines (not exact) rather than guess;
-//   - otherwise, as before it, github.com/ardanlabs/jinja, chosen by
-//     measured fidelity against Python's jinja2 (152/182 identical renders
-//     on 14 real templates, against 108 for gonja and 17 for pongo2).
-//     Where that engine differs, the template is rewritten at load rather
-//     than the engine patched: text is re-emitted as precomputed strings,
-//     so the engine's own whitespace handling never applies; every {{ }}
-//     output and every operand of ~ goes through Python's str() (None,
-//     float repr, list and dict repr), and a ~ chain is parenthesised
-//     because the engine binds it looser than + and -; tojson, string,
-//     trim, join and list are Python-compatible versions.
-//
-// A template the owned evaluator takes needs nothing of the engine (which
-// does not parse *args or `is divisibleby 6`, for example). A template
-// neither path can parse does not fail the load: the model keeps it as
-// uncompiled ([Template.CompileErr], [Model.TemplateProblems]: the
-// template line and the reason) and every chat request that would render
-// it is not exact, so the gateway forwards it uncounted, as vLLM (Python's
-// jinja2) may well render it. raise_exception and strftime_now are provided as vLLM
-// provides them. Every fixture model's template is on the owned path
-// (TestOwnedFixtureTemplates); FuzzOwnedDifferential renders random
-// conversations through both paths and requires the same outcome.
+// A template the evaluator does not parse or implement does not fail the
+// load: the model keeps it as uncompiled ([Template.CompileErr],
+// [Model.TemplateProblems]: the template line and the reason) and every
+// chat request that would render it is not exact, so the gateway forwards
+// it uncounted, as vLLM (Python's jinja2) may well render it.
+// raise_exception and strftime_now are provided as vLLM provides them.
+// Every fixture model's template compiles (TestOwnedFixtureTemplates);
+// FuzzOwnedDifferential renders random conversations on a request's
+// prepared variables and on the same variables given by name, and
+// requires the same outcome and no evaluator failure.
 //
 // testdata/chat holds the goldens generated from Python jinja2 and HF
 // tokenizers (tools/chatgolden): whole conversations per fixture model and
@@ -82,7 +76,7 @@
 // testdata/corpus.golden.jsonl, which holds hashes only: per template and
 // conversation, the template's sha256 and the SHA-256 and byte length of
 // jinja2's text, or the error jinja2 raised. TestTemplateCorpus requires
-// the owned evaluator's text to hash the same wherever jinja2 rendered, an
+// the evaluator's text to hash the same wherever jinja2 rendered, an
 // error or a decline wherever it raised, and every template to load;
 // the templates where it knowingly differs are listed, with the reason,
 // in template_corpus_test.go.
@@ -93,7 +87,7 @@
 // uncompiled, its chat requests not exact. At render time, a template that raises is a
 // [TemplateError] (the client's 400, in the template's words); a request
 // vLLM would refuse while preparing it is an [InputError]; anything this
-// package cannot reproduce exactly, including an engine failure or panic,
+// package cannot reproduce exactly, including an evaluator failure or panic,
 // is a [NotExactError] (or Count.Exact false), and the caller forwards the
 // request uncounted for vLLM to decide.
 //

@@ -74,14 +74,9 @@ func (t *pairTable) get(k uint64) (uint64, bool) {
 	}
 }
 
-func (m *mergeBPE) encode(dst []int, word string, sc *bpeScratch) []int {
-	if m.ignoreMerges {
-		if id, ok := m.vocab[word]; ok {
-			return append(dst, int(id))
-		}
-	}
-	// Symbols: ids in sc.pos, linked by next/prev.
-	ids := sc.pos[:0]
+// symbols appends word's initial symbols to ids: each character's id, or
+// its bytes' ids (byte fallback), or unk (fused when asked).
+func (m *mergeBPE) symbols(ids []int32, word string) []int32 {
 	lastUnk := false
 	for i := 0; i < len(word); {
 		r, w := utf8.DecodeRuneInString(word[i:])
@@ -114,6 +109,17 @@ func (m *mergeBPE) encode(dst []int, word string, sc *bpeScratch) []int {
 		ids = append(ids, m.unk)
 		lastUnk = true
 	}
+	return ids
+}
+
+func (m *mergeBPE) encode(dst []int, word string, sc *bpeScratch) []int {
+	if m.ignoreMerges {
+		if id, ok := m.vocab[word]; ok {
+			return append(dst, int(id))
+		}
+	}
+	// Symbols: ids in sc.pos, linked by next/prev.
+	ids := m.symbols(sc.pos[:0], word)
 	sc.pos = ids
 	n := len(ids)
 	if n <= 1 {

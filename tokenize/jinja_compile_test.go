@@ -9,7 +9,7 @@ import (
 // TestCompiledFastPaths: the compiled evaluator's fast paths (ints,
 // fields read in place, literal compares, reversed loops, shared slices)
 // give Python's results, on request values (as prepareChat builds them)
-// and on engine values (as Template.Render takes them), and fall back to
+// and on variables given by name (as Template.Render takes them), and fall back to
 // the general path where their shape does not hold.
 func TestCompiledFastPaths(t *testing.T) {
 	for _, c := range []struct {
@@ -35,8 +35,8 @@ func TestCompiledFastPaths(t *testing.T) {
 		{src: `{% set ns = namespace(l=none) %}{% for x in l %}{% set ns.l = loop %}{% endfor %}{% for x in l %}{% endfor %}{{ ns.l.index }}`, vars: `{"l":[1,2]}`, want: "2"},
 	} {
 		tmpl, err := CompileTemplate(c.src)
-		if err != nil || tmpl.owned == nil {
-			t.Fatalf("%s: %v (owned: %s)", c.src, err, tmpl.notOwned)
+		if err != nil {
+			t.Fatalf("%s: %v", c.src, err)
 		}
 		v, err := ojson.Parse([]byte(c.vars), ojson.DefaultMaxDepth)
 		if err != nil {
@@ -44,15 +44,17 @@ func TestCompiledFastPaths(t *testing.T) {
 		}
 		st := &convState{}
 		var cv chatVars
+		byName := map[string]Value{}
 		for _, mb := range v.Members {
 			cv.own.set(mb.Key, st.value(mb.Value))
+			byName[mb.Key] = st.value(mb.Value)
 		}
 		owned, oerr := tmpl.renderChat(&cv, goldenNow)
-		engineVals, eerr := tmpl.Render(cv.engine(), goldenNow)
+		named, nerr := tmpl.Render(byName, goldenNow)
 		for _, r := range []struct {
 			path, got string
 			err       error
-		}{{"request values", owned, oerr}, {"engine values", engineVals, eerr}} {
+		}{{"request values", owned, oerr}, {"by name", named, nerr}} {
 			switch {
 			case c.notExact && !isUnsupported(r.err):
 				t.Errorf("%s (%s): got %q, %v; want not exact", c.src, r.path, r.got, r.err)

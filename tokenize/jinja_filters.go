@@ -11,95 +11,6 @@ import (
 // semantics (jinja2/tests.py, jinja2/filters.py, and transformers'
 // tojson).
 
-// Tests, as jinja2's tests.py.
-
-func applyTest(name string, v value, args []value) (bool, error) {
-	switch name {
-	case "defined":
-		return v.k != kUndef, nil
-	case "undefined":
-		return v.k == kUndef, nil
-	case "none":
-		return v.k == kNone, nil
-	case "string":
-		return v.k == kStr, nil
-	case "number":
-		return v.isNumber(), nil
-	case "integer":
-		return v.k == kInt, nil
-	case "float":
-		return v.k == kFloat, nil
-	case "boolean":
-		return v.k == kBool, nil
-	case "mapping":
-		return v.isMap(), nil
-	case "iterable":
-		switch v.k {
-		case kStr, kList, kSeq, kDict, kMap, kUndef, kLoop:
-			return true, nil
-		}
-		return false, nil
-	case "sequence":
-		switch v.k {
-		case kStr, kList, kDict, kMap, kUndef:
-			return true, nil
-		case kSeq:
-			sv := v.p.(*seqVal)
-			return !sv.lazy && (sv.noRepr == "" || sv.noRepr == "a range"), nil
-		case kLoop:
-			return false, nil
-		}
-		return false, nil
-	case "callable":
-		switch v.k {
-		case kFunc, kMacro, kUndef, kLoop:
-			return true, nil
-		}
-		return false, nil
-	case "true":
-		return v.k == kBool && v.n != 0, nil
-	case "false":
-		return v.k == kBool && v.n == 0, nil
-	case "odd", "even", "divisibleby":
-		d := intV(2)
-		if name == "divisibleby" {
-			d = args[0]
-		}
-		if (v.k != kInt && v.k != kBool) || (d.k != kInt && d.k != kBool) {
-			if v.k == kUndef {
-				return false, errPyRaises("UndefinedError in a test")
-			}
-			return false, errUnsupported("test " + name + " of a non-integer")
-		}
-		m, err := arith("%", v, d)
-		if err != nil {
-			return false, err
-		}
-		switch name {
-		case "odd":
-			return m.n == 1, nil
-		case "even":
-			return m.n == 0, nil
-		}
-		return m.n == 0, nil
-	case "eq", "equalto", "==":
-		return pyEq(v, args[0]), nil
-	case "ne", "!=":
-		return !pyEq(v, args[0]), nil
-	case "lt", "lessthan", "<":
-		return compare("<", v, args[0])
-	case "le", "<=":
-		return compare("<=", v, args[0])
-	case "gt", "greaterthan", ">":
-		return compare(">", v, args[0])
-	case "ge", ">=":
-		return compare(">=", v, args[0])
-	case "in":
-		return pyIn(v, args[0])
-	}
-	return false, errNotPython("test " + name)
-}
-
 // Filters.
 
 // filterArg returns a filter's argument by position or keyword.
@@ -135,6 +46,40 @@ var markupFilters = map[string]bool{
 	"default": true, "d": true, "first": true, "last": true, "safe": true, "string": true,
 }
 
+// filterCall is one filter application: the filtered value, the call as
+// written and its evaluated arguments.
+type filterCall struct {
+	name     string
+	v        value
+	c        *callExpr
+	args, kw []value
+}
+
+// arg returns the argument at pos or given as keyword name.
+func (fc *filterCall) arg(pos int, name string) (value, bool) {
+	return filterArg(fc.c, fc.args, fc.kw, pos, name)
+}
+
+// filterFn implements one filter.
+type filterFn func(r *renderer, fc filterCall) (value, error)
+
+// filterFuncs are the filters the evaluator implements (filterArgs in
+// jinja_parse.go lists their parameters, checked at compile time).
+var filterFuncs map[string]filterFn
+
+func init() {
+	filterFuncs = map[string]filterFn{
+		"safe": filterSafe, "tojson": filterToJSON, "string": filterString, "trim": filterTrim,
+		"join": filterJoin, "list": filterList, "format": filterFormat,
+		"length": filterLen, "count": filterLen, "default": filterDefault, "d": filterDefault,
+		"upper": filterCase, "lower": filterCase, "replace": filterReplace,
+		"min": filterMinMax, "max": filterMinMax, "capitalize": filterCapitalize,
+		"first": filterFirstLast, "last": filterFirstLast, "items": filterItems, "map": filterMap,
+		"select": filterSelect, "reject": filterSelect, "selectattr": filterSelect, "rejectattr": filterSelect,
+		"abs": filterAbs, "round": filterRound, "sort": filterSort, "reverse": filterReverse,
+	}
+}
+
 func (r *renderer) evalFilter(n *filterExpr) (value, error) {
 	v, err := r.ev(n.arg)
 	if err != nil {
@@ -146,252 +91,295 @@ func (r *renderer) evalFilter(n *filterExpr) (value, error) {
 	if err != nil {
 		return undef, err
 	}
-	c := n.call
 	if isMarkup(v) && !markupFilters[n.name] {
 		return undef, errMarkup("filter " + n.name)
 	}
-	switch n.name {
-	case "safe":
-		// markupsafe.Markup(value): str(value), marked.
-		s, err := pyStrV(v)
-		return markupV(s), err
-	case "tojson":
-		var b strings.Builder
-		if err := r.tojsonArgs(&b, v, c, args, kw); err != nil {
+	f, ok := filterFuncs[n.name]
+	if !ok {
+		return undef, errNotPython("filter " + n.name)
+	}
+	return f(r, filterCall{name: n.name, v: v, c: n.call, args: args, kw: kw})
+}
+
+// filterSafe is markupsafe.Markup(value): str(value), marked.
+func filterSafe(_ *renderer, fc filterCall) (value, error) {
+	s, err := pyStrV(fc.v)
+	return markupV(s), err
+}
+
+func filterToJSON(r *renderer, fc filterCall) (value, error) {
+	var b strings.Builder
+	if err := r.tojsonArgs(&b, fc.v, fc.c, fc.args, fc.kw); err != nil {
+		return undef, err
+	}
+	return strV(b.String()), nil
+}
+
+func filterString(_ *renderer, fc filterCall) (value, error) {
+	if isMarkup(fc.v) {
+		return fc.v, nil // soft_str keeps a str (Markup) as it is
+	}
+	s, err := pyStrV(fc.v)
+	return strV(s), err
+}
+
+// filterTrim is str(value).strip(chars).
+func filterTrim(_ *renderer, fc filterCall) (value, error) {
+	s, err := pyStrV(fc.v)
+	if err != nil {
+		return undef, err
+	}
+	if chars, ok := fc.arg(0, "chars"); ok && chars.k != kNone && chars.k != kUndef {
+		if chars.k != kStr {
+			return undef, errPyRaises("TypeError: strip arg must be None or str")
+		}
+		return strV(strings.Trim(s, chars.s)), nil
+	}
+	return strV(strings.TrimFunc(s, pyIsSpace)), nil
+}
+
+// filterJoin is join(value, d=”, attribute=None) with str() of each item.
+func filterJoin(_ *renderer, fc filterCall) (value, error) {
+	sep := ""
+	if d, ok := fc.arg(0, "d"); ok {
+		var err error
+		if sep, err = pyStrV(d); err != nil {
 			return undef, err
 		}
-		return strV(b.String()), nil
-	case "string":
-		if isMarkup(v) {
-			return v, nil // soft_str keeps a str (Markup) as it is
+	}
+	attr, hasAttr := fc.arg(1, "attribute")
+	items, err := pyIterValues(fc.v)
+	if err != nil {
+		return undef, errUnsupported("join over a non-iterable value")
+	}
+	var b strings.Builder
+	for i, it := range items {
+		if i > 0 {
+			b.WriteString(sep)
 		}
-		s, err := pyStrV(v)
-		return strV(s), err
-	case "trim":
-		s, err := pyStrV(v)
-		if err != nil {
+		if hasAttr && attr.k != kNone {
+			if !it.isMap() || attr.k != kStr {
+				return undef, errUnsupported("join attribute on a non-mapping")
+			}
+			if strings.IndexByte(attr.s, '.') >= 0 || isDigits(attr.s) {
+				return undef, errNotPython("join with a dotted attribute")
+			}
+			it, _ = it.mapGet(attr.s)
+		}
+		if err := writeStr(&b, it); err != nil {
 			return undef, err
 		}
-		if chars, ok := filterArg(c, args, kw, 0, "chars"); ok && chars.k != kNone && chars.k != kUndef {
-			if chars.k != kStr {
-				return undef, errPyRaises("TypeError: strip arg must be None or str")
-			}
-			return strV(strings.Trim(s, chars.s)), nil
+	}
+	return strV(b.String()), nil
+}
+
+// filterList is Python's list(value): a dict gives its keys.
+func filterList(_ *renderer, fc filterCall) (value, error) {
+	items, err := pyIterValues(fc.v)
+	if err != nil {
+		return undef, errUnsupported("list of a non-iterable value")
+	}
+	return value{k: kSeq, p: &seqVal{items: items}}, nil
+}
+
+func filterFormat(_ *renderer, fc filterCall) (value, error) {
+	if len(fc.kw) > 0 {
+		return undef, errUnsupported("format of a non-string or with keyword arguments")
+	}
+	return formatFilter(fc.v, fc.args)
+}
+
+func filterLen(_ *renderer, fc filterCall) (value, error) { return filterLength(fc.v) }
+
+// filterDefault is default(value, default_value=”, boolean=False).
+func filterDefault(_ *renderer, fc filterCall) (value, error) {
+	def := emptyS
+	if d, ok := fc.arg(0, "default_value"); ok {
+		def = d
+	}
+	boolean, _ := fc.arg(1, "boolean")
+	if fc.v.k == kUndef || boolean.truth() && !fc.v.truth() {
+		return def, nil
+	}
+	return fc.v, nil
+}
+
+func filterCase(_ *renderer, fc filterCall) (value, error) {
+	s, err := pyStrV(fc.v)
+	if err != nil {
+		return undef, err
+	}
+	return caseASCII(s, fc.name == "upper")
+}
+
+// filterReplace is str(s).replace(str(old), str(new), count), autoescape
+// off.
+func filterReplace(_ *renderer, fc filterCall) (value, error) {
+	s, err := pyStrV(fc.v)
+	if err != nil {
+		return undef, err
+	}
+	old, _ := fc.arg(0, "old")
+	nw, _ := fc.arg(1, "new")
+	os, err := pyStrV(old)
+	if err != nil {
+		return undef, err
+	}
+	ns, err := pyStrV(nw)
+	if err != nil {
+		return undef, err
+	}
+	n := -1
+	if cnt, ok := fc.arg(2, "count"); ok && cnt.k != kNone {
+		if cnt.k != kInt {
+			return undef, errNotPython("replace with a count that is not an int")
 		}
-		return strV(strings.TrimFunc(s, pyIsSpace)), nil
-	case "join":
-		sep := ""
-		if d, ok := filterArg(c, args, kw, 0, "d"); ok {
-			if sep, err = pyStrV(d); err != nil {
-				return undef, err
-			}
+		n = int(max(cnt.n, -1))
+	}
+	return strV(strings.Replace(s, os, ns, n)), nil
+}
+
+// filterMinMax is min and max over numbers only (jinja2 compares strings
+// case-insensitively).
+func filterMinMax(_ *renderer, fc filterCall) (value, error) {
+	items, err := pyIterValues(fc.v)
+	if err != nil {
+		return undef, err
+	}
+	if len(items) == 0 {
+		return undef, nil // jinja2: an Undefined, "No aggregated item"
+	}
+	best := items[0]
+	for _, it := range items {
+		if !it.isNumber() {
+			return undef, errNotPython(fc.name + " over values that are not numbers")
 		}
-		attr, hasAttr := filterArg(c, args, kw, 1, "attribute")
-		items, err := pyIterValues(v)
-		if err != nil {
-			return undef, errUnsupported("join over a non-iterable value")
+		bf, _ := best.num()
+		f, _ := it.num()
+		if fc.name == "min" && f < bf || fc.name == "max" && f > bf {
+			best = it
 		}
-		var b strings.Builder
+	}
+	return best, nil
+}
+
+func filterCapitalize(_ *renderer, fc filterCall) (value, error) {
+	s, err := pyStrV(fc.v)
+	if err != nil {
+		return undef, err
+	}
+	if !isASCIIStr(s) {
+		return undef, errUnsupported("capitalize of non-ASCII text")
+	}
+	if s == "" {
+		return strV(s), nil
+	}
+	return strV(strings.ToUpper(s[:1]) + strings.ToLower(s[1:])), nil
+}
+
+func filterFirstLast(_ *renderer, fc filterCall) (value, error) {
+	v := fc.v
+	switch v.k {
+	case kStr, kSeq, kMap, kUndef:
+	default:
+		return undef, errPyRaises("TypeError: object is not iterable")
+	}
+	if v.k == kSeq && v.p.(*seqVal).lazy && fc.name == "last" {
+		return undef, errPyRaises("TypeError: generator is not reversible")
+	}
+	items, err := pyIterValues(v)
+	if err != nil {
+		return undef, err
+	}
+	if len(items) == 0 {
+		return undef, nil
+	}
+	if fc.name == "first" {
+		return items[0], nil
+	}
+	return items[len(items)-1], nil
+}
+
+func filterItems(_ *renderer, fc filterCall) (value, error) {
+	v := fc.v
+	switch v.k {
+	case kUndef:
+		return value{k: kSeq, p: &seqVal{items: []value{}, lazy: true, noRepr: "an iterator"}}, nil
+	case kMap:
+		items := make([]value, v.mapLen())
+		for i := range items {
+			items[i] = value{k: kSeq, p: &seqVal{items: []value{strV(v.mapKey(i)), v.mapVal(i)}, tuple: true}}
+		}
+		return value{k: kSeq, p: &seqVal{items: items, lazy: true, noRepr: "an iterator"}}, nil
+	}
+	return undef, errPyRaises("TypeError: items of a non-mapping")
+}
+
+// filterMap is map('filter', args...), the filter on every item, or
+// map(attribute=...[, default=...]).
+func filterMap(r *renderer, fc filterCall) (value, error) {
+	items, err := pyIterValues(fc.v)
+	if err != nil {
+		return undef, err
+	}
+	out := make([]value, len(items))
+	if len(fc.c.args) > 0 {
 		for i, it := range items {
-			if i > 0 {
-				b.WriteString(sep)
-			}
-			if hasAttr && attr.k != kNone {
-				if !it.isMap() || attr.k != kStr {
-					return undef, errUnsupported("join attribute on a non-mapping")
-				}
-				if strings.IndexByte(attr.s, '.') >= 0 || isDigits(attr.s) {
-					return undef, errNotPython("join with a dotted attribute")
-				}
-				it, _ = it.mapGet(attr.s)
-			}
-			if err := writeStr(&b, it); err != nil {
-				return undef, err
-			}
-		}
-		return strV(b.String()), nil
-	case "list":
-		items, err := pyIterValues(v)
-		if err != nil {
-			return undef, errUnsupported("list of a non-iterable value")
-		}
-		return value{k: kSeq, p: &seqVal{items: items}}, nil
-	case "format":
-		return formatFilter(v, args)
-	case "length", "count":
-		return filterLength(v)
-	case "default", "d":
-		def := emptyS
-		if d, ok := filterArg(c, args, kw, 0, "default_value"); ok {
-			def = d
-		}
-		boolean, _ := filterArg(c, args, kw, 1, "boolean")
-		if v.k == kUndef || boolean.truth() && !v.truth() {
-			return def, nil
-		}
-		return v, nil
-	case "upper", "lower":
-		s, err := pyStrV(v)
-		if err != nil {
-			return undef, err
-		}
-		return caseASCII(s, n.name == "upper")
-	case "replace":
-		// str(s).replace(str(old), str(new), count), autoescape off.
-		s, err := pyStrV(v)
-		if err != nil {
-			return undef, err
-		}
-		old, _ := filterArg(c, args, kw, 0, "old")
-		nw, _ := filterArg(c, args, kw, 1, "new")
-		os, err := pyStrV(old)
-		if err != nil {
-			return undef, err
-		}
-		ns, err := pyStrV(nw)
-		if err != nil {
-			return undef, err
-		}
-		n := -1
-		if cnt, ok := filterArg(c, args, kw, 2, "count"); ok && cnt.k != kNone {
-			if cnt.k != kInt {
-				return undef, errNotPython("replace with a count that is not an int")
-			}
-			n = int(max(cnt.n, -1))
-		}
-		return strV(strings.Replace(s, os, ns, n)), nil
-	case "min", "max":
-		// Numbers only: jinja2 compares strings case-insensitively.
-		items, err := pyIterValues(v)
-		if err != nil {
-			return undef, err
-		}
-		if len(items) == 0 {
-			return undef, nil // jinja2: an Undefined, "No aggregated item"
-		}
-		best := items[0]
-		for _, it := range items {
-			if !it.isNumber() {
-				return undef, errNotPython(n.name + " over values that are not numbers")
-			}
-			bf, _ := best.num()
-			f, _ := it.num()
-			if n.name == "min" && f < bf || n.name == "max" && f > bf {
-				best = it
-			}
-		}
-		return best, nil
-	case "capitalize":
-		s, err := pyStrV(v)
-		if err != nil {
-			return undef, err
-		}
-		if !isASCIIStr(s) {
-			return undef, errUnsupported("capitalize of non-ASCII text")
-		}
-		if s == "" {
-			return strV(s), nil
-		}
-		return strV(strings.ToUpper(s[:1]) + strings.ToLower(s[1:])), nil
-	case "first", "last":
-		switch v.k {
-		case kStr, kList, kSeq, kDict, kMap, kUndef:
-		default:
-			return undef, errPyRaises("TypeError: object is not iterable")
-		}
-		if v.k == kSeq && v.p.(*seqVal).lazy && n.name == "last" {
-			return undef, errPyRaises("TypeError: generator is not reversible")
-		}
-		items, err := pyIterValues(v)
-		if err != nil {
-			return undef, err
-		}
-		if len(items) == 0 {
-			return undef, nil
-		}
-		if n.name == "first" {
-			return items[0], nil
-		}
-		return items[len(items)-1], nil
-	case "items":
-		switch v.k {
-		case kUndef:
-			return value{k: kSeq, p: &seqVal{items: []value{}, lazy: true, noRepr: "an iterator"}}, nil
-		case kDict, kMap:
-			items := make([]value, v.mapLen())
-			for i := range items {
-				items[i] = value{k: kSeq, p: &seqVal{items: []value{strV(v.mapKey(i)), v.mapVal(i)}, tuple: true}}
-			}
-			return value{k: kSeq, p: &seqVal{items: items, lazy: true, noRepr: "an iterator"}}, nil
-		}
-		return undef, errPyRaises("TypeError: items of a non-mapping")
-	case "map":
-		if len(c.args) > 0 {
-			// map('filter', args...): the filter on every item.
-			items, err := pyIterValues(v)
+			x, err := r.evalFilter(&filterExpr{arg: &litExpr{it}, name: fc.args[0].s, call: &callExpr{args: fc.c.args[1:]}})
 			if err != nil {
 				return undef, err
-			}
-			out := make([]value, len(items))
-			for i, it := range items {
-				x, err := r.evalFilter(&filterExpr{arg: &litExpr{it}, name: args[0].s, call: &callExpr{args: c.args[1:]}})
-				if err != nil {
-					return undef, err
-				}
-				out[i] = x
-			}
-			return value{k: kSeq, p: &seqVal{items: out, lazy: true, noRepr: "a generator"}}, nil
-		}
-		attr, _ := filterArg(c, args, kw, -1, "attribute")
-		def, hasDef := filterArg(c, args, kw, -1, "default")
-		items, err := pyIterValues(v)
-		if err != nil {
-			return undef, err
-		}
-		out := make([]value, len(items))
-		for i, it := range items {
-			x, err := attrPath(it, attr)
-			if err != nil {
-				return undef, err
-			}
-			if x.k == kUndef && hasDef {
-				x = def
 			}
 			out[i] = x
 		}
 		return value{k: kSeq, p: &seqVal{items: out, lazy: true, noRepr: "a generator"}}, nil
-	case "select", "reject", "selectattr", "rejectattr":
-		items, err := pyIterValues(v)
+	}
+	attr, _ := fc.arg(-1, "attribute")
+	def, hasDef := fc.arg(-1, "default")
+	for i, it := range items {
+		x, err := attrPath(it, attr)
 		if err != nil {
 			return undef, err
 		}
-		rest := args
-		var attr value
-		if n.name == "selectattr" || n.name == "rejectattr" {
-			attr, rest = args[0], args[1:]
+		if x.k == kUndef && hasDef {
+			x = def
 		}
-		want := n.name == "select" || n.name == "selectattr"
-		var out []value
-		for _, it := range items {
-			x := it
-			if attr.k != kUndef {
-				if x, err = attrPath(it, attr); err != nil {
-					return undef, err
-				}
-			}
-			var ok bool
-			if len(rest) == 0 {
-				ok = x.truth()
-			} else if ok, err = applyTest(rest[0].s, x, rest[1:]); err != nil {
+		out[i] = x
+	}
+	return value{k: kSeq, p: &seqVal{items: out, lazy: true, noRepr: "a generator"}}, nil
+}
+
+// filterSelect is select, reject, selectattr and rejectattr: a test (or
+// truth) on every item, or on its attribute.
+func filterSelect(_ *renderer, fc filterCall) (value, error) {
+	items, err := pyIterValues(fc.v)
+	if err != nil {
+		return undef, err
+	}
+	rest := fc.args
+	var attr value
+	if fc.name == "selectattr" || fc.name == "rejectattr" {
+		attr, rest = fc.args[0], fc.args[1:]
+	}
+	want := fc.name == "select" || fc.name == "selectattr"
+	var out []value
+	for _, it := range items {
+		x := it
+		if attr.k != kUndef {
+			if x, err = attrPath(it, attr); err != nil {
 				return undef, err
 			}
-			if ok == want {
-				out = append(out, it)
-			}
 		}
-		return value{k: kSeq, p: &seqVal{items: out, lazy: true, noRepr: "a generator"}}, nil
+		var ok bool
+		if len(rest) == 0 {
+			ok = x.truth()
+		} else if ok, err = applyTest(rest[0].s, x, rest[1:]); err != nil {
+			return undef, err
+		}
+		if ok == want {
+			out = append(out, it)
+		}
 	}
-	return undef, errNotPython("filter " + n.name)
+	return value{k: kSeq, p: &seqVal{items: out, lazy: true, noRepr: "a generator"}}, nil
 }
 
 func isDigits(s string) bool {
@@ -516,14 +504,12 @@ func filterLength(v value) (value, error) {
 	switch v.k {
 	case kStr:
 		return intV(int64(utf8.RuneCountInString(v.s))), nil
-	case kList:
-		return intV(int64(v.seqLen())), nil
 	case kSeq:
 		if v.p.(*seqVal).lazy {
 			return undef, errPyRaises("TypeError: object of type 'generator' has no len()")
 		}
 		return intV(int64(v.seqLen())), nil
-	case kDict, kMap:
+	case kMap:
 		return intV(int64(v.mapLen())), nil
 	case kUndef:
 		return intV(0), nil

@@ -11,8 +11,8 @@ import (
 // {{ }} or {% %} tag (template_lex.go has already split the template into
 // text and tag bodies) into jinja2's tokens. Anything jinja2 would scan
 // differently, or that the evaluator does not reproduce (non-ASCII names,
-// \N{...} escapes), is refused with errNotOwned, and the template keeps
-// the engine path.
+// \N{...} escapes), is refused with errNotOwned: the template does not
+// compile, and its requests are forwarded uncounted.
 
 type tokKind uint8
 
@@ -32,8 +32,9 @@ type token struct {
 	f    float64
 }
 
-// errNotOwned is a construct the owned evaluator does not handle: the
-// template is rendered by the engine instead (decided at compile time).
+// errNotOwned is a construct the evaluator does not handle: the template
+// does not compile (a *CompileError), and the model loads with its chat
+// requests forwarded uncounted.
 type errNotOwned struct{ what string }
 
 func (e *errNotOwned) Error() string { return "not owned: " + e.what }

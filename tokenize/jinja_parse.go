@@ -3,14 +3,13 @@ package tokenize
 import (
 	"fmt"
 	"slices"
-	"strings"
 )
 
 // The owned evaluator's parser: jinja2's grammar (jinja2/parser.py) for
 // the statements and expressions chat templates use, built into a tree
 // whose names are resolved to frame slots (resolve, below) so a render
 // never looks a variable up by name. Any other construct is refused with
-// errNotOwned and the template keeps the engine path.
+// errNotOwned: the template does not compile.
 
 // ref addresses a variable: level 0 is the template's frame, level 1 the
 // frame of the macro being called.
@@ -805,6 +804,8 @@ func (p *parser) parseUnary(withFilter bool) (expr, error) {
 	return e, nil
 }
 
+// parsePrimary parses a name, a literal, a parenthesised expression or
+// tuple, a list or a dict.
 func (p *parser) parsePrimary() (expr, error) {
 	t := p.cur()
 	switch t.kind {
@@ -820,9 +821,6 @@ func (p *parser) parsePrimary() (expr, error) {
 		}
 		if isKeyword(t.s) {
 			return nil, notOwned("keyword %q as a value", t.s)
-		}
-		if strings.HasPrefix(t.s, "__mt_") {
-			return nil, notOwned("a name of the package's engine rewrite (__mt_)")
 		}
 		return &nameExpr{name: t.s}, nil
 	case tStr:
@@ -843,83 +841,99 @@ func (p *parser) parsePrimary() (expr, error) {
 		switch t.s {
 		case "(":
 			p.tp++
-			if p.skipOp(")") {
-				return &listExpr{tuple: true}, nil
-			}
-			e, err := p.parseExpr(true)
-			if err != nil {
-				return nil, err
-			}
-			if p.isOp(",") {
-				l := &listExpr{items: []expr{e}, tuple: true}
-				for p.skipOp(",") {
-					if p.isOp(")") {
-						break
-					}
-					x, err := p.parseExpr(true)
-					if err != nil {
-						return nil, err
-					}
-					l.items = append(l.items, x)
-				}
-				e = l
-			}
-			return e, p.expectOp(")")
+			return p.parseParen()
 		case "[":
 			p.tp++
-			l := &listExpr{}
-			for !p.isOp("]") {
-				if len(l.items) > 0 {
-					if err := p.expectOp(","); err != nil {
-						return nil, err
-					}
-					if p.isOp("]") {
-						break
-					}
-				}
-				x, err := p.parseExpr(true)
-				if err != nil {
-					return nil, err
-				}
-				l.items = append(l.items, x)
-			}
-			p.tp++
-			return l, nil
+			return p.parseList()
 		case "{":
 			p.tp++
-			d := &dictExpr{}
-			for !p.isOp("}") {
-				if len(d.keys) > 0 {
-					if err := p.expectOp(","); err != nil {
-						return nil, err
-					}
-					if p.isOp("}") {
-						break
-					}
-				}
-				k := p.cur()
-				if k.kind != tStr || p.toks[p.tp+1].kind == tStr {
-					return nil, notOwned("a dict key that is not a string literal")
-				}
-				p.tp++
-				if err := p.expectOp(":"); err != nil {
-					return nil, err
-				}
-				v, err := p.parseExpr(true)
-				if err != nil {
-					return nil, err
-				}
-				if slices.Contains(d.keys, k.s) {
-					return nil, notOwned("a repeated dict key")
-				}
-				d.keys = append(d.keys, k.s)
-				d.vals = append(d.vals, v)
-			}
-			p.tp++
-			return d, nil
+			return p.parseDict()
 		}
 	}
 	return nil, notOwned("unexpected token")
+}
+
+// parseParen parses what follows "(": (), (e), or a tuple (a, b[,]).
+func (p *parser) parseParen() (expr, error) {
+	if p.skipOp(")") {
+		return &listExpr{tuple: true}, nil
+	}
+	e, err := p.parseExpr(true)
+	if err != nil {
+		return nil, err
+	}
+	if p.isOp(",") {
+		l := &listExpr{items: []expr{e}, tuple: true}
+		for p.skipOp(",") {
+			if p.isOp(")") {
+				break
+			}
+			x, err := p.parseExpr(true)
+			if err != nil {
+				return nil, err
+			}
+			l.items = append(l.items, x)
+		}
+		e = l
+	}
+	return e, p.expectOp(")")
+}
+
+// parseList parses what follows "[": a list literal.
+func (p *parser) parseList() (expr, error) {
+	l := &listExpr{}
+	for !p.isOp("]") {
+		if len(l.items) > 0 {
+			if err := p.expectOp(","); err != nil {
+				return nil, err
+			}
+			if p.isOp("]") {
+				break
+			}
+		}
+		x, err := p.parseExpr(true)
+		if err != nil {
+			return nil, err
+		}
+		l.items = append(l.items, x)
+	}
+	p.tp++
+	return l, nil
+}
+
+// parseDict parses what follows "{": a dict literal with string literal
+// keys, each once.
+func (p *parser) parseDict() (expr, error) {
+	d := &dictExpr{}
+	for !p.isOp("}") {
+		if len(d.keys) > 0 {
+			if err := p.expectOp(","); err != nil {
+				return nil, err
+			}
+			if p.isOp("}") {
+				break
+			}
+		}
+		k := p.cur()
+		if k.kind != tStr || p.toks[p.tp+1].kind == tStr {
+			return nil, notOwned("a dict key that is not a string literal")
+		}
+		p.tp++
+		if err := p.expectOp(":"); err != nil {
+			return nil, err
+		}
+		v, err := p.parseExpr(true)
+		if err != nil {
+			return nil, err
+		}
+		if slices.Contains(d.keys, k.s) {
+			return nil, notOwned("a repeated dict key")
+		}
+		d.keys = append(d.keys, k.s)
+		d.vals = append(d.vals, v)
+	}
+	p.tp++
+	return d, nil
 }
 
 func (p *parser) parsePostfix(e expr) (expr, error) {
@@ -1197,6 +1211,10 @@ var filterArgs = map[string]struct {
 	"join":       {[]string{"d", "attribute"}, false},
 	"list":       {nil, false},
 	"format":     {nil, true},
+	"abs":        {nil, false},
+	"reverse":    {nil, false},
+	"round":      {[]string{"precision", "method"}, false},
+	"sort":       {[]string{"reverse", "case_sensitive", "attribute"}, false},
 	"length":     {nil, false},
 	"count":      {nil, false},
 	"default":    {[]string{"default_value", "boolean"}, false},
@@ -1228,8 +1246,8 @@ func checkFilter(name string, c *callExpr) error {
 	}
 	for _, k := range c.kwNames {
 		if !slices.Contains(fa.params, k) {
-			if name == "map" && (k == "attribute" || k == "default") {
-				continue
+			if name == "map" && (k == "attribute" || k == "default") || name == "format" {
+				continue // format with keywords declines at render
 			}
 			return notOwned("filter %q keyword %q", name, k)
 		}
@@ -1248,10 +1266,6 @@ func checkFilter(name string, c *callExpr) error {
 	case "replace":
 		if len(c.args)+len(c.kwArgs) < 2 {
 			return notOwned("replace without old and new")
-		}
-	case "format":
-		if len(c.kwArgs) > 0 {
-			return notOwned("format with keyword arguments")
 		}
 	case "map":
 		// map(attribute=...[, default=...]), or map('filter', args...)

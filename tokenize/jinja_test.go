@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ardanlabs/jinja"
 	"github.com/maitred-dev/maitred/internal/ojson"
 )
 
@@ -17,38 +16,27 @@ import (
 var chatFixtures = []string{"qwen3", "llama3_1", "deepseek_v3", "gemma3"}
 
 // TestOwnedFixtureTemplates: every fixture chat template (and the demo
-// model's) renders on the owned evaluator, so the golden suites exercise
-// it; a template falling back to the engine is a regression.
+// model's) compiles, so the golden suites exercise the evaluator; one
+// that does not compile is a regression.
 func TestOwnedFixtureTemplates(t *testing.T) {
 	for _, name := range chatFixtures {
-		if tm := fixtureModel(t, name).ChatTemplate(); tm.owned == nil {
-			t.Errorf("%s: the chat template fell back to the engine: %s", name, tm.notOwned)
+		if tm := fixtureModel(t, name).ChatTemplate(); tm.CompileErr() != nil || tm.owned == nil {
+			t.Errorf("%s: the chat template did not compile: %v", name, tm.CompileErr())
 		}
 	}
 	if tm, err := CompileTemplate(demoTemplate); err != nil || tm.owned == nil {
-		t.Errorf("demo: %v %s", err, tm.notOwned)
+		t.Errorf("demo: %v", err)
 	}
 }
 
-// TestOwnedFallback: a template with a construct the owned evaluator does
-// not implement (the sort filter, a filter block) is decided at compile
-// time and rendered by the engine, as before the owned evaluator.
-func TestOwnedFallback(t *testing.T) {
-	src := `{{ l|sort|join(",") }}|{% filter upper %}ab{% endfilter %}`
-	tm, err := CompileTemplate(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if tm.owned != nil || !strings.Contains(tm.notOwned, `"sort"`) {
-		t.Fatalf("owned %v (%q), want the engine path because of sort", tm.owned != nil, tm.notOwned)
-	}
-	vars := func() map[string]jinja.Value {
-		return map[string]jinja.Value{"l": jinja.NewList([]jinja.Value{jinja.NewInt(3), jinja.NewInt(1), jinja.NewInt(2)})}
-	}
-	got, err := tm.Render(vars(), nil)
-	want, werr := tm.renderEngine(vars(), nil)
-	if err != nil || werr != nil || got != want || got != "1,2,3|AB" { // Python jinja2 renders 1,2,3|AB
-		t.Fatalf("Render %q %v, engine %q %v", got, err, want, werr)
+// TestNotOwnedIsCompileError: a construct the evaluator does not
+// implement (a filter block) is decided at compile time: a *CompileError
+// naming the template line and the construct, never a render that guesses.
+func TestNotOwnedIsCompileError(t *testing.T) {
+	_, err := CompileTemplate("{{ l|join(',') }}\n{% filter upper %}ab{% endfilter %}")
+	var ce *CompileError
+	if !errors.As(err, &ce) || ce.Line != 2 || !strings.Contains(ce.Reason, `"filter"`) {
+		t.Fatalf("err %v, want a CompileError at line 2 naming the filter statement", err)
 	}
 }
 
@@ -63,7 +51,7 @@ func TestOwnedFeatures(t *testing.T) {
 			continue
 		}
 		owned++
-		o := outcome(tm.renderOwned(engineVars(featureVars(t, g.Vars)), goldenNow))
+		o := outcome(tm.renderOwned(mapVars(featureVars(t, g.Vars)), goldenNow))
 		want := renderOutcome{text: g.Text}
 		if g.ErrorType != "" {
 			want = renderOutcome{template: g.Error}
@@ -93,15 +81,15 @@ func readFeatureGoldens(t testing.TB) []featureGolden {
 	return out
 }
 
-func featureVars(t testing.TB, s string) map[string]jinja.Value {
+func featureVars(t testing.TB, s string) map[string]Value {
 	v, err := ojson.Parse([]byte(s), ojson.DefaultMaxDepth)
 	if err != nil {
 		t.Fatal(err)
 	}
 	st := &convState{}
-	vars := map[string]jinja.Value{}
+	vars := map[string]Value{}
 	for _, mb := range v.Members {
-		vars[mb.Key] = toJ(st.value(mb.Value))
+		vars[mb.Key] = st.value(mb.Value)
 	}
 	return vars
 }
@@ -125,31 +113,37 @@ func outcome(s string, err error) renderOutcome {
 	return renderOutcome{notExact: err.Error()}
 }
 
-// compareRenders renders fresh variables through both paths and requires
-// the same outcome: the same text, the same TemplateError, or both not
-// exact. The one accepted difference: the owned evaluator declines (not
-// exact, notPythonPrefix) where the engine renders something Python
-// would not (Python raises, or prints differently).
-func compareRenders(t *testing.T, id string, tm *Template, ownedVars func() varSource, vars func() map[string]jinja.Value) (declined bool) {
+// compareRenders renders a chat request twice: on its prepared variables
+// (as Model renders) and on the same variables given by name through the
+// public Template.Render, each time on a renderer the pool has used
+// before. Both must give the same outcome, and the evaluator must never
+// fail (a panic is recovered as not exact, and is a bug here).
+func compareRenders(t *testing.T, id string, tm *Template, vars *chatVars) (declined bool) {
 	t.Helper()
 	now := func() time.Time { return time.Date(2026, 3, 5, 14, 7, 9, 0, time.UTC) }
-	o := outcome(tm.renderOwned(ownedVars(), now))
-	e := outcome(tm.renderEngine(vars(), now))
-	switch {
-	case o.notExact != "" && e.notExact != "", o == e:
-		return false
-	case strings.Contains(o.notExact, notPythonPrefix) && e.notExact == "":
-		return true
+	byName := map[string]Value{}
+	for k, v := range vars.special {
+		byName[k] = v
 	}
-	t.Errorf("%s: owned %+v, engine %+v", id, o, e)
-	return false
+	for i, k := range vars.own.keys {
+		byName[k] = vars.own.vals[i]
+	}
+	o := outcome(tm.renderChat(vars, now))
+	p := outcome(tm.Render(byName, now))
+	if o != p {
+		t.Errorf("%s: prepared %+v, by name %+v", id, o, p)
+	}
+	if strings.Contains(o.notExact, "evaluator failed") {
+		t.Errorf("%s: %s", id, o.notExact)
+	}
+	return o.notExact != ""
 }
 
-// TestOwnedMatchesEngine renders random conversations (roles, unicode and
+// TestOwnedRandomChats renders random conversations (roles, unicode and
 // whitespace content, tool calls and tools, content parts, generation
-// prompt on and off, chat_template_kwargs) with every fixture template
-// through both paths.
-func TestOwnedMatchesEngine(t *testing.T) {
+// prompt on and off, chat_template_kwargs) with every fixture template,
+// through both ways of giving the variables (compareRenders).
+func TestOwnedRandomChats(t *testing.T) {
 	models := differentialModels(t)
 	rng := rand.New(rand.NewPCG(1, 2))
 	declined := 0
@@ -160,10 +154,10 @@ func TestOwnedMatchesEngine(t *testing.T) {
 		}
 		declined += differential(t, models, seed, i)
 	}
-	t.Logf("owned declined %d renders the engine made (Python would raise or differ)", declined)
+	t.Logf("declined %d renders (Python would raise or differ)", declined)
 }
 
-// FuzzOwnedDifferential is TestOwnedMatchesEngine with the fuzzer
+// FuzzOwnedDifferential is TestOwnedRandomChats with the fuzzer
 // choosing the conversation.
 func FuzzOwnedDifferential(f *testing.F) {
 	for _, s := range []string{"", "\x00", "\x01\x02\x03\x04\x05\x06", strings.Repeat("\x07\x13\xff", 20), "tool\x03\x03\x02\x01"} {
@@ -193,24 +187,15 @@ func differential(t *testing.T, models []*Model, seed []byte, i int) (declined i
 	for _, m := range models {
 		req, err := m.prepareChat(parsed)
 		if err != nil {
-			continue // refused before rendering: the same on both paths
+			continue // refused before rendering
 		}
 		if req.tmpl.owned == nil {
-			t.Fatalf("%s: template not owned", m.Name)
+			t.Fatalf("%s: template not compiled", m.Name)
 		}
-		// The owned path renders the request's values as built; the
-		// engine path their conversion, as Model renders with each.
-		owned := func() varSource { return &req.vars }
-		engine := func() map[string]jinja.Value {
-			r, err := m.prepareChat(parsed)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return r.vars.engine()
-		}
-		if compareRenders(t, m.Name+" "+string(body), req.tmpl, owned, engine) {
+		if compareRenders(t, m.Name+" "+string(body), req.tmpl, &req.vars) {
 			declined++
 		}
+		m.release(req)
 	}
 	return declined
 }
@@ -356,19 +341,6 @@ func randomChat(c *chooser) []byte {
 		panic(err)
 	}
 	return b
-}
-
-// engineOnly is m with every template rendered by the engine (the
-// comparison benchmarks).
-func engineOnly(m *Model) *Model {
-	e := &Model{Name: m.Name, enc: m.enc, templates: map[string]*Template{}, contentFormat: m.contentFormat,
-		special: m.special, defaultKwargs: m.defaultKwargs, now: m.now, cleanUp: m.cleanUp}
-	for k, t := range m.templates {
-		c := *t
-		c.owned = nil
-		e.templates[k] = &c
-	}
-	return e
 }
 
 func readFile(tb testing.TB, path string) string {

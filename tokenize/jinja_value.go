@@ -1,19 +1,43 @@
 package tokenize
 
 import (
+	"fmt"
 	"math"
 	"sort"
 	"strconv"
 	"strings"
 
-	"github.com/ardanlabs/jinja"
+	"github.com/maitred-dev/maitred/internal/ojson"
 )
 
-// The owned evaluator's values. A value is a small struct, not an
-// interface: strings and numbers never allocate, and the request's data
-// (jinja.Value lists and dicts, built by count_chat.go) is read in place,
-// each element converted when it is reached. Containers the template
-// builds itself are seqVal (lists, tuples) and mapVal (dict literals).
+// The evaluator's values. A value is a small struct, not an interface:
+// strings and numbers never allocate. Containers are seqVal (lists,
+// tuples) and mapVal (dicts, ordered): the request's data, built by
+// count_chat.go, and what the template builds itself.
+
+// Value is a template variable's value for [Template.Render]: the
+// evaluator's own (no field is exported). Build one with [ParseValue] or
+// [StringValue].
+type Value = value
+
+// ParseValue converts JSON text to a Value: objects are dicts in their
+// key order, numbers ints where integral. An integer beyond 64 bits is an
+// error (Python keeps it exact; this package does not).
+func ParseValue(js []byte) (Value, error) {
+	v, err := ojson.Parse(js, ojson.DefaultMaxDepth)
+	if err != nil {
+		return undef, fmt.Errorf("tokenize: template value: %w", err)
+	}
+	var st convState
+	out := st.value(v)
+	if st.reason != "" {
+		return undef, fmt.Errorf("tokenize: template value: %s", st.reason)
+	}
+	return out, nil
+}
+
+// StringValue is s as a Value.
+func StringValue(s string) Value { return strV(s) }
 
 type vkind uint8
 
@@ -24,10 +48,8 @@ const (
 	kInt
 	kFloat
 	kStr
-	kList  // p: *jinja.List (request data)
-	kDict  // p: *jinja.Dict (request data)
-	kSeq   // p: *seqVal (built by the template)
-	kMap   // p: *mapVal (built by the template)
+	kSeq   // p: *seqVal (a list or tuple)
+	kMap   // p: *mapVal (a dict)
 	kNS    // p: *nsVal
 	kLoop  // p: *loopState
 	kFunc  // p: *funcVal
@@ -142,122 +164,27 @@ func boolV(b bool) value {
 }
 func (v value) f() float64 { return math.Float64frombits(uint64(v.n)) }
 
-// fromJ converts a request value; containers stay shared.
-func fromJ(j jinja.Value) value {
-	switch {
-	case j.IsString():
-		return value{k: kStr, s: j.AsString()}
-	case j.IsDict():
-		return value{k: kDict, p: j.AsDict()}
-	case j.IsList():
-		return value{k: kList, p: j.AsList()}
-	case j.IsNone():
-		return noneV
-	case j.IsBool():
-		return boolV(j.AsBool())
-	case j.IsInt():
-		return intV(j.AsInt())
-	case j.IsFloat():
-		return floatV(j.AsFloat())
-	case j.IsCallable():
-		return value{k: kFunc, p: &funcVal{name: "<engine callable>"}}
-	}
-	return undef
-}
-
-// toJ converts a value the request's data is built of (count_chat.go)
-// to the engine's, for the engine path.
-func toJ(v value) jinja.Value {
-	switch v.k {
-	case kNone:
-		return jinja.None()
-	case kBool:
-		return jinja.NewBool(v.n != 0)
-	case kInt:
-		return jinja.NewInt(v.n)
-	case kFloat:
-		return jinja.NewFloat(v.f())
-	case kStr:
-		return jinja.NewString(v.s)
-	case kSeq:
-		sv := v.p.(*seqVal)
-		items := make([]jinja.Value, len(sv.items))
-		for i, it := range sv.items {
-			items[i] = toJ(it)
-		}
-		return jinja.NewList(items)
-	case kMap:
-		m := v.p.(*mapVal)
-		d := jinja.NewDict()
-		dd := d.AsDict()
-		dd.Keys = make([]string, 0, len(m.keys))
-		if len(m.keys) > 8 { // up to 8 entries, NewDict's map never grows
-			dd.Data = make(map[string]jinja.Value, len(m.keys))
-		}
-		for i, k := range m.keys {
-			dd.Set(k, toJ(m.vals[i]))
-		}
-		return d
-	}
-	return jinja.Undefined()
-}
-
 func listV(items []value) value { return value{k: kSeq, p: &seqVal{items: items}} }
 
 // Sequences.
 
-func (v value) isSeq() bool { return v.k == kList || v.k == kSeq }
+func (v value) isSeq() bool { return v.k == kSeq }
 
-func (v value) seqLen() int {
-	if v.k == kList {
-		return len(v.p.(*jinja.List).Items)
-	}
-	return len(v.p.(*seqVal).items)
-}
+func (v value) seqLen() int { return len(v.p.(*seqVal).items) }
 
-func (v value) seqAt(i int) value {
-	if v.k == kList {
-		return fromJ(v.p.(*jinja.List).Items[i])
-	}
-	return v.p.(*seqVal).items[i]
-}
+func (v value) seqAt(i int) value { return v.p.(*seqVal).items[i] }
 
 // Mappings.
 
-func (v value) isMap() bool { return v.k == kDict || v.k == kMap }
+func (v value) isMap() bool { return v.k == kMap }
 
-func (v value) mapLen() int {
-	if v.k == kDict {
-		return len(v.p.(*jinja.Dict).Keys)
-	}
-	return len(v.p.(*mapVal).keys)
-}
+func (v value) mapLen() int { return len(v.p.(*mapVal).keys) }
 
-func (v value) mapKey(i int) string {
-	if v.k == kDict {
-		return v.p.(*jinja.Dict).Keys[i]
-	}
-	return v.p.(*mapVal).keys[i]
-}
+func (v value) mapKey(i int) string { return v.p.(*mapVal).keys[i] }
 
-func (v value) mapGet(k string) (value, bool) {
-	if v.k == kDict {
-		j, ok := v.p.(*jinja.Dict).Data[k]
-		if !ok {
-			return undef, false
-		}
-		return fromJ(j), true
-	}
-	return v.p.(*mapVal).get(k)
-}
+func (v value) mapGet(k string) (value, bool) { return v.p.(*mapVal).get(k) }
 
-func (v value) mapVal(i int) value {
-	if v.k == kDict {
-		d := v.p.(*jinja.Dict)
-		return fromJ(d.Data[d.Keys[i]])
-	}
-	return v.p.(*mapVal).vals[i]
-}
+func (v value) mapVal(i int) value { return v.p.(*mapVal).vals[i] }
 
 // truth is Python's bool(v).
 func (v value) truth() bool {
@@ -270,9 +197,9 @@ func (v value) truth() bool {
 		return v.f() != 0
 	case kStr:
 		return v.s != ""
-	case kList, kSeq:
+	case kSeq:
 		return v.seqLen() > 0
-	case kDict, kMap:
+	case kMap:
 		return v.mapLen() > 0
 	}
 	return true
@@ -371,21 +298,21 @@ func cmpInt(a, b int64) int {
 }
 
 // errPyRaises marks a case where Python raises (TypeError, UndefinedError,
-// ...) but the engine renders something: it is not reproduced, so the
-// request is counted as not exact and vLLM decides.
+// ...) with an error this package does not reproduce: the request is
+// counted as not exact and vLLM decides.
 func errPyRaises(what string) error {
 	return errUnsupported(notPythonPrefix + "Python raises " + what)
 }
 
-// errNotPython marks a case where the engine renders differently from
-// Python and the owned evaluator declines to choose.
+// errNotPython marks a case whose Python output the evaluator does not
+// reproduce: it declines rather than guess.
 func errNotPython(what string) error {
 	return errUnsupported(notPythonPrefix + what)
 }
 
-// notPythonPrefix starts the reason of an owned-evaluator refusal where the
-// engine's answer is not Python's (the differential test accepts those).
-const notPythonPrefix = "not reproduced (the engine's answer is not Python's): "
+// notPythonPrefix starts the reason of an evaluator refusal where Python
+// raises or prints something the evaluator does not reproduce.
+const notPythonPrefix = "not reproduced (Python raises or prints otherwise): "
 
 // writeStr writes Python's str(v) (Jinja's {{ }} output).
 func writeStr(b *strings.Builder, v value) error {
@@ -426,8 +353,7 @@ func pyStrV(v value) (string, error) {
 func writeRepr(b *strings.Builder, v value) error {
 	switch v.k {
 	case kUndef:
-		// Python prints "Undefined" inside a container; the engine path
-		// prints nothing.
+		// Python prints "Undefined" inside a container: not reproduced.
 		return errNotPython("an undefined value inside a printed container")
 	case kNone:
 		b.WriteString("None")
@@ -443,7 +369,7 @@ func writeRepr(b *strings.Builder, v value) error {
 		b.WriteString(pyFloatRepr(v.f()))
 	case kStr:
 		pyReprString(b, v.s)
-	case kList, kSeq:
+	case kSeq:
 		tuple := v.k == kSeq && v.p.(*seqVal).tuple
 		if v.k == kSeq && v.p.(*seqVal).noRepr != "" {
 			return errNotPython("printing " + v.p.(*seqVal).noRepr)
@@ -466,7 +392,7 @@ func writeRepr(b *strings.Builder, v value) error {
 			b.WriteByte(',')
 		}
 		b.WriteByte(close)
-	case kDict, kMap:
+	case kMap:
 		b.WriteByte('{')
 		for i := range v.mapLen() {
 			if i > 0 {
@@ -514,7 +440,7 @@ func jsonDumps(b *strings.Builder, v value, o *jsonOpts, level int) error {
 		}
 	case kStr:
 		pyJSONString(b, v.s, o.ensureASCII)
-	case kList, kSeq:
+	case kSeq:
 		n := v.seqLen()
 		if n == 0 {
 			b.WriteString("[]")
@@ -532,7 +458,7 @@ func jsonDumps(b *strings.Builder, v value, o *jsonOpts, level int) error {
 		}
 		newlineIndent(b, o, level)
 		b.WriteByte(']')
-	case kDict, kMap:
+	case kMap:
 		n := v.mapLen()
 		if n == 0 {
 			b.WriteString("{}")

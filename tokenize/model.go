@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ardanlabs/jinja"
 	"github.com/maitred-dev/maitred/internal/ojson"
 )
 
@@ -45,7 +44,7 @@ type Model struct {
 	// transformers' get_chat_template does) and others.
 	templates     map[string]*Template
 	contentFormat ContentFormat // forced; "" = per template
-	special       map[string]jinja.Value
+	special       map[string]value
 	defaultKwargs *ojson.Value
 	now           func() time.Time
 	// cleanUp is tokenizer_config.json's clean_up_tokenization_spaces
@@ -106,32 +105,8 @@ func LoadDir(dir string, opts LoadOptions) (*Model, error) {
 		return nil, fmt.Errorf("tokenize: %w", err)
 	}
 
-	// Special-token strings, as transformers' special_tokens_map passes
-	// them to the template.
-	m.special = map[string]jinja.Value{}
-	for _, k := range []string{"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"} {
-		s, ok, err := tokenString(cfg[k])
-		if err != nil {
-			return nil, fmt.Errorf("tokenize: %s: tokenizer_config.json %s: %w", dir, k, err)
-		}
-		if ok {
-			m.special[k] = jinja.NewString(s)
-		}
-	}
-	if raw, ok := cfg["additional_special_tokens"]; ok && string(raw) != "null" {
-		var list []json.RawMessage
-		if err := json.Unmarshal(raw, &list); err != nil {
-			return nil, fmt.Errorf("tokenize: %s: additional_special_tokens: %w", dir, err)
-		}
-		items := make([]jinja.Value, 0, len(list))
-		for _, r := range list {
-			s, ok, err := tokenString(r)
-			if err != nil || !ok {
-				return nil, fmt.Errorf("tokenize: %s: additional_special_tokens: bad entry %s", dir, r)
-			}
-			items = append(items, jinja.NewString(s))
-		}
-		m.special["additional_special_tokens"] = jinja.NewList(items)
+	if err := m.loadSpecial(dir, cfg); err != nil {
+		return nil, err
 	}
 
 	if raw, ok := cfg["clean_up_tokenization_spaces"]; ok && string(raw) != "null" {
@@ -142,25 +117,7 @@ func LoadDir(dir string, opts LoadOptions) (*Model, error) {
 		m.cleanUp = &b
 	}
 
-	// The model's own vocabulary size, when the folder is the model's.
-	if b, err := os.ReadFile(filepath.Join(dir, "config.json")); err == nil {
-		var mc struct {
-			VocabSize  *int `json:"vocab_size"`
-			TextConfig *struct {
-				VocabSize *int `json:"vocab_size"`
-			} `json:"text_config"`
-		}
-		// A config.json this cannot read (Python's json writes NaN) only
-		// leaves the model's size unknown: the tokenizer's stands.
-		err := json.Unmarshal(b, &mc)
-		switch {
-		case err != nil:
-		case mc.VocabSize != nil:
-			m.modelVocab = max(*mc.VocabSize, 0)
-		case mc.TextConfig != nil && mc.TextConfig.VocabSize != nil:
-			m.modelVocab = max(*mc.TextConfig.VocabSize, 0)
-		}
-	}
+	m.modelVocab = modelVocabSize(dir)
 
 	// Tokenizer.
 	if opts.Encoder != nil {
@@ -177,10 +134,80 @@ func LoadDir(dir string, opts LoadOptions) (*Model, error) {
 		m.enc = tok
 	}
 
-	// Chat templates, lowest priority first.
+	if err := m.loadTemplates(dir, cfg, opts.ChatTemplate); err != nil {
+		return nil, err
+	}
+	if err := m.setOptions(opts); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// loadSpecial reads the special-token strings, as transformers'
+// special_tokens_map passes them to the template.
+func (m *Model) loadSpecial(dir string, cfg map[string]json.RawMessage) error {
+	m.special = map[string]value{}
+	for _, k := range []string{"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"} {
+		s, ok, err := tokenString(cfg[k])
+		if err != nil {
+			return fmt.Errorf("tokenize: %s: tokenizer_config.json %s: %w", dir, k, err)
+		}
+		if ok {
+			m.special[k] = strV(s)
+		}
+	}
+	if raw, ok := cfg["additional_special_tokens"]; ok && string(raw) != "null" {
+		var list []json.RawMessage
+		if err := json.Unmarshal(raw, &list); err != nil {
+			return fmt.Errorf("tokenize: %s: additional_special_tokens: %w", dir, err)
+		}
+		items := make([]value, 0, len(list))
+		for _, r := range list {
+			s, ok, err := tokenString(r)
+			if err != nil || !ok {
+				return fmt.Errorf("tokenize: %s: additional_special_tokens: bad entry %s", dir, r)
+			}
+			items = append(items, strV(s))
+		}
+		m.special["additional_special_tokens"] = listV(items)
+	}
+
+	return nil
+}
+
+// modelVocabSize is config.json's vocab_size (or its text_config's), 0
+// when the folder has none: the model's own vocabulary size, when the
+// folder is the model's.
+func modelVocabSize(dir string) int {
+	b, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return 0
+	}
+	var mc struct {
+		VocabSize  *int `json:"vocab_size"`
+		TextConfig *struct {
+			VocabSize *int `json:"vocab_size"`
+		} `json:"text_config"`
+	}
+	// A config.json this cannot read (Python's json writes NaN) only
+	// leaves the model's size unknown: the tokenizer's stands.
+	switch err := json.Unmarshal(b, &mc); {
+	case err != nil:
+	case mc.VocabSize != nil:
+		return max(*mc.VocabSize, 0)
+	case mc.TextConfig != nil && mc.TextConfig.VocabSize != nil:
+		return max(*mc.TextConfig.VocabSize, 0)
+	}
+	return 0
+}
+
+// loadTemplates reads the chat templates, lowest priority first:
+// tokenizer_config.json's, chat_template.json, chat_template.jinja, then
+// the override.
+func (m *Model) loadTemplates(dir string, cfg map[string]json.RawMessage, override string) error {
 	if raw, ok := cfg["chat_template"]; ok {
 		if err := m.addConfigTemplates(raw); err != nil {
-			return nil, fmt.Errorf("tokenize: %s: tokenizer_config.json chat_template: %w", dir, err)
+			return fmt.Errorf("tokenize: %s: tokenizer_config.json chat_template: %w", dir, err)
 		}
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "chat_template.json")); err == nil {
@@ -188,27 +215,24 @@ func LoadDir(dir string, opts LoadOptions) (*Model, error) {
 			ChatTemplate json.RawMessage `json:"chat_template"`
 		}
 		if err := json.Unmarshal(b, &ct); err != nil {
-			return nil, fmt.Errorf("tokenize: %s: chat_template.json: %w", dir, err)
+			return fmt.Errorf("tokenize: %s: chat_template.json: %w", dir, err)
 		}
 		m.templates = map[string]*Template{}
 		if err := m.addConfigTemplates(ct.ChatTemplate); err != nil {
-			return nil, fmt.Errorf("tokenize: %s: chat_template.json: %w", dir, err)
+			return fmt.Errorf("tokenize: %s: chat_template.json: %w", dir, err)
 		}
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "chat_template.jinja")); err == nil {
 		m.templates = map[string]*Template{"default": compileOrKeep(string(b))}
 	}
-	if opts.ChatTemplate != "" {
-		src, err := resolveTemplateOption(opts.ChatTemplate)
+	if override != "" {
+		src, err := resolveTemplateOption(override)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		m.templates = map[string]*Template{"default": compileOrKeep(src)}
 	}
-	if err := m.setOptions(opts); err != nil {
-		return nil, err
-	}
-	return m, nil
+	return nil
 }
 
 func (m *Model) setOptions(opts LoadOptions) error {

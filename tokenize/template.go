@@ -6,8 +6,6 @@ import (
 	"regexp"
 	"strings"
 	"time"
-
-	"github.com/ardanlabs/jinja"
 )
 
 // ContentFormat is how message content reaches the template, as vLLM's
@@ -25,34 +23,19 @@ const (
 // it in transformers' configuration. Safe for concurrent use.
 type Template struct {
 	source string
-	// tmpl is the engine's compiled template; nil when only the owned
-	// evaluator compiled it.
-	tmpl   *jinja.Template
-	texts  jinja.Value
 	idents map[string]bool
 	format ContentFormat
-	// helpers are the package's callables the rewritten template uses,
-	// found once here rather than set on every render; strftime is
-	// whether it calls strftime_now, which reads the render's clock.
-	helpers  []namedValue
-	strftime bool
-	// owned renders the template when the package's own evaluator takes
-	// it (jinja_*.go); nil: the engine renders. notOwned says why not.
-	owned    *ownedTemplate
-	notOwned string
+	// owned is the template compiled by the package's evaluator
+	// (jinja_*.go); nil when broken.
+	owned *ownedTemplate
 	// broken: the template did not compile (LoadDir keeps it so): every
 	// render is not exact.
 	broken *CompileError
 }
 
-type namedValue struct {
-	name string
-	v    jinja.Value
-}
-
 // CompileError is a chat template that could not be compiled: the lexer
-// refused it, or neither the owned evaluator nor the engine parses it.
-// Line is the template line where the owned evaluator (or the lexer)
+// refused it, or the evaluator does not parse or implement it. Line is
+// the template line where the evaluator (or the lexer)
 // stopped, 0 when unknown; Reason says why. A model whose template does
 // not compile still loads: its requests are forwarded uncounted.
 type CompileError struct {
@@ -88,56 +71,21 @@ func compileError(err error) *CompileError {
 }
 
 // CompileTemplate compiles a Hugging Face chat template. It fails with a
-// *CompileError only when no path can render it: a template the owned
-// evaluator takes needs nothing of the engine, and one the engine takes
-// renders there.
+// *CompileError when the evaluator does not parse or implement it.
 func CompileTemplate(source string) (*Template, error) {
 	lx, err := lexTemplate(source)
 	if err != nil {
 		return nil, compileError(err)
 	}
-	owned, oerr := compileOwned(lx)
-	var t *jinja.Template
-	err = lx.engineErr
-	if err == nil {
-		t, err = jinja.Compile(lx.src)
-	}
-	if err != nil && owned == nil {
-		return nil, compileError(oerr)
-	}
+	owned, err := compileOwned(lx)
 	if err != nil {
-		t = nil // the owned evaluator renders it
-	}
-	texts := make([]jinja.Value, len(lx.texts))
-	for i, s := range lx.texts {
-		texts[i] = jinja.NewString(s)
-	}
-	var helpers []namedValue
-	for _, h := range []namedValue{
-		{strFilt, vStr}, {"__mt_tojson", vToJSON}, {"__mt_trim", vTrim}, {"__mt_join", vJoin},
-		{"__mt_list", vList}, {"__mt_format", vFormat},
-	} {
-		if strings.Contains(lx.src, h.name) {
-			helpers = append(helpers, h)
-		}
-	}
-	if lx.idents["raise_exception"] {
-		helpers = append(helpers, namedValue{"raise_exception", vRaise})
-	}
-	notOwnedWhy := ""
-	if oerr != nil {
-		notOwnedWhy = oerr.Error()
+		return nil, compileError(err)
 	}
 	return &Template{
-		owned:    owned,
-		notOwned: notOwnedWhy,
-		source:   source,
-		tmpl:     t,
-		texts:    jinja.NewList(texts),
-		idents:   lx.idents,
-		format:   detectContentFormat(lx.bodies),
-		helpers:  helpers,
-		strftime: lx.idents["strftime_now"],
+		owned:  owned,
+		source: source,
+		idents: lx.idents,
+		format: detectContentFormat(lx.bodies),
 	}, nil
 }
 
@@ -176,37 +124,17 @@ type raisedError struct{ msg string }
 
 func (e *raisedError) Error() string { return e.msg }
 
-var (
-	vToJSON = jinja.NewCallable("tojson", filterToJSON)
-	vStr    = jinja.NewCallable("string", filterStr)
-	vTrim   = jinja.NewCallable("trim", filterTrim)
-	vJoin   = jinja.NewCallable("join", filterJoin)
-	vList   = jinja.NewCallable("list", filterList)
-	vFormat = jinja.NewCallable("format", filterFormat)
-	vRaise  = jinja.NewCallable("raise_exception", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
-		msg := ""
-		if len(args) > 0 {
-			msg = pyStr(args[0])
-		}
-		return jinja.Undefined(), &raisedError{msg}
-	})
-)
-
-// Render renders the template with vars (which it may add to). now is the
-// clock strftime_now reads; nil means time.Now.
+// Render renders the template with vars (which it does not change). now
+// is the clock strftime_now reads; nil means time.Now.
 //
 // Errors: *TemplateError when the template raised (or Python would have
 // raised a TypeError this package detects); *unsupportedError when a
-// feature is not reproduced exactly; any other error is an engine failure
-// that Python may or may not share.
-func (t *Template) Render(vars map[string]jinja.Value, now func() time.Time) (string, error) {
+// feature is not reproduced exactly.
+func (t *Template) Render(vars map[string]Value, now func() time.Time) (string, error) {
 	if t.broken != nil {
 		return "", errUnsupported(t.broken.Error())
 	}
-	if t.owned != nil {
-		return t.renderOwned(engineVars(vars), now)
-	}
-	return t.renderEngine(vars, now)
+	return t.renderOwned(mapVars(vars), now)
 }
 
 // renderChat renders a prepared chat request's variables.
@@ -214,14 +142,11 @@ func (t *Template) renderChat(vars *chatVars, now func() time.Time) (string, err
 	if t.broken != nil {
 		return "", errUnsupported(t.broken.Error())
 	}
-	if t.owned != nil {
-		return t.renderOwned(vars, now)
-	}
-	return t.renderEngine(vars.engine(), now)
+	return t.renderOwned(vars, now)
 }
 
-// renderOwned renders with the package's own evaluator, with the engine
-// path's error types.
+// renderOwned renders with the package's evaluator; a panic in it is a
+// render not reproduced (not exact), never a crash.
 func (t *Template) renderOwned(vars varSource, now func() time.Time) (out string, err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -246,47 +171,6 @@ func templateErr(err error) error {
 		return &TemplateError{te.msg}
 	}
 	return err
-}
-
-// renderEngine renders with github.com/ardanlabs/jinja.
-func (t *Template) renderEngine(vars map[string]jinja.Value, now func() time.Time) (out string, err error) {
-	// The engine can panic on input Python handles (strings.Repeat with a
-	// negative count for 'x' * -1, where Python gives ""): that is a case
-	// not reproduced, never a crash.
-	defer func() {
-		if r := recover(); r != nil {
-			out, err = "", errUnsupported(fmt.Sprintf("the template engine failed: %v", r))
-		}
-	}()
-	if t.tmpl == nil {
-		return "", errUnsupported("the template engine cannot parse this template")
-	}
-	vars[textVar] = t.texts
-	for _, h := range t.helpers {
-		vars[h.name] = h.v
-	}
-	if t.strftime {
-		t.setStrftime(vars, now)
-	}
-	out, err = t.tmpl.RenderValues(vars)
-	if err != nil {
-		return "", templateErr(err)
-	}
-	return out, nil
-}
-
-// setStrftime defines strftime_now, as vLLM does, reading now (nil:
-// time.Now).
-func (t *Template) setStrftime(vars map[string]jinja.Value, now func() time.Time) {
-	if now == nil {
-		now = time.Now
-	}
-	vars["strftime_now"] = jinja.NewCallable("strftime_now", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
-		if len(args) == 0 {
-			return jinja.Undefined(), &TemplateError{"strftime_now() missing 1 required positional argument: 'format'"}
-		}
-		return jinja.NewString(pyStrftime(now(), pyStr(args[0]))), nil
-	})
 }
 
 // Content-format detection, after vLLM's _detect_content_format: the

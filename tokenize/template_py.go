@@ -4,20 +4,17 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
-
-	"github.com/ardanlabs/jinja"
 )
 
-// This file holds the Python semantics the template engine lacks: str() and
-// repr() of values, float repr, json.dumps as transformers' tojson calls it,
-// and strftime. They are installed as filters and globals (see
-// template.go), never by changing the engine.
+// This file holds the Python formatting the owned evaluator's values
+// (jinja_value.go, jinja_filters.go) are printed with: str.isspace, float
+// repr, string repr, json.dumps' string escaping as transformers' tojson
+// calls it, %-formatting and strftime.
 
 // pyIsSpace reports whether r is whitespace for Python's str.isspace and
 // the re module's \s: Go's unicode.IsSpace plus the four ASCII separators
@@ -89,65 +86,6 @@ func pyFloatRepr(f float64) string {
 	return b.String()
 }
 
-// pyStr is Python's str(v) as Jinja's {{ }} and |string print it.
-// Undefined prints as "" (jinja2's default Undefined).
-func pyStr(v jinja.Value) string {
-	switch {
-	case v.IsUndefined():
-		return ""
-	case v.IsString():
-		return v.AsString()
-	}
-	var b strings.Builder
-	pyRepr(&b, v)
-	return b.String()
-}
-
-// pyRepr writes Python's repr(v).
-func pyRepr(b *strings.Builder, v jinja.Value) {
-	switch {
-	case v.IsUndefined():
-		// str() of an Undefined nested in a container is "" in jinja2.
-	case v.IsNone():
-		b.WriteString("None")
-	case v.IsBool():
-		if v.AsBool() {
-			b.WriteString("True")
-		} else {
-			b.WriteString("False")
-		}
-	case v.IsInt():
-		b.WriteString(strconv.FormatInt(v.AsInt(), 10))
-	case v.IsFloat():
-		b.WriteString(pyFloatRepr(v.AsFloat()))
-	case v.IsString():
-		pyReprString(b, v.AsString())
-	case v.IsList():
-		b.WriteByte('[')
-		for i, it := range v.AsList().Items {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			pyRepr(b, it)
-		}
-		b.WriteByte(']')
-	case v.IsDict():
-		d := v.AsDict()
-		b.WriteByte('{')
-		for i, k := range d.Keys {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			pyReprString(b, k)
-			b.WriteString(": ")
-			pyRepr(b, d.Data[k])
-		}
-		b.WriteByte('}')
-	case v.IsCallable():
-		fmt.Fprintf(b, "<function %s>", v.AsCallable().Name)
-	}
-}
-
 // pyReprString writes Python's repr of a str: single quotes unless the
 // text holds a single quote and no double quote; \\, the quote, \t \n \r
 // escaped; other non-printable characters as \xNN, \uNNNN or \UNNNNNNNN.
@@ -194,88 +132,10 @@ type jsonOpts struct {
 	sortKeys    bool
 }
 
-// pyTypeError is a TypeError Python raises where the engine would render.
+// pyTypeError is a TypeError Python raises, with its message.
 type pyTypeError struct{ msg string }
 
 func (e *pyTypeError) Error() string { return e.msg }
-
-// pyJSONDumps is json.dumps(v, **opts) for template values.
-func pyJSONDumps(b *strings.Builder, v jinja.Value, o *jsonOpts, level int) error {
-	switch {
-	case v.IsUndefined():
-		return &pyTypeError{"Object of type Undefined is not JSON serializable"}
-	case v.IsCallable():
-		return &pyTypeError{"Object of type function is not JSON serializable"}
-	case v.IsNone():
-		b.WriteString("null")
-	case v.IsBool():
-		if v.AsBool() {
-			b.WriteString("true")
-		} else {
-			b.WriteString("false")
-		}
-	case v.IsInt():
-		b.WriteString(strconv.FormatInt(v.AsInt(), 10))
-	case v.IsFloat():
-		f := v.AsFloat()
-		switch {
-		case math.IsNaN(f):
-			b.WriteString("NaN")
-		case math.IsInf(f, 1):
-			b.WriteString("Infinity")
-		case math.IsInf(f, -1):
-			b.WriteString("-Infinity")
-		default:
-			b.WriteString(pyFloatRepr(f))
-		}
-	case v.IsString():
-		pyJSONString(b, v.AsString(), o.ensureASCII)
-	case v.IsList():
-		items := v.AsList().Items
-		if len(items) == 0 {
-			b.WriteString("[]")
-			return nil
-		}
-		b.WriteByte('[')
-		for i, it := range items {
-			if i > 0 {
-				b.WriteString(o.itemSep)
-			}
-			newlineIndent(b, o, level+1)
-			if err := pyJSONDumps(b, it, o, level+1); err != nil {
-				return err
-			}
-		}
-		newlineIndent(b, o, level)
-		b.WriteByte(']')
-	case v.IsDict():
-		d := v.AsDict()
-		if len(d.Keys) == 0 {
-			b.WriteString("{}")
-			return nil
-		}
-		keys := d.Keys
-		if o.sortKeys {
-			keys = append([]string(nil), keys...)
-			sort.Strings(keys)
-		}
-		b.WriteByte('{')
-		for i, k := range keys {
-			if i > 0 {
-				b.WriteString(o.itemSep)
-			}
-			newlineIndent(b, o, level+1)
-			pyJSONString(b, k, o.ensureASCII)
-			b.WriteString(o.keySep)
-			if err := pyJSONDumps(b, d.Data[k], o, level+1); err != nil {
-				return err
-			}
-		}
-		newlineIndent(b, o, level)
-		b.WriteByte('}')
-	}
-	return nil
-}
 
 func newlineIndent(b *strings.Builder, o *jsonOpts, level int) {
 	if o.indent == nil {
@@ -343,122 +203,6 @@ func pyJSONString(b *strings.Builder, s string, ensureASCII bool) {
 	b.WriteByte('"')
 }
 
-// filterToJSON is transformers' tojson:
-//
-//	json.dumps(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)
-func filterToJSON(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Value, error) {
-	if len(args) == 0 {
-		return jinja.Undefined(), &pyTypeError{"tojson() missing 1 required positional argument: 'x'"}
-	}
-	get := func(pos int, name string) (jinja.Value, bool) {
-		if v, ok := kwargs[name]; ok {
-			return v, true
-		}
-		if pos < len(args) {
-			return args[pos], true
-		}
-		return jinja.Undefined(), false
-	}
-	o := jsonOpts{itemSep: ", ", keySep: ": "}
-	if v, ok := get(1, "ensure_ascii"); ok {
-		o.ensureASCII = v.IsTruthy()
-	}
-	if v, ok := get(2, "indent"); ok && !v.IsNone() && !v.IsUndefined() {
-		var ind string
-		switch {
-		case v.IsString():
-			ind = v.AsString()
-		case v.IsInt():
-			if n := v.AsInt(); n > 0 && n < 1<<10 {
-				ind = strings.Repeat(" ", int(n))
-			}
-		default:
-			return jinja.Undefined(), errUnsupported("tojson indent that is not an int or a string")
-		}
-		o.indent = &ind
-		o.itemSep = ","
-	}
-	if v, ok := get(3, "separators"); ok && !v.IsNone() && !v.IsUndefined() {
-		if !v.IsList() || v.AsList().Len() != 2 || !v.AsList().Items[0].IsString() || !v.AsList().Items[1].IsString() {
-			return jinja.Undefined(), errUnsupported("tojson separators that are not two strings")
-		}
-		o.itemSep = v.AsList().Items[0].AsString()
-		o.keySep = v.AsList().Items[1].AsString()
-	}
-	if v, ok := get(4, "sort_keys"); ok {
-		o.sortKeys = v.IsTruthy()
-	}
-	var b strings.Builder
-	if err := pyJSONDumps(&b, args[0], &o, 0); err != nil {
-		return jinja.Undefined(), err
-	}
-	return jinja.NewString(b.String()), nil
-}
-
-// filterStr is {{ }} output and |string: Python's str().
-func filterStr(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
-	if len(args) == 0 {
-		return jinja.NewString(""), nil
-	}
-	if args[0].IsString() {
-		return args[0], nil
-	}
-	return jinja.NewString(pyStr(args[0])), nil
-}
-
-// filterTrim is jinja2's trim: str(value).strip(chars).
-func filterTrim(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Value, error) {
-	if len(args) == 0 {
-		return jinja.NewString(""), nil
-	}
-	s := pyStr(args[0])
-	chars, ok := kwargs["chars"]
-	if !ok && len(args) > 1 {
-		chars, ok = args[1], true
-	}
-	if ok && !chars.IsNone() && !chars.IsUndefined() {
-		cs := pyStr(chars)
-		return jinja.NewString(strings.Trim(s, cs)), nil
-	}
-	return jinja.NewString(strings.TrimFunc(s, pyIsSpace)), nil
-}
-
-// filterFormat is jinja2's format filter, Python's `value % args`, for the
-// conversions whose output this package reproduces exactly: %s, %r, %d,
-// %i, %f and %.Nf, and %%. Anything else (widths, flags, %x, %e, %(name)s,
-// a count mismatch, which Python raises on) is unsupported: the request is
-// forwarded uncounted.
-func filterFormat(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Value, error) {
-	if len(args) == 0 || !args[0].IsString() || len(kwargs) > 0 {
-		return jinja.Undefined(), errUnsupported("format of a non-string or with keyword arguments")
-	}
-	vals := args[1:]
-	out, err := pyPercent(args[0].AsString(), len(vals), func(b *strings.Builder, i int, conv byte, prec int) error {
-		v := vals[i]
-		switch {
-		case conv == 's' && prec < 0:
-			b.WriteString(pyStr(v))
-		case conv == 'r' && prec < 0:
-			pyRepr(b, v)
-		case (conv == 'd' || conv == 'i') && prec < 0 && v.IsBool():
-			b.WriteString(strconv.Itoa(boolInt(v.AsBool())))
-		case (conv == 'd' || conv == 'i') && prec < 0 && v.IsInt():
-			b.WriteString(strconv.FormatInt(v.AsInt(), 10))
-		case conv == 'f' && v.IsFloat():
-			return pyFixed(b, v.AsFloat(), prec)
-		case conv == 'f' && v.IsInt():
-			return pyFixed(b, float64(v.AsInt()), prec)
-		default:
-			return errUnsupported(fmt.Sprintf("format conversion %%%c", conv))
-		}
-		return nil
-	})
-	if err != nil {
-		return jinja.Undefined(), err
-	}
-	return jinja.NewString(out), nil
-}
-
 // pyPercent is Python's `f % args` for n arguments: it copies f, turns %%
 // into %, reads each other conversion's letter and optional .N precision,
 // and has conv write argument i. A count of conversions other than n, or
@@ -512,85 +256,6 @@ func pyFixed(b *strings.Builder, x float64, prec int) error {
 	}
 	b.WriteString(strconv.FormatFloat(x, 'f', prec, 64))
 	return nil
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-// pyIter is what iterating v yields in Python: a list's items, a string's
-// characters, a dict's keys; an Undefined is empty (jinja2's Undefined
-// iterates as nothing). ok is false for anything else.
-func pyIter(v jinja.Value) (items []jinja.Value, ok bool) {
-	switch {
-	case v.IsList():
-		return v.AsList().Items, true
-	case v.IsString():
-		for _, r := range v.AsString() {
-			items = append(items, jinja.NewString(string(r)))
-		}
-		return items, true
-	case v.IsDict():
-		for _, k := range v.AsDict().Keys {
-			items = append(items, jinja.NewString(k))
-		}
-		return items, true
-	case v.IsUndefined():
-		return nil, true
-	}
-	return nil, false
-}
-
-// filterList is jinja2's list filter, Python's list(value): a dict gives
-// its keys (the engine's gives [dict]).
-func filterList(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
-	if len(args) == 0 {
-		return jinja.Undefined(), errUnsupported("list without a value")
-	}
-	items, ok := pyIter(args[0])
-	if !ok {
-		return jinja.Undefined(), errUnsupported("list of a non-iterable value")
-	}
-	return jinja.NewList(append([]jinja.Value(nil), items...)), nil
-}
-
-// filterJoin is jinja2's join(value, d=”, attribute=None) with str() of
-// each item.
-func filterJoin(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Value, error) {
-	if len(args) == 0 {
-		return jinja.NewString(""), nil
-	}
-	sep := ""
-	if v, ok := kwargs["d"]; ok {
-		sep = pyStr(v)
-	} else if len(args) > 1 {
-		sep = pyStr(args[1])
-	}
-	attr, hasAttr := kwargs["attribute"]
-	if !hasAttr && len(args) > 2 {
-		attr, hasAttr = args[2], true
-	}
-	items, ok := pyIter(args[0])
-	if !ok {
-		return jinja.Undefined(), errUnsupported("join over a non-iterable value")
-	}
-	var b strings.Builder
-	for i, it := range items {
-		if i > 0 {
-			b.WriteString(sep)
-		}
-		if hasAttr && !attr.IsNone() {
-			if !it.IsDict() || !attr.IsString() {
-				return jinja.Undefined(), errUnsupported("join attribute on a non-mapping")
-			}
-			it, _ = it.AsDict().Get(attr.AsString())
-		}
-		b.WriteString(pyStr(it))
-	}
-	return jinja.NewString(b.String()), nil
 }
 
 // unsupportedError marks a template feature this package does not
