@@ -89,6 +89,17 @@
 // capacity (requests running, the mean time a lease is held), and caps it
 // at QueueTimeout.
 //
+// The pool's files, by concept: pool.go the type, its config and
+// lifecycle (NewPool, SetSlots, SetConfig, Kick, Drain, Close, Flush);
+// pool_queue.go the queue (Ticket, Lease, Outcome, Acquire, the FIFO
+// classes, Release); pool_select.go the choice of a backend (eligible,
+// fits, power of two choices); pool_affinity.go the prefix-affinity ring;
+// pool_eject.go outlier ejection and its bound; pool_gauges.go the scraped
+// gauges and their states; pool_shared.go the pool's side of the Shared
+// account (confirm, SharedFreed, SharedRecheck); pool_advice.go the drain
+// rate and Advice; pool_events.go the events and their delivery after
+// the lock; pool_stats.go Stats and Blocked.
+//
 // A backend's gauges are fresh (checked against the saturation levels),
 // stale when the last good scrape is older than StaleAfter (held back: a
 // scrape missed under load says nothing good), or unavailable when scrapes
