@@ -99,7 +99,7 @@ type Slot struct {
 	fails        int
 	ejectedUntil time.Time // zero when not ejected
 	ejections    int
-	held         bool // an EjectionHeld was reported for this run of failures
+	heldReported bool // an EjectionHeld was reported for this run of failures
 
 	// elsewhere: the shared account refused this slot (other replicas
 	// hold its room) and nothing was freed since; wakes counts the frees
@@ -125,9 +125,9 @@ type Pool struct {
 	// drain rate: releases per second, exponentially weighted.
 	rate    float64
 	lastRel time.Time
-	// held: how long a lease is held (grant to release), exponentially
+	// meanHeld: how long a lease is held (grant to release), exponentially
 	// weighted; what the queue's capacity drains at once the rate is stale.
-	held      time.Duration
+	meanHeld  time.Duration
 	draining  bool
 	closed    bool // Close: the model left the config
 	rnd       *rand.Rand
@@ -154,11 +154,12 @@ func NewPool(name string, cfg PoolConfig, slots []SlotConfig, now func() time.Ti
 // the pool keeps its state (in-flight requests and tokens, gauges,
 // failures, ejection) and takes the new limits; a new one starts empty;
 // one not listed is removed, and the leases granted on it still release.
-// Waiting requests are dispatched again, since capacity may have come.
+// Waiting requests are granted again where they fit, since capacity may
+// have come.
 func (p *Pool) SetSlots(slots []SlotConfig) {
 	p.mu.Lock()
 	p.setSlotsLocked(slots)
-	p.dispatchLocked()
+	p.grantWaitingLocked()
 	p.unlock()
 }
 
@@ -218,16 +219,16 @@ func (p *Pool) SetConfig(cfg PoolConfig) {
 	cfg.Classes, cfg.OnEvent = p.cfg.Classes, p.cfg.OnEvent
 	p.cfg = cfg
 	p.reconcileLocked(p.now())
-	p.dispatchLocked()
+	p.grantWaitingLocked()
 	p.unlock()
 }
 
-// Kick re-runs dispatch: call when a backend became ready, its gauges
+// Kick grants the waiting requests again: call when a backend became ready, its gauges
 // changed or an ejection expired.
 func (p *Pool) Kick() {
 	p.mu.Lock()
 	p.reconcileLocked(p.now())
-	p.dispatchLocked()
+	p.grantWaitingLocked()
 	p.unlock()
 }
 

@@ -32,12 +32,12 @@ func (p *Pool) Advice() Wait {
 	switch {
 	case fresh:
 		w.Expected = time.Duration(float64(p.depth+1) / rate * float64(time.Second))
-	case p.held > 0:
+	case p.meanHeld > 0:
 		running := 0
 		for _, s := range p.slots {
 			running += s.inFlight
 		}
-		w.Expected = time.Duration(float64(p.depth+1) * float64(p.held) / float64(max(running, 1)))
+		w.Expected = time.Duration(float64(p.depth+1) * float64(p.meanHeld) / float64(max(running, 1)))
 	default:
 		w.Expected = p.cfg.QueueTimeout
 	}
@@ -47,9 +47,9 @@ func (p *Pool) Advice() Wait {
 	return w
 }
 
-// observeRelease updates the drain rate: an exponentially weighted mean of
+// observeReleaseLocked updates the drain rate: an exponentially weighted mean of
 // the gaps between releases, with a horizon of about 20 releases.
-func (p *Pool) observeRelease(now time.Time) {
+func (p *Pool) observeReleaseLocked(now time.Time) {
 	if !p.lastRel.IsZero() {
 		gap := now.Sub(p.lastRel).Seconds()
 		if gap > 0 {
@@ -64,15 +64,15 @@ func (p *Pool) observeRelease(now time.Time) {
 	p.lastRel = now
 }
 
-// observeHeld updates the mean time a lease is held, with a horizon of
+// observeHeldLocked updates the mean time a lease is held, with a horizon of
 // about 20 releases.
-func (p *Pool) observeHeld(d time.Duration) {
+func (p *Pool) observeHeldLocked(d time.Duration) {
 	if d <= 0 {
 		return
 	}
-	if p.held == 0 {
-		p.held = d
+	if p.meanHeld == 0 {
+		p.meanHeld = d
 		return
 	}
-	p.held += time.Duration(float64(d-p.held) * 0.05)
+	p.meanHeld += time.Duration(float64(d-p.meanHeld) * 0.05)
 }

@@ -2,7 +2,8 @@ package admission
 
 import "time"
 
-// Result is how a dispatched request went, for outlier ejection.
+// Result is how a granted request went on its backend, for outlier
+// ejection.
 type Result int
 
 const (
@@ -33,14 +34,14 @@ func (p *Pool) reconcileLocked(now time.Time) {
 	for _, s := range p.slots {
 		if !s.ejectedUntil.IsZero() && !now.Before(s.ejectedUntil) {
 			s.ejectedUntil = time.Time{}
-			p.emit(Event{Kind: EjectionEnded, Slot: s.Name, Reason: "eject_for elapsed"})
+			p.emitLocked(Event{Kind: EjectionEnded, Slot: s.Name, Reason: "eject_for elapsed"})
 		}
 	}
 	if ready, ejected := p.countLocked(); ejected > 0 && ejected == ready {
 		for _, s := range p.slots {
 			if !s.ejectedUntil.IsZero() && s.cfg.Ready() {
 				s.ejectedUntil = time.Time{}
-				p.emit(Event{Kind: EjectionEnded, Slot: s.Name, Reason: "no other ready backend left in rotation"})
+				p.emitLocked(Event{Kind: EjectionEnded, Slot: s.Name, Reason: "no other ready backend left in rotation"})
 			}
 		}
 	}
@@ -69,4 +70,35 @@ func (p *Pool) Ejected() []string {
 		}
 	}
 	return out
+}
+
+// recordResultLocked counts how a request went against its slot: a success
+// ends the run of failures; EjectAfter failures in a row eject the slot
+// for EjectFor, or, past the ejection bound, report the ejection held back
+// (once per run). A removed slot's answers say nothing any more.
+func (p *Pool) recordResultLocked(s *Slot, r Result, now time.Time) {
+	switch {
+	case s.removed:
+		// The backend left the pool: its answer says nothing any more.
+	case r == Succeeded:
+		s.fails, s.heldReported = 0, false
+	case r == ServerError || r == ConnectFailed:
+		s.fails++
+		if p.cfg.EjectAfter > 0 && s.fails >= p.cfg.EjectAfter && s.ejectedUntil.IsZero() {
+			p.reconcileLocked(now)
+			switch {
+			case p.mayEjectLocked():
+				s.ejectedUntil = now.Add(p.cfg.EjectFor)
+				s.ejections++
+				p.emitLocked(Event{Kind: Ejected, Slot: s.Name, Failures: s.fails, Until: s.ejectedUntil})
+				s.fails, s.heldReported = 0, false
+				// Grant again when the cool-off ends, so that waiters do not
+				// depend on another event to be served.
+				time.AfterFunc(p.cfg.EjectFor, p.Kick)
+			case !s.heldReported:
+				s.heldReported = true
+				p.emitLocked(Event{Kind: EjectionHeld, Slot: s.Name, Failures: s.fails})
+			}
+		}
+	}
 }

@@ -61,7 +61,7 @@ func (p *Pool) unlock() {
 	}
 }
 
-func (p *Pool) emit(e Event) {
+func (p *Pool) emitLocked(e Event) {
 	if p.cfg.OnEvent == nil {
 		return
 	}

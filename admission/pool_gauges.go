@@ -70,17 +70,17 @@ func (p *Pool) noteGaugesLocked(s *Slot, now time.Time, reason string) {
 	was := s.gstate
 	s.gstate = st
 	if (st == GaugesUnavailable) != (was == GaugesUnavailable) {
-		p.emit(Event{Kind: GaugesChanged, Slot: s.Name, Gauges: st, Reason: reason})
+		p.emitLocked(Event{Kind: GaugesChanged, Slot: s.Name, Gauges: st, Reason: reason})
 	}
 }
 
-// staleLocked: the slot's gauges are too old to trust (see eligible).
+// staleLocked: the slot's gauges are too old to trust (see eligibleLocked).
 func (p *Pool) staleLocked(s *Slot, now time.Time) bool {
 	return s.scraped && p.cfg.StaleAfter > 0 && now.Sub(s.gauges.At) > p.cfg.StaleAfter
 }
 
-// SetGauges records a backend's scraped gauges and re-runs dispatch. A
-// name that is not one of the pool's slots is ignored.
+// SetGauges records a backend's scraped gauges and grants the waiting
+// requests again. A name that is not one of the pool's slots is ignored.
 func (p *Pool) SetGauges(name string, g Gauges) {
 	p.mu.Lock()
 	s := p.slotLocked(name)
@@ -91,7 +91,7 @@ func (p *Pool) SetGauges(name string, g Gauges) {
 	s.gauges, s.scraped = g, true
 	s.scrapeFails, s.unreadable, s.failingSince = 0, 0, time.Time{}
 	p.noteGaugesLocked(s, p.now(), "scraped again")
-	p.dispatchLocked()
+	p.grantWaitingLocked()
 	p.unlock()
 }
 
@@ -120,6 +120,6 @@ func (p *Pool) ScrapeFailed(name string, answered bool, reason string) {
 		s.unreadable = 0
 	}
 	p.noteGaugesLocked(s, now, reason)
-	p.dispatchLocked()
+	p.grantWaitingLocked()
 	p.unlock()
 }

@@ -93,7 +93,7 @@ type waiter struct {
 
 // Acquire waits for a backend slot for t, or returns why not. The context
 // is the client's: when it ends, the request leaves the queue at once and
-// is never dispatched. With a Shared account, the slot picked here is
+// is never granted. With a Shared account, the slot picked here is
 // confirmed there (outside the lock); a slot held elsewhere sends the
 // request back to the head of its class, to wait for a free.
 func (p *Pool) Acquire(ctx context.Context, t Ticket) (*Lease, Outcome) {
@@ -156,9 +156,9 @@ func (p *Pool) acquireLocal(ctx context.Context, t Ticket, q *queued, again bool
 	}
 	// Only when nobody of the same or a higher class waits, so FIFO holds
 	// (a request tried again was ahead of its class already).
-	ahead := p.waitingAtOrAbove(t.Class)
+	ahead := p.waitingAtOrAboveLocked(t.Class)
 	if again {
-		ahead = t.Class > 0 && p.waitingAtOrAbove(t.Class-1)
+		ahead = t.Class > 0 && p.waitingAtOrAboveLocked(t.Class-1)
 	}
 	if !ahead {
 		if l := p.grantLocked(t); l != nil {
@@ -191,7 +191,12 @@ func (p *Pool) acquireLocal(ctx context.Context, t Ticket, q *queued, again bool
 	}
 	p.depth++
 	p.unlock()
+	return p.await(ctx, w, q)
+}
 
+// await waits for w's grant, its client leaving or its time in the queue
+// (QueueTimeout, from its first try) running out.
+func (p *Pool) await(ctx context.Context, w *waiter, q *queued) (*Lease, Outcome) {
 	if q.timer == nil {
 		q.timer = time.NewTimer(p.cfg.QueueTimeout)
 	}
@@ -228,7 +233,7 @@ func (p *Pool) acquireLocal(ctx context.Context, t Ticket, q *queued, again bool
 	return nil, why
 }
 
-func (p *Pool) waitingAtOrAbove(class int) bool {
+func (p *Pool) waitingAtOrAboveLocked(class int) bool {
 	for c := 0; c <= class; c++ {
 		if len(p.queue[c]) > 0 {
 			return true
@@ -268,10 +273,11 @@ func (p *Pool) tooLargeLocked(t *Ticket) bool {
 	return true
 }
 
-// dispatchLocked grants queued requests, highest class first, FIFO within a
-// class, while backends have room. It stops at the first head that does not
-// fit, so a large request is not overtaken forever by small ones.
-func (p *Pool) dispatchLocked() {
+// grantWaitingLocked grants queued requests, highest class first, FIFO
+// within a class, while backends have room. It stops at the first head
+// that does not fit, so a large request is not overtaken forever by small
+// ones.
+func (p *Pool) grantWaitingLocked() {
 	for c := range p.queue {
 		for len(p.queue[c]) > 0 {
 			w := p.queue[c][0]
@@ -303,7 +309,7 @@ func (l *Lease) release(r Result, count bool) {
 	p.unlock()
 	if h != nil {
 		// The shared holding goes first, outside the lock, so that the
-		// waiters dispatched below find its room free in the store.
+		// waiters granted below find its room free in the store.
 		h.Release()
 	}
 	p.mu.Lock()
@@ -316,33 +322,10 @@ func (l *Lease) release(r Result, count bool) {
 		s.wakes++
 	}
 	now := p.now()
-	switch {
-	case s.removed:
-		// The backend left the pool: its answer says nothing any more.
-	case r == Succeeded:
-		s.fails, s.held = 0, false
-	case r == ServerError || r == ConnectFailed:
-		s.fails++
-		if p.cfg.EjectAfter > 0 && s.fails >= p.cfg.EjectAfter && s.ejectedUntil.IsZero() {
-			p.reconcileLocked(now)
-			switch {
-			case p.mayEjectLocked():
-				s.ejectedUntil = now.Add(p.cfg.EjectFor)
-				s.ejections++
-				p.emit(Event{Kind: Ejected, Slot: s.Name, Failures: s.fails, Until: s.ejectedUntil})
-				s.fails, s.held = 0, false
-				// Dispatch when the cool-off ends, so that waiters do not
-				// depend on another event to be served.
-				time.AfterFunc(p.cfg.EjectFor, p.Kick)
-			case !s.held:
-				s.held = true
-				p.emit(Event{Kind: EjectionHeld, Slot: s.Name, Failures: s.fails})
-			}
-		}
-	}
+	p.recordResultLocked(s, r, now)
 	if count {
-		p.observeRelease(now)
-		p.observeHeld(now.Sub(l.at))
+		p.observeReleaseLocked(now)
+		p.observeHeldLocked(now.Sub(l.at))
 	}
-	p.dispatchLocked()
+	p.grantWaitingLocked()
 }

@@ -10,8 +10,8 @@ func (s *Slot) budget() int {
 	return s.cfg.KVTokens
 }
 
-// eligible: ready, not ejected, not saturated by its own gauges.
-func (p *Pool) eligible(s *Slot, now time.Time) bool {
+// eligibleLocked: ready, not ejected, not saturated by its own gauges.
+func (p *Pool) eligibleLocked(s *Slot, now time.Time) bool {
 	if !s.cfg.Ready() || !s.ejectedUntil.IsZero() {
 		return false
 	}
@@ -29,7 +29,10 @@ func (p *Pool) eligible(s *Slot, now time.Time) bool {
 	return true
 }
 
-func (p *Pool) fits(s *Slot, tokens int) bool {
+// fitsLocked: s has room for tokens more, in requests in flight and in its
+// token budget (this replica's allowance of them while the shared account
+// cannot count the others), and the shared account did not refuse it.
+func (p *Pool) fitsLocked(s *Slot, tokens int) bool {
 	maxIn, b := s.cfg.MaxInFlight, s.budget()
 	if p.cfg.Shared != nil {
 		if s.elsewhere {
@@ -72,7 +75,7 @@ func (p *Pool) grantLocked(t Ticket) *Lease {
 	p.reconcileLocked(now)
 	var cands []*Slot
 	for _, s := range p.slots {
-		if t.allows(s) && p.eligible(s, now) && p.fits(s, t.Tokens) {
+		if t.allows(s) && p.eligibleLocked(s, now) && p.fitsLocked(s, t.Tokens) {
 			cands = append(cands, s)
 		}
 	}

@@ -70,20 +70,21 @@ func (p *Pool) SharedFreed(name string) {
 	}
 	s.elsewhere = false
 	s.wakes++
-	p.dispatchLocked()
+	p.grantWaitingLocked()
 	p.unlock()
 }
 
-// SharedRecheck forgets every slot held elsewhere and re-runs dispatch: the
-// slow safety net under SharedFreed (a replica that died frees its
-// holdings when its lease ends, which nobody announces), and what follows
-// a change in the store's standing (up or down, the live replica count).
+// SharedRecheck forgets every slot held elsewhere and grants the waiting
+// requests again: the slow safety net under SharedFreed (a replica that
+// died frees its holdings when its lease ends, which nobody announces),
+// and what follows a change in the store's standing (up or down, the live
+// replica count).
 func (p *Pool) SharedRecheck() {
 	p.mu.Lock()
 	for _, s := range p.slots {
 		s.elsewhere = false
 		s.wakes++
 	}
-	p.dispatchLocked()
+	p.grantWaitingLocked()
 	p.unlock()
 }

@@ -116,11 +116,11 @@ func (p *Pool) Blocked(t Ticket) Blockage {
 			b.Ejected++
 		case p.gaugesLocked(s, now) == GaugesStale:
 			b.Stale++
-		case !p.eligible(s, now):
+		case !p.eligibleLocked(s, now):
 			b.Saturated++
 		case s.elsewhere:
 			b.Elsewhere++
-		case !p.fits(s, t.Tokens):
+		case !p.fitsLocked(s, t.Tokens):
 			b.Busy++
 		default:
 			b.Free++
