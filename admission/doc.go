@@ -26,7 +26,8 @@
 // (truncate_prompt_tokens, encoding_format, dimensions, top_n), the input
 // (a string, strings, token ids, lists of ids, or chat messages; score and
 // rerank pairs; token ids, as a completions prompt's, each held to the
-// model's vocabulary, Model.Vocab: TokenIDError), and for the text and
+// model's vocabulary, Model.Vocab: CheckTokenIDs in tokenids.go, the one
+// token-id check of every endpoint that takes ids), and for the text and
 // chat forms each input counted on its
 // own and refused when it alone passes max_model_len (P > L, vLLM's
 // pooling rule and wording). They request no output (Decision.MaxTokens 0;
