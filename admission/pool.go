@@ -1,10 +1,7 @@
 package admission
 
 import (
-	"fmt"
-	"hash/fnv"
 	"math/rand/v2"
-	"sort"
 	"sync"
 	"time"
 )
@@ -169,7 +166,6 @@ func (p *Pool) setSlotsLocked(slots []SlotConfig) {
 		old[s.Name] = s
 	}
 	next := make([]*Slot, 0, len(slots))
-	p.ring = p.ring[:0]
 	for _, sc := range slots {
 		s := old[sc.Name]
 		if s == nil {
@@ -178,17 +174,12 @@ func (p *Pool) setSlotsLocked(slots []SlotConfig) {
 		delete(old, sc.Name)
 		s.cfg = sc
 		next = append(next, s)
-		for v := range 64 { // virtual nodes for the affinity ring
-			h := fnv.New64a()
-			fmt.Fprintf(h, "%s#%d", sc.Name, v)
-			p.ring = append(p.ring, ringPoint{h.Sum64(), s})
-		}
 	}
 	for _, s := range old {
 		s.removed = true
 	}
 	p.slots = next
-	sort.Slice(p.ring, func(a, b int) bool { return p.ring[a].hash < p.ring[b].hash })
+	p.buildRingLocked()
 }
 
 // Idle reports whether no lease is out on the slot named name (or there is
@@ -223,8 +214,8 @@ func (p *Pool) SetConfig(cfg PoolConfig) {
 	p.unlock()
 }
 
-// Kick grants the waiting requests again: call when a backend became ready, its gauges
-// changed or an ejection expired.
+// Kick grants the waiting requests again: call when a backend became
+// ready, its gauges changed or an ejection expired.
 func (p *Pool) Kick() {
 	p.mu.Lock()
 	p.reconcileLocked(p.now())

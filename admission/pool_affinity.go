@@ -1,9 +1,25 @@
 package admission
 
 import (
+	"fmt"
+	"hash/fnv"
 	"slices"
 	"sort"
 )
+
+// buildRingLocked places the slots on the affinity ring: 64 virtual nodes
+// each, in the slots' order, sorted by hash.
+func (p *Pool) buildRingLocked() {
+	p.ring = p.ring[:0]
+	for _, s := range p.slots {
+		for v := range 64 { // virtual nodes for the affinity ring
+			h := fnv.New64a()
+			fmt.Fprintf(h, "%s#%d", s.Name, v)
+			p.ring = append(p.ring, ringPoint{h.Sum64(), s})
+		}
+	}
+	sort.Slice(p.ring, func(a, b int) bool { return p.ring[a].hash < p.ring[b].hash })
+}
 
 type ringPoint struct {
 	hash uint64
