@@ -26,7 +26,8 @@
 // (truncate_prompt_tokens, encoding_format, dimensions, top_n), the input
 // (a string, strings, token ids, lists of ids, or chat messages; score and
 // rerank pairs; token ids, as a completions prompt's, each held to the
-// model's vocabulary, Model.Vocab: TokenIDError), and for the text and
+// model's vocabulary, Model.Vocab: CheckTokenIDs in tokenids.go, the one
+// token-id check of every endpoint that takes ids), and for the text and
 // chat forms each input counted on its
 // own and refused when it alone passes max_model_len (P > L, vLLM's
 // pooling rule and wording). They request no output (Decision.MaxTokens 0;
@@ -88,6 +89,17 @@
 // is recent (the last release within twice the mean gap), else the
 // capacity (requests running, the mean time a lease is held), and caps it
 // at QueueTimeout.
+//
+// The pool's files, by concept: pool.go the type, its config and
+// lifecycle (NewPool, SetSlots, SetConfig, Kick, Drain, Close, Flush);
+// pool_queue.go the queue (Ticket, Lease, Outcome, Acquire, the FIFO
+// classes, Release); pool_select.go the choice of a backend (eligible,
+// fits, power of two choices); pool_affinity.go the prefix-affinity ring;
+// pool_eject.go outlier ejection and its bound; pool_gauges.go the scraped
+// gauges and their states; pool_shared.go the pool's side of the Shared
+// account (confirm, SharedFreed, SharedRecheck); pool_advice.go the drain
+// rate and Advice; pool_events.go the events and their delivery after
+// the lock; pool_stats.go Stats and Blocked.
 //
 // A backend's gauges are fresh (checked against the saturation levels),
 // stale when the last good scrape is older than StaleAfter (held back: a

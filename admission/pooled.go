@@ -200,7 +200,7 @@ func pooledInputs(req *ojson.Value, vocab int) (pooledInput, *Rejection) {
 		return pooledInput{}, badInput("input", codeInvalidValue, "input must not be an empty array.")
 	}
 	if in.Items[0].Kind == ojson.Number {
-		if rej := tokenIDList(in, "input", vocab); rej != nil {
+		if rej := CheckTokenIDs(in, "input", vocab); rej != nil {
 			return pooledInput{}, rej
 		}
 		return pooledInput{field: "input", items: []*ojson.Value{in}}, nil
@@ -214,7 +214,7 @@ func pooledInputs(req *ojson.Value, vocab int) (pooledInput, *Rejection) {
 			if len(it.Items) == 0 {
 				return pooledInput{}, badInput(param, codeInvalidValue, "%s must not be an empty array.", param)
 			}
-			if rej := tokenIDList(it, param, vocab); rej != nil {
+			if rej := CheckTokenIDs(it, param, vocab); rej != nil {
 				return pooledInput{}, rej
 			}
 		default:
@@ -222,19 +222,6 @@ func pooledInputs(req *ojson.Value, vocab int) (pooledInput, *Rejection) {
 		}
 	}
 	return pooledInput{field: "input", items: in.Items}, nil
-}
-
-func tokenIDList(a *ojson.Value, param string, vocab int) *Rejection {
-	for i, it := range a.Items {
-		if msg := TokenIDError(it, vocab); msg != "" {
-			code := codeInvalidValue
-			if it.Kind != ojson.Number || !it.IsInt() {
-				code = codeInvalidType
-			}
-			return badInput(fmt.Sprintf("%s[%d]", param, i), code, "%s[%d]: %s", param, i, msg)
-		}
-	}
-	return nil
 }
 
 // isConversation: a non-empty list of objects with a string role, vLLM's

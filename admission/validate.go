@@ -181,7 +181,7 @@ func checkToolCalls(tc *ojson.Value, path string) *Rejection {
 
 // checkPrompt accepts what /v1/completions accepts: a string, an array of
 // strings, an array of token ids, or an array of such arrays; each id in
-// the model's vocabulary (vocab, 0 when not known: TokenIDError).
+// the model's vocabulary (vocab, 0 when not known: CheckTokenIDs).
 func checkPrompt(req *ojson.Value, vocab int) *Rejection {
 	p := req.Get("prompt")
 	bad := func(param, code, format string, args ...any) *Rejection {
@@ -209,7 +209,7 @@ func checkPrompt(req *ojson.Value, vocab int) *Rejection {
 			}
 		}
 	case ojson.Number:
-		return checkIDs(p, "prompt", vocab, bad)
+		return promptIDs(p, "prompt", vocab)
 	case ojson.Array:
 		for i, it := range p.Items {
 			param := fmt.Sprintf("prompt[%d]", i)
@@ -219,7 +219,7 @@ func checkPrompt(req *ojson.Value, vocab int) *Rejection {
 			if len(it.Items) == 0 {
 				return bad(param, codeInvalidValue, "%s must not be empty.", param)
 			}
-			if rej := checkIDs(it, param, vocab, bad); rej != nil {
+			if rej := promptIDs(it, param, vocab); rej != nil {
 				return rej
 			}
 		}
@@ -229,38 +229,16 @@ func checkPrompt(req *ojson.Value, vocab int) *Rejection {
 	return nil
 }
 
-func checkIDs(a *ojson.Value, param string, vocab int, bad func(string, string, string, ...any) *Rejection) *Rejection {
-	for i, it := range a.Items {
-		if msg := TokenIDError(it, vocab); msg != "" {
-			return bad(fmt.Sprintf("%s[%d]", param, i), codeInvalidValue, "%s[%d]: %s", param, i, msg)
-		}
+// promptIDs checks a completions prompt's token ids (CheckTokenIDs). The
+// prompt's refusals are InvalidPrompt, and an entry that is not an id is
+// invalid_value whether or not it is an integer: the code the completions
+// prompt has always answered (TestDoorRejections, "float token id"),
+// where the pooling input and /detokenize answer invalid_type for a
+// non-integer.
+func promptIDs(ids *ojson.Value, param string, vocab int) *Rejection {
+	rej := CheckTokenIDs(ids, param, vocab)
+	if rej != nil {
+		rej.Reason, rej.Code = InvalidPrompt, codeInvalidValue
 	}
-	return nil
-}
-
-// maxTokenID bounds a token id where the vocabulary is not known: vLLM's
-// ids are 32-bit and no vocabulary comes near.
-const maxTokenID = 1<<31 - 1
-
-// TokenIDError says why v is not a token id of a vocabulary of vocab ids
-// (0: not known), or returns "". An id must be a non-negative integer and,
-// as vLLM's input processor checks before the engine sees it, below the
-// vocabulary's size (the larger of the tokenizer's and the model's, see
-// tokenize.Model.VocabSize); the wording past the path is vLLM's, with
-// the gateway's numbers. Every endpoint that takes token ids (completions
-// and its render, embeddings, /pooling, /classify, /detokenize) holds
-// them to it.
-func TokenIDError(v *ojson.Value, vocab int) string {
-	n, ok := v.Int()
-	switch {
-	case v.Kind != ojson.Number || !v.IsInt():
-		return fmt.Sprintf("must be a token id (an integer), got %s.", describe(v))
-	case n < 0 || strings.HasPrefix(v.Str, "-"):
-		return fmt.Sprintf("must be a token id (a non-negative integer), got %s.", v.Str)
-	case vocab > 0 && (!ok || n >= int64(vocab)):
-		return fmt.Sprintf("Token id %s is out of vocabulary: this model's token ids are 0 to %d.", v.Str, vocab-1)
-	case !ok || n > maxTokenID:
-		return fmt.Sprintf("Token id %s is out of vocabulary: token ids are at most %d.", v.Str, maxTokenID)
-	}
-	return ""
+	return rej
 }

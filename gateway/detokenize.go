@@ -22,7 +22,7 @@ type detokenizeAnswer struct {
 // when the model's tokenizer decodes the ids exactly as vLLM's
 // tokenizer.decode does (tokenize.Model.Detokenize). Ids are held to the
 // model's vocabulary as every endpoint that takes ids holds them
-// (admission.TokenIDError), and to max_model_len ids: no sequence the
+// (admission.CheckTokenIDs), and to max_model_len ids: no sequence the
 // model holds is longer. Both are refused with 400, where vLLM drops ids
 // its tokenizer does not know and decodes any length: an id no sequence of
 // this model can hold, or more of them than it holds, is no text to
@@ -167,17 +167,11 @@ func tokenIDList(req *ojson.Value, vocab, maxLen int) ([]int, error) {
 			Outcome: admission.ContextLength.String(),
 			Message: fmt.Sprintf("This model's maximum context length is %d tokens. However, tokens holds %d token ids. Please reduce the number of tokens.", maxLen, len(tv.Items))}
 	}
+	if rej := admission.CheckTokenIDs(tv, "tokens", vocab); rej != nil {
+		return nil, rejection(rej)
+	}
 	ids := make([]int, len(tv.Items))
 	for i, it := range tv.Items {
-		if msg := admission.TokenIDError(it, vocab); msg != "" {
-			code := codeInvalidValue
-			if it.Kind != ojson.Number || !it.IsInt() {
-				code = codeInvalidType
-			}
-			e := badRequest(code, fmt.Sprintf("tokens[%d]", i), "tokens[%d]: %s", i, msg)
-			e.Outcome = admission.InvalidInput.String()
-			return nil, e
-		}
 		n, _ := it.Int()
 		ids[i] = int(n)
 	}

@@ -1,0 +1,331 @@
+package admission
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Outcome is how a request left the gateway's queue. It is a closed set
+// that doubles as the outcome label of maitred_admission_total.
+type Outcome int
+
+const (
+	Admitted     Outcome = iota // a backend slot was granted (at once or after waiting)
+	QueueFull                   // the queue was full: 429
+	QueueTimeout                // queue_timeout passed while waiting: 503
+	ClientGone                  // the client left while waiting: nothing is sent
+	OverBudget                  // larger than every backend's whole token budget: 400
+	NoBackend                   // no backend of the model is ready: 503 model_not_ready
+	Draining                    // the gateway is shutting down: 503
+	StoreDown                   // the shared store cannot be reached and on_store_error is reject: 503
+	ModelRemoved                // a config reload removed the model: 404, as for a model never configured
+	numOutcomes
+)
+
+var outcomeNames = [...]string{"admitted", "queue_full", "queue_timeout", "client_gone", "over_budget", "no_backend", "draining", "store_down", "model_removed"}
+
+func (o Outcome) String() string {
+	if o >= 0 && o < numOutcomes {
+		return outcomeNames[o]
+	}
+	return fmt.Sprintf("Outcome(%d)", int(o))
+}
+
+// Outcomes lists every Outcome, for metric labels.
+func Outcomes() []Outcome {
+	out := make([]Outcome, numOutcomes)
+	for i := range out {
+		out[i] = Outcome(i)
+	}
+	return out
+}
+
+// Ticket is what a request asks of the pool.
+type Ticket struct {
+	// Tokens is its reservation: prompt + output budget.
+	Tokens int
+	// Exact: Tokens is exact, so a request larger than every budget can be
+	// refused as OverBudget. Estimates are never refused.
+	Exact bool
+	Class int
+	// Affinity is a hash of the prompt's first tokens; 0 for none.
+	Affinity uint64
+	// Exclude names slots already tried (connection failures).
+	Exclude []string
+	// Only, when non-nil, names the subset of slots the request may go to
+	// at all (the backends that have the LoRA adapter it names loaded);
+	// nil: every slot. The pool grants, counts ready backends and judges
+	// the request's size among those alone.
+	Only []string
+}
+
+// allows reports whether t may go to slot s.
+func (t *Ticket) allows(s *Slot) bool {
+	return !slices.Contains(t.Exclude, s.Name) && (t.Only == nil || slices.Contains(t.Only, s.Name))
+}
+
+// Lease is a granted slot. Release it exactly once when the request ends.
+type Lease struct {
+	Slot   *Slot
+	Waited time.Duration
+	Policy string // "p2c", "affinity" or "only"
+	pool   *Pool
+	tokens int
+	done   bool
+	// The slot's limits and wake count when it was picked, and the shared
+	// account's hold once confirmed.
+	maxIn, budget int
+	wakes         uint64
+	hold          Hold
+	at            time.Time // granted
+}
+
+type waiter struct {
+	t       Ticket
+	ch      chan *Lease // buffered 1
+	order   uint64      // arrival order, kept over tries
+	since   time.Time
+	granted *Lease
+	gone    bool
+}
+
+// Acquire waits for a backend slot for t, or returns why not. The context
+// is the client's: when it ends, the request leaves the queue at once and
+// is never granted. With a Shared account, the slot picked here is
+// confirmed there (outside the lock); a slot held elsewhere sends the
+// request back to the head of its class, to wait for a free.
+func (p *Pool) Acquire(ctx context.Context, t Ticket) (*Lease, Outcome) {
+	t.Class = min(max(t.Class, 0), p.cfg.Classes-1)
+	var q queued
+	defer q.stop()
+	for again := false; ; again = true {
+		l, o := p.acquireLocal(ctx, t, &q, again)
+		if o != Admitted || p.cfg.Shared == nil {
+			return l, o
+		}
+		o, retry := p.confirm(ctx, l)
+		if !retry {
+			if o != Admitted {
+				return nil, o
+			}
+			return l, o
+		}
+	}
+}
+
+// queued is a request's time in the queue, over its tries.
+type queued struct {
+	since time.Time
+	order uint64
+	timer *time.Timer
+}
+
+func (q *queued) stop() {
+	if q.timer != nil {
+		q.timer.Stop()
+	}
+}
+
+// acquireLocal is one try of Acquire on this pool's own account. again: a
+// try after the shared account refused the last grant; the request keeps
+// its place (the head of its class) and is not counted against the queue
+// size again.
+func (p *Pool) acquireLocal(ctx context.Context, t Ticket, q *queued, again bool) (*Lease, Outcome) {
+	p.mu.Lock()
+	if p.closed {
+		p.unlock()
+		return nil, ModelRemoved
+	}
+	if q.order == 0 {
+		p.arrivals++
+		q.order = p.arrivals
+	}
+	if p.draining {
+		p.unlock()
+		return nil, Draining
+	}
+	if !p.anyReadyLocked(&t) {
+		p.unlock()
+		return nil, NoBackend
+	}
+	if t.Exact && p.tooLargeLocked(&t) {
+		p.unlock()
+		return nil, OverBudget
+	}
+	// Only when nobody of the same or a higher class waits, so FIFO holds
+	// (a request tried again was ahead of its class already).
+	ahead := p.waitingAtOrAboveLocked(t.Class)
+	if again {
+		ahead = t.Class > 0 && p.waitingAtOrAboveLocked(t.Class-1)
+	}
+	if !ahead {
+		if l := p.grantLocked(t); l != nil {
+			p.unlock()
+			if !q.since.IsZero() {
+				l.Waited = p.now().Sub(q.since)
+			}
+			return l, Admitted
+		}
+	}
+	if !again && p.depth >= p.cfg.QueueSize {
+		p.unlock()
+		return nil, QueueFull
+	}
+	if q.since.IsZero() {
+		q.since = p.now()
+	}
+	w := &waiter{t: t, ch: make(chan *Lease, 1), since: q.since, order: q.order}
+	if again {
+		// Back to its place: ahead of every later arrival (several
+		// refused at once go back in their order).
+		cq := p.queue[t.Class]
+		i := slices.IndexFunc(cq, func(x *waiter) bool { return x.order > w.order })
+		if i < 0 {
+			i = len(cq)
+		}
+		p.queue[t.Class] = slices.Insert(cq, i, w)
+	} else {
+		p.queue[t.Class] = append(p.queue[t.Class], w)
+	}
+	p.depth++
+	p.unlock()
+	return p.await(ctx, w, q)
+}
+
+// await waits for w's grant, its client leaving or its time in the queue
+// (QueueTimeout, from its first try) running out.
+func (p *Pool) await(ctx context.Context, w *waiter, q *queued) (*Lease, Outcome) {
+	if q.timer == nil {
+		q.timer = time.NewTimer(p.cfg.QueueTimeout)
+	}
+	var why Outcome
+	select {
+	case l := <-w.ch:
+		if l == nil {
+			p.mu.Lock()
+			closed := p.closed
+			p.mu.Unlock()
+			if closed {
+				return nil, ModelRemoved
+			}
+			return nil, Draining
+		}
+		l.Waited = p.now().Sub(w.since)
+		return l, Admitted
+	case <-ctx.Done():
+		why = ClientGone
+	case <-q.timer.C:
+		why = QueueTimeout
+	}
+	p.mu.Lock()
+	if w.granted != nil {
+		// Granted as it gave up: the grant goes back, unused.
+		l := w.granted
+		p.unlock()
+		l.release(Abandoned, false)
+		return nil, why
+	}
+	w.gone = true
+	p.removeLocked(w)
+	p.unlock()
+	return nil, why
+}
+
+func (p *Pool) waitingAtOrAboveLocked(class int) bool {
+	for c := 0; c <= class; c++ {
+		if len(p.queue[c]) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *Pool) removeLocked(w *waiter) {
+	q := p.queue[w.t.Class]
+	if i := slices.Index(q, w); i >= 0 {
+		p.queue[w.t.Class] = slices.Delete(q, i, i+1)
+		p.depth--
+	}
+}
+
+// anyReadyLocked: some ready backend t may go to and has not tried yet.
+func (p *Pool) anyReadyLocked(t *Ticket) bool {
+	for _, s := range p.slots {
+		if s.cfg.Ready() && t.allows(s) {
+			return true
+		}
+	}
+	return false
+}
+
+// tooLargeLocked: t is larger than the budget of every backend it may go to.
+func (p *Pool) tooLargeLocked(t *Ticket) bool {
+	for _, s := range p.slots {
+		if !t.allows(s) {
+			continue
+		}
+		if b := s.budget(); b == 0 || t.Tokens <= b {
+			return false
+		}
+	}
+	return true
+}
+
+// grantWaitingLocked grants queued requests, highest class first, FIFO
+// within a class, while backends have room. It stops at the first head
+// that does not fit, so a large request is not overtaken forever by small
+// ones.
+func (p *Pool) grantWaitingLocked() {
+	for c := range p.queue {
+		for len(p.queue[c]) > 0 {
+			w := p.queue[c][0]
+			l := p.grantLocked(w.t)
+			if l == nil {
+				return
+			}
+			p.queue[c] = p.queue[c][1:]
+			p.depth--
+			w.granted = l
+			w.ch <- l
+		}
+	}
+}
+
+// Release returns the lease's capacity and records how the request went.
+func (l *Lease) Release(r Result) { l.release(r, true) }
+
+func (l *Lease) release(r Result, count bool) {
+	p := l.pool
+	p.mu.Lock()
+	if l.done {
+		p.unlock()
+		return
+	}
+	l.done = true
+	h := l.hold
+	l.hold = nil
+	p.unlock()
+	if h != nil {
+		// The shared holding goes first, outside the lock, so that the
+		// waiters granted below find its room free in the store.
+		h.Release()
+	}
+	p.mu.Lock()
+	defer p.unlock()
+	s := l.Slot
+	s.inFlight--
+	s.tokens -= l.tokens
+	if h != nil {
+		s.elsewhere = false
+		s.wakes++
+	}
+	now := p.now()
+	p.recordResultLocked(s, r, now)
+	if count {
+		p.observeReleaseLocked(now)
+		p.observeHeldLocked(now.Sub(l.at))
+	}
+	p.grantWaitingLocked()
+}
