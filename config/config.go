@@ -25,37 +25,37 @@ import (
 // passes all three never fails later for a reason that was visible at start.
 type Config struct {
 	// Listen is the gateway's address, host:port.
-	Listen string `yaml:"listen"`
+	Listen string `yaml:"listen" reload:"restart"`
 	// AdminListen is the admin listener's address, host:port: /metrics,
 	// /debug/* and the status page are served there and not on Listen.
 	// Empty: no admin listener; the admin pages are then on Listen only
 	// when the gateway is open (no auth section), and not served at all
 	// with auth (they name every tenant's keys, usage and backends).
-	AdminListen string `yaml:"admin_listen"`
+	AdminListen string `yaml:"admin_listen" reload:"restart"`
 	// MaxBodyBytes caps a request body; larger bodies get 413.
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
 	// ReadHeaderTimeout bounds how long a client may take to send headers.
-	ReadHeaderTimeout Duration `yaml:"read_header_timeout"`
+	ReadHeaderTimeout Duration `yaml:"read_header_timeout" reload:"restart"`
 	// IdleTimeout closes idle keep-alive connections.
-	IdleTimeout Duration `yaml:"idle_timeout"`
+	IdleTimeout Duration `yaml:"idle_timeout" reload:"restart"`
 	// MaxHeaderBytes caps request header size.
-	MaxHeaderBytes int `yaml:"max_header_bytes"`
+	MaxHeaderBytes int `yaml:"max_header_bytes" reload:"restart"`
 	// ReadBodyTimeout bounds how long a client may take to send a request
 	// body once its headers are in; a body still incomplete then gets 408
 	// and the connection closes.
 	ReadBodyTimeout Duration `yaml:"read_body_timeout"`
 	// MaxConnections caps the client connections open at once; past it the
 	// gateway stops accepting until one closes (0: no cap).
-	MaxConnections int `yaml:"max_connections"`
+	MaxConnections int `yaml:"max_connections" reload:"restart"`
 	// MaxBodyBytesInFlight caps the request body bytes held by all
 	// requests at once (read so far, or held for forwarding: in memory, or
 	// an audio upload's spool on disk); a request whose body would pass it
 	// gets 503 server_busy (0: no cap).
-	MaxBodyBytesInFlight int64 `yaml:"max_body_bytes_in_flight"`
+	MaxBodyBytesInFlight int64 `yaml:"max_body_bytes_in_flight" reload:"restart"`
 	// CountCacheBytes bounds the memory of the count cache
 	// (tokenize.CountCache), which lets the next turn of a conversation be
 	// counted without tokenizing again the turns counted before (0: off).
-	CountCacheBytes int64 `yaml:"count_cache_bytes"`
+	CountCacheBytes int64 `yaml:"count_cache_bytes" reload:"restart"`
 	// MaxAudioBodyBytes caps an audio upload (/v1/audio/transcriptions,
 	// /v1/audio/translations): the audio's bytes (OpenAI's and vLLM's
 	// limit is the file's), and the body may carry 1 MiB more for the
@@ -87,9 +87,9 @@ type Config struct {
 	// before they are ended (streams with a server_shutting_down event).
 	DrainTimeout Duration `yaml:"drain_timeout"`
 	// BackendDialTimeout bounds the TCP connect to a backend.
-	BackendDialTimeout Duration `yaml:"backend_dial_timeout"`
+	BackendDialTimeout Duration `yaml:"backend_dial_timeout" reload:"restart"`
 	// Health configures backend probing.
-	Health HealthConfig `yaml:"health"`
+	Health HealthConfig `yaml:"health" reload:"restart"`
 	// ScrapeInterval is how often each ready backend's /metrics is read
 	// (vllm:num_requests_waiting, kv_cache_usage_perc, cache_config_info).
 	// Gauges older than 4 intervals are stale and count as saturated for
@@ -97,7 +97,7 @@ type Config struct {
 	// a row, or scrapes failing for max(40 intervals, 5s), or never read)
 	// are unavailable and not checked: the backend is then admitted on its
 	// max_in_flight and token budget alone.
-	ScrapeInterval Duration `yaml:"scrape_interval"`
+	ScrapeInterval Duration `yaml:"scrape_interval" reload:"restart"`
 	// SaturatedWaiting and SaturatedKVUsage: a backend whose scraped
 	// waiting queue or KV usage reaches these gets no new requests (they
 	// queue in the gateway) until it recovers. 0 disables either check.
@@ -106,17 +106,17 @@ type Config struct {
 	// PriorityClasses are the values clients may send in
 	// x-maitred-priority, highest first; DefaultPriority is used when the
 	// header is absent or names no class.
-	PriorityClasses []string `yaml:"priority_classes"`
-	DefaultPriority string   `yaml:"default_priority"`
+	PriorityClasses []string `yaml:"priority_classes" reload:"restart"`
+	DefaultPriority string   `yaml:"default_priority" reload:"restart"`
 	// TriageWindow is the sliding window /debug/triage judges over.
-	TriageWindow Duration `yaml:"triage_window"`
+	TriageWindow Duration `yaml:"triage_window" reload:"restart"`
 	// Triage overrides the triage rules' thresholds; unset keys keep the
 	// defaults documented in configs/maitred.yaml and package triage.
 	Triage TriageConfig `yaml:"triage"`
 	// Store is the shared store of a fleet's replicas (store.go): the
 	// top-level keys store, store_password_env, on_store_error,
 	// store_lease, store_heartbeat and store_timeout.
-	Store StoreConfig `yaml:",inline"`
+	Store StoreConfig `yaml:",inline" reload:"restart"`
 	// Outlier ejection: a backend answering 5xx or refusing connections
 	// EjectAfter times in a row gets no requests for EjectFor.
 	EjectAfter int      `yaml:"eject_after"`
@@ -128,15 +128,15 @@ type Config struct {
 	MaxEjectionPercent int `yaml:"max_ejection_percent"`
 	// Resolver is the DNS server (host:port) that backends given by dns or
 	// srv are resolved with; "" uses the system's (/etc/resolv.conf).
-	Resolver string `yaml:"resolver"`
+	Resolver string `yaml:"resolver" reload:"restart"`
 	// Tracing configures OpenTelemetry traces (off unless an endpoint is
 	// named here or in OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT).
-	Tracing TracingConfig `yaml:"tracing"`
+	Tracing TracingConfig `yaml:"tracing" reload:"restart"`
 	// Models are the models served, each with its backends.
 	Models []ModelConfig `yaml:"models"`
 	// Auth, when present, requires an API key on every model API request
 	// (keys.go). Absent: the gateway is open, as before, and warns at start.
-	Auth *AuthConfig `yaml:"auth"`
+	Auth *AuthConfig `yaml:"auth" reload:"presence"`
 }
 
 // TracingConfig configures the OTLP trace exporter. What it names wins
@@ -193,7 +193,7 @@ type HealthConfig struct {
 // TriageConfig holds the thresholds of the triage rules (0: the default).
 type TriageConfig struct {
 	// Baseline is the time constant of each backend's moving baseline.
-	Baseline Duration `yaml:"baseline"`
+	Baseline Duration `yaml:"baseline" reload:"restart"`
 	// MinSamples latency samples a backend needs before it is judged.
 	MinSamples int `yaml:"min_samples"`
 	// TTFT rises at TTFTRiseFactor x baseline and TTFTMinDelta above it.
