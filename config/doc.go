@@ -13,7 +13,8 @@
 // composes the sections' checks and reports every problem; models.go the
 // models and their backends; health.go backend probing; triage.go the
 // triage thresholds; tracing.go the trace exporter; store.go the shared
-// store; keys.go the auth section and keys files. restart.go reads the
+// store; keys.go the auth section and keys files; fleet.go the part of a
+// config package fleet reads (FleetConfig, Config.Fleet). restart.go reads the
 // reload tags that declare which settings a running gateway cannot change
 // (KeepRestartOnly: what a reload keeps, and names).
 //

@@ -90,7 +90,7 @@ func (g *Gateway) Reload(cfg config.Config, toks map[string]*tokenize.Model) (Re
 		}
 	}
 	res.NotApplied = config.KeepRestartOnly(&cfg, old.cfg)
-	if err := g.fleet.Apply(cfg, PromptCounters(toks)); err != nil {
+	if err := g.fleet.Apply(cfg.Fleet(), PromptCounters(toks)); err != nil {
 		return res, g.reloadRefused(err)
 	}
 	models := g.newRuntimes(&cfg, toks, old.byName)
