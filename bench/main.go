@@ -341,7 +341,7 @@ type gatewayExtras struct {
 // model's requests with its tokenizer, and its backends' warm-up probes
 // compare their /tokenize with it.
 func serveGatewayWith(cfg config.Config, log *zap.Logger, x gatewayExtras) (string, *http.Transport, func(), error) {
-	fl, err := fleet.New(cfg, &http.Client{Transport: poolTransport()}, log, gateway.PromptCounters(x.tokenizers))
+	fl, err := fleet.New(cfg.Fleet(), &http.Client{Transport: poolTransport()}, log, gateway.PromptCounters(x.tokenizers))
 	if err != nil {
 		return "", nil, nil, err
 	}

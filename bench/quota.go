@@ -52,7 +52,7 @@ func quotaRun(clients int, limit int64, d time.Duration) error {
 	cfg.Auth = &config.AuthConfig{Keys: []config.KeyConfig{{Name: "bench", SHA256: hex.EncodeToString(digest[:]), Models: []string{"*"},
 		Limits: config.KeyLimits{TokensPerMinute: limit}}}}
 	toks := map[string]*tokenize.Model{"demo": tok}
-	fl, err := fleet.New(cfg, &http.Client{Transport: poolTransport()}, zap.NewNop(), gateway.PromptCounters(toks))
+	fl, err := fleet.New(cfg.Fleet(), &http.Client{Transport: poolTransport()}, zap.NewNop(), gateway.PromptCounters(toks))
 	if err != nil {
 		return err
 	}

@@ -1,9 +1,22 @@
 // Package config is maitred's configuration: the file's shape (Config and
 // the sections under it), its defaults (Default), a strict decode that
 // refuses unknown keys and ill-typed values naming the key path (Parse,
-// Load), and validation of the whole, also naming key paths (Validate). A
-// config that passes all three never fails later for a reason that was
-// visible at start.
+// Load; decode.go), and validation of the whole, also naming key paths
+// (Validate). A config that passes all three never fails later for a
+// reason that was visible at start.
+//
+// # Files
+//
+// Each section is defined, and validates itself, in a file of its own:
+// config.go holds Config (the top-level keys: listeners, limits, timeouts,
+// priorities, backend policy), Default, Load, Parse and Validate, which
+// composes the sections' checks and reports every problem; models.go the
+// models and their backends; health.go backend probing; triage.go the
+// triage thresholds; tracing.go the trace exporter; store.go the shared
+// store; keys.go the auth section and keys files; fleet.go the part of a
+// config package fleet reads (FleetConfig, Config.Fleet). restart.go reads the
+// reload tags that declare which settings a running gateway cannot change
+// (KeepRestartOnly: what a reload keeps, and names).
 //
 // # Ownership and concurrency
 //

@@ -64,7 +64,7 @@ func TestSRVDiscovery(t *testing.T) {
 	}
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
-	f, err := New(cfg, &http.Client{Transport: tr, Timeout: 50 * time.Millisecond}, nil, nil)
+	f, err := New(cfg.Fleet(), &http.Client{Transport: tr, Timeout: 50 * time.Millisecond}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

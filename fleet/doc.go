@@ -1,6 +1,19 @@
 // Package fleet knows the backends: the models and backends named in the
 // configuration (package config) or found through DNS, their state as seen
-// by probes, and which one a request goes to.
+// by probes, and which one a request goes to. New and Apply take the
+// fleet's own section of the config (config.FleetConfig: the models and
+// their backends, health, resolver, drain_timeout), not the whole.
+//
+// # Files
+//
+// fleet.go holds the Fleet (New, its watchers, Run and the per-backend
+// goroutines); state.go the backend states and the reasons for them;
+// backend.go a Backend and its snapshot (BackendStatus); model.go a Model
+// and how a backend is picked; members.go and discovery.go membership
+// (below); probe.go the state machine's step (health, warm-up checks,
+// tokenizer probe); warmup.go the warm-up generation; adapters.go the
+// LoRA adapter listings; client.go the prober's requests to a backend;
+// scrape.go the /metrics scraper.
 //
 // # Membership
 //

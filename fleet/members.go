@@ -73,13 +73,14 @@ func newSource(bc config.BackendConfig) *source {
 	return s
 }
 
-// Apply puts cfg's models and backends in force: a model or entry new to
-// the fleet joins, one that stays takes its new settings and keeps its
-// backends and their state, and one that left drains (a removed model's
-// backends leave with it). Settings of the fleet itself (health, resolver)
-// are the ones it was built with: they need a restart. counters are as in
-// New. The config must be valid (config.Validate).
-func (f *Fleet) Apply(cfg config.Config, counters map[string]PromptCounter) error {
+// Apply puts the models and backends of cfg, the fleet's section of a
+// reloaded config, in force: a model or entry new to the fleet joins, one
+// that stays takes its new settings and keeps its backends and their
+// state, and one that left drains (a removed model's backends leave with
+// it). Settings of the fleet itself (health, resolver) are the ones it was
+// built with: they need a restart. counters are as in New. The config must
+// be valid (config.Validate).
+func (f *Fleet) Apply(cfg config.FleetConfig, counters map[string]PromptCounter) error {
 	// Parse every url first: a config that cannot be applied whole is
 	// not applied at all.
 	for i, mc := range cfg.Models {

@@ -107,6 +107,24 @@ func (f *Fleet) warmupGeneration(ctx context.Context, b *Backend) (warmup, error
 		d := max(time.Since(start), time.Microsecond)
 		return warmup{total: d, ttft: d}, nil
 	}
+	w, cut, err := readWarmupStream(rd, start, func(first bool) {
+		if first {
+			gotToken.Store(true)
+		}
+		timer.Reset(stall)
+	})
+	if cut != nil {
+		return failed(fmt.Errorf("/v1/completions stream: %s", describeDialError(cut)))
+	}
+	return w, err
+}
+
+// readWarmupStream reads the warm-up's event stream from its start (the
+// request sent) to [DONE], timing its token events; onToken hears each
+// (first: it is the first). cut is a read error (the stream cut or
+// timed out, judged by the caller); err a stream that is not a complete
+// warm-up: an unreadable or error event, or no [DONE].
+func readWarmupStream(rd io.Reader, start time.Time, onToken func(first bool)) (w warmup, cut, err error) {
 	var first, last time.Time
 	tokens := 0
 	done := false
@@ -129,29 +147,28 @@ func (f *Fleet) warmupGeneration(ctx context.Context, b *Backend) (warmup, error
 			} `json:"choices"`
 		}
 		if err := json.Unmarshal(data, &ev); err != nil {
-			return warmup{}, fmt.Errorf("/v1/completions streamed an unreadable event: %s", snippet(data))
+			return warmup{}, nil, fmt.Errorf("/v1/completions streamed an unreadable event: %s", snippet(data))
 		}
 		if len(ev.Error) > 0 && string(ev.Error) != "null" {
-			return warmup{}, fmt.Errorf("/v1/completions streamed an error: %s", snippet(ev.Error))
+			return warmup{}, nil, fmt.Errorf("/v1/completions streamed an error: %s", snippet(ev.Error))
 		}
 		if len(ev.Choices) > 0 && ev.Choices[0].Text != "" {
 			now := time.Now()
 			if tokens == 0 {
 				first = now
-				gotToken.Store(true)
 			}
-			timer.Reset(stall)
+			onToken(tokens == 0)
 			last = now
 			tokens++
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return failed(fmt.Errorf("/v1/completions stream: %s", describeDialError(err)))
+		return warmup{}, err, nil
 	}
 	if !done {
-		return warmup{}, errors.New("/v1/completions stream ended before [DONE]")
+		return warmup{}, nil, errors.New("/v1/completions stream ended before [DONE]")
 	}
-	w := warmup{total: max(time.Since(start), time.Microsecond)}
+	w = warmup{total: max(time.Since(start), time.Microsecond)}
 	if tokens > 0 {
 		w.ttft = max(first.Sub(start), time.Microsecond)
 	} else {
@@ -160,7 +177,7 @@ func (f *Fleet) warmupGeneration(ctx context.Context, b *Backend) (warmup, error
 	if tokens >= 2 {
 		w.tpot = last.Sub(first) / time.Duration(tokens-1)
 	}
-	return w, nil
+	return w, nil, nil
 }
 
 // watchBusy reports whether b showed itself busy serving other requests

@@ -76,7 +76,7 @@ func tokFleet(t *testing.T, url, check string) (*Fleet, *Backend, *fakeClock) {
 	}
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
-	f, err := New(cfg, &http.Client{Transport: tr}, nil, map[string]PromptCounter{"m": fixedCounter(5)})
+	f, err := New(cfg.Fleet(), &http.Client{Transport: tr}, nil, map[string]PromptCounter{"m": fixedCounter(5)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,7 +48,7 @@ func TestPrefixHashOfTheDoorsRender(t *testing.T) {
 	tok := loadTok(t, "demo")
 	cfg := config.Default()
 	cfg.Models = []config.ModelConfig{{Name: "m", MaxModelLen: 4096, Backends: []config.BackendConfig{{URL: "http://127.0.0.1:1"}}}}
-	fl, err := fleet.New(cfg, http.DefaultClient, nil, nil)
+	fl, err := fleet.New(cfg.Fleet(), http.DefaultClient, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -64,7 +64,7 @@ func BenchmarkProxy(b *testing.B) {
 	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(io.Discard), zap.InfoLevel))
 	gtr := NewTransport(cfg)
 	defer gtr.CloseIdleConnections()
-	fl, _ := fleet.New(cfg, &http.Client{Transport: gtr}, log, nil)
+	fl, _ := fleet.New(cfg.Fleet(), &http.Client{Transport: gtr}, log, nil)
 	g, _ := New(Options{Config: cfg, Fleet: fl, Logger: log, Registry: prometheus.NewRegistry(), Transport: gtr,
 		Tokenizers: map[string]*tokenize.Model{"m": tok}})
 	defer g.Close()
@@ -137,7 +137,7 @@ func BenchmarkServeInProcess(b *testing.B) {
 	cfg.Models = []config.ModelConfig{{Name: "m", Backends: []config.BackendConfig{{URL: backend.URL}}}}
 	gtr := NewTransport(cfg)
 	defer gtr.CloseIdleConnections()
-	fl, _ := fleet.New(cfg, &http.Client{Transport: gtr}, zap.NewNop(), nil)
+	fl, _ := fleet.New(cfg.Fleet(), &http.Client{Transport: gtr}, zap.NewNop(), nil)
 	g, _ := New(Options{Config: cfg, Fleet: fl, Registry: prometheus.NewRegistry(), Transport: gtr})
 	fl.ProbeAll(context.Background())
 	h := g.Handler()
@@ -167,7 +167,7 @@ func BenchmarkServeTraced(b *testing.B) {
 		name string
 		tp   *telemetry.Provider
 	}{{"off", nil}, {"ratio=1.0", otlp}} {
-		fl, _ := fleet.New(cfg, &http.Client{Transport: gtr}, zap.NewNop(), nil)
+		fl, _ := fleet.New(cfg.Fleet(), &http.Client{Transport: gtr}, zap.NewNop(), nil)
 		g, _ := New(Options{Config: cfg, Fleet: fl, Registry: prometheus.NewRegistry(), Transport: gtr, Tracing: c.tp})
 		fl.ProbeAll(context.Background())
 		h := g.Handler()
@@ -243,7 +243,7 @@ func BenchmarkServeTracedAlternating(b *testing.B) {
 	cfg, gtr, otlp := tracedBenchSetup(b)
 	var hs [2]http.Handler
 	for i, tp := range []*telemetry.Provider{nil, otlp} {
-		fl, _ := fleet.New(cfg, &http.Client{Transport: gtr}, zap.NewNop(), nil)
+		fl, _ := fleet.New(cfg.Fleet(), &http.Client{Transport: gtr}, zap.NewNop(), nil)
 		g, _ := New(Options{Config: cfg, Fleet: fl, Registry: prometheus.NewRegistry(), Transport: gtr, Tracing: tp})
 		defer g.Close()
 		fl.ProbeAll(context.Background())

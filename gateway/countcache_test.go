@@ -193,7 +193,7 @@ func BenchmarkCountCacheNextTurnDoor(b *testing.B) {
 			// approximate tokenizer (a real one would add the backend's
 			// tokenizing of 120k tokens to every iteration; the door's
 			// time is what is measured).
-			fl, err := fleet.New(cfg, &http.Client{Transport: gtr}, zap.NewNop(), nil)
+			fl, err := fleet.New(cfg.Fleet(), &http.Client{Transport: gtr}, zap.NewNop(), nil)
 			if err != nil {
 				b.Fatal(err)
 			}

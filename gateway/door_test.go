@@ -540,7 +540,7 @@ func BenchmarkGatewayLongPretoken(b *testing.B) {
 	gtr := NewTransport(cfg)
 	defer gtr.CloseIdleConnections()
 	toks := map[string]*tokenize.Model{"m": tok}
-	fl, _ := fleet.New(cfg, &http.Client{Transport: gtr}, zap.NewNop(), PromptCounters(toks))
+	fl, _ := fleet.New(cfg.Fleet(), &http.Client{Transport: gtr}, zap.NewNop(), PromptCounters(toks))
 	g, err := New(Options{Config: cfg, Fleet: fl, Logger: zap.NewNop(), Registry: prometheus.NewRegistry(), Transport: gtr, Tokenizers: toks})
 	if err != nil {
 		b.Fatal(err)

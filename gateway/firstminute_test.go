@@ -57,7 +57,7 @@ func startBubble(t *testing.T, sc sim.Config, mutate func(*config.Config)) *bubb
 	}
 	tr := NewTransport(cfg)
 	tr.DialContext = mn.Dial
-	fl, err := fleet.New(cfg, &http.Client{Transport: tr}, log, nil)
+	fl, err := fleet.New(cfg.Fleet(), &http.Client{Transport: tr}, log, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

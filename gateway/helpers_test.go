@@ -181,7 +181,7 @@ func startGatewayFull(t *testing.T, tok *tokenize.Model, ex extras, mutate func(
 	if tok != nil {
 		counters = PromptCounters(map[string]*tokenize.Model{"m": tok})
 	}
-	fl, err := fleet.New(cfg, &http.Client{Transport: tr}, log, counters)
+	fl, err := fleet.New(cfg.Fleet(), &http.Client{Transport: tr}, log, counters)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,7 +51,7 @@ func serveGateway(t *testing.T, cfg config.Config, tok *tokenize.Model) *served 
 	if tok != nil {
 		toks = map[string]*tokenize.Model{cfg.Models[0].Name: tok}
 	}
-	fl, err := fleet.New(cfg, &http.Client{Transport: tr}, log, PromptCounters(toks))
+	fl, err := fleet.New(cfg.Fleet(), &http.Client{Transport: tr}, log, PromptCounters(toks))
 	if err != nil {
 		t.Fatal(err)
 	}

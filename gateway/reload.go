@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"fmt"
-	"reflect"
 	"slices"
 	"time"
 
@@ -58,44 +57,6 @@ func (g *Gateway) setState(cfg *config.Config, models []*modelRuntime) {
 	g.state.Store(st)
 }
 
-// restartOnly are the settings a running gateway cannot change: the
-// listeners and server (listen, admin_listen, max_connections, max_header_bytes,
-// read_header_timeout, idle_timeout), what was sized or started once
-// (max_body_bytes_in_flight, count_cache_bytes, backend_dial_timeout,
-// scrape_interval, health, resolver, store, tracing, the triage window and
-// baseline), the
-// shape of the queues (priority_classes, default_priority) and whether
-// keys are required at all (auth present or not).
-var restartOnly = []struct {
-	key string
-	get func(c *config.Config) any
-	set func(dst, src *config.Config)
-}{
-	{"listen", func(c *config.Config) any { return c.Listen }, func(d, s *config.Config) { d.Listen = s.Listen }},
-	{"admin_listen", func(c *config.Config) any { return c.AdminListen }, func(d, s *config.Config) { d.AdminListen = s.AdminListen }},
-	{"max_connections", func(c *config.Config) any { return c.MaxConnections }, func(d, s *config.Config) { d.MaxConnections = s.MaxConnections }},
-	{"max_header_bytes", func(c *config.Config) any { return c.MaxHeaderBytes }, func(d, s *config.Config) { d.MaxHeaderBytes = s.MaxHeaderBytes }},
-	{"read_header_timeout", func(c *config.Config) any { return c.ReadHeaderTimeout }, func(d, s *config.Config) { d.ReadHeaderTimeout = s.ReadHeaderTimeout }},
-	{"idle_timeout", func(c *config.Config) any { return c.IdleTimeout }, func(d, s *config.Config) { d.IdleTimeout = s.IdleTimeout }},
-	{"max_body_bytes_in_flight", func(c *config.Config) any { return c.MaxBodyBytesInFlight }, func(d, s *config.Config) { d.MaxBodyBytesInFlight = s.MaxBodyBytesInFlight }},
-	{"count_cache_bytes", func(c *config.Config) any { return c.CountCacheBytes }, func(d, s *config.Config) { d.CountCacheBytes = s.CountCacheBytes }},
-	{"backend_dial_timeout", func(c *config.Config) any { return c.BackendDialTimeout }, func(d, s *config.Config) { d.BackendDialTimeout = s.BackendDialTimeout }},
-	{"scrape_interval", func(c *config.Config) any { return c.ScrapeInterval }, func(d, s *config.Config) { d.ScrapeInterval = s.ScrapeInterval }},
-	{"health", func(c *config.Config) any { return c.Health }, func(d, s *config.Config) { d.Health = s.Health }},
-	{"resolver", func(c *config.Config) any { return c.Resolver }, func(d, s *config.Config) { d.Resolver = s.Resolver }},
-	{"store", func(c *config.Config) any { return c.Store }, func(d, s *config.Config) { d.Store = s.Store }},
-	{"tracing", func(c *config.Config) any { return c.Tracing }, func(d, s *config.Config) { d.Tracing = s.Tracing }},
-	{"triage_window", func(c *config.Config) any { return c.TriageWindow }, func(d, s *config.Config) { d.TriageWindow = s.TriageWindow }},
-	{"triage.baseline", func(c *config.Config) any { return c.Triage.Baseline }, func(d, s *config.Config) { d.Triage.Baseline = s.Triage.Baseline }},
-	{"priority_classes", func(c *config.Config) any { return c.PriorityClasses }, func(d, s *config.Config) { d.PriorityClasses = s.PriorityClasses }},
-	{"default_priority", func(c *config.Config) any { return c.DefaultPriority }, func(d, s *config.Config) { d.DefaultPriority = s.DefaultPriority }},
-	{"auth", func(c *config.Config) any { return c.Auth == nil }, func(d, s *config.Config) {
-		if s.Auth == nil {
-			d.Auth = nil
-		}
-	}},
-}
-
 // ReloadResult says what a Reload put in force.
 type ReloadResult struct {
 	// NotApplied names the changed settings that need a restart (kept as
@@ -112,9 +73,11 @@ type ReloadResult struct {
 // stay keep their state and connections; new ones warm up before they take
 // traffic; removed ones drain. A removed model's waiting requests are
 // answered at once (404, as for a model never configured), and the
-// requests running on it finish. Settings that need a restart (see
-// restartOnly) keep their running values and are named in the log and
-// the result. On an error nothing changed.
+// requests running on it finish. Settings that need a restart (declared
+// by a reload tag in package config: the listeners, what was sized or
+// started once, the shape of the queues, whether an auth section exists;
+// config.KeepRestartOnly) keep their running values and are named in the
+// log and the result. On an error nothing changed.
 func (g *Gateway) Reload(cfg config.Config, toks map[string]*tokenize.Model) (ReloadResult, error) {
 	g.reloadMu.Lock()
 	defer g.reloadMu.Unlock()
@@ -126,13 +89,8 @@ func (g *Gateway) Reload(cfg config.Config, toks map[string]*tokenize.Model) (Re
 			return res, g.reloadRefused(fmt.Errorf("auth.keys: %w", err))
 		}
 	}
-	for _, r := range restartOnly {
-		if !reflect.DeepEqual(r.get(old.cfg), r.get(&cfg)) {
-			res.NotApplied = append(res.NotApplied, r.key)
-			r.set(&cfg, old.cfg)
-		}
-	}
-	if err := g.fleet.Apply(cfg, PromptCounters(toks)); err != nil {
+	res.NotApplied = config.KeepRestartOnly(&cfg, old.cfg)
+	if err := g.fleet.Apply(cfg.Fleet(), PromptCounters(toks)); err != nil {
 		return res, g.reloadRefused(err)
 	}
 	models := g.newRuntimes(&cfg, toks, old.byName)

@@ -318,7 +318,7 @@ func TestPhasesAddUpInTheAccessLog(t *testing.T) {
 	cfg.Models = []config.ModelConfig{{Name: "m", Backends: []config.BackendConfig{{URL: url}}}}
 	tr := NewTransport(cfg)
 	t.Cleanup(tr.CloseIdleConnections)
-	fl, _ := fleet.New(cfg, &http.Client{Transport: tr}, nil, nil)
+	fl, _ := fleet.New(cfg.Fleet(), &http.Client{Transport: tr}, nil, nil)
 	g, err := New(Options{Config: cfg, Fleet: fl, Logger: zap.New(core), Transport: tr})
 	if err != nil {
 		t.Fatal(err)

@@ -111,7 +111,7 @@ func runGateway(ctx context.Context, cfg config.Config, log *zap.Logger, o runOp
 	if err != nil {
 		return err
 	}
-	fl, err := fleet.New(cfg, probeClient, log.Named("fleet"), gateway.PromptCounters(toks))
+	fl, err := fleet.New(cfg.Fleet(), probeClient, log.Named("fleet"), gateway.PromptCounters(toks))
 	if err != nil {
 		return err
 	}
