@@ -144,7 +144,7 @@ func startGateway(t *testing.T, cfg config.Config, log *zap.Logger) (string, fun
 // that fails.
 func awaitCond(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(60 * time.Second) // a deadline for failing, not a timing assertion
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting: %s", what)

@@ -71,8 +71,9 @@ func writeFile(t *testing.T, path, content string) {
 // that does not validate is refused, naming the key path, and the running
 // config keeps serving.
 func TestReloadOnSIGHUPUnderLoad(t *testing.T) {
-	// Long streams, few events: 200 of them stay open on a loaded machine.
-	simCfg := sim.Config{Model: "m", OutputTokens: 40, ITL: 50 * time.Millisecond}
+	// Long streams, few events (6 s each, longer than 200 clients take to
+	// connect on a loaded machine): 200 of them are open at once.
+	simCfg := sim.Config{Model: "m", OutputTokens: 40, ITL: 150 * time.Millisecond}
 	a, b, c := startSim(t, simCfg), startSim(t, simCfg), startSim(t, simCfg)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "maitred.yaml")
