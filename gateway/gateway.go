@@ -102,11 +102,7 @@ type Gateway struct {
 	// models' runtimes, the catalog and the door (reload.go). A request
 	// reads it once where it needs it; Reload swaps it whole.
 	state atomic.Pointer[liveState]
-	// refs are every model runtime ever built, by admission.Model.Ref
-	// (append-only, so that a Ref from a door of an earlier state still
-	// finds its runtime); reloadMu serializes reloads.
-	refsMu   sync.Mutex
-	refs     []*modelRuntime
+	// reloadMu serializes reloads.
 	reloadMu sync.Mutex
 	// noModel holds the metric children of requests that name no
 	// configured model.
