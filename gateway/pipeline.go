@@ -175,7 +175,7 @@ func (g *Gateway) admit(a *api) handlerFunc {
 		}
 		dec.Rendered = "" // hashed: the request need not hold a second copy of its prompt
 		t.Exclude = exclude
-		err = g.dispatch(w, r, x, t, className, dec.Body)
+		err = g.queueAndForward(w, r, x, t, className, dec.Body)
 		if err == nil && a.tokenizeCheck && dec.Uncounted == admission.Counted {
 			g.checker.maybeCheck(rt, x.att.backend, ep, dec)
 		}

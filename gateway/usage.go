@@ -657,7 +657,7 @@ func (x *exchange) used() (tokens int64, known bool) {
 	switch {
 	case a == nil:
 		return 0, true
-	case a.upstreamStatus == 0 && a.proxyErr != nil && a.neverSent():
+	case a.upstreamStatus == 0 && a.res.cause != nil && a.res.neverSent:
 		return 0, true
 	}
 	return a.usage.Used()
