@@ -147,11 +147,11 @@ func (g *Gateway) queueAndForward(w http.ResponseWriter, r *http.Request, x *exc
 			g.tr.queued(x, queuedAt, o, lease)
 		}
 		if o != admission.Admitted {
-			rt.metrics.admissions.WithLabelValues(queueLabel(o)).Inc()
 			if lastErr != nil && o == admission.NoBackend {
+				rt.metrics.admissions.WithLabelValues(queueLabel(o)).Inc()
 				return lastErr
 			}
-			return g.queueError(rt, o, t)
+			return g.queueRefused(rt, o, t)
 		}
 		rt.metrics.admitted.Inc()
 		rt.metrics.queueWait.WithLabelValues(class).Observe(lease.Waited.Seconds())

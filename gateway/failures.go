@@ -35,7 +35,20 @@ type failure struct {
 	// is sent no envelope for: it left, or the answer was already going).
 	envType string
 	source  failureSource
+	// metric is the metric family that counts the failure by its code
+	// (the label named in metricLabels); "" when only
+	// maitred_failures_total (by layer) and maitred_requests_total (by
+	// status) count it.
+	metric string
 }
+
+// The metric families that count failures by code, and their label.
+const (
+	metricRejections    = "maitred_rejections_total"     // reason: the door's rejections and key checks
+	metricAdmissions    = "maitred_admission_total"      // outcome: the queue's decisions
+	metricBackendErrors = "maitred_backend_errors_total" // kind: a backend's failures before its headers
+	metricStreamErrors  = "maitred_stream_errors_total"  // reason: streams broken after their 200
+)
 
 // failureSource is where a failure is found.
 type failureSource string
@@ -78,27 +91,31 @@ var (
 	failInternal      = &failure{code: codeInternal, status: http.StatusInternalServerError, layer: triage.LayerDoor, envType: typeServer, source: fromDoor}
 	failRequestID     = &failure{code: codeRequestIDNotAllowed, status: http.StatusBadRequest, layer: triage.LayerDoor, envType: typeInvalidRequest, source: fromDoor}
 	failBackgroundReq = &failure{code: codeBackgroundNotAllowed, status: http.StatusBadRequest, layer: triage.LayerDoor, envType: typeInvalidRequest, source: fromDoor}
+	// POST /detokenize's own checks of its token list (detokenize.go).
+	failInvalidType  = &failure{code: codeInvalidType, status: http.StatusBadRequest, layer: triage.LayerDoor, envType: typeInvalidRequest, source: fromDoor}
+	failInvalidValue = &failure{code: codeInvalidValue, status: http.StatusBadRequest, layer: triage.LayerDoor, envType: typeInvalidRequest, source: fromDoor}
+	failMissingParam = &failure{code: codeMissingParam, status: http.StatusBadRequest, layer: triage.LayerDoor, envType: typeInvalidRequest, source: fromDoor}
 	// The queue (a pool outcome other than admitted; queueLabel).
-	failQueueFull    = &failure{code: codeQueueFull, status: http.StatusTooManyRequests, layer: triage.LayerQueue, envType: typeServer, source: fromQueue}
-	failQueueTimeout = &failure{code: codeQueueTimeout, status: http.StatusServiceUnavailable, layer: triage.LayerQueue, envType: typeServer, source: fromQueue}
-	failExceedsKV    = &failure{code: codeExceedsKV, status: http.StatusBadRequest, layer: triage.LayerDoor, envType: typeInvalidRequest, source: fromQueue}
-	failNotReady     = &failure{code: codeModelNotReady, status: http.StatusServiceUnavailable, layer: triage.LayerUnready, envType: typeServer, source: fromQueue}
-	failModelRemoved = &failure{code: outcomeModelRemoved, wire: codeModelNotFound, status: http.StatusNotFound, layer: triage.LayerDoor, envType: typeInvalidRequest, source: fromQueue}
+	failQueueFull    = &failure{code: codeQueueFull, status: http.StatusTooManyRequests, layer: triage.LayerQueue, envType: typeServer, source: fromQueue, metric: metricAdmissions}
+	failQueueTimeout = &failure{code: codeQueueTimeout, status: http.StatusServiceUnavailable, layer: triage.LayerQueue, envType: typeServer, source: fromQueue, metric: metricAdmissions}
+	failExceedsKV    = &failure{code: codeExceedsKV, status: http.StatusBadRequest, layer: triage.LayerDoor, envType: typeInvalidRequest, source: fromQueue, metric: metricAdmissions}
+	failNotReady     = &failure{code: codeModelNotReady, status: http.StatusServiceUnavailable, layer: triage.LayerUnready, envType: typeServer, source: fromQueue, metric: metricAdmissions}
+	failModelRemoved = &failure{code: outcomeModelRemoved, wire: codeModelNotFound, status: http.StatusNotFound, layer: triage.LayerDoor, envType: typeInvalidRequest, source: fromQueue, metric: metricAdmissions}
 	// The replicas' shared store, down with on_store_error reject: in
 	// the queue (layer gateway_queue) or a key's limits (layer door).
-	failStoreDown = &failure{code: codeStoreDown, status: http.StatusServiceUnavailable, layer: triage.LayerQueue, envType: typeServer, source: fromStore}
+	failStoreDown = &failure{code: codeStoreDown, status: http.StatusServiceUnavailable, layer: triage.LayerQueue, envType: typeServer, source: fromStore, metric: metricAdmissions}
 	// A backend, before its headers (classify) and after (a broken
 	// answer), or its own 4xx.
-	failConnect       = &failure{code: outcomeConnectFailed, wire: codeBackendDown, status: http.StatusBadGateway, layer: triage.LayerConnect, retryable: true, envType: typeServer, source: fromBackend}
-	failBeforeHeaders = &failure{code: outcomeFailedBeforeHeaders, wire: codeBackendDown, status: http.StatusBadGateway, layer: triage.LayerConnect, envType: typeServer, source: fromBackend}
-	failFirstByte     = &failure{code: codeBackendTimeout, status: http.StatusGatewayTimeout, layer: triage.LayerPrefill, envType: typeServer, source: fromBackend}
-	failStalled       = &failure{code: codeStalled, status: http.StatusOK, layer: triage.LayerDecode, envType: typeServer, source: fromBackend}
-	failDisconnected  = &failure{code: codeDisconnected, status: http.StatusOK, layer: triage.LayerDecode, envType: typeServer, source: fromBackend}
+	failConnect       = &failure{code: outcomeConnectFailed, wire: codeBackendDown, status: http.StatusBadGateway, layer: triage.LayerConnect, retryable: true, envType: typeServer, source: fromBackend, metric: metricBackendErrors}
+	failBeforeHeaders = &failure{code: outcomeFailedBeforeHeaders, wire: codeBackendDown, status: http.StatusBadGateway, layer: triage.LayerConnect, envType: typeServer, source: fromBackend, metric: metricBackendErrors}
+	failFirstByte     = &failure{code: codeBackendTimeout, status: http.StatusGatewayTimeout, layer: triage.LayerPrefill, envType: typeServer, source: fromBackend, metric: metricBackendErrors}
+	failStalled       = &failure{code: codeStalled, status: http.StatusOK, layer: triage.LayerDecode, envType: typeServer, source: fromBackend, metric: metricStreamErrors}
+	failDisconnected  = &failure{code: codeDisconnected, status: http.StatusOK, layer: triage.LayerDecode, envType: typeServer, source: fromBackend, metric: metricStreamErrors}
 	failRejected      = &failure{code: outcomeBackendRejected, status: http.StatusBadRequest, layer: triage.LayerBackend, source: fromBackend}
 	// The drain deadline: no failure of the request's own (layer none).
-	failShuttingDown = &failure{code: codeShuttingDown, status: http.StatusServiceUnavailable, layer: triage.LayerNone, envType: typeServer, source: fromQueue}
+	failShuttingDown = &failure{code: codeShuttingDown, status: http.StatusServiceUnavailable, layer: triage.LayerNone, envType: typeServer, source: fromQueue, metric: metricAdmissions}
 	// The client.
-	failClientClosed  = &failure{code: outcomeClientClosed, status: statusClientClosed, layer: triage.LayerClient, source: fromClient}
+	failClientClosed  = &failure{code: outcomeClientClosed, status: statusClientClosed, layer: triage.LayerClient, source: fromClient, metric: metricAdmissions}
 	failClientStalled = &failure{code: outcomeClientStalled, status: statusClientClosed, layer: triage.LayerClient, source: fromClient}
 	failAborted       = &failure{code: outcomeAborted, status: statusClientClosed, layer: triage.LayerClient, source: fromClient}
 )
@@ -109,7 +126,7 @@ var (
 var doorFailures = func() []*failure {
 	out := make([]*failure, 0, len(admission.Reasons()))
 	for _, r := range admission.Reasons() {
-		f := &failure{code: r.String(), status: http.StatusBadRequest, layer: triage.LayerDoor, envType: typeInvalidRequest, source: fromDoor}
+		f := &failure{code: r.String(), status: http.StatusBadRequest, layer: triage.LayerDoor, envType: typeInvalidRequest, source: fromDoor, metric: metricRejections}
 		switch r {
 		case admission.UnknownModel, admission.ModelNotAllowed:
 			f.status, f.wire = http.StatusNotFound, codeModelNotFound
@@ -130,6 +147,7 @@ var doorFailures = func() []*failure {
 // failureTable is every row, the door's first.
 var failureTable = append(doorFailures[:len(doorFailures):len(doorFailures)],
 	failUnknownURL, failMethod, failFraming, failReadTimeout, failBodyRead, failBusy, failInternal, failRequestID, failBackgroundReq,
+	failInvalidType, failInvalidValue, failMissingParam,
 	failQueueFull, failQueueTimeout, failExceedsKV, failNotReady, failModelRemoved, failStoreDown,
 	failConnect, failBeforeHeaders, failFirstByte, failStalled, failDisconnected, failRejected, failShuttingDown,
 	failClientClosed, failClientStalled, failAborted,

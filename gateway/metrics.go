@@ -73,11 +73,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"model", "result"}),
 		backendErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "maitred_backend_errors_total",
-			Help: "Backend failures by model, backend and kind: connect_failed, failed_before_headers, first_byte_timeout, stream_stalled, stream_disconnected, body_stalled, body_disconnected.",
+			Help: "Backend failures by model, backend and kind: connect_failed, failed_before_headers, backend_timeout (before the answer's headers), stream_stalled, stream_disconnected, body_stalled, body_disconnected (after them).",
 		}, []string{"model", "backend", "kind"}),
 		admissions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "maitred_admission_total",
-			Help: "Queue decisions by model and outcome: admitted, queue_full, queue_timeout, client_gone, over_budget, no_backend, draining.",
+			Help: "Queue decisions by model and outcome: admitted, or the failure's code: queue_full, queue_timeout, client_closed, exceeds_kv_capacity, model_not_ready, server_shutting_down, store_unavailable, model_removed.",
 		}, []string{"model", "outcome"}),
 		connections: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "maitred_client_connections",

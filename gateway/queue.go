@@ -141,6 +141,14 @@ func satMul(a, b int) int {
 	return a * b
 }
 
+// queueRefused counts a pool outcome that is not Admitted in
+// maitred_admission_total, under its failure's code, and returns the
+// request's answer (queueError).
+func (g *Gateway) queueRefused(rt *modelRuntime, o admission.Outcome, t admission.Ticket) error {
+	rt.metrics.admissions.WithLabelValues(queueLabel(o)).Inc()
+	return g.queueError(rt, o, t)
+}
+
 // queueError renders a pool outcome that is not Admitted: its row of the
 // failure table (queueFailure), with the queue's numbers in its message.
 func (g *Gateway) queueError(rt *modelRuntime, o admission.Outcome, t admission.Ticket) error {

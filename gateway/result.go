@@ -143,8 +143,8 @@ func (x *exchange) brokenLayer() triage.Layer {
 
 // finish ends the request: it gives back what the request held, concludes
 // it, and writes the conclusion to triage, the trace, the request
-// metrics and the access log.
-func (g *Gateway) finish(x *exchange, rec *recorder, r *http.Request, err error) {
+// metrics and the access log. It returns the conclusion.
+func (g *Gateway) finish(x *exchange, rec *recorder, r *http.Request, err error) Result {
 	g.bodies.give(x.bodyHeld)
 	x.upload.close(x)
 	res := conclude(x, rec, r, err, time.Now())
@@ -156,6 +156,7 @@ func (g *Gateway) finish(x *exchange, rec *recorder, r *http.Request, err error)
 	mm.requests.WithLabelValues(x.endpoint, strconv.Itoa(res.Status)).Inc()
 	mm.duration.WithLabelValues(x.endpoint).Observe(res.Duration.Seconds())
 	g.logRequest(x, rec, r, &res)
+	return res
 }
 
 // logRequest writes the request's one access-log line.
