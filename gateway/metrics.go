@@ -23,7 +23,7 @@ type metrics struct {
 	queueWait     *prometheus.HistogramVec
 	connections   prometheus.Gauge
 
-	// The phase clock (triage.go): where each request's time went.
+	// The phase clock (phases.go): where each request's time went.
 	phase    *prometheus.HistogramVec
 	ttft     *prometheus.HistogramVec
 	tpot     *prometheus.HistogramVec
