@@ -53,6 +53,20 @@ func (res *Result) fail(code string, layer triage.Layer) {
 	}
 }
 
+// failWith records the failure a handler returned: an *Error names its
+// own; a client that left is client_closed; anything else is internal.
+func (res *Result) failWith(err error) {
+	var e *Error
+	switch {
+	case errors.As(err, &e):
+		res.fail(e.outcome(), e.Layer)
+	case errors.Is(err, errClientGone):
+		res.fail(failClientClosed.code, failClientClosed.layer)
+	default:
+		res.fail(failInternal.code, failInternal.layer)
+	}
+}
+
 // Usage is the tokens the request used (prompt + completion), whether
 // that is known, and where the figure came from ("usage": reported;
 // "counted"); read from its last attempt's usage meter on demand, as it
@@ -73,7 +87,6 @@ func conclude(x *exchange, rec *recorder, r *http.Request, err error, end time.T
 	if a != nil {
 		res.Broke = a.broke
 	}
-	var e *Error
 	switch {
 	case err == nil:
 	case err == errAnswerCut:
@@ -91,12 +104,8 @@ func conclude(x *exchange, rec *recorder, r *http.Request, err error, end time.T
 		default:
 			res.fail(failAborted.code, failAborted.layer)
 		}
-	case errors.As(err, &e):
-		res.fail(e.outcome(), e.Layer)
-	case errors.Is(err, errClientGone):
-		res.fail(failClientClosed.code, failClientClosed.layer)
 	default:
-		res.fail(failInternal.code, failInternal.layer)
+		res.failWith(err)
 	}
 	if x.clientWriteErr != nil {
 		// The answer was complete upstream but did not all reach the client.
