@@ -123,6 +123,9 @@ const (
 	// stream_idle_timeout.
 	outcomeClientClosed  = "client_closed"
 	outcomeClientStalled = "client_stalled"
+	// outcomeClientGone: the client left while its request waited in the
+	// queue.
+	outcomeClientGone = "client_gone"
 	// outcomeAborted: the proxy aborted a body it had started, for no
 	// reason the gateway could name.
 	outcomeAborted = "aborted"

@@ -115,7 +115,10 @@ var (
 	// The drain deadline: no failure of the request's own (layer none).
 	failShuttingDown = &failure{code: codeShuttingDown, status: http.StatusServiceUnavailable, layer: triage.LayerNone, envType: typeServer, source: fromQueue, metric: metricAdmissions}
 	// The client.
-	failClientClosed  = &failure{code: outcomeClientClosed, status: statusClientClosed, layer: triage.LayerClient, source: fromClient, metric: metricAdmissions}
+	failClientClosed  = &failure{code: outcomeClientClosed, status: statusClientClosed, layer: triage.LayerClient, source: fromClient}
+	// failClientGone: the client left while the request waited in the
+	// queue (its name is maitred_admission_total's, which tests pin).
+	failClientGone = &failure{code: outcomeClientGone, status: statusClientClosed, layer: triage.LayerClient, source: fromQueue, metric: metricAdmissions}
 	failClientStalled = &failure{code: outcomeClientStalled, status: statusClientClosed, layer: triage.LayerClient, source: fromClient}
 	failAborted       = &failure{code: outcomeAborted, status: statusClientClosed, layer: triage.LayerClient, source: fromClient}
 )
@@ -150,7 +153,7 @@ var failureTable = append(doorFailures[:len(doorFailures):len(doorFailures)],
 	failInvalidType, failInvalidValue, failMissingParam,
 	failQueueFull, failQueueTimeout, failExceedsKV, failNotReady, failModelRemoved, failStoreDown,
 	failConnect, failBeforeHeaders, failFirstByte, failStalled, failDisconnected, failRejected, failShuttingDown,
-	failClientClosed, failClientStalled, failAborted,
+	failClientClosed, failClientGone, failClientStalled, failAborted,
 )
 
 // queueFailure is the row of a pool outcome other than Admitted (nil for
@@ -163,7 +166,7 @@ func queueFailure(o admission.Outcome) *failure {
 	case admission.QueueTimeout:
 		return failQueueTimeout
 	case admission.ClientGone:
-		return failClientClosed
+		return failClientGone
 	case admission.OverBudget:
 		return failExceedsKV
 	case admission.NoBackend:

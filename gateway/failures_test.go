@@ -165,7 +165,7 @@ func TestFailureTableVocabulary(t *testing.T) {
 		case fromClient:
 			switch f {
 			case failClientClosed:
-				err = queue(admission.ClientGone)
+				err = errClientGone
 			case failClientStalled:
 				newAttempt()
 				rec.WriteHeader(http.StatusOK)

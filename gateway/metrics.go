@@ -93,7 +93,7 @@ func (m *metrics) requestMetrics() {
 	}, []string{"model", "backend", "kind"})
 	m.admissions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "maitred_admission_total",
-		Help: "Queue decisions by model and outcome: admitted, or the failure's code: queue_full, queue_timeout, client_closed, exceeds_kv_capacity, model_not_ready, server_shutting_down, store_unavailable, model_removed.",
+		Help: "Queue decisions by model and outcome: admitted, or the failure's code: queue_full, queue_timeout, client_gone, exceeds_kv_capacity, model_not_ready, server_shutting_down, store_unavailable, model_removed.",
 	}, []string{"model", "outcome"})
 	m.connections = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "maitred_client_connections",

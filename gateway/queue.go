@@ -178,8 +178,8 @@ func (g *Gateway) queueError(rt *modelRuntime, o admission.Outcome, t admission.
 	case failShuttingDown:
 		e = f.err("The gateway is shutting down; retry on another instance.", nil)
 		e.RetryAfter = time.Second
-	case failClientClosed:
-		return errClientGone
+	case failClientGone:
+		return errClientGoneQueued
 	case failStoreDown:
 		e = f.err("The shared store of this gateway's replicas cannot be reached, and on_store_error is reject: no backend can be confirmed for the request. Retry later.", nil)
 		e.RetryAfter = g.cfg.Store.Heartbeat.D()

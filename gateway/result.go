@@ -60,6 +60,8 @@ func (res *Result) failWith(err error) {
 	switch {
 	case errors.As(err, &e):
 		res.fail(e.outcome(), e.Layer)
+	case err == errClientGoneQueued:
+		res.fail(failClientGone.code, failClientGone.layer)
 	case errors.Is(err, errClientGone):
 		res.fail(failClientClosed.code, failClientClosed.layer)
 	default:

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"runtime/debug"
@@ -21,7 +22,12 @@ import (
 type handlerFunc func(w http.ResponseWriter, r *http.Request, x *exchange) error
 
 // errClientGone reports that the client went away; nothing is written.
-var errClientGone = errors.New("client closed the request")
+// errClientGoneQueued is it while the request waited in the queue
+// (outcome client_gone).
+var (
+	errClientGone       = errors.New("client closed the request")
+	errClientGoneQueued = fmt.Errorf("%w while it waited in the queue", errClientGone)
+)
 
 // statusClientClosed is logged (never sent) for requests whose client left,
 // as nginx does, or stopped reading (outcome client_stalled).
