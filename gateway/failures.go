@@ -115,10 +115,10 @@ var (
 	// The drain deadline: no failure of the request's own (layer none).
 	failShuttingDown = &failure{code: codeShuttingDown, status: http.StatusServiceUnavailable, layer: triage.LayerNone, envType: typeServer, source: fromQueue, metric: metricAdmissions}
 	// The client.
-	failClientClosed  = &failure{code: outcomeClientClosed, status: statusClientClosed, layer: triage.LayerClient, source: fromClient}
+	failClientClosed = &failure{code: outcomeClientClosed, status: statusClientClosed, layer: triage.LayerClient, source: fromClient}
 	// failClientGone: the client left while the request waited in the
 	// queue (its name is maitred_admission_total's, which tests pin).
-	failClientGone = &failure{code: outcomeClientGone, status: statusClientClosed, layer: triage.LayerClient, source: fromQueue, metric: metricAdmissions}
+	failClientGone    = &failure{code: outcomeClientGone, status: statusClientClosed, layer: triage.LayerClient, source: fromQueue, metric: metricAdmissions}
 	failClientStalled = &failure{code: outcomeClientStalled, status: statusClientClosed, layer: triage.LayerClient, source: fromClient}
 	failAborted       = &failure{code: outcomeAborted, status: statusClientClosed, layer: triage.LayerClient, source: fromClient}
 )
