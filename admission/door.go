@@ -33,11 +33,11 @@ type Model struct {
 	// Clamp lowers an over-long max_tokens to what fits instead of
 	// rejecting (on_overflow: clamp).
 	Clamp bool
-	// Ref is the catalog's own handle for the model (an index into its
-	// table, say). The door passes it back unchanged in the Decision and
-	// the Rejection, so that the caller finds its state for the model
-	// without looking the name up a second time.
-	Ref int
+	// Ref is the catalog's own handle for the model (its runtime, say).
+	// The door passes it back unchanged in the Decision and the
+	// Rejection, so that the caller holds its state for the model
+	// without looking the name up a second time, nor in a table.
+	Ref Runtime
 	// Only, when non-nil, names the model's backends (pool slots) that
 	// may serve the name looked up: a LoRA adapter is a name of its base
 	// model served by the backends that have it loaded. Name is then the

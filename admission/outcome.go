@@ -174,7 +174,7 @@ type Rejection struct {
 	// Model is the configured model the request named, once known; Ref
 	// is then its catalog handle (Model.Ref).
 	Model string
-	Ref   int
+	Ref   Runtime
 }
 
 func (r *Rejection) Error() string {
@@ -197,11 +197,18 @@ type ContextInfo struct {
 	Batch, Index int
 }
 
+// Runtime is a catalog's handle for one of its models (Model.Ref): what
+// the caller built for the model, passed back by the door as it came. The
+// door only carries it; ModelName names the model it stands for.
+type Runtime interface {
+	ModelName() string
+}
+
 // Decision is a request the door lets through.
 type Decision struct {
 	Model string
 	// Ref is the model's catalog handle (Model.Ref).
-	Ref int
+	Ref Runtime
 	// Only is Model.Only: the model's backends (slots) that may serve
 	// the request; nil: all.
 	Only   []string

@@ -18,12 +18,15 @@ import (
 )
 
 // attempt is one try of a request at one backend, created where the try
-// starts (dispatch, or /tokenize's pass-through) and owned by the
-// request's goroutine. The proxy's hooks find it in the upstream request's
-// context; the timers that cancel the upstream request run on other
+// starts (queueAndForward, or a pass-through) and owned by the request's
+// goroutine. It is a value of its own: its clock, its answer's status and
+// usage and how its answer broke are its fields, and forward returns how
+// it ended (attemptResult), which the attempt keeps for its span and the
+// request's conclusion. The proxy's hooks find it through the guards of
+// its answer; the timers that cancel the upstream request run on other
 // goroutines and only set its atomic flags and cancel.
 type attempt struct {
-	x       *exchange // the request it belongs to
+	x       *exchange // the request it belongs to (read only)
 	backend *fleet.Backend
 	// cancel cancels the upstream request only.
 	cancel    context.CancelFunc
@@ -35,14 +38,25 @@ type attempt struct {
 	upstreamID string
 	// upstreamStatus is the backend's status code, once its headers came.
 	upstreamStatus int
-	// proxyErr is the transport error the reverse proxy reported, if any.
-	proxyErr error
+	// The attempt's clock (phases.go): sent, the answer's headers, its
+	// first and last complete SSE event, and how many events came.
+	sentAt, headersAt, firstEventAt, lastEventAt time.Time
+	events                                       int
+	// broke is the failure code (failures.go) the gateway ended the
+	// backend's answer with after its headers: a stream (with an error
+	// event, then by aborting) or a body (by aborting); inStream says it
+	// was a stream, whose error event named it, so that the request's
+	// logged outcome stays its status.
+	broke    string
+	inStream bool
+	// res is how the attempt ended, once forward returned.
+	res attemptResult
 	// conn traces the connection the transport gave the request;
 	// reusedIdle: it had served another request and waited in the pool.
 	conn       httptrace.ClientTrace
 	reusedIdle bool
 	// usage follows the answer to the client and tells what it used
-	// (usage.go); it is the response body the proxy reads.
+	// (proxy_usage.go); it is the response body the proxy reads.
 	usage usageMeter
 	// span is the attempt's CLIENT span when the request is traced; its
 	// context goes to the backend in traceparent.
@@ -67,23 +81,35 @@ func (x *exchange) newAttempt(b *fleet.Backend) *attempt {
 	return a
 }
 
-// attemptResult is how an attempt ended: err is the gateway's answer when
-// it failed before any backend headers (nil when the backend answered),
-// and retry says the request never reached a live backend, so another may
-// take it.
+// attemptResult is how an attempt ended, returned by forward: err is the
+// gateway's answer when it failed before any backend headers
+// (errAnswerCut when the answer was cut after them; nil when the backend
+// answered), fail its row of the failure table (nil: answered, or cut),
+// cut whether the answer was cut after its headers went out (a broken
+// stream or body, a client that left or stopped reading: the edge aborts
+// the client's response), cause the transport's error, and neverSent
+// whether the request can have reached no live backend (retry.go).
 type attemptResult struct {
-	err   error
-	retry bool
+	err       error
+	fail      *failure
+	cut       bool
+	cause     error
+	neverSent bool
 }
 
+// errAnswerCut is the result of an attempt whose answer was cut after its
+// headers went out. It travels back to the edge (serve), which aborts the
+// client's response: net/http's http.ErrAbortHandler, raised there once.
+var errAnswerCut = errors.New("the answer was cut after its headers went out")
+
 // poolResult tells the pool what the attempt says about its backend, for
-// outlier ejection; aborted: the proxy aborted the answer's body.
-func (a *attempt) poolResult(res attemptResult, aborted bool) admission.Result {
+// outlier ejection.
+func (a *attempt) poolResult(res attemptResult) admission.Result {
 	x := a.x
-	if aborted {
-		// The proxy aborts when a body copy fails: a write to the client
-		// (it left, or stopped reading until its write timed out, which
-		// also cancels its context) or a read from the backend.
+	if res.cut {
+		// The proxy cuts an answer when a body copy fails: a write to the
+		// client (it left, or stopped reading until its write timed out,
+		// which also cancels its context) or a read from the backend.
 		// A stream or body the drain deadline ended is nobody's failure.
 		if x.clientCtx.Err() != nil || x.clientWriteErr != nil || a.shutdown.Load() {
 			return admission.Abandoned
@@ -91,23 +117,24 @@ func (a *attempt) poolResult(res attemptResult, aborted bool) admission.Result {
 		return admission.ServerError
 	}
 	switch {
-	case a.shutdown.Load() || errors.Is(res.err, errClientGone):
+	case a.shutdown.Load() || res.fail == failClientClosed:
 		return admission.Abandoned
-	case res.err == nil && (a.upstreamStatus >= 500 || x.streamBroke != ""):
+	case res.err == nil && (a.upstreamStatus >= 500 || a.broke != ""):
 		return admission.ServerError
 	case res.err == nil:
 		return admission.Succeeded
-	case res.retry:
+	case retryable(res):
 		return admission.ConnectFailed
 	}
 	return admission.ServerError
 }
 
-// dispatch waits in the model's queue for a backend with room, then sends
-// body to it. Each try is an attempt of its own; a backend that cannot be
-// connected to has received nothing, so the request goes back for another
-// backend; once it has reached one it is never sent again.
-func (g *Gateway) dispatch(w http.ResponseWriter, r *http.Request, x *exchange, t admission.Ticket, class string, body []byte) error {
+// queueAndForward waits in the model's queue for a backend with room,
+// then forwards body to it, one attempt per lease. A backend that cannot
+// be connected to has received nothing, so the request goes back for
+// another backend (the retry rule, retry.go); once it has reached one it
+// is never sent again.
+func (g *Gateway) queueAndForward(w http.ResponseWriter, r *http.Request, x *exchange, t admission.Ticket, class string, body []byte) error {
 	rt := x.rt
 	var lastErr error
 	for {
@@ -120,11 +147,11 @@ func (g *Gateway) dispatch(w http.ResponseWriter, r *http.Request, x *exchange, 
 			g.tr.queued(x, queuedAt, o, lease)
 		}
 		if o != admission.Admitted {
-			rt.metrics.admissions.WithLabelValues(o.String()).Inc()
 			if lastErr != nil && o == admission.NoBackend {
+				rt.metrics.admissions.WithLabelValues(queueLabel(o)).Inc()
 				return lastErr
 			}
-			return g.queueError(rt, o, t)
+			return g.queueRefused(rt, o, t)
 		}
 		rt.metrics.admitted.Inc()
 		rt.metrics.queueWait.WithLabelValues(class).Observe(lease.Waited.Seconds())
@@ -137,8 +164,8 @@ func (g *Gateway) dispatch(w http.ResponseWriter, r *http.Request, x *exchange, 
 			continue
 		}
 		a := x.newAttempt(b)
-		res := g.forwardLease(w, r, a, lease, body)
-		if x.adapter != "" && a.upstreamStatus == http.StatusNotFound {
+		res := g.forwardLeased(w, r, a, lease, body)
+		if x.adapter != "" && a.upstreamStatus == http.StatusNotFound && !res.cut {
 			// The backend no longer has the adapter (unloaded since it was
 			// last listed): its 404 passes through, and its adapters are
 			// listed again now rather than at the next health interval.
@@ -148,39 +175,34 @@ func (g *Gateway) dispatch(w http.ResponseWriter, r *http.Request, x *exchange, 
 			g.fleet.ReportSuccess(a.backend)
 			return nil
 		}
-		if !res.retry {
+		if !retryable(res) {
 			return res.err
 		}
-		g.fleet.ReportConnectFailure(rt.fm, a.backend, a.proxyErr)
+		g.fleet.ReportConnectFailure(rt.fm, a.backend, res.cause)
 		lastErr = res.err
 		x.retries++
 		t.Exclude = append(t.Exclude, lease.Slot.Name)
 	}
 }
 
-// forwardLease runs attempt a while holding its lease and its backend's
-// in-flight count. Both are released in a defer: the proxy aborts a broken
-// response by panicking with http.ErrAbortHandler, and capacity must not
-// leak then.
-func (g *Gateway) forwardLease(w http.ResponseWriter, r *http.Request, a *attempt, lease *admission.Lease, body []byte) (res attemptResult) {
-	defer a.backend.Acquire()()
-	defer func() {
-		p := recover()
-		if p == nil && res.err == nil && g.shared != nil {
-			// The answer is relayed: its last bytes go out before the
-			// shared store's release round trip, not after it.
-			http.NewResponseController(w).Flush()
-		}
-		lease.Release(a.poolResult(res, p != nil))
-		if p != nil {
-			panic(p)
-		}
-	}()
-	return g.forward(w, r, a, body)
+// forwardLeased forwards attempt a while holding its lease and its
+// backend's in-flight count, and releases both with what the attempt
+// says about the backend.
+func (g *Gateway) forwardLeased(w http.ResponseWriter, r *http.Request, a *attempt, lease *admission.Lease, body []byte) attemptResult {
+	release := a.backend.Acquire()
+	res := g.forward(w, r, a, body)
+	if res.err == nil && g.shared != nil {
+		// The answer is relayed: its last bytes go out before the
+		// shared store's release round trip, not after it.
+		http.NewResponseController(w).Flush()
+	}
+	lease.Release(a.poolResult(res))
+	release()
+	return res
 }
 
 // forward runs attempt a: it sends body to a.backend through the reverse
-// proxy and returns how the try ended.
+// proxy (relay) and returns how the try ended.
 //
 // The upstream request has its own context: cancelled when the client
 // leaves, when no response headers came within the first-byte timeout, when
@@ -191,7 +213,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, a *attempt, bo
 	x := a.x
 	if x.tr.on() {
 		g.tr.attempt(x, a, r)
-		defer g.tr.endAttempt(x, a, r)
+		defer g.tr.endAttempt(x, a, r) // reads a.res
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
@@ -206,7 +228,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, a *attempt, bo
 		rec.writeIdle = x.rt.streamIdle
 	}
 
-	x.sentAt, x.headersAt, x.firstEventAt, x.lastEventAt, x.events = time.Now(), time.Time{}, time.Time{}, time.Time{}, 0
+	a.sentAt = time.Now()
 	// One framing upstream: the length of the bytes the door read, even
 	// when the client sent them chunked.
 	var out io.ReadCloser = http.NoBody // a GET: no framing at all
@@ -219,53 +241,68 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, a *attempt, bo
 		out = io.NopCloser(bytes.NewReader(body))
 		getBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	}
-	g.relay(ctx, w, r, a, out, length, getBody)
-	if a.proxyErr != nil {
-		return g.classify(r, a)
+	rr := g.relay(ctx, w, r, a, out, length, getBody)
+	switch {
+	case rr.failed != nil:
+		a.res = g.classify(r, a, rr.failed)
+	case rr.cut != nil:
+		a.res = attemptResult{err: errAnswerCut, cut: true, cause: rr.cut}
+	default:
+		a.res = attemptResult{}
 	}
-	return attemptResult{}
+	return a.res
 }
 
 // classify turns a transport failure before any response header into the
 // gateway's answer: a client that left gets nothing (logged as 499), the
 // drain deadline 503, a backend that sent no headers in time 504, one that
-// could not be reached or failed before answering 502. Each has its own
-// code and its own kind in maitred_backend_errors_total. Only a request
-// that never reached a live backend may be retried.
-func (g *Gateway) classify(r *http.Request, a *attempt) attemptResult {
-	x, err := a.x, a.proxyErr
+// could not be reached or failed before answering 502. Each is a row of
+// the failure table (failures.go), whose code also labels
+// maitred_backend_errors_total. Only a request that never reached a live
+// backend may be retried (retry.go).
+func (g *Gateway) classify(r *http.Request, a *attempt, err error) attemptResult {
+	x := a.x
+	res := attemptResult{cause: err, neverSent: neverSent(err, a.reusedIdle)}
 	if r.Context().Err() != nil {
-		return attemptResult{err: errClientGone}
+		res.err, res.fail = errClientGone, failClientClosed
+		return res
 	}
 	host := a.backend.URL.Host
+	var msg string
 	switch {
 	case a.shutdown.Load():
-		return attemptResult{err: &Error{Status: http.StatusServiceUnavailable, Type: typeServer, Code: codeShuttingDown, Layer: triage.LayerNone,
-			Message: "The gateway is shutting down; retry on another instance.", RetryAfter: time.Second, Cause: err}}
+		res.fail, msg = failShuttingDown, "The gateway is shutting down; retry on another instance."
 	case a.timedOut.Load():
-		g.backendError(a, "first_byte_timeout")
-		// A stream's headers come at once: none in time is a connection
-		// that failed; a non-streaming answer's come after generating.
-		layer := triage.LayerPrefill
-		if x.stream {
-			layer = triage.LayerConnect
-		}
-		return attemptResult{err: &Error{Status: http.StatusGatewayTimeout, Type: typeServer, Code: codeBackendTimeout, Layer: layer,
-			Message: fmt.Sprintf("Backend %s of model %q sent no response headers within %s.", host, x.rt.name, x.rt.firstByte), Cause: err}}
-	case a.neverSent():
+		res.fail, msg = failFirstByte, fmt.Sprintf("Backend %s of model %q sent no response headers within %s.", host, x.rt.name, x.rt.firstByte)
+	case res.neverSent:
 		// Refused, or written into a connection the backend had already
 		// closed (a pooled connection to a process that died): the request
 		// never reached a live server, so another backend may take it.
-		g.backendError(a, "connect_failed")
-		return attemptResult{retry: true, err: &Error{Status: http.StatusBadGateway, Type: typeServer, Code: codeBackendDown, Layer: triage.LayerConnect,
-			Message: fmt.Sprintf("Backend %s of model %q could not be reached: %s.", host, x.rt.name, dialReason(err)), Cause: err}}
+		res.fail, msg = failConnect, fmt.Sprintf("Backend %s of model %q could not be reached: %s.", host, x.rt.name, dialReason(err))
 	default:
-		g.backendError(a, "failed_before_headers")
-		return attemptResult{err: &Error{Status: http.StatusBadGateway, Type: typeServer, Code: codeBackendDown, Layer: triage.LayerConnect,
-			Message: fmt.Sprintf("Backend %s of model %q failed before answering.", host, x.rt.name), Cause: err}}
+		res.fail, msg = failBeforeHeaders, fmt.Sprintf("Backend %s of model %q failed before answering.", host, x.rt.name)
 	}
+	e := res.fail.err(msg, err)
+	switch res.fail {
+	case failShuttingDown:
+		e.RetryAfter = time.Second
+	case failFirstByte:
+		// A stream's headers come at once: none in time is a connection
+		// that failed; a non-streaming answer's come after generating.
+		if x.stream {
+			e.Layer = triage.LayerConnect
+		}
+		fallthrough
+	default:
+		g.backendError(a, res.fail.code)
+	}
+	res.err = e
+	return res
 }
 
+// backendError counts a backend's failure in maitred_backend_errors_total
+// under kind: a failure's code (failures.go), or for an answer broken
+// after its headers, where it broke (stream_ or body_) and how.
 func (g *Gateway) backendError(a *attempt, kind string) {
 	a.x.rt.metrics.backendErrors.WithLabelValues(a.backend.URL.Host, kind).Inc()
 }

@@ -10,10 +10,34 @@
 // *Error in the route's error envelope (OpenAI's; Anthropic's for
 // /v1/messages, anthropic.go), assigns the X-Request-Id, and writes the one
 // access-log line and the request metrics. Nothing else in maitred writes an
-// HTTP response. A failure is named where it is built: an *Error carries
-// its outcome (a door rejection's is its admission.Reason) and the layer
-// where the request stopped, and the first failure recorded stands, so
-// the access log, the metrics and triage name a request alike.
+// HTTP response. A failure is named where it is built, by its row of the
+// failure table (failures.go: code, the client's wire code, HTTP status,
+// layer, whether another backend may take the request, envelope type),
+// which holds every failure the gateway produces, door, queue, quota,
+// store, backend and client alike: an *Error carries its outcome (a door
+// rejection's is its admission.Reason) and the layer where the request
+// stopped. When the request ends, conclude (result.go) turns it into one
+// Result (status, code, layer, usage, phases, retries); the first failure
+// recorded stands, and the access log, the request metrics, the span and
+// the triage sample are all written from that Result, so they name a
+// request alike (TestFailureTableVocabulary checks every row).
+//
+// # One request's chain
+//
+// serveIn (serve.go: the edge) -> keyed (keys.go: the API key) ->
+// pipeline (pipeline.go: read the body, the door, the key's limits) ->
+// queueAndForward (attempt.go: wait in the model's queue for a lease,
+// retry on another backend by the retry rule, retry.go) -> forwardLeased
+// (hold the lease and the backend's in-flight count) -> forward (one
+// attempt at one backend: its timers, and the result it returns) ->
+// relay (proxy_relay.go: the reverse proxy, which returns how it ended)
+// -> back up by return values to serveIn, which concludes the request
+// (finish, conclude). The request value (exchange.request) holds what was
+// decided up to the door and is only read after it; the edge's per-request
+// bookkeeping (phase stamps, how the client took the answer, the body
+// budget and the key's reservation) is exchange.requestState; each try at
+// a backend is an attempt of its own, with its own clock. "settle" means
+// quota settlement only (limits.go).
 //
 // Below the router, Gateway.Listener wraps the client listener: it caps
 // open connections (max_connections) and follows each connection's byte
@@ -26,7 +50,7 @@
 //
 // The model APIs (chat, completions, embeddings, /pooling, /classify,
 // score, rerank, Responses, Anthropic's /v1/messages) share one pipeline,
-// admit (pipeline.go), and differ only by their entry in the endpoint
+// pipeline (pipeline.go), and differ only by their entry in the endpoint
 // table, an api value: how the body is read (readJSON), which
 // admission.Endpoint the door checks it as (how the model is found, the
 // input checked and counted, the output it requests: none for the pooling
@@ -64,14 +88,14 @@
 // exact context check; chat counts go through the count cache,
 // count_cache_bytes, countcache.go, which a reload keeps), then waits in
 // its model's admission.Pool for a backend with room, and its original bytes are forwarded unchanged by
-// the gateway's own reverse proxy (relay, proxy.go: one request value
+// the gateway's own reverse proxy (relay, proxy_relay.go: one request value
 // built per attempt, the body the door read sent with its headers in one
 // write, each write to the client flushed). GET /version (to a ready
 // backend that answered /version at its warm-up, of any model; version.go)
 // and the uncountable /tokenize pass through to a ready backend outside
 // the queue (passthrough.go). A
 // connection failure before anything reached a backend goes back to the
-// pool for another one (the retry rule, retry.go: neverSent). The proxy drops hop-by-hop headers both ways, drops
+// pool for another one (the retry rule, retry.go: retryable, neverSent). The proxy drops hop-by-hop headers both ways, drops
 // the client's Authorization and cookies and its X-Forwarded-* claims (it
 // states the hop it saw), and sends the backend's own key; two
 // differential fuzz targets hold both directions' headers to what
@@ -97,7 +121,12 @@
 // gets stream_idle_timeout too: a client that stops reading ends its own
 // request (499 client_stalled), never counted against the backend.
 //
-// Each attempt's answer also passes through its usageMeter (usage.go) on
+// A cut answer travels back from relay as a returned result (errAnswerCut),
+// and serveIn, after concluding the request, raises http.ErrAbortHandler,
+// the one panic net/http takes to drop a connection; nothing else in the
+// gateway panics for control flow. The SSE guard is proxy_sse.go.
+//
+// Each attempt's answer also passes through its usageMeter (proxy_usage.go) on
 // the way to the client: it keeps nothing of the answer but the usage
 // it reports (a non-streamed answer's top-level "usage", found by a
 // scanner, which also keeps its top-level "model"; a stream's usage
@@ -219,8 +248,9 @@
 // read by the proxy hooks of that same request; the timers that cancel an
 // upstream request only set the attempt's atomic flags and cancel. A
 // model's runtime (pool, tokenizer, timeouts, metric children) is built in
-// New and again at each Reload; the door's lookup finds it (by Ref, in an
-// append-only list) and the request carries it. The
+// New and again at each Reload; the door's verdict carries it back (the
+// runtime is admission.Model.Ref, an admission.Runtime: no table of
+// runtimes, no lock) and the request carries it. The
 // adapters a lookup reads are the fleet's, read under each backend's lock. A
 // client that disconnects cancels the request context, which cancels the
 // backend request, so vLLM aborts it and frees its KV cache.

@@ -52,7 +52,7 @@ func (p probeCounter) CountBody(chat bool, body []byte) (int, bool) {
 // decided resolves the door's decision to its model's runtime, once, and
 // records it (and the adapter, for a LoRA request) on the exchange.
 func (g *Gateway) decided(x *exchange, dec admission.Decision) *modelRuntime {
-	rt := g.runtime(dec.Ref)
+	rt := runtimeOf(dec.Ref)
 	x.setModel(rt, dec.Model, dec.Only)
 	return rt
 }
@@ -62,7 +62,7 @@ func (g *Gateway) decided(x *exchange, dec admission.Decision) *modelRuntime {
 // refusal as the gateway's *Error.
 func (g *Gateway) refused(x *exchange, rej *admission.Rejection) *Error {
 	if rej.Model != "" {
-		x.rt = g.runtime(rej.Ref)
+		x.rt = runtimeOf(rej.Ref)
 	}
 	return rejection(rej)
 }

@@ -123,6 +123,9 @@ const (
 	// stream_idle_timeout.
 	outcomeClientClosed  = "client_closed"
 	outcomeClientStalled = "client_stalled"
+	// outcomeClientGone: the client left while its request waited in the
+	// queue.
+	outcomeClientGone = "client_gone"
 	// outcomeAborted: the proxy aborted a body it had started, for no
 	// reason the gateway could name.
 	outcomeAborted = "aborted"
@@ -130,6 +133,15 @@ const (
 	// a door rejection (the door passed it) and not a backend failure
 	// (the backend is working; it does not count toward ejection).
 	outcomeBackendRejected = "backend_rejected"
+	// outcomeConnectFailed: no backend could be reached (answered 502
+	// backend_unavailable; retried on another backend first);
+	// outcomeFailedBeforeHeaders: a backend failed before answering (502
+	// backend_unavailable).
+	outcomeConnectFailed       = "connect_failed"
+	outcomeFailedBeforeHeaders = "failed_before_headers"
+	// outcomeModelRemoved: a reload removed the model while the request
+	// waited (answered 404 model_not_found).
+	outcomeModelRemoved = "model_removed"
 )
 
 // badRequest is a 400 the gateway answers itself, before any backend: a

@@ -84,7 +84,7 @@ type Gateway struct {
 	log     *zap.Logger
 	reg     *prometheus.Registry
 	metrics *metrics
-	// upstream carries every request to the backends (relay, proxy.go).
+	// upstream carries every request to the backends (relay, proxy_relay.go).
 	upstream http.RoundTripper
 	// handler serves the API listener, adminHandler the admin one
 	// (routes).
@@ -102,11 +102,7 @@ type Gateway struct {
 	// models' runtimes, the catalog and the door (reload.go). A request
 	// reads it once where it needs it; Reload swaps it whole.
 	state atomic.Pointer[liveState]
-	// refs are every model runtime ever built, by admission.Model.Ref
-	// (append-only, so that a Ref from a door of an earlier state still
-	// finds its runtime); reloadMu serializes reloads.
-	refsMu   sync.Mutex
-	refs     []*modelRuntime
+	// reloadMu serializes reloads.
 	reloadMu sync.Mutex
 	// noModel holds the metric children of requests that name no
 	// configured model.
@@ -308,7 +304,7 @@ func (g *Gateway) routes(l listenerKind) http.Handler {
 	if l == apiListener {
 		table = []route{
 			// The model APIs: one line each, the family's api value saying
-			// how the shared pipeline (admit) runs it.
+			// how the shared pipeline (pipeline) runs it.
 			{"/v1/chat/completions", post, model(chatAPI)},
 			{"/v1/completions", post, model(completionsAPI)},
 			{"/v1/embeddings", post, model(embeddingsAPI)},

@@ -81,12 +81,13 @@ func (g *Gateway) take(w http.ResponseWriter, x *exchange, lim quota.Limits, ask
 		case errors.Is(err, admission.ErrStoreDown):
 			// The replicas' shared store is down and on_store_error is
 			// reject: the key's limits cannot be checked.
-			return &Error{Status: http.StatusServiceUnavailable, Type: typeServer, Code: codeStoreDown, Outcome: admission.StoreDown.String(),
-				Layer: triage.LayerDoor, RetryAfter: g.cfg.Store.Heartbeat.D(), Cause: err,
-				Message: "The shared store of this gateway's replicas cannot be reached, and on_store_error is reject: the API key's limits cannot be checked. Retry later."}
+			e := failStoreDown.err("The shared store of this gateway's replicas cannot be reached, and on_store_error is reject: the API key's limits cannot be checked. Retry later.", err)
+			e.Layer, e.RetryAfter = triage.LayerDoor, g.cfg.Store.Heartbeat.D() // before the queue
+			return e
 		default:
-			return &Error{Status: http.StatusServiceUnavailable, Type: typeServer, Code: codeServerBusy, Layer: triage.LayerDoor,
-				RetryAfter: time.Second, Message: "The API key's limits cannot be checked right now; retry shortly.", Cause: err}
+			e := failBusy.err("The API key's limits cannot be checked right now; retry shortly.", err)
+			e.RetryAfter = time.Second
+			return e
 		}
 		rateHeaders(w.Header(), d.Status)
 		x.rateSet = true

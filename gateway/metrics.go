@@ -23,7 +23,7 @@ type metrics struct {
 	queueWait     *prometheus.HistogramVec
 	connections   prometheus.Gauge
 
-	// The phase clock (triage.go): where each request's time went.
+	// The phase clock (phases.go): where each request's time went.
 	phase    *prometheus.HistogramVec
 	ttft     *prometheus.HistogramVec
 	tpot     *prometheus.HistogramVec
@@ -40,102 +40,10 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
-	m := &metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "maitred_requests_total",
-			Help: "Requests answered, by model, endpoint and HTTP status code.",
-		}, []string{"model", "endpoint", "code"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "maitred_request_duration_seconds",
-			Help: "Time from the request's arrival to the last byte of its answer.",
-			// From sub-millisecond rejections at the door to long generations.
-			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600},
-		}, []string{"model", "endpoint"}),
-		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "maitred_in_flight_requests",
-			Help: "Requests being served, by model.",
-		}, []string{"model"}),
-		streamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "maitred_stream_errors_total",
-			Help: "Streams that broke after their 200 went out, by model and reason.",
-		}, []string{"model", "reason"}),
-		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "maitred_rejections_total",
-			Help: "Requests the door rejected before any backend work, by model and reason.",
-		}, []string{"model", "reason"}),
-		uncounted: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "maitred_admission_uncounted_total",
-			Help: "Requests forwarded without an exact prompt count (vLLM decides), by model and reason.",
-		}, []string{"model", "reason"}),
-		tokChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "maitred_tokenizer_checks_total",
-			Help: "Sampled comparisons of the local prompt count with the backend's POST /tokenize, by model and result (match, mismatch, error).",
-		}, []string{"model", "result"}),
-		backendErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "maitred_backend_errors_total",
-			Help: "Backend failures by model, backend and kind: connect_failed, failed_before_headers, first_byte_timeout, stream_stalled, stream_disconnected, body_stalled, body_disconnected.",
-		}, []string{"model", "backend", "kind"}),
-		admissions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "maitred_admission_total",
-			Help: "Queue decisions by model and outcome: admitted, queue_full, queue_timeout, client_gone, over_budget, no_backend, draining.",
-		}, []string{"model", "outcome"}),
-		connections: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "maitred_client_connections",
-			Help: "Client connections open (max_connections caps them).",
-		}),
-		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "maitred_queue_wait_seconds",
-			Help:    "Time admitted requests waited in the gateway's queue, by model and priority class.",
-			Buckets: []float64{0, .001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
-		}, []string{"model", "class"}),
-		phase: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "maitred_phase_seconds",
-			Help:    "Time per request phase (read, door, queue, connect, prefill, decode, tail), by model.",
-			Buckets: []float64{.0001, .0005, .001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
-		}, []string{"model", "phase"}),
-		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "maitred_ttft_seconds",
-			Help:    "Time to first token of streams as the gateway sees it (request sent -> first event: vLLM's queue + prefill), by model and backend.",
-			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
-		}, []string{"model", "backend"}),
-		tpot: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "maitred_tpot_seconds",
-			Help:    "Mean time per output token of streams (first -> last event over the events between), by model and backend.",
-			Buckets: []float64{.001, .0025, .005, .01, .02, .04, .08, .15, .3, .6, 1},
-		}, []string{"model", "backend"}),
-		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "maitred_failures_total",
-			Help: "Failed requests by model and the layer where progress stopped: door, gateway_queue, backend_unready, backend_connect, backend (its own 4xx), prefill, decode, client.",
-		}, []string{"model", "layer"}),
-		keyRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "maitred_key_requests_total",
-			Help: "Requests that presented a valid API key, by key name.",
-		}, []string{"key"}),
-		keyInFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "maitred_key_in_flight_requests",
-			Help: "Requests being served, by API key name.",
-		}, []string{"key"}),
-		keyTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "maitred_key_tokens_total",
-			Help: "Tokens the requests used (their answers' usage, or the gateway's count), by API key name and kind: prompt, completion, or prompt_and_completion when the door could not count the prompt exactly.",
-		}, []string{"key", "kind"}),
-		keyRejections: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "maitred_key_rejections_total",
-			Help: "Requests refused before any backend work, by API key name (\"\" when no valid key was presented) and reason (invalid_api_key, model_not_allowed, rate_limited, or a door rejection's reason).",
-		}, []string{"key", "reason"}),
-		keyRateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "maitred_key_rate_limited_total",
-			Help: "Requests refused by one of their API key's limits, by key name and limit (requests, tokens, tokens_per_day, concurrent).",
-		}, []string{"key", "limit"}),
-		keyReloads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "maitred_keys_file_reloads_total",
-			Help: "Changes of auth.keys_file seen, by result: loaded, or refused (the keys in force kept serving).",
-		}, []string{"result"}),
-		configReloads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "maitred_config_reloads_total",
-			Help: "Config reloads (SIGHUP, or the config file changed), by result: success, or failure (the running config kept serving).",
-		}, []string{"result"}),
-	}
+	m := &metrics{}
+	m.requestMetrics()
+	m.phaseMetrics()
+	m.keyMetrics()
 	for _, r := range []string{"success", "failure"} {
 		m.configReloads.WithLabelValues(r)
 	}
@@ -145,6 +53,113 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// requestMetrics are the requests', the queue's and the backends' counts.
+func (m *metrics) requestMetrics() {
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "maitred_requests_total",
+		Help: "Requests answered, by model, endpoint and HTTP status code.",
+	}, []string{"model", "endpoint", "code"})
+	m.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "maitred_request_duration_seconds",
+		Help: "Time from the request's arrival to the last byte of its answer.",
+		// From sub-millisecond rejections at the door to long generations.
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600},
+	}, []string{"model", "endpoint"})
+	m.inFlight = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "maitred_in_flight_requests",
+		Help: "Requests being served, by model.",
+	}, []string{"model"})
+	m.streamErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "maitred_stream_errors_total",
+		Help: "Streams that broke after their 200 went out, by model and reason.",
+	}, []string{"model", "reason"})
+	m.rejections = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "maitred_rejections_total",
+		Help: "Requests the door rejected before any backend work, by model and reason.",
+	}, []string{"model", "reason"})
+	m.uncounted = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "maitred_admission_uncounted_total",
+		Help: "Requests forwarded without an exact prompt count (vLLM decides), by model and reason.",
+	}, []string{"model", "reason"})
+	m.tokChecks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "maitred_tokenizer_checks_total",
+		Help: "Sampled comparisons of the local prompt count with the backend's POST /tokenize, by model and result (match, mismatch, error).",
+	}, []string{"model", "result"})
+	m.backendErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "maitred_backend_errors_total",
+		Help: "Backend failures by model, backend and kind: connect_failed, failed_before_headers, backend_timeout (before the answer's headers), stream_stalled, stream_disconnected, body_stalled, body_disconnected (after them).",
+	}, []string{"model", "backend", "kind"})
+	m.admissions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "maitred_admission_total",
+		Help: "Queue decisions by model and outcome: admitted, or the failure's code: queue_full, queue_timeout, client_gone, exceeds_kv_capacity, model_not_ready, server_shutting_down, store_unavailable, model_removed.",
+	}, []string{"model", "outcome"})
+	m.connections = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "maitred_client_connections",
+		Help: "Client connections open (max_connections caps them).",
+	})
+	m.queueWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "maitred_queue_wait_seconds",
+		Help:    "Time admitted requests waited in the gateway's queue, by model and priority class.",
+		Buckets: []float64{0, .001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+	}, []string{"model", "class"})
+}
+
+// phaseMetrics are the phase clock's (phases.go): where each request's
+// time went, and where failed ones stopped.
+func (m *metrics) phaseMetrics() {
+	m.phase = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "maitred_phase_seconds",
+		Help:    "Time per request phase (read, door, queue, connect, prefill, decode, tail), by model.",
+		Buckets: []float64{.0001, .0005, .001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+	}, []string{"model", "phase"})
+	m.ttft = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "maitred_ttft_seconds",
+		Help:    "Time to first token of streams as the gateway sees it (request sent -> first event: vLLM's queue + prefill), by model and backend.",
+		Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+	}, []string{"model", "backend"})
+	m.tpot = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "maitred_tpot_seconds",
+		Help:    "Mean time per output token of streams (first -> last event over the events between), by model and backend.",
+		Buckets: []float64{.001, .0025, .005, .01, .02, .04, .08, .15, .3, .6, 1},
+	}, []string{"model", "backend"})
+	m.failures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "maitred_failures_total",
+		Help: "Failed requests by model and the layer where progress stopped: door, gateway_queue, backend_unready, backend_connect, backend (its own 4xx), prefill, decode, client.",
+	}, []string{"model", "layer"})
+}
+
+// keyMetrics are by API key name (keys.go), and the reloads'.
+func (m *metrics) keyMetrics() {
+	m.keyRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "maitred_key_requests_total",
+		Help: "Requests that presented a valid API key, by key name.",
+	}, []string{"key"})
+	m.keyInFlight = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "maitred_key_in_flight_requests",
+		Help: "Requests being served, by API key name.",
+	}, []string{"key"})
+	m.keyTokens = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "maitred_key_tokens_total",
+		Help: "Tokens the requests used (their answers' usage, or the gateway's count), by API key name and kind: prompt, completion, or prompt_and_completion when the door could not count the prompt exactly.",
+	}, []string{"key", "kind"})
+	m.keyRejections = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "maitred_key_rejections_total",
+		Help: "Requests refused before any backend work, by API key name (\"\" when no valid key was presented) and reason (invalid_api_key, model_not_allowed, rate_limited, or a door rejection's reason).",
+	}, []string{"key", "reason"})
+	m.keyRateLimited = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "maitred_key_rate_limited_total",
+		Help: "Requests refused by one of their API key's limits, by key name and limit (requests, tokens, tokens_per_day, concurrent).",
+	}, []string{"key", "limit"})
+	m.keyReloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "maitred_keys_file_reloads_total",
+		Help: "Changes of auth.keys_file seen, by result: loaded, or refused (the keys in force kept serving).",
+	}, []string{"result"})
+	m.configReloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "maitred_config_reloads_total",
+		Help: "Config reloads (SIGHUP, or the config file changed), by result: success, or failure (the running config kept serving).",
+	}, []string{"result"})
 }
 
 // modelsCollector exports, at scrape time, the configured models whose

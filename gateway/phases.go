@@ -38,9 +38,14 @@ func (p phases) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 	return nil
 }
 
-// phases cuts [start, end] at each stamp the request reached.
+// phases cuts [start, end] at each stamp the request reached: its own
+// (read, door) and its last attempt's (sent, headers, first and last
+// event); the queue phase thus holds the earlier attempts too.
 func (x *exchange) phases(end time.Time) phases {
-	stamps := []time.Time{x.readDone, x.doorDone, x.sentAt, x.headersAt, x.firstEventAt, x.lastEventAt}
+	stamps := [6]time.Time{x.readDone, x.doorDone}
+	if a := x.att; a != nil {
+		stamps[2], stamps[3], stamps[4], stamps[5] = a.sentAt, a.headersAt, a.firstEventAt, a.lastEventAt
+	}
 	var out [7]time.Duration
 	prev := x.start
 	for i, t := range stamps {
@@ -54,16 +59,17 @@ func (x *exchange) phases(end time.Time) phases {
 	return phases{out[0], out[1], out[2], out[3], out[4], out[5], out[6]}
 }
 
-// serverTimingValue is the Server-Timing value of a response whose headers
-// just came: door, queue and backend durations in milliseconds.
-func serverTimingValue(x *exchange) string {
+// serverTimingValue is the Server-Timing value of attempt a's response,
+// whose headers just came: door, queue and backend durations in
+// milliseconds.
+func serverTimingValue(x *exchange, a *attempt) string {
 	b := make([]byte, 0, 64)
 	b = append(b, "door;dur="...)
 	b = strconv.AppendFloat(b, ms(x.doorDone.Sub(x.readDone)), 'f', 3, 64)
 	b = append(b, ", queue;dur="...)
-	b = strconv.AppendFloat(b, ms(x.sentAt.Sub(x.doorDone)), 'f', 3, 64)
+	b = strconv.AppendFloat(b, ms(a.sentAt.Sub(x.doorDone)), 'f', 3, 64)
 	b = append(b, ", backend;dur="...)
-	b = strconv.AppendFloat(b, ms(x.headersAt.Sub(x.sentAt)), 'f', 3, 64)
+	b = strconv.AppendFloat(b, ms(a.headersAt.Sub(a.sentAt)), 'f', 3, 64)
 	return string(b)
 }
 

@@ -10,7 +10,7 @@ import (
 )
 
 // api is one endpoint family of the model APIs as the request pipeline
-// (admit) runs it. The pipeline is the same for every family; what
+// (pipeline) runs it. The pipeline is the same for every family; what
 // differs is declared here, and a new family (Responses, Anthropic
 // Messages, audio) is a new value, not a new handler:
 //   - read: how the body is read (readJSON: the whole JSON body within
@@ -91,15 +91,15 @@ func readJSON(g *Gateway, w http.ResponseWriter, r *http.Request, x *exchange) (
 // serveAPI serves a model API family at path: the edge adapter, in the
 // family's error envelope, around the pipeline.
 func (g *Gateway) serveAPI(path string, a *api) http.HandlerFunc {
-	return g.serveIn(a.errors, path, g.keyed(g.admit(a), a.xAPIKey, true))
+	return g.serveIn(a.errors, path, g.keyed(g.pipeline(a), a.xAPIKey, true))
 }
 
-// admit is the pipeline of every model API: read the body once, put it
+// pipeline runs a request of every model API: read the body once, put it
 // through the door (admission.Door: shape, model, input, count, context),
 // wait in the model's queue for a ready backend with room, and forward the
 // bytes the door approved, which are the client's own unless max_tokens
 // was clamped. The answer passes through byte for byte.
-func (g *Gateway) admit(a *api) handlerFunc {
+func (g *Gateway) pipeline(a *api) handlerFunc {
 	ep := a.door
 	return func(w http.ResponseWriter, r *http.Request, x *exchange) error {
 		x.sse = a.stream
@@ -175,7 +175,7 @@ func (g *Gateway) admit(a *api) handlerFunc {
 		}
 		dec.Rendered = "" // hashed: the request need not hold a second copy of its prompt
 		t.Exclude = exclude
-		err = g.dispatch(w, r, x, t, className, dec.Body)
+		err = g.queueAndForward(w, r, x, t, className, dec.Body)
 		if err == nil && a.tokenizeCheck && dec.Uncounted == admission.Counted {
 			g.checker.maybeCheck(rt, x.att.backend, ep, dec)
 		}

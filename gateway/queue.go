@@ -11,7 +11,6 @@ import (
 
 	"github.com/maitred-dev/maitred/admission"
 	"github.com/maitred-dev/maitred/fleet"
-	"github.com/maitred-dev/maitred/triage"
 )
 
 // PriorityHeader names the request's priority class.
@@ -142,40 +141,52 @@ func satMul(a, b int) int {
 	return a * b
 }
 
-// queueError renders a pool outcome that is not Admitted.
+// queueRefused counts a pool outcome that is not Admitted in
+// maitred_admission_total, under its failure's code, and returns the
+// request's answer (queueError).
+func (g *Gateway) queueRefused(rt *modelRuntime, o admission.Outcome, t admission.Ticket) error {
+	rt.metrics.admissions.WithLabelValues(queueLabel(o)).Inc()
+	return g.queueError(rt, o, t)
+}
+
+// queueError renders a pool outcome that is not Admitted: its row of the
+// failure table (queueFailure), with the queue's numbers in its message.
 func (g *Gateway) queueError(rt *modelRuntime, o admission.Outcome, t admission.Ticket) error {
 	p := rt.pool
 	w := p.Advice()
-	switch o {
-	case admission.QueueFull:
-		return &Error{Status: http.StatusTooManyRequests, Type: typeServer, Code: codeQueueFull, Layer: triage.LayerQueue, RetryAfter: w.Expected,
-			Message: fmt.Sprintf("Model %q is at capacity and its queue is full (%d waiting); expected wait %s. Retry after %d s.",
-				rt.name, w.Depth, w.Expected.Round(time.Millisecond), retrySeconds(w.Expected))}
-	case admission.QueueTimeout:
-		return &Error{Status: http.StatusServiceUnavailable, Type: typeServer, Code: codeQueueTimeout, Layer: triage.LayerQueue, RetryAfter: w.Expected,
-			Message: fmt.Sprintf("The request waited %s for a backend of model %q without one freeing up, %s (%d still waiting; expected wait %s).",
-				rt.queueTimeout, rt.name, p.Blocked(t), w.Depth, w.Expected.Round(time.Millisecond))}
-	case admission.OverBudget:
-		return &Error{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: codeExceedsKV, Param: "max_tokens", Layer: triage.LayerDoor,
-			Message: fmt.Sprintf("The request needs %d tokens of KV cache (prompt plus output budget), more than any backend of model %q holds; it can never run. Lower max_tokens or n.", t.Tokens, rt.name)}
-	case admission.NoBackend:
+	var e *Error
+	switch f := queueFailure(o); f {
+	case failQueueFull:
+		e = f.err(fmt.Sprintf("Model %q is at capacity and its queue is full (%d waiting); expected wait %s. Retry after %d s.",
+			rt.name, w.Depth, w.Expected.Round(time.Millisecond), retrySeconds(w.Expected)), nil)
+		e.RetryAfter = w.Expected
+	case failQueueTimeout:
+		e = f.err(fmt.Sprintf("The request waited %s for a backend of model %q without one freeing up, %s (%d still waiting; expected wait %s).",
+			rt.queueTimeout, rt.name, p.Blocked(t), w.Depth, w.Expected.Round(time.Millisecond)), nil)
+		e.RetryAfter = w.Expected
+	case failExceedsKV:
+		e = f.err(fmt.Sprintf("The request needs %d tokens of KV cache (prompt plus output budget), more than any backend of model %q holds; it can never run. Lower max_tokens or n.", t.Tokens, rt.name), nil)
+		e.Param = "max_tokens"
+	case failNotReady:
 		return g.notReady(rt)
-	case admission.ModelRemoved:
+	case failModelRemoved:
 		// A reload removed the model while the request waited: the answer
 		// a request naming it gets from now on.
-		e := rejection(admission.UnknownModelRejection(rt.name, nil))
+		e = rejection(admission.UnknownModelRejection(rt.name, nil))
+		e.Outcome, e.Layer = f.code, f.layer
 		e.Message = fmt.Sprintf("The model %q was removed from the gateway's configuration while the request waited for a backend.", rt.name)
-		return e
-	case admission.Draining:
-		return &Error{Status: http.StatusServiceUnavailable, Type: typeServer, Code: codeShuttingDown, Layer: triage.LayerNone, RetryAfter: time.Second,
-			Message: "The gateway is shutting down; retry on another instance."}
-	case admission.ClientGone:
-		return errClientGone
-	case admission.StoreDown:
-		return &Error{Status: http.StatusServiceUnavailable, Type: typeServer, Code: codeStoreDown, Layer: triage.LayerQueue, RetryAfter: g.cfg.Store.Heartbeat.D(),
-			Message: "The shared store of this gateway's replicas cannot be reached, and on_store_error is reject: no backend can be confirmed for the request. Retry later."}
+	case failShuttingDown:
+		e = f.err("The gateway is shutting down; retry on another instance.", nil)
+		e.RetryAfter = time.Second
+	case failClientGone:
+		return errClientGoneQueued
+	case failStoreDown:
+		e = f.err("The shared store of this gateway's replicas cannot be reached, and on_store_error is reject: no backend can be confirmed for the request. Retry later.", nil)
+		e.RetryAfter = g.cfg.Store.Heartbeat.D()
+	default:
+		return fmt.Errorf("unexpected queue outcome %s", o)
 	}
-	return fmt.Errorf("unexpected queue outcome %s", o)
+	return e
 }
 
 func (g *Gateway) notReady(rt *modelRuntime) *Error {
@@ -188,7 +199,7 @@ func (g *Gateway) notReady(rt *modelRuntime) *Error {
 		}
 		states = append(states, st)
 	}
-	return &Error{Status: http.StatusServiceUnavailable, Type: typeServer, Code: codeModelNotReady, Layer: triage.LayerUnready,
-		Message:    fmt.Sprintf("Model %q has no ready backend: %s.", rt.name, strings.Join(states, "; ")),
-		RetryAfter: g.conf().Health.Interval.D()}
+	e := failNotReady.err(fmt.Sprintf("Model %q has no ready backend: %s.", rt.name, strings.Join(states, "; ")), nil)
+	e.RetryAfter = g.conf().Health.Interval.D()
+	return e
 }

@@ -38,11 +38,13 @@ func (g *Gateway) live() *liveState { return g.state.Load() }
 // values the gateway started with (Reload copies them over).
 func (g *Gateway) conf() *config.Config { return g.live().cfg }
 
-// runtime is the runtime a door's verdict names (admission.Model.Ref).
-func (g *Gateway) runtime(ref int) *modelRuntime {
-	g.refsMu.Lock()
-	defer g.refsMu.Unlock()
-	return g.refs[ref]
+// runtimeOf is the runtime a door's verdict names (admission.Model.Ref):
+// the handle is the runtime itself, so a verdict of a door of an earlier
+// state still holds the runtime it was checked against, and nothing
+// keeps a runtime no verdict holds.
+func runtimeOf(ref admission.Runtime) *modelRuntime {
+	rt, _ := ref.(*modelRuntime)
+	return rt
 }
 
 func (g *Gateway) setState(cfg *config.Config, models []*modelRuntime) {

@@ -32,6 +32,7 @@ func TestReloadRemovedModelAnswersItsQueue(t *testing.T) {
 			Backends: []config.BackendConfig{{URL: hold.URL, MaxInFlight: 1}}})
 		cfg = *c
 	}, plain.URL)
+	first := tg.live().byName["m"] // the runtime New built for m
 
 	running := make(chan string, 1)
 	go func() {
@@ -72,7 +73,7 @@ func TestReloadRemovedModelAnswersItsQueue(t *testing.T) {
 	if code, body := status("y"); code != http.StatusOK {
 		t.Fatalf("the added model once ready: %d %s", code, body)
 	}
-	if got := tg.live().byName["m"]; got == nil || got.pool != tg.runtime(0).pool {
+	if got := tg.live().byName["m"]; got == nil || got == first || got.pool != first.pool {
 		t.Fatal("the model that stayed lost its pool")
 	}
 	if n := admission.ModelRemoved.String(); !strings.Contains(tg.gathered(t), `outcome="`+n+`"`) {

@@ -11,12 +11,20 @@ import (
 // The retry rule: a failed attempt may go to another backend only when its
 // request never reached a live one (neverSent): no backend can have begun
 // work on it, so another may take it without the request running twice.
-// Once the request may have reached a backend, the attempt is final. classify
-// (attempt.go) applies the rule to a transport failure before any response
-// header, and dispatch retries only what it marked; exchange.used (usage.go)
-// applies it to a key's quota: a request that never reached a backend used
-// no tokens. The rule reads net/http's error values and, where they are not
-// exported, their text.
+// Once the request may have reached a backend, the attempt is final.
+// classify (attempt.go) applies the rule to a transport failure before any
+// response header and names the failure (failConnect, the one retryable
+// row of the failure table); queueAndForward asks retryable of each
+// attempt's result; exchange.used (proxy_usage.go) applies it to a key's
+// quota: a request that never reached a backend used no tokens. The rule
+// reads net/http's error values and, where they are not exported, their
+// text.
+
+// retryable is the retry decision: whether the request of an attempt
+// that ended with res may go to another backend.
+func retryable(res attemptResult) bool {
+	return res.fail != nil && res.fail.retryable && res.neverSent
+}
 
 // neverSent reports whether the attempt's transport error means its
 // request never reached a live backend: refused, written into a connection
@@ -27,8 +35,10 @@ import (
 // sent on a reused idle connection that ended before a single byte of an
 // answer came (the same race, seen from the read side: a keep-alive
 // connection the backend closed as the request went out).
-func (a *attempt) neverSent() bool {
-	err := a.proxyErr
+//
+// err is the transport's error, reusedIdle whether the connection was a
+// reused idle one (attempt.traceConn).
+func neverSent(err error, reusedIdle bool) bool {
 	var oe *net.OpError
 	if errors.As(err, &oe) && (oe.Op == "dial" || oe.Op == "write" || oe.Op == "readfrom") {
 		return true
@@ -40,7 +50,7 @@ func (a *attempt) neverSent() bool {
 	if msg == errServerClosedIdle {
 		return true
 	}
-	return a.reusedIdle && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || strings.HasPrefix(msg, errNoAnswerByte))
+	return reusedIdle && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || strings.HasPrefix(msg, errNoAnswerByte))
 }
 
 // errServerClosedIdle is net/http's text for a pooled connection the

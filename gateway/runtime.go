@@ -20,10 +20,9 @@ import (
 // model and the metrics are the model's for its whole life; the settings
 // are the config's that built this runtime). A request finds it once, at the door (the
 // catalog's lookup by name is the only one; the door's verdict carries the
-// runtime's Ref back), and carries it from then on.
+// runtime itself back as its Ref), and carries it from then on.
 type modelRuntime struct {
 	name string
-	ref  int // its index in Gateway.refs, the door's admission.Model.Ref
 	fm   *fleet.Model
 	// pool's slots are the fleet model's backends, each named by its
 	// host:port (syncSlots).
@@ -77,10 +76,14 @@ func modelUncounted(tok *tokenize.Model) (reason, why string) {
 	return uncountedTemplate, strings.Join(parts, "; ")
 }
 
+// ModelName is the model's name: a *modelRuntime is the door's handle
+// for its model (admission.Runtime, Model.Ref).
+func (rt *modelRuntime) ModelName() string { return rt.name }
+
 // admission is the door's view of the model. MaxModelLen is read now: it
 // follows what backends report when the config sets none.
 func (rt *modelRuntime) admission() admission.Model {
-	am := admission.Model{Name: rt.name, Ref: rt.ref, MaxModelLen: rt.fm.MaxModelLen(), Clamp: rt.clamp}
+	am := admission.Model{Name: rt.name, Ref: rt, MaxModelLen: rt.fm.MaxModelLen(), Clamp: rt.clamp}
 	if rt.counter != nil {
 		am.Counter = rt.counter
 	} else if rt.tok != nil {
@@ -194,7 +197,7 @@ func (m *metrics) forModel(name string) modelMetrics {
 }
 
 // newRuntimes builds the runtimes of cfg's models, in config order, each
-// with a new Ref. A model of prev (the runtimes in force, by name) keeps
+// a new value, the door's handle for it (admission.Model.Ref). A model of prev (the runtimes in force, by name) keeps
 // its pool (its queue, leases and slots' state), fleet model and metric
 // children, and takes cfg's settings; a new model gets its own pool over
 // its fleet backends. toks are the models' tokenizers, by name. With a
@@ -234,10 +237,6 @@ func (g *Gateway) newRuntimes(cfg *config.Config, toks map[string]*tokenize.Mode
 			rt.pool = admission.NewPool(mc.Name, pc, nil, g.queueClock)
 			rt.syncSlots()
 		}
-		g.refsMu.Lock()
-		rt.ref = len(g.refs)
-		g.refs = append(g.refs, rt)
-		g.refsMu.Unlock()
 		out = append(out, rt)
 	}
 	return out

@@ -5,16 +5,15 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"runtime/debug"
-	"strconv"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/maitred-dev/maitred/quota"
-	"github.com/maitred-dev/maitred/triage"
 )
 
 // handlerFunc is a gateway handler: it writes a success itself, or returns
@@ -23,29 +22,45 @@ import (
 type handlerFunc func(w http.ResponseWriter, r *http.Request, x *exchange) error
 
 // errClientGone reports that the client went away; nothing is written.
-var errClientGone = errors.New("client closed the request")
+// errClientGoneQueued is it while the request waited in the queue
+// (outcome client_gone).
+var (
+	errClientGone       = errors.New("client closed the request")
+	errClientGoneQueued = fmt.Errorf("%w while it waited in the queue", errClientGone)
+)
 
 // statusClientClosed is logged (never sent) for requests whose client left,
 // as nginx does, or stopped reading (outcome client_stalled).
 const statusClientClosed = 499
 
-// exchange is the request's scope: what the gateway knows about one
-// request, filled in as it moves along and read once by serve to write the
-// log line and metrics. Each try at a backend is an attempt of its own
-// (attempt.go); att is the latest.
-// setModel records the model the request resolved to: rt, and for a LoRA
-// adapter (only non-nil) the adapter's name and the slots of its backends.
-func (x *exchange) setModel(rt *modelRuntime, name string, only []string) {
-	x.rt, x.only = rt, only
-	if only != nil {
-		x.adapter = name
-	}
+// exchange is the request's scope: the request as the door decided it,
+// the edge's bookkeeping of it, and its attempts at backends. serve reads
+// it once, at the end, to conclude the request (conclude, result.go).
+type exchange struct {
+	request
+	requestState
+	// att is the latest attempt at a backend (attempt.go); nil before
+	// the first. retries counts the attempts before it.
+	att     *attempt
+	retries int
+	// tr is the request's tracing (tracing.go); tr.on() is false when the
+	// gateway does not trace.
+	tr spans
 }
 
-type exchange struct {
-	id       string
-	start    time.Time
-	endpoint string
+// request is what is decided about a request up to its door: the edge's
+// (id, arrival, endpoint, the client's context), the key check's (key),
+// the body reader's (bytesIn, upload) and the door's (the model runtime,
+// adapter, stream, counts). It is written before the request queues and
+// only read after: attempts and the conclusion read it, none writes it.
+type request struct {
+	id        string
+	start     time.Time
+	endpoint  string
+	clientCtx context.Context // the client request's context
+	// key is the API key the request presented (keys.go); nil when the
+	// gateway is open or before the check.
+	key *apiKey
 	// rt is the request's model once the door (or /tokenize) found it;
 	// nil before, and for a name that is not configured (unknown names
 	// are not used as labels).
@@ -58,54 +73,45 @@ type exchange struct {
 	stream  bool
 	sse     *streamShape // the API's stream shape; nil: OpenAI's
 	bytesIn int
-	// bodyHeld is the body budget the request reserved (given back at
-	// its end).
-	bodyHeld int64
 	// upload is an audio request's spooled body (audio.go); nil for the
 	// others.
 	upload *upload
 	// onResponseID, on a Responses create, records the id its answer
 	// names (responses.go); the attempt's usage meter calls it.
 	onResponseID func(id string)
-	// att is the latest attempt at a backend; nil before the first.
-	att     *attempt
-	retries int
-	// clientCtx is the client request's context.
-	clientCtx context.Context
-	// The phase clock: each stamp ends a phase (see phases in triage.go).
-	readDone, doorDone, sentAt, headersAt, firstEventAt, lastEventAt time.Time
-	events                                                           int
-	clientStall                                                      time.Duration
+	// The door's numbers, logged with the request.
+	promptTokens, maxTokens, maxModelLen int
+	uncounted                            string
+}
+
+// requestState is the per-request bookkeeping the edge owns, written as
+// the request goes: the phase clock's stamps of the request's own (each
+// attempt keeps its own clock), how the client took the answer, the body
+// budget it holds and its hold on its key's limits.
+type requestState struct {
+	// readDone, doorDone end the read and door phases (phases.go).
+	readDone, doorDone time.Time
+	// clientStall adds up the time writes to the client blocked;
 	// clientWriteErr is the first failed write to the client, if any.
+	clientStall    time.Duration
 	clientWriteErr error
-	// streamBroke is the reason the gateway ended a backend's answer after
-	// its headers: a stream (with an error event, then by aborting) or a
-	// body (by aborting); sseBroke says it was a stream, whose error event
-	// named it, so that its outcome stays its status (settle).
-	streamBroke string
-	sseBroke    bool
-	// outcome names how the request ended when it did not succeed, and
-	// layer where its progress stopped; failed says they are set. They are
-	// set once, by fail, where the failure is known (a door rejection's
-	// outcome is its admission.Reason, the label of
-	// maitred_rejections_total); nothing overwrites them.
-	outcome string
-	layer   triage.Layer
-	failed  bool
-	// key is the API key the request presented (keys.go); nil when the
-	// gateway is open or before the check.
-	key *apiKey
+	// bodyHeld is the body budget the request reserved (given back at
+	// its end).
+	bodyHeld int64
 	// res is the request's hold on its key's limits (limits.go), settled
 	// when the request ends; reserved is what it took.
 	res      quota.Reservation
 	reserved int64
 	rateSet  bool // the x-ratelimit-* headers are set
-	// The door's numbers, logged with the request.
-	promptTokens, maxTokens, maxModelLen int
-	uncounted                            string
-	// tr is the request's tracing (tracing.go); tr.on() is false when the
-	// gateway does not trace.
-	tr spans
+}
+
+// setModel records the model the request resolved to: rt, and for a LoRA
+// adapter (only non-nil) the adapter's name and the slots of its backends.
+func (x *exchange) setModel(rt *modelRuntime, name string, only []string) {
+	x.rt, x.only = rt, only
+	if only != nil {
+		x.adapter = name
+	}
 }
 
 // serve is the edge adapter: it assigns the request id, runs h, renders a
@@ -115,74 +121,49 @@ func (g *Gateway) serve(endpoint string, h handlerFunc) http.HandlerFunc {
 	return g.serveIn(openAIErrors, endpoint, h)
 }
 
-// serveIn is serve with the API's own error envelope.
+// serveIn is serve with the API's own error envelope. It is the one place
+// that turns a handler's result into the answer: a returned *Error is
+// rendered in env (unless the answer had begun), the request is
+// concluded (finish), and an answer cut after its headers (errAnswerCut)
+// is aborted with the one panic net/http takes for that.
 func (g *Gateway) serveIn(env errorWriter, endpoint string, h handlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		x := &exchange{id: requestID(r), start: time.Now(), endpoint: endpoint, clientCtx: r.Context()}
+		x := &exchange{request: request{id: requestID(r), start: time.Now(), endpoint: endpoint, clientCtx: r.Context()}}
 		rec := &recorder{ResponseWriter: w, stall: &x.clientStall, werr: &x.clientWriteErr}
 		w.Header().Set("X-Request-Id", x.id)
 		if g.tr != nil {
 			g.tr.start(r, x)
 		}
-		var err error
-		defer func() {
-			p := recover()
-			if p != nil && p != http.ErrAbortHandler {
-				g.log.Error("handler panic", zap.String("request_id", x.id), zap.Any("panic", p), zap.ByteString("stack", debug.Stack()))
-				err = &Error{Status: http.StatusInternalServerError, Type: typeServer, Code: codeInternal, Message: "internal error; request id " + x.id}
-				if !rec.wroteHeader {
-					env(rec, err.(*Error))
-				}
+		err := g.run(h, rec, r, x)
+		if err != nil && err != errAnswerCut && !errors.Is(err, errClientGone) && !rec.wroteHeader {
+			var e *Error
+			if !errors.As(err, &e) {
+				e = failInternal.err("internal error; request id "+x.id, nil)
 			}
-			if p == http.ErrAbortHandler {
-				// The proxy aborted a body it had started: the client's
-				// doing, or the backend's (streamBroke names it).
-				switch {
-				case r.Context().Err() != nil || x.clientWriteErr != nil:
-					x.fail(clientOutcome(x), triage.LayerClient)
-				case x.sseBroke:
-					// A stream ended with its error event, then aborted:
-					// settle names it by stream_error, as before the abort.
-				case x.streamBroke != "":
-					x.fail(x.streamBroke, x.brokenLayer())
-				default:
-					x.fail(outcomeAborted, triage.LayerClient)
-				}
-			}
-			g.finish(x, rec, r, err)
-			if p == http.ErrAbortHandler {
-				panic(p) // let net/http drop the connection
-			}
-		}()
-		err = h(rec, r, x)
-		if err == nil {
-			return
+			env(rec, e)
 		}
-		var e *Error
-		switch {
-		case errors.As(err, &e):
-			x.fail(e.outcome(), e.Layer)
-			if !rec.wroteHeader {
-				env(rec, e)
-			}
-		case errors.Is(err, errClientGone):
-			x.fail(outcomeClientClosed, triage.LayerClient)
-		default:
-			x.fail(codeInternal, triage.LayerDoor)
-			if !rec.wroteHeader {
-				env(rec, &Error{Status: http.StatusInternalServerError, Type: typeServer, Code: codeInternal,
-					Message: "internal error; request id " + x.id})
-			}
+		g.finish(x, rec, r, err)
+		if err == errAnswerCut && r.Context().Value(http.ServerContextKey) != nil {
+			panic(http.ErrAbortHandler) // net/http drops the connection
 		}
 	}
 }
 
-// fail records how the request failed and where, the first time it is
-// told: the failure is named where it is known, and nothing renames it.
-func (x *exchange) fail(outcome string, layer triage.Layer) {
-	if !x.failed {
-		x.outcome, x.layer, x.failed = outcome, layer, true
-	}
+// run runs handler h; a panic in it is logged with its stack and becomes
+// a 500 (http.ErrAbortHandler, which nothing in the gateway raises, stays
+// the abort it asks for).
+func (g *Gateway) run(h handlerFunc, w http.ResponseWriter, r *http.Request, x *exchange) (err error) {
+	defer func() {
+		switch p := recover(); p {
+		case nil:
+		case http.ErrAbortHandler:
+			err = errAnswerCut
+		default:
+			g.log.Error("handler panic", zap.String("request_id", x.id), zap.Any("panic", p), zap.ByteString("stack", debug.Stack()))
+			err = failInternal.err("internal error; request id "+x.id, nil)
+		}
+	}()
+	return h(w, r, x)
 }
 
 // metricsOf is the metric children for x's model ("" before it is known).
@@ -195,119 +176,11 @@ func (g *Gateway) metricsOf(x *exchange) *modelMetrics {
 
 // clientOutcome names how a client ended its request: it stopped reading
 // (a write to it timed out) or it left.
-func clientOutcome(x *exchange) string {
+func clientOutcome(x *exchange) *failure {
 	if errors.Is(x.clientWriteErr, os.ErrDeadlineExceeded) {
-		return outcomeClientStalled
+		return failClientStalled
 	}
-	return outcomeClientClosed
-}
-
-func (g *Gateway) finish(x *exchange, rec *recorder, r *http.Request, err error) {
-	g.bodies.give(x.bodyHeld)
-	x.upload.close(x)
-	status := rec.status
-	if x.clientWriteErr != nil {
-		// The answer was complete upstream but did not all reach the client.
-		x.fail(clientOutcome(x), triage.LayerClient)
-	}
-	switch {
-	case !rec.wroteHeader:
-		status = statusClientClosed
-		x.fail(outcomeClientClosed, triage.LayerClient)
-	case x.outcome == outcomeClientClosed || x.outcome == outcomeClientStalled:
-		// Headers went out, but the client did not take the whole answer.
-		status = statusClientClosed
-	}
-	layer := x.settle(status)
-	end := time.Now()
-	d := end.Sub(x.start)
-	code := strconv.Itoa(status)
-	ph := x.phases(end)
-	g.observe(x, layer, ph, d)
-	if x.tr.on() {
-		g.tr.end(x, status, layer, end)
-	}
-	mm := g.metricsOf(x)
-	mm.requests.WithLabelValues(x.endpoint, code).Inc()
-	mm.duration.WithLabelValues(x.endpoint).Observe(d.Seconds())
-
-	// Probes and scrapes are not worth a line each at info level.
-	lvl := zap.InfoLevel
-	if x.endpoint == "/livez" || x.endpoint == "/readyz" {
-		lvl = zap.DebugLevel
-	}
-	ce := g.log.Check(lvl, "request")
-	if ce == nil {
-		return
-	}
-	fields := make([]zap.Field, 0, 24) // room for a full line: no regrowth
-	fields = append(fields,
-		zap.String("request_id", x.id),
-		zap.String("method", r.Method),
-		zap.String("endpoint", x.endpoint),
-		zap.Int("status", status),
-		zap.Int("bytes_in", x.bytesIn),
-		zap.Int64("bytes_out", rec.bytes),
-		zap.Duration("duration", d),
-		zap.String("remote", r.RemoteAddr),
-	)
-	if x.rt != nil {
-		fields = append(fields, zap.String("model", x.rt.name))
-	}
-	if x.adapter != "" {
-		fields = append(fields, zap.String("adapter", x.adapter))
-	}
-	if x.key != nil {
-		fields = append(fields, zap.String("key", x.key.name))
-	}
-	if a := x.att; a != nil {
-		fields = append(fields, zap.String("backend", a.backend.URL.Host))
-		if a.upstreamID != "" {
-			fields = append(fields, zap.String("upstream_request_id", a.upstreamID))
-		}
-	}
-	if x.stream {
-		fields = append(fields, zap.Bool("stream", true))
-	}
-	if x.outcome != "" {
-		fields = append(fields, zap.String("outcome", x.outcome))
-	}
-	if x.promptTokens > 0 {
-		fields = append(fields, zap.Int("prompt_tokens", x.promptTokens))
-	}
-	if x.maxTokens > 0 {
-		fields = append(fields, zap.Int("max_tokens", x.maxTokens))
-	}
-	if x.maxModelLen > 0 {
-		fields = append(fields, zap.Int("max_model_len", x.maxModelLen))
-	}
-	if x.uncounted != "" {
-		fields = append(fields, zap.String("uncounted", x.uncounted))
-	}
-	if x.att != nil {
-		if n, ok := x.used(); ok {
-			fields = append(fields, zap.Int64("used_tokens", n))
-			if from := x.att.usage.from(); from != "" {
-				fields = append(fields, zap.String("used_from", from))
-			}
-		}
-	}
-	if x.streamBroke != "" {
-		fields = append(fields, zap.String("stream_error", x.streamBroke))
-	}
-	if x.rt != nil {
-		fields = append(fields, zap.Object("phases", ph))
-		if layer != triage.LayerNone {
-			fields = append(fields, zap.String("layer", string(layer)))
-		}
-	}
-	if x.retries > 0 {
-		fields = append(fields, zap.Int("retries", x.retries))
-	}
-	if err != nil {
-		fields = append(fields, zap.String("error", logText(err)))
-	}
-	ce.Write(fields...)
+	return failClientClosed
 }
 
 // requestID returns the client's X-Request-Id when it is a sane token, else

@@ -124,7 +124,8 @@ func (t *tracer) start(r *http.Request, x *exchange) {
 // (built from the phase clock), then the server span with what the
 // request came to, and hands the trace over for export. A failure (a
 // layer named, or a 5xx) is an error status described by its outcome.
-func (t *tracer) end(x *exchange, status int, layer triage.Layer, end time.Time) {
+func (t *tracer) end(x *exchange, res *Result) {
+	status, layer, end := res.Status, res.Layer, res.End
 	tr := x.tr.t
 	defer t.p.Finish(tr)
 	sp := tr.Root()
@@ -163,10 +164,7 @@ func (t *tracer) end(x *exchange, status int, layer triage.Layer, end time.Time)
 	if x.att != nil {
 		usageAttributes(sp, x.att.tracedUsage) // read at the attempt's end
 	}
-	outcome := x.outcome
-	if outcome == "" {
-		outcome = x.streamBroke
-	}
+	outcome := res.Code
 	if outcome != "" {
 		sp.String(attrOutcome, outcome)
 	}
@@ -179,16 +177,16 @@ func (t *tracer) end(x *exchange, status int, layer triage.Layer, end time.Time)
 	if x.att != nil || x.tr.queueWait > 0 {
 		sp.Float(attrQueueWaitMs, ms(x.tr.queueWait))
 	}
-	if x.retries > 0 {
-		sp.Int("maitred.retries", int64(x.retries))
+	if res.Retries > 0 {
+		sp.Int("maitred.retries", int64(res.Retries))
 	}
 	if k := keyName(x); k != "" {
 		sp.String(attrKey, k)
 	}
-	if !x.firstEventAt.IsZero() {
-		sp.Event("first_token", x.firstEventAt)
+	if x.att != nil && !x.att.firstEventAt.IsZero() {
+		sp.Event("first_token", x.att.firstEventAt)
 	}
-	if layer != triage.LayerNone || status >= 500 || x.streamBroke != "" {
+	if layer != triage.LayerNone || status >= 500 || res.Broke != "" {
 		if outcome == "" {
 			outcome = strconv.Itoa(status)
 		}
@@ -230,12 +228,12 @@ func (t *tracer) queued(x *exchange, since time.Time, o admission.Outcome, lease
 		return
 	}
 	sp := x.tr.t.Start("queue", "", trace.SpanKindInternal, since)
-	sp.String("maitred.queue.outcome", o.String())
+	sp.String("maitred.queue.outcome", queueLabel(o))
 	if lease != nil {
 		sp.String("maitred.queue.policy", lease.Policy)
 	}
 	if o != admission.Admitted {
-		sp.Fail(o.String())
+		sp.Fail(queueLabel(o))
 	}
 	sp.End(now)
 }
@@ -286,16 +284,12 @@ func (t *tracer) endAttempt(x *exchange, a *attempt, r *http.Request) {
 	usageAttributes(sp, a.tracedUsage)
 	errType := ""
 	switch {
-	case a.proxyErr != nil && a.shutdown.Load():
-		errType = codeShuttingDown
-	case a.proxyErr != nil && a.timedOut.Load():
-		errType = codeBackendTimeout
-	case a.proxyErr != nil && x.clientCtx.Err() != nil:
-		errType = outcomeClientClosed
-	case a.proxyErr != nil:
-		errType = codeBackendDown
-	case x.streamBroke != "" && a == x.att:
-		errType = x.streamBroke
+	case a.res.fail != nil:
+		// The attempt failed before any response header: its failure's
+		// code (failures.go), as the request's outcome names it.
+		errType = a.res.fail.code
+	case a.broke != "":
+		errType = a.broke
 	case a.upstreamStatus >= 400:
 		errType = strconv.Itoa(a.upstreamStatus)
 	}

@@ -10,82 +10,55 @@ import (
 	"github.com/maitred-dev/maitred/triage"
 )
 
-// settle returns where the request's progress stopped ("" on success),
-// once its answer is over. A failure recorded where it was known (x.fail)
-// stands; otherwise the backend's answer went through and says it: broken
-// after its headers, or the backend's own error status. A 4xx of the
-// backend's is named backend_rejected here, before the access line is
-// written, so that the log, the metrics and triage say the same.
-func (x *exchange) settle(status int) triage.Layer {
-	switch {
-	case x.failed:
-		return x.layer
-	case x.streamBroke != "":
-		// The stream already ended with an error event naming it; the
-		// request's outcome stays its status (stream_error has the code).
-		return x.brokenLayer()
-	case status >= 500:
-		return triage.LayerPrefill // the backend answered 5xx itself
-	case status >= 400 && x.rt != nil:
-		x.fail(outcomeBackendRejected, triage.LayerBackend) // the backend refused it with its own 4xx
-		return triage.LayerBackend
-	}
-	return triage.LayerNone
-}
-
-// brokenLayer is where a backend's answer broke after its headers went out.
-func (x *exchange) brokenLayer() triage.Layer {
-	switch {
-	case x.streamBroke == codeShuttingDown:
-		return triage.LayerNone
-	case x.stream && x.events == 0:
-		return triage.LayerPrefill
-	}
-	// A stream broken after its first token, or a non-streaming body
-	// broken after its headers (vLLM sends them when the answer is
-	// complete): the backend failed after generating.
-	return triage.LayerDecode
-}
-
-// observe records a finished request in the phase metrics and the triage
-// engine.
-func (g *Gateway) observe(x *exchange, layer triage.Layer, ph phases, total time.Duration) {
+// observe writes a finished request's conclusion to the phase metrics and
+// the triage engine.
+func (g *Gateway) observe(x *exchange, res *Result) {
 	if x.rt == nil || x.endpoint == "/tokenize" || x.endpoint == "/version" || x.endpoint == "/v1/messages/count_tokens" { // outside the queue
 		return
 	}
 	mm := &x.rt.metrics
-	for i, d := range ph.list() {
+	for i, d := range res.Phases.list() {
 		if d > 0 {
 			mm.phaseOf[i].Observe(d.Seconds())
 		}
 	}
-	backend := ""
-	if x.att != nil {
-		backend = x.att.backend.URL.Host
-	}
-	var ttft, tpot time.Duration
-	if x.stream && !x.firstEventAt.IsZero() {
-		ttft = x.firstEventAt.Sub(x.sentAt)
-		mm.ttft.WithLabelValues(backend).Observe(ttft.Seconds())
-		// Events between the first and the last: one per token as vLLM
-		// streams them (the first carries the role, the last is [DONE]).
-		if tokens := x.events - 2; tokens >= 2 {
-			tpot = x.lastEventAt.Sub(x.firstEventAt) / time.Duration(tokens)
-			mm.tpot.WithLabelValues(backend).Observe(tpot.Seconds())
+	o := observation(x, res)
+	if a := x.att; a != nil && x.stream && !a.firstEventAt.IsZero() {
+		mm.ttft.WithLabelValues(o.Backend).Observe(o.TTFT.Seconds())
+		if a.events-2 >= 2 {
+			mm.tpot.WithLabelValues(o.Backend).Observe(o.TPOT.Seconds())
 		}
 	}
-	if layer != triage.LayerNone {
-		mm.failures.WithLabelValues(string(layer)).Inc()
+	if res.Layer != triage.LayerNone {
+		mm.failures.WithLabelValues(string(res.Layer)).Inc()
 	}
-	reason := x.outcome
-	if reason == "" {
-		reason = x.streamBroke
+	g.triage.Observe(o)
+}
+
+// observation is the triage sample of a finished request: its
+// conclusion's layer and code (the reason), its phases, and its last
+// attempt's backend and token timings.
+func observation(x *exchange, res *Result) triage.Observation {
+	o := triage.Observation{
+		Time: time.Now(), Model: x.rt.name, Layer: res.Layer, Reason: res.Code,
+		Door: res.Phases.door, Queue: res.Phases.queue, Connect: res.Phases.connect,
+		ClientStall: x.clientStall, Total: res.Duration, Stream: x.stream,
 	}
-	g.triage.Observe(triage.Observation{
-		Time: time.Now(), Model: x.rt.name, Backend: backend, Layer: layer, Reason: reason,
-		Door: ph.door, Queue: ph.queue, Connect: ph.connect, TTFT: ttft, TPOT: tpot,
-		ClientStall: x.clientStall, Total: total, OutputTokens: max(x.events-2, 0), Stream: x.stream,
-	})
+	a := x.att
+	if a == nil {
+		return o
+	}
+	o.Backend = a.backend.URL.Host
+	o.OutputTokens = max(a.events-2, 0)
+	if x.stream && !a.firstEventAt.IsZero() {
+		o.TTFT = a.firstEventAt.Sub(a.sentAt)
+		// Events between the first and the last: one per token as vLLM
+		// streams them (the first carries the role, the last is [DONE]).
+		if tokens := a.events - 2; tokens >= 2 {
+			o.TPOT = a.lastEventAt.Sub(a.firstEventAt) / time.Duration(tokens)
+		}
+	}
+	return o
 }
 
 // sampleBackend feeds a backend's state and, when gs is set, the gauges of

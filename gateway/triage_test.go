@@ -102,13 +102,14 @@ func serverTiming(h, name string) (float64, error) {
 
 func TestPhasesPartitionTheRequest(t *testing.T) {
 	start := time.Now()
-	x := &exchange{start: start}
+	x := &exchange{request: request{start: start}}
 	x.readDone = start.Add(1 * time.Millisecond)
 	x.doorDone = start.Add(3 * time.Millisecond)
-	x.sentAt = start.Add(10 * time.Millisecond)
-	x.headersAt = start.Add(12 * time.Millisecond)
-	x.firstEventAt = start.Add(50 * time.Millisecond)
-	x.lastEventAt = start.Add(90 * time.Millisecond)
+	x.att = &attempt{x: x}
+	x.att.sentAt = start.Add(10 * time.Millisecond)
+	x.att.headersAt = start.Add(12 * time.Millisecond)
+	x.att.firstEventAt = start.Add(50 * time.Millisecond)
+	x.att.lastEventAt = start.Add(90 * time.Millisecond)
 	end := start.Add(91 * time.Millisecond)
 	p := x.phases(end)
 	want := phases{time.Millisecond, 2 * time.Millisecond, 7 * time.Millisecond, 2 * time.Millisecond, 38 * time.Millisecond, 40 * time.Millisecond, time.Millisecond}
@@ -116,7 +117,7 @@ func TestPhasesPartitionTheRequest(t *testing.T) {
 		t.Fatalf("phases %+v, want %+v", p, want)
 	}
 	// A request rejected at the door: the phases still sum to the total.
-	y := &exchange{start: start, readDone: start.Add(time.Millisecond), doorDone: start.Add(2 * time.Millisecond)}
+	y := &exchange{request: request{start: start}, requestState: requestState{readDone: start.Add(time.Millisecond), doorDone: start.Add(2 * time.Millisecond)}}
 	var sum time.Duration
 	for _, d := range y.phases(start.Add(5 * time.Millisecond)).list() {
 		sum += d

@@ -207,7 +207,7 @@ func (g *streamGuard) scan(start int) {
 // whether complete events hold the stream's last event, and breakEvents
 // renders the gateway's own error as the events that end a stream the
 // backend broke; meter reads one event's data for the usage meter
-// (usage.go): its text deltas and the usage it reports.
+// (proxy_usage.go): its text deltas and the usage it reports.
 type streamShape struct {
 	end         func(events []byte) bool
 	breakEvents func(e *Error) []byte

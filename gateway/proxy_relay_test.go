@@ -153,7 +153,11 @@ func TestReusedConnectionClosedBeforeAnswer(t *testing.T) {
 	}
 	tr := NewTransport(config.Default())
 	defer tr.CloseIdleConnections()
-	send := func(base string) *attempt {
+	type tried struct {
+		proxyErr   error
+		reusedIdle bool
+	}
+	send := func(base string) tried {
 		a := &attempt{}
 		req, _ := http.NewRequestWithContext(a.traceConn(context.Background()), http.MethodPost, base+"/v1/completions",
 			strings.NewReader(`{"model":"m","prompt":"hi"}`))
@@ -162,8 +166,7 @@ func TestReusedConnectionClosedBeforeAnswer(t *testing.T) {
 			io.Copy(io.Discard, res.Body)
 			res.Body.Close()
 		}
-		a.proxyErr = err
-		return a
+		return tried{err, a.reusedIdle}
 	}
 
 	base := backend(true)
@@ -171,15 +174,15 @@ func TestReusedConnectionClosedBeforeAnswer(t *testing.T) {
 		t.Fatalf("first request: err %v, reused %v", a.proxyErr, a.reusedIdle)
 	}
 	a := send(base)
-	if a.proxyErr == nil || !a.reusedIdle || !a.neverSent() {
+	if a.proxyErr == nil || !a.reusedIdle || !neverSent(a.proxyErr, a.reusedIdle) {
 		t.Errorf("second request on the pooled connection: err %v, reused %v, never sent %v; want an error, reused, never sent",
-			a.proxyErr, a.reusedIdle, a.neverSent())
+			a.proxyErr, a.reusedIdle, neverSent(a.proxyErr, a.reusedIdle))
 	}
 
 	a = send(backend(false))
-	if a.proxyErr == nil || a.reusedIdle || a.neverSent() {
+	if a.proxyErr == nil || a.reusedIdle || neverSent(a.proxyErr, a.reusedIdle) {
 		t.Errorf("fresh connection closed unanswered: err %v, reused %v, never sent %v; want an error the backend's",
-			a.proxyErr, a.reusedIdle, a.neverSent())
+			a.proxyErr, a.reusedIdle, neverSent(a.proxyErr, a.reusedIdle))
 	}
 }
 

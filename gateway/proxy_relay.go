@@ -43,14 +43,14 @@ var forwardedHeaders = []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Hos
 // and forwarding claims; the answer's headers and body pass through as
 // they come, every write flushed (a stream's headers, and those of an
 // answer of unknown length, at once; those of any other answer with its
-// first bytes). ctx is the upstream request's. A failure before any
-// response header is left in a.proxyErr, with nothing written; a failure
-// while copying the body aborts the client's connection
-// (http.ErrAbortHandler), since the status line is already out: HTTP/1.1
-// closes it without the terminating chunk, HTTP/2 resets the stream. A
-// stream the backend broke fails the copy too (errStreamCut), once its
-// error event is out.
-func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, in *http.Request, a *attempt, body io.ReadCloser, length int64, getBody func() (io.ReadCloser, error)) {
+// first bytes). ctx is the upstream request's. It returns how the relay
+// ended: a failure before any response header (failed), with nothing
+// written, or a failure while copying the body (cut), once the status
+// line is out: the edge then aborts the client's response (HTTP/1.1
+// closes the connection without the terminating chunk, HTTP/2 resets the
+// stream). A stream the backend broke fails the copy too (errStreamCut),
+// once its error event is out.
+func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, in *http.Request, a *attempt, body io.ReadCloser, length int64, getBody func() (io.ReadCloser, error)) relayResult {
 	out := (&http.Request{
 		Method:        in.Method,
 		URL:           backendURL(a.backend.URL, in.URL),
@@ -74,8 +74,7 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, in *http.Req
 		err = errors.New("the backend switched protocols unasked")
 	}
 	if err != nil {
-		a.proxyErr = err
-		return
+		return relayResult{failed: err}
 	}
 	dropHopByHop(res.Header)
 	flushHeaders := g.onResponse(res, a)
@@ -102,19 +101,24 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, in *http.Req
 	}
 	if err := copyAnswer(w, res.Body); err != nil {
 		res.Body.Close()
-		if in.Context().Value(http.ServerContextKey) != nil {
-			panic(http.ErrAbortHandler) // net/http drops the connection
-		}
-		return // no server to abort (a handler called directly)
+		return relayResult{cut: err}
 	}
 	res.Body.Close() // before the trailers: closing reads them
 	for k, vs := range res.Trailer {
 		h[http.TrailerPrefix+k] = vs
 	}
+	return relayResult{}
+}
+
+// relayResult is how a relay ended: failed, a transport failure before
+// any response header (nothing was written); cut, the copy of the answer
+// failing after its headers went out; neither, the answer relayed whole.
+type relayResult struct {
+	failed, cut error
 }
 
 // traceConn returns ctx with a hook that notes whether the transport gave
-// the attempt a reused idle connection (attempt.neverSent).
+// the attempt a reused idle connection (neverSent).
 func (a *attempt) traceConn(ctx context.Context) context.Context {
 	a.conn.GotConn = func(c httptrace.GotConnInfo) { a.reusedIdle = c.Reused && c.WasIdle }
 	return httptrace.WithClientTrace(ctx, &a.conn)
@@ -268,10 +272,10 @@ func (g *Gateway) onResponse(res *http.Response, a *attempt) (flushHeaders bool)
 	x := a.x
 	a.firstByte.Stop()
 	a.upstreamStatus = res.StatusCode
-	x.headersAt = time.Now()
+	a.headersAt = time.Now()
 	// Server-Timing: the phases known before the headers go out.
 	// For a non-streaming answer "backend" is the whole generation.
-	res.Header["Server-Timing"] = []string{serverTimingValue(x)}
+	res.Header["Server-Timing"] = []string{serverTimingValue(x, a)}
 	// The client's id is already on the response (serve set it);
 	// the backend's echo of its own id would add a second value.
 	delete(res.Header, "X-Request-Id")
@@ -283,13 +287,7 @@ func (g *Gateway) onResponse(res *http.Response, a *attempt) (flushHeaders bool)
 			return g.streamBroken(a, cause)
 		})
 		guard.isEnd = x.streamShape().end
-		guard.onEvents = func(n int, at time.Time) {
-			if x.events == 0 {
-				x.firstEventAt = at
-			}
-			x.events += n
-			x.lastEventAt = at
-		}
+		guard.onEvents = a.clockEvents
 		if idle > 0 {
 			guard.watchIdle(idle, onIdle)
 		}
@@ -299,6 +297,16 @@ func (g *Gateway) onResponse(res *http.Response, a *attempt) (flushHeaders bool)
 	res.Body = a.usage.follow(x, res.StatusCode,
 		newBodyGuard(res.Body, idle, onIdle, func(cause error) { g.bodyBroken(a, cause) }), false)
 	return events || res.ContentLength < 0
+}
+
+// clockEvents stamps the attempt's clock with complete events as they
+// arrive: the first is the first token, the last the end of decode.
+func (a *attempt) clockEvents(n int, at time.Time) {
+	if a.events == 0 {
+		a.firstEventAt = at
+	}
+	a.events += n
+	a.lastEventAt = at
 }
 
 // copyAnswer copies a backend's body to the client through a pooled
@@ -352,28 +360,29 @@ func isEventStream(ct string) bool {
 // The guard then fails the copy and the proxy aborts the response.
 func (g *Gateway) streamBroken(a *attempt, cause error) []byte {
 	x := a.x
-	var code, kind, msg string
+	var f *failure
+	var msg string
 	switch {
 	case a.shutdown.Load():
-		code, kind = codeShuttingDown, "shutdown"
+		f = failShuttingDown
 		msg = "The gateway is shutting down and ended this stream; the answer is truncated."
 	case a.stalled.Load():
-		code, kind = codeStalled, "stream_stalled"
+		f = failStalled
 		msg = fmt.Sprintf("The backend sent nothing for %s; the stream was cancelled and the answer is truncated.", x.rt.streamIdle)
 	default:
-		code, kind = codeDisconnected, "stream_disconnected"
+		f = failDisconnected
 		msg = "The backend stream broke before it was complete"
 		if cause != nil {
 			msg += " (" + cause.Error() + ")"
 		}
 		msg += "; the answer is truncated."
 	}
-	x.streamBroke, x.sseBroke = code, true
-	x.rt.metrics.streamErrors.WithLabelValues(code).Inc()
-	if kind != "shutdown" {
-		g.backendError(a, kind)
+	a.broke, a.inStream = f.code, true
+	x.rt.metrics.streamErrors.WithLabelValues(f.code).Inc()
+	if f != failShuttingDown {
+		g.backendError(a, brokenKind(f, true))
 	}
-	e := &Error{Type: typeServer, Code: code, Message: msg + " Request id " + x.id + "."}
+	e := &Error{Type: typeServer, Code: f.wireCode(), Message: msg + " Request id " + x.id + "."}
 	return x.streamShape().breakEvents(e)
 }
 
@@ -391,12 +400,23 @@ func (g *Gateway) bodyBroken(a *attempt, cause error) {
 	}
 	switch {
 	case a.shutdown.Load():
-		x.streamBroke = codeShuttingDown
+		a.broke = failShuttingDown.code
 	case a.stalled.Load():
-		x.streamBroke = codeStalled
-		g.backendError(a, "body_stalled")
+		a.broke = failStalled.code
+		g.backendError(a, brokenKind(failStalled, false))
 	default:
-		x.streamBroke = codeDisconnected
-		g.backendError(a, "body_disconnected")
+		a.broke = failDisconnected.code
+		g.backendError(a, brokenKind(failDisconnected, false))
 	}
+}
+
+// brokenKind is the kind maitred_backend_errors_total counts an answer
+// broken after its headers under: where it broke (a stream or a body)
+// and how (stalled, disconnected), e.g. stream_stalled.
+func brokenKind(f *failure, stream bool) string {
+	where := "body_"
+	if stream {
+		where = "stream_"
+	}
+	return where + strings.TrimPrefix(f.code, "backend_")
 }

@@ -517,107 +517,132 @@ func (s *usageScanner) captureString(buf *[]byte, read *bool, c byte) (allDone b
 	return s.done
 }
 
+// feed scans the next bytes of the answer.
 func (s *usageScanner) feed(p []byte) {
 	if s.done {
 		return
 	}
 	for _, c := range p {
-		switch s.capturing {
-		case 'u':
-			if len(s.val) == maxUsageValue {
-				s.capturing, s.usageDone, s.over = 0, true, true
-				s.done = s.modelDone && s.idDone
-				if s.done {
-					return
-				}
-			} else {
-				s.val = append(s.val, c)
-			}
-		case 'm':
-			if s.captureString(&s.model, &s.modelDone, c) {
-				return
-			}
-		case 'i':
-			if s.captureString(&s.id, &s.idDone, c) {
-				return
-			}
+		if s.capturing != 0 && s.capture(c) {
+			return
 		}
 		if s.inStr {
-			switch {
-			case s.esc:
-				s.esc = false
-				if s.readingKey {
-					s.keyLen = -1
-				}
-			case c == '\\':
-				s.esc = true
-			case c == '"':
-				s.inStr = false
-				if s.readingKey {
-					s.readingKey, s.afterKey = false, 0
-					switch {
-					case s.keyLen == 2 && string(s.key[:2]) == "id" && !s.idDone:
-						s.afterKey = 'i'
-					case s.keyLen != len(s.key):
-					case string(s.key[:]) == "usage" && !s.usageDone:
-						s.afterKey = 'u'
-					case string(s.key[:]) == "model" && !s.modelDone:
-						s.afterKey = 'm'
-					}
-				}
-			case s.readingKey:
-				if s.keyLen >= 0 && s.keyLen < len(s.key) {
-					s.key[s.keyLen] = c
-					s.keyLen++
-				} else {
-					s.keyLen = -1
-				}
-			}
+			s.stringByte(c)
 			continue
 		}
-		switch c {
-		case '"':
-			s.inStr = true
-			if s.depth == 1 && s.expectKey {
-				s.readingKey, s.keyLen, s.expectKey = true, 0, false
-			}
-		case '{', '[':
-			s.depth++
-			if s.depth == 1 && c == '{' {
-				s.expectKey = true
-			}
-		case '}', ']':
-			s.depth--
-		case ':':
-			if s.depth == 1 && s.afterKey != 0 && s.capturing == 0 {
-				s.capturing, s.afterKey = s.afterKey, 0
-				continue
-			}
-		case ',':
-			if s.depth == 1 {
-				s.expectKey = true
-			}
+		if s.structural(c) {
+			continue // the ':' that starts a captured value is not its
 		}
-		if s.capturing != 0 && (s.depth == 0 || (s.depth == 1 && c == ',')) {
-			// The byte that ended the member is not the value's.
-			switch s.capturing {
-			case 'u':
-				s.val = s.val[:len(s.val)-1]
-				s.usageDone = true
-			case 'm':
-				s.model = s.model[:len(s.model)-1]
-				s.modelDone = true
-			default:
-				s.id = s.id[:len(s.id)-1]
-				s.idDone = true
-			}
-			s.capturing = 0
-			if s.usageDone && s.modelDone && s.idDone {
-				s.done = true
-				return
-			}
+		if s.capturing != 0 && (s.depth == 0 || (s.depth == 1 && c == ',')) && s.endCapture() {
+			return
 		}
 	}
+}
+
+// capture adds c to the value being captured; it says whether the
+// scanner then has all it wants.
+func (s *usageScanner) capture(c byte) (allDone bool) {
+	switch s.capturing {
+	case 'u':
+		if len(s.val) == maxUsageValue {
+			s.capturing, s.usageDone, s.over = 0, true, true
+			s.done = s.modelDone && s.idDone
+			return s.done
+		}
+		s.val = append(s.val, c)
+	case 'm':
+		return s.captureString(&s.model, &s.modelDone, c)
+	case 'i':
+		return s.captureString(&s.id, &s.idDone, c)
+	}
+	return false
+}
+
+// stringByte follows a byte inside a JSON string: escapes, its end, and
+// a top-level member's name, which says whether its value is one to
+// capture (afterKey).
+func (s *usageScanner) stringByte(c byte) {
+	switch {
+	case s.esc:
+		s.esc = false
+		if s.readingKey {
+			s.keyLen = -1
+		}
+	case c == '\\':
+		s.esc = true
+	case c == '"':
+		s.inStr = false
+		if s.readingKey {
+			s.readingKey, s.afterKey = false, 0
+			switch {
+			case s.keyLen == 2 && string(s.key[:2]) == "id" && !s.idDone:
+				s.afterKey = 'i'
+			case s.keyLen != len(s.key):
+			case string(s.key[:]) == "usage" && !s.usageDone:
+				s.afterKey = 'u'
+			case string(s.key[:]) == "model" && !s.modelDone:
+				s.afterKey = 'm'
+			}
+		}
+	case s.readingKey:
+		if s.keyLen >= 0 && s.keyLen < len(s.key) {
+			s.key[s.keyLen] = c
+			s.keyLen++
+		} else {
+			s.keyLen = -1
+		}
+	}
+}
+
+// structural follows a byte outside strings: nesting, member names and
+// separators. It says whether c started a captured value (and is not
+// part of it).
+func (s *usageScanner) structural(c byte) (startsValue bool) {
+	switch c {
+	case '"':
+		s.inStr = true
+		if s.depth == 1 && s.expectKey {
+			s.readingKey, s.keyLen, s.expectKey = true, 0, false
+		}
+	case '{', '[':
+		s.depth++
+		if s.depth == 1 && c == '{' {
+			s.expectKey = true
+		}
+	case '}', ']':
+		s.depth--
+	case ':':
+		if s.depth == 1 && s.afterKey != 0 && s.capturing == 0 {
+			s.capturing, s.afterKey = s.afterKey, 0
+			return true
+		}
+	case ',':
+		if s.depth == 1 {
+			s.expectKey = true
+		}
+	}
+	return false
+}
+
+// endCapture ends the captured member at the byte that ended it (not the
+// value's: it is dropped); it says whether the scanner has all it wants.
+func (s *usageScanner) endCapture() (allDone bool) {
+	switch s.capturing {
+	case 'u':
+		s.val = s.val[:len(s.val)-1]
+		s.usageDone = true
+	case 'm':
+		s.model = s.model[:len(s.model)-1]
+		s.modelDone = true
+	default:
+		s.id = s.id[:len(s.id)-1]
+		s.idDone = true
+	}
+	s.capturing = 0
+	if s.usageDone && s.modelDone && s.idDone {
+		s.done = true
+	}
+	return s.done
 }
 
 // numbers is the usage member read, parsed once.
@@ -657,7 +682,7 @@ func (x *exchange) used() (tokens int64, known bool) {
 	switch {
 	case a == nil:
 		return 0, true
-	case a.upstreamStatus == 0 && a.proxyErr != nil && a.neverSent():
+	case a.upstreamStatus == 0 && a.res.cause != nil && a.res.neverSent:
 		return 0, true
 	}
 	return a.usage.Used()
