@@ -50,7 +50,7 @@ func (x *exchange) brokenLayer() triage.Layer {
 // observe records a finished request in the phase metrics and the triage
 // engine.
 func (g *Gateway) observe(x *exchange, layer triage.Layer, ph phases, total time.Duration) {
-	if x.rt == nil || x.endpoint == "/tokenize" || x.endpoint == "/version" || x.endpoint == "/v1/messages/count_tokens" { // outside the queue
+	if x.rt == nil || specOf(x.endpoint).unobserved { // outside the queue
 		return
 	}
 	mm := &x.rt.metrics
