@@ -36,8 +36,9 @@
 // length), within read_body_timeout and the gateway-wide body budget
 // (max_body_bytes_in_flight), held until serve ends the request.
 //
-// The model APIs (chat, completions, embeddings, /pooling, /classify,
-// score, rerank, Responses, Anthropic's /v1/messages) share one pipeline,
+// The model APIs (every spec with a door: chat, completions, embeddings,
+// /pooling, /classify, score, rerank, Responses, Anthropic's /v1/messages,
+// ...; endpointList has them all) share one pipeline,
 // admit (pipeline.go), and differ only by their spec's api value: how the
 // body is read (readJSON), which admission.Endpoint (the door's spec of
 // the API) the door checks it as (how the model is found, the input
