@@ -83,6 +83,10 @@ var (
 	Responses = &EndpointSpec{name: "responses", check: (*Door).checkResponses, generates: true}    // /v1/responses (OpenAI Responses API)
 )
 
+// Invocations is SageMaker's /invocations, which dispatches on the body's
+// shape (invocations.go).
+var Invocations = &EndpointSpec{name: "invocations", check: checkInvocation}
+
 func (e *EndpointSpec) String() string { return e.name }
 
 // Generates reports whether the endpoint generates tokens: its requests

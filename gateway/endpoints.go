@@ -99,6 +99,10 @@ func endpointList() []*endpoint {
 		model([]string{"/v1/audio/transcriptions"}, "transcription", api{door: admission.Transcriptions, read: readUpload}),
 		model([]string{"/v1/audio/translations"}, "translation", api{door: admission.Translations, read: readUpload}),
 		inAnthropicAPI(model([]string{"/v1/messages"}, "chat", api{door: admission.Messages, affinity: true, stream: anthropicStream})),
+		// SageMaker's entry point: the door reads the body as the first
+		// API it fits (admission/invocations.go). No prefix affinity or
+		// tokenizer check: its body may be any of them.
+		model([]string{"/invocations"}, "invocations", api{door: admission.Invocations}),
 		model([]string{"/v1/responses"}, "chat", api{door: admission.Responses, stream: responsesStream, pin: pinPreviousResponse,
 			screen: responsesScreen, recordsID: true}),
 
