@@ -59,8 +59,9 @@ const (
 	onAdmin                  // the admin pages: the admin listener, or the API's when adminOnAPI
 )
 
+// The methods endpoints answer: probes answer HEAD too.
 var (
-	get, post, probe = []string{http.MethodGet}, []string{http.MethodPost}, []string{http.MethodGet, http.MethodHead}
+	onlyGET, onlyPOST, getOrHead = []string{http.MethodGet}, []string{http.MethodPost}, []string{http.MethodGet, http.MethodHead}
 )
 
 // method adapts a handler method (a method expression) to a local
@@ -79,7 +80,7 @@ func endpointList() []*endpoint {
 		if a.read == nil {
 			a.read = readJSON
 		}
-		return &endpoint{paths: paths, methods: post, keyed: true, api: a, operation: op, vllm: true}
+		return &endpoint{paths: paths, methods: onlyPOST, keyed: true, api: a, operation: op, vllm: true}
 	}
 	chatty := api{affinity: true, tokenizeCheck: true}
 	keyed := func(paths []string, methods []string, h func(*Gateway, bool) handlerFunc) *endpoint {
@@ -109,30 +110,30 @@ func endpointList() []*endpoint {
 		// Local work standing in for vLLM's own routes, keyed like the
 		// model APIs. /tokenize, /version and count_tokens are outside
 		// the queue and triage.
-		outsideTriage(inAnthropicAPI(keyed([]string{"/v1/messages/count_tokens"}, post, method((*Gateway).countTokens)))),
-		keyed([]string{"/v1/responses/{id}"}, get, method((*Gateway).responseByID)),
-		keyed([]string{"/v1/responses/{id}/cancel"}, post, method((*Gateway).responseByID)),
-		outsideTriage(keyed([]string{"/version"}, get, method((*Gateway).version))),
-		outsideTriage(keyed([]string{"/tokenize"}, post, method((*Gateway).tokenize))),
-		keyed([]string{"/detokenize"}, post, method((*Gateway).detokenize)),
-		keyed([]string{"/v1/chat/completions/render"}, post, func(g *Gateway, _ bool) handlerFunc { return g.render(admission.Chat) }),
-		keyed([]string{"/v1/completions/render"}, post, func(g *Gateway, _ bool) handlerFunc { return g.render(admission.Completions) }),
-		keyed([]string{"/v1/models"}, get, method((*Gateway).listModels)),
+		outsideTriage(inAnthropicAPI(keyed([]string{"/v1/messages/count_tokens"}, onlyPOST, method((*Gateway).countTokens)))),
+		keyed([]string{"/v1/responses/{id}"}, onlyGET, method((*Gateway).responseByID)),
+		keyed([]string{"/v1/responses/{id}/cancel"}, onlyPOST, method((*Gateway).responseByID)),
+		outsideTriage(keyed([]string{"/version"}, onlyGET, method((*Gateway).version))),
+		outsideTriage(keyed([]string{"/tokenize"}, onlyPOST, method((*Gateway).tokenize))),
+		keyed([]string{"/detokenize"}, onlyPOST, method((*Gateway).detokenize)),
+		keyed([]string{"/v1/chat/completions/render"}, onlyPOST, func(g *Gateway, _ bool) handlerFunc { return g.render(admission.Chat) }),
+		keyed([]string{"/v1/completions/render"}, onlyPOST, func(g *Gateway, _ bool) handlerFunc { return g.render(admission.Completions) }),
+		keyed([]string{"/v1/models"}, onlyGET, method((*Gateway).listModels)),
 
 		// Probes answer HEAD too (some load balancers send it), on both
 		// listeners. /readyz gives its detail only where the admin pages
 		// are served.
-		{paths: []string{"/livez"}, methods: probe, on: onBoth, quiet: true, local: method((*Gateway).livez)},
-		{paths: []string{"/readyz"}, methods: probe, on: onBoth, quiet: true, local: (*Gateway).readyz},
-		{paths: []string{"/health"}, methods: probe, on: onBoth, local: method((*Gateway).health)},
+		{paths: []string{"/livez"}, methods: getOrHead, on: onBoth, quiet: true, local: method((*Gateway).livez)},
+		{paths: []string{"/readyz"}, methods: getOrHead, on: onBoth, quiet: true, local: (*Gateway).readyz},
+		{paths: []string{"/health"}, methods: getOrHead, on: onBoth, local: method((*Gateway).health)},
 
 		// The admin pages: no key, and never where a key holder could
 		// read them (adminOnAPI).
-		{paths: []string{"/debug/triage"}, methods: get, on: onAdmin, local: method((*Gateway).debugTriage)},
-		{paths: []string{"/debug/backends"}, methods: get, on: onAdmin, local: method((*Gateway).debugBackends)},
-		{paths: []string{"/debug/store"}, methods: get, on: onAdmin, local: method((*Gateway).debugStore)},
-		{paths: []string{"/"}, methods: get, on: onAdmin, local: method((*Gateway).statusPage)},
-		{paths: []string{"/metrics"}, methods: get, on: onAdmin, raw: func(g *Gateway) http.Handler {
+		{paths: []string{"/debug/triage"}, methods: onlyGET, on: onAdmin, local: method((*Gateway).debugTriage)},
+		{paths: []string{"/debug/backends"}, methods: onlyGET, on: onAdmin, local: method((*Gateway).debugBackends)},
+		{paths: []string{"/debug/store"}, methods: onlyGET, on: onAdmin, local: method((*Gateway).debugStore)},
+		{paths: []string{"/"}, methods: onlyGET, on: onAdmin, local: method((*Gateway).statusPage)},
+		{paths: []string{"/metrics"}, methods: onlyGET, on: onAdmin, raw: func(g *Gateway) http.Handler {
 			return promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{Registry: g.reg})
 		}},
 	}
