@@ -308,11 +308,11 @@ func (d *Door) CountMessages(body []byte) (Decision, *Rejection) {
 }
 
 // checkMessagesAPI runs steps 3 to 6 for POST /v1/messages.
-func checkMessagesAPI(m Model, req *ojson.Value, body []byte) (Decision, *Rejection) {
+func checkMessagesAPI(ep Endpoint, m Model, req *ojson.Value, body []byte) (Decision, *Rejection) {
 	dec, c, rej := checkAnthropic(m, req, body, false)
 	if rej != nil || dec.Uncounted != Counted {
 		if rej == nil {
-			return uncountedFit(dec, m, Messages)
+			return uncountedFit(dec, m, ep)
 		}
 		return dec, rej
 	}
@@ -320,5 +320,5 @@ func checkMessagesAPI(m Model, req *ojson.Value, body []byte) (Decision, *Reject
 		dec.Uncounted = NoContextLimit
 		return dec, nil
 	}
-	return fit(dec, m, fields{maxTokens: dec.MaxTokens, n: 1, stream: dec.Stream}, c, req, Messages)
+	return fit(dec, m, fields{maxTokens: dec.MaxTokens, n: 1, stream: dec.Stream}, c, req, ep)
 }

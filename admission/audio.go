@@ -49,7 +49,7 @@ func (d *Door) CheckForm(ep Endpoint, f Form) (Decision, *Rejection) {
 	if !ok {
 		return Decision{}, UnknownModelRejection(f.Model, d.models.Names())
 	}
-	dec := Decision{Model: m.Name, Ref: m.Ref, Only: m.Only, N: 1, Prompts: 1, Uncounted: NotCounted, PromptEstimate: audioPromptEstimate}
+	dec := Decision{Endpoint: ep, Model: m.Name, Ref: m.Ref, Only: m.Only, N: 1, Prompts: 1, Uncounted: NotCounted, PromptEstimate: audioPromptEstimate}
 	reject := func(param, msg string) (Decision, *Rejection) {
 		return Decision{}, &Rejection{Reason: InvalidParam, Status: 400, Code: codeInvalidType, Param: param, Message: msg,
 			Model: m.Name, Ref: m.Ref}

@@ -5,7 +5,14 @@
 // # The door
 //
 // Door.Check is one pipeline that reads top to bottom, each step returning
-// either nothing (go on) or a *Rejection:
+// either nothing (go on) or a *Rejection. What differs between APIs is the
+// endpoint's spec (an Endpoint is a pointer to its EndpointSpec,
+// endpoints.go): which check runs after step 1, whether the input is
+// chat messages or a completions prompt, the default max_tokens, whether
+// it generates, the pooling rules (encoding fields, top_n, score and
+// rerank pairs, vLLM's word for the work); no step compares endpoint
+// names. The Decision names the spec it checked the request as
+// (Decision.Endpoint).
 //
 //  1. the body is a strict JSON object (valid UTF-8, nesting <= 64, no
 //     duplicate keys, no case variants of the keys that decide routing and

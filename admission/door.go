@@ -63,8 +63,9 @@ func NewDoor(models Catalog) *Door { return &Door{models: models} }
 
 // Check runs the door's pipeline on one request body, top to bottom: the
 // body, the model, the messages or prompt, the fields the gateway relies
-// on, the chat template, the context. It returns either a Decision or the
-// first Rejection.
+// on, the chat template, the context. Which steps run after the first is
+// the endpoint's spec (EndpointSpec.check). It returns either a Decision
+// (naming the endpoint it was checked as) or the first Rejection.
 func (d *Door) Check(ep Endpoint, body []byte) (Decision, *Rejection) {
 	// 1. A strict JSON object.
 	req, rej := parseBody(body)
@@ -74,36 +75,40 @@ func (d *Door) Check(ep Endpoint, body []byte) (Decision, *Rejection) {
 	if rej := checkKeyCase(req, ""); rej != nil {
 		return Decision{}, rej
 	}
-	if ep == Responses { // its model may be left out (responses.go)
-		return d.checkResponses(req, body)
-	}
-	// 2. A known model.
-	m, rej := d.model(req)
-	if rej != nil {
-		return Decision{}, rej
-	}
-	var dec Decision
-	if ep == Messages {
-		dec, rej = checkMessagesAPI(m, req, body)
-	} else if ep.Generates() {
-		dec, rej = d.checkModel(ep, m, req, body)
-	} else {
-		dec, rej = checkPooled(ep, m, req, body)
-	}
-	if rej != nil {
-		rej.Model, rej.Ref = m.Name, m.Ref
+	dec, rej := ep.check(d, ep, req, body)
+	if rej == nil && dec.Endpoint == nil {
+		dec.Endpoint = ep
 	}
 	return dec, rej
 }
 
-// checkModel runs the steps that need the model: 3 to 6.
-func (d *Door) checkModel(ep Endpoint, m Model, req *ojson.Value, body []byte) (Decision, *Rejection) {
+// modelStep is a check's steps after the model (3 to 6).
+type modelStep func(ep Endpoint, m Model, req *ojson.Value, body []byte) (Decision, *Rejection)
+
+// modelled is an endpoint's check that finds the model first (step 2),
+// then runs steps; their rejection names the model.
+func modelled(steps modelStep) func(d *Door, ep Endpoint, req *ojson.Value, body []byte) (Decision, *Rejection) {
+	return func(d *Door, ep Endpoint, req *ojson.Value, body []byte) (Decision, *Rejection) {
+		m, rej := d.model(req)
+		if rej != nil {
+			return Decision{}, rej
+		}
+		dec, rej := steps(ep, m, req, body)
+		if rej != nil {
+			rej.Model, rej.Ref = m.Name, m.Ref
+		}
+		return dec, rej
+	}
+}
+
+// checkGenerated runs steps 3 to 6 for chat and completions.
+func checkGenerated(ep Endpoint, m Model, req *ojson.Value, body []byte) (Decision, *Rejection) {
 	// 3. The shape of the input.
 	var rej *Rejection
-	if ep == Chat {
-		rej = checkMessages(req)
-	} else {
+	if ep.prompt {
 		rej = checkPrompt(req, m.Vocab)
+	} else {
+		rej = checkMessages(req)
 	}
 	if rej != nil {
 		return Decision{}, rej
@@ -222,15 +227,10 @@ type fields struct {
 	stream    bool
 }
 
-// completionsDefaultMaxTokens is vLLM's (and OpenAI's) default max_tokens
-// for /v1/completions when the field is absent; an explicit null means no
-// limit but the context.
-const completionsDefaultMaxTokens = 16
-
 func readFields(req *ojson.Value, ep Endpoint) (fields, *Rejection) {
 	f := fields{n: 1}
-	if ep == Completions && !req.Has("max_tokens") {
-		f.maxTokens = completionsDefaultMaxTokens
+	if ep.defaultMaxTokens > 0 && !req.Has("max_tokens") {
+		f.maxTokens = ep.defaultMaxTokens
 	}
 	for _, key := range []string{"max_tokens", "max_completion_tokens"} {
 		v, rej := positiveInt(req, key)
@@ -296,10 +296,10 @@ func describe(v *ojson.Value) string {
 func count(ep Endpoint, m Model, req *ojson.Value, limit int) (tokenize.Count, *Rejection) {
 	var c tokenize.Count
 	var err error
-	if ep == Chat {
-		c, err = m.Counter.CountChat(req, limit)
-	} else {
+	if ep.prompt {
 		c, err = m.Counter.CountCompletion(req, limit)
+	} else {
+		c, err = m.Counter.CountChat(req, limit)
 	}
 	if err == nil {
 		return c, nil
@@ -324,11 +324,7 @@ func CountRejection(ep Endpoint, err error) *Rejection {
 		return &Rejection{Reason: TemplateError, Status: 400, Code: codeTemplateInput, Param: "messages",
 			Message: te.Message}
 	case errors.As(err, &ie):
-		reason := InvalidMessages
-		if ep == Completions {
-			reason = InvalidPrompt
-		}
-		return &Rejection{Reason: reason, Status: 400, Code: codeInvalidValue, Param: ie.Param, Message: ie.Msg}
+		return &Rejection{Reason: ep.inputReason(), Status: 400, Code: codeInvalidValue, Param: ie.Param, Message: ie.Msg}
 	}
 	return nil
 }
@@ -338,10 +334,7 @@ func CountRejection(ep Endpoint, err error) *Rejection {
 // vLLM's /tokenize answers a prompt longer than the context (it holds the
 // prompt to max_model_len with no output budget), in the door's words.
 func OverContext(ep Endpoint, c tokenize.Count, maxModelLen int) *Rejection {
-	param := "messages"
-	if ep == Completions {
-		param = "prompt"
-	}
+	param := ep.inputParam()
 	info := &ContextInfo{PromptTokens: c.Tokens, PromptExact: !c.Truncated, MaxModelLen: maxModelLen}
 	return &Rejection{Reason: ContextLength, Status: 400, Code: codeContextLength, Param: param,
 		Message: contextMessage(info, ep), Context: info}
@@ -357,10 +350,7 @@ func uncountedFit(dec Decision, m Model, ep Endpoint) (Decision, *Rejection) {
 	if l <= 0 || mt < l {
 		return dec, nil
 	}
-	param := "messages"
-	if ep == Completions {
-		param = "prompt"
-	}
+	param := ep.inputParam()
 	info := &ContextInfo{PromptTokens: 1, PromptExact: false, MaxTokens: mt, MaxModelLen: l}
 	if dec.Prompts > 1 {
 		info.Batch = dec.Prompts
@@ -373,7 +363,7 @@ func uncountedFit(dec Decision, m Model, ep Endpoint) (Decision, *Rejection) {
 // completions prompt that is a list of strings or of token-id lists is a
 // batch (checkPrompt has checked the shape).
 func promptCount(ep Endpoint, req *ojson.Value) int {
-	if ep == Completions {
+	if ep.prompt {
 		if p := req.Get("prompt"); p != nil && p.Kind == ojson.Array && len(p.Items) > 0 && p.Items[0].Kind != ojson.Number {
 			return len(p.Items)
 		}
@@ -411,10 +401,7 @@ func fit(dec Decision, m Model, f fields, c tokenize.Count, req *ojson.Value, ep
 			return dec, nil
 		}
 	}
-	param := "messages"
-	if ep == Completions {
-		param = "prompt"
-	}
+	param := ep.inputParam()
 	exact := !c.Truncated || bad < len(prompts)-1
 	info := &ContextInfo{PromptTokens: prompts[bad], PromptExact: exact, MaxTokens: mt, MaxModelLen: l}
 	if c.Each != nil {
@@ -427,10 +414,7 @@ func fit(dec Decision, m Model, f fields, c tokenize.Count, req *ojson.Value, ep
 // contextMessage is OpenAI's wording, which clients and routers match on
 // "maximum context length". A lower-bound count says so.
 func contextMessage(c *ContextInfo, ep Endpoint) string {
-	what := "messages"
-	if ep == Completions {
-		what = "prompt"
-	}
+	what := ep.inputParam()
 	in := "the " + what
 	if c.Batch > 0 {
 		in = fmt.Sprintf("prompt[%d] of the batch of %d", c.Index, c.Batch)

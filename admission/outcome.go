@@ -6,55 +6,6 @@ import (
 	"github.com/maitred-dev/maitred/internal/ojson"
 )
 
-// Endpoint is the API a request was sent to.
-type Endpoint int
-
-const (
-	Chat        Endpoint = iota // /v1/chat/completions
-	Completions                 // /v1/completions
-	Embeddings                  // /v1/embeddings
-	Pooling                     // /pooling
-	Classify                    // /classify
-	Score                       // /score, /v1/score
-	Rerank                      // /rerank, /v1/rerank, /v2/rerank
-
-	Transcriptions // /v1/audio/transcriptions (a multipart form: CheckForm)
-	Translations   // /v1/audio/translations (a multipart form: CheckForm)
-
-	Messages  // /v1/messages (Anthropic), /v1/messages/count_tokens
-	Responses // /v1/responses (OpenAI Responses API)
-	numEndpoints
-)
-
-var endpointNames = [...]string{
-	Chat:        "chat",
-	Completions: "completions",
-	Embeddings:  "embeddings",
-	Pooling:     "pooling",
-	Classify:    "classify",
-	Score:       "score",
-	Rerank:      "rerank",
-
-	Transcriptions: "transcriptions",
-	Translations:   "translations",
-	Messages:       "messages",
-	Responses:      "responses",
-}
-
-func (e Endpoint) String() string {
-	if e >= 0 && e < numEndpoints {
-		return endpointNames[e]
-	}
-	return fmt.Sprintf("Endpoint(%d)", int(e))
-}
-
-// Generates reports whether the endpoint generates tokens: its requests
-// ask for an output budget (max_tokens). A pooling endpoint's requested
-// output is 0: it only reads its inputs.
-func (e Endpoint) Generates() bool {
-	return e == Chat || e == Completions || e == Messages || e == Responses
-}
-
 // Reason is why the door rejected a request. It is a small closed set that
 // doubles as the reason label of maitred_rejections_total, so dashboards
 // can rely on it.
@@ -232,6 +183,11 @@ type Decision struct {
 	ClampedFrom int
 	// N is the number of choices requested (default 1).
 	N int
+	// Endpoint is the API the request was checked as: the one it was sent
+	// to, or, for an endpoint that dispatches on the body's shape, the one
+	// the body reads as. Later stages (the reservation, affinity, the
+	// sampled tokenizer check) read its properties.
+	Endpoint Endpoint
 	// Request is the parsed body, for later stages that read it again
 	// (prefix affinity, the sampled tokenizer check): parse once.
 	Request *ojson.Value

@@ -36,11 +36,10 @@ func checkPooled(ep Endpoint, m Model, req *ojson.Value, body []byte) (Decision,
 		return Decision{}, rej
 	}
 	dec := Decision{Model: m.Name, Ref: m.Ref, Only: m.Only, Body: body, N: 1, Prompts: 1, Request: req}
-	switch ep {
-	case Score, Rerank:
+	if ep.pairs != nil {
 		// A pair is tokenized by the model's own cross-encoder rules
 		// (separators, token types): not reproduced here.
-		n, rej := checkPairs(ep, req)
+		n, rej := checkPairs(ep.pairs, req)
 		if rej != nil {
 			return Decision{}, rej
 		}
@@ -98,13 +97,10 @@ func checkPooled(ep Endpoint, m Model, req *ojson.Value, body []byte) (Decision,
 
 // operation names the endpoint's work in vLLM's pooling context message.
 func operation(ep Endpoint, req *ojson.Value) string {
-	if ep == Classify {
-		return "classification"
+	if t := req.Get("task"); ep.taskOperation && t != nil && t.Kind == ojson.String && (t.Str == "classify" || t.Str == "token_classify") {
+		return classification
 	}
-	if t := req.Get("task"); ep == Pooling && t != nil && t.Kind == ojson.String && (t.Str == "classify" || t.Str == "token_classify") {
-		return "classification"
-	}
-	return "embedding generation"
+	return ep.operation
 }
 
 // poolingContextMessage is vLLM's wording for a pooled input over the
@@ -133,7 +129,7 @@ func pooledFields(ep Endpoint, req *ojson.Value) *Rejection {
 			return invalidParam("truncate_prompt_tokens", codeInvalidValue, "truncate_prompt_tokens must be -1 (the context length) or at least 0, got %s.", v.Str)
 		}
 	}
-	if ep == Embeddings || ep == Pooling {
+	if ep.encoding {
 		// Its values are vLLM's to judge: float and base64, and in newer
 		// versions binary ones ("bytes") this door need not know.
 		if v := req.Get("encoding_format"); !v.IsNull() && v.Kind != ojson.String {
@@ -148,7 +144,7 @@ func pooledFields(ep Endpoint, req *ojson.Value) *Rejection {
 			return invalidParam(k, codeInvalidType, "%s must be a boolean, got %s.", k, v.Kind)
 		}
 	}
-	if ep == Rerank {
+	if ep.topN {
 		if v := req.Get("top_n"); !v.IsNull() && (v.Kind != ojson.Number || !v.IsInt()) {
 			return invalidParam("top_n", codeInvalidType, "top_n must be an integer, got %s.", describe(v))
 		}
@@ -350,19 +346,16 @@ var scorePairs = [][2]string{{"queries", "documents"}, {"queries", "items"}, {"d
 
 // checkPairs checks the shape of a score or rerank request and returns the
 // number of pairs vLLM scores (each its own engine request).
-func checkPairs(ep Endpoint, req *ojson.Value) (int, *Rejection) {
-	names := [2]string{"query", "documents"}
-	if ep == Score {
-		names = scorePairs[len(scorePairs)-1]
-		for _, p := range scorePairs {
-			if req.Has(p[0]) && req.Has(p[1]) {
-				names = p
-				break
-			}
+func checkPairs(rule *pairRule, req *ojson.Value) (int, *Rejection) {
+	names := rule.names[len(rule.names)-1]
+	for _, p := range rule.names {
+		if req.Has(p[0]) && req.Has(p[1]) {
+			names = p
+			break
 		}
-		if req.Has("queries") && names[0] != "queries" {
-			names = scorePairs[0]
-		}
+	}
+	if first := rule.names[0]; rule.firstWins && req.Has(first[0]) && names != first {
+		names = first
 	}
 	var sizes [2]int
 	for i, name := range names {
@@ -374,7 +367,7 @@ func checkPairs(ep Endpoint, req *ojson.Value) (int, *Rejection) {
 		switch {
 		case v.Kind == ojson.String || multimodal:
 			sizes[i] = 1
-		case v.Kind == ojson.Array && !(ep == Rerank && i == 0):
+		case v.Kind == ojson.Array && !(rule.singleFirst && i == 0):
 			for j, it := range v.Items {
 				if it.Kind != ojson.String && it.Kind != ojson.Object {
 					return 0, badInput(fmt.Sprintf("%s[%d]", name, j), codeInvalidType, "%s[%d] must be a string, got %s.", name, j, it.Kind)
@@ -383,7 +376,7 @@ func checkPairs(ep Endpoint, req *ojson.Value) (int, *Rejection) {
 			sizes[i] = len(v.Items)
 		default:
 			want := "a string or an array of strings"
-			if ep == Rerank && i == 0 {
+			if rule.singleFirst && i == 0 {
 				want = "a string"
 			}
 			return 0, badInput(name, codeInvalidType, "%s must be %s, got %s.", name, want, v.Kind)

@@ -36,7 +36,7 @@ var responsesRoles = []string{"user", "assistant", "system", "developer"}
 // (which vLLM lets a request leave out when it serves one model), the typed
 // fields, the input's shape, the count through the chat template, and the
 // context rule with max_output_tokens.
-func (d *Door) checkResponses(req *ojson.Value, body []byte) (Decision, *Rejection) {
+func (d *Door) checkResponses(_ Endpoint, req *ojson.Value, body []byte) (Decision, *Rejection) {
 	for _, mem := range req.Members {
 		for _, k := range responsesKeys {
 			if mem.Key != k && strings.EqualFold(mem.Key, k) {

@@ -25,7 +25,7 @@ func prefixHash(rt *modelRuntime, ep admission.Endpoint, dec admission.Decision)
 		return 0
 	}
 	var text string
-	if ep == admission.Chat {
+	if ep.Chat() {
 		if dec.Uncounted == admission.NoTokenizer || dec.Uncounted == admission.NotExact {
 			return 0 // the door could not render it: nor could a second try
 		}

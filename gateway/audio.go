@@ -40,12 +40,6 @@ import (
 // holds at most max_audio_body_bytes + formAllowance and lives as long as
 // its request, queue wait included.
 
-// audioAPIs' body reader.
-var (
-	transcriptionsAPI = &api{read: readUpload, door: admission.Transcriptions, errors: openAIErrors}
-	translationsAPI   = &api{read: readUpload, door: admission.Translations, errors: openAIErrors}
-)
-
 // formAllowance is what an upload's body may carry beyond
 // max_audio_body_bytes: the limit is the audio's (OpenAI's and vLLM's 25
 // MiB are the file's), and the form's boundaries, part headers and other

@@ -4,6 +4,18 @@
 //
 // # Model
 //
+// Every endpoint is one spec in one list (endpointList, endpoints.go): its
+// paths and methods, the listener(s) it is on, its error envelope, whether
+// it needs an API key, its handler (a model API's api value for the
+// shared pipeline, or a local handler), its gen_ai operation name for
+// tracing, whether triage observes it, whether its access-log line is
+// quiet, and whether vLLM serves the same path. The router (routes) is a
+// loop over that list; tracing, triage and the access log read a
+// request's spec by its endpoint label (specOf); nothing compares
+// endpoint names or paths (internal/archtest TestNoEndpointComparisons),
+// every route has a spec and every vLLM spec a simulator route (the
+// tests in endpoints_test.go).
+//
 // Every route is a handlerFunc wrapped by serve, the edge adapter. A handler
 // either writes its success itself (the proxy streams the backend's answer
 // straight to the client) or returns an error; serve renders a returned
@@ -48,19 +60,22 @@
 // length), within read_body_timeout and the gateway-wide body budget
 // (max_body_bytes_in_flight), held until serve ends the request.
 //
-// The model APIs (chat, completions, embeddings, /pooling, /classify,
-// score, rerank, Responses, Anthropic's /v1/messages) share one pipeline,
-// pipeline (pipeline.go), and differ only by their entry in the endpoint
-// table, an api value: how the body is read (readJSON), which
-// admission.Endpoint the door checks it as (how the model is found, the
-// input checked and counted, the output it requests: none for the pooling
-// families), the envelope the gateway's own errors are written in
+// The model APIs (every spec with a door: chat, completions, embeddings,
+// /pooling, /classify, score, rerank, Responses, Anthropic's /v1/messages,
+// ...; endpointList has them all) share one pipeline,
+// pipeline (pipeline.go), and differ only by their spec's api value: how the
+// body is read (readJSON), which admission.Endpoint (the door's spec of
+// the API) the door checks it as (how the model is found, the input
+// checked and counted, the output it requests: none for the pooling
+// families; the decision names the spec it checked the request as, whose
+// properties the reservation, the ticket, affinity and the tokenizer check
+// read), the envelope the gateway's own errors are written in
 // (openAIErrors, anthropicErrors), how its stream ends (streamShape: data
 // [DONE], Anthropic's message_stop, a Responses stream's
 // response.completed), and whether prefix affinity (a Messages request
 // hashed as the chat conversation the door converted it to) and the
-// sampled tokenizer check apply. Each route is one line of the router's
-// table. The audio APIs (transcriptions, translations; audio.go) read a
+// sampled tokenizer check apply. Each endpoint is one entry of the spec
+// list. The audio APIs (transcriptions, translations; audio.go) read a
 // multipart upload instead (readUpload): never held in memory, it is read
 // whole into a temporary file (the spool) before it takes a backend slot,
 // within max_audio_body_bytes, read_audio_body_timeout and the body budget

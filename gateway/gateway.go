@@ -13,7 +13,6 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 
 	"github.com/maitred-dev/maitred/admission"
@@ -254,14 +253,6 @@ func (g *Gateway) Handler() http.Handler { return g.handler }
 // the status page and the probes.
 func (g *Gateway) AdminHandler() http.Handler { return g.adminHandler }
 
-// route is one path the gateway serves, the methods it answers, and its
-// handler, built for the path (the path is its endpoint label).
-type route struct {
-	path    string
-	methods []string
-	h       func(path string) http.Handler
-}
-
 // listenerKind names the listener a handler serves: the API's (Listen)
 // or the admin one (AdminListen).
 type listenerKind int
@@ -279,83 +270,43 @@ const (
 // Both settings need a restart, so the start config decides.
 func (g *Gateway) adminOnAPI() bool { return g.cfg.AdminListen == "" && g.cfg.Auth == nil }
 
-// routes builds the handler of one listener. The API listener serves the
-// model APIs and the probes, and the admin pages when adminOnAPI; the admin
-// listener serves the admin pages and the probes. /readyz gives its
-// models' and backends' detail only where the admin pages are served.
+// routes builds the handler of one listener: its router, behind the
+// check of each request's framing.
 func (g *Gateway) routes(l listenerKind) http.Handler {
-	get, post, probe := []string{http.MethodGet}, []string{http.MethodPost}, []string{http.MethodGet, http.MethodHead}
-	// model runs a model API family through the shared pipeline; local
-	// serves a handler in OpenAI's envelope; keyed is a local handler of
-	// the model API, which needs an API key when auth is configured, as
-	// the model families do (keys.go). The probes and, where they are
-	// served, /metrics, /debug/* and the status page need no key.
-	model := func(a *api) func(string) http.Handler {
-		return func(path string) http.Handler { return g.serveAPI(path, a) }
-	}
-	local := func(h handlerFunc) func(string) http.Handler {
-		return func(path string) http.Handler { return g.serve(path, h) }
-	}
-	keyed := func(h handlerFunc) func(string) http.Handler {
-		return func(path string) http.Handler { return g.serve(path, g.keyed(h, false, false)) }
-	}
-	adminPages := l == adminListener || g.adminOnAPI()
-	var table []route
-	if l == apiListener {
-		table = []route{
-			// The model APIs: one line each, the family's api value saying
-			// how the shared pipeline (pipeline) runs it.
-			{"/v1/chat/completions", post, model(chatAPI)},
-			{"/v1/completions", post, model(completionsAPI)},
-			{"/v1/embeddings", post, model(embeddingsAPI)},
-			{"/pooling", post, model(poolingAPI)},
-			{"/classify", post, model(classifyAPI)},
-			{"/score", post, model(scoreAPI)},
-			{"/v1/score", post, model(scoreAPI)},
-			{"/rerank", post, model(rerankAPI)},
-			{"/v1/rerank", post, model(rerankAPI)},
-			{"/v2/rerank", post, model(rerankAPI)},
-			{"/v1/audio/transcriptions", post, model(transcriptionsAPI)},
-			{"/v1/audio/translations", post, model(translationsAPI)},
-			{"/v1/messages", post, model(messagesAPI)},
-			{"/v1/messages/count_tokens", post, func(path string) http.Handler {
-				return g.serveIn(anthropicErrors, path, g.keyed(g.countTokens, true, false))
-			}},
-			{"/v1/responses", post, model(responsesAPI)},
-			{"/v1/responses/{id}", get, keyed(g.responseByID)},
-			{"/v1/responses/{id}/cancel", post, keyed(g.responseByID)},
-			{"/version", get, keyed(g.version)},
-			{"/tokenize", post, keyed(g.tokenize)},
-			{"/detokenize", post, keyed(g.detokenize)},
-			{"/v1/chat/completions/render", post, keyed(g.render(admission.Chat))},
-			{"/v1/completions/render", post, keyed(g.render(admission.Completions))},
-			{"/v1/models", get, keyed(g.listModels)},
+	r := g.router(l)
+	// A request framed two ways is refused before any route sees it.
+	ambiguous := g.serve("unmatched", func(w http.ResponseWriter, r *http.Request, _ *exchange) error {
+		return &Error{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: codeAmbiguousFraming, CloseConn: true, Layer: triage.LayerDoor,
+			Message: "The request carries both Transfer-Encoding and Content-Length; send one framing."}
+	})
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if fc, ok := req.Context().Value(connKey{}).(*framedConn); ok && fc.nextRequest() {
+			ambiguous(w, req)
+			return
 		}
-	}
-	// Probes answer HEAD too: some load balancers send it. They are on
-	// both listeners: load balancers probe the API port.
-	table = append(table,
-		route{"/livez", probe, local(g.livez)},
-		route{"/readyz", probe, local(g.readyz(adminPages))},
-		route{"/health", probe, local(g.health)},
-	)
-	if adminPages {
-		table = append(table,
-			route{"/debug/triage", get, local(g.debugTriage)},
-			route{"/debug/backends", get, local(g.debugBackends)},
-			route{"/debug/store", get, local(g.debugStore)},
-			route{"/", get, local(g.statusPage)},
-			route{"/metrics", get, func(string) http.Handler { return promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{Registry: g.reg}) }},
-		)
-	}
+		r.ServeHTTP(w, req)
+	})
+}
+
+// router routes one listener's endpoints, every one from its spec
+// (endpoints.list, endpoints.go). The API listener serves the model APIs
+// and the probes, and the admin pages when adminOnAPI; the admin listener
+// serves the admin pages and the probes.
+func (g *Gateway) router(l listenerKind) *chi.Mux {
+	pages := l == adminListener || g.adminOnAPI()
 	r := chi.NewRouter()
 	allow := map[string]string{}
-	for _, rt := range table {
-		h := rt.h(rt.path)
-		for _, m := range rt.methods {
-			r.Method(m, rt.path, h)
+	for _, e := range endpoints.list {
+		if (e.on == onAPI && l != apiListener) || (e.on == onAdmin && !pages) {
+			continue
 		}
-		allow[rt.path] = strings.Join(rt.methods, ", ")
+		for _, p := range e.paths {
+			h := g.endpointHandler(e, p, pages)
+			for _, m := range e.methods {
+				r.Method(m, p, h)
+			}
+			allow[p] = strings.Join(e.methods, ", ")
+		}
 	}
 	r.NotFound(g.serve("unmatched", func(w http.ResponseWriter, r *http.Request, _ *exchange) error {
 		return &Error{Status: http.StatusNotFound, Type: typeInvalidRequest, Code: codeUnknownURL, Layer: triage.LayerDoor,
@@ -376,18 +327,7 @@ func (g *Gateway) routes(l listenerKind) http.Handler {
 		return &Error{Status: http.StatusMethodNotAllowed, Type: typeInvalidRequest, Code: codeMethodNotAllowed, Layer: triage.LayerDoor,
 			Message: "Method " + req.Method + " is not allowed for " + req.URL.Path + "; use " + methods + "."}
 	}))
-	// A request framed two ways is refused before any route sees it.
-	ambiguous := g.serve("unmatched", func(w http.ResponseWriter, r *http.Request, _ *exchange) error {
-		return &Error{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: codeAmbiguousFraming, CloseConn: true, Layer: triage.LayerDoor,
-			Message: "The request carries both Transfer-Encoding and Content-Length; send one framing."}
-	})
-	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if fc, ok := req.Context().Value(connKey{}).(*framedConn); ok && fc.nextRequest() {
-			ambiguous(w, req)
-			return
-		}
-		r.ServeHTTP(w, req)
-	})
+	return r
 }
 
 // Server returns an http.Server for the gateway with the timeouts and limits

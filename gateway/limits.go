@@ -229,7 +229,7 @@ func quotaAsk(rt *modelRuntime, ep admission.Endpoint, dec admission.Decision, b
 	counted := dec.Uncounted == admission.Counted
 	var ask int
 	switch {
-	case ep == admission.Transcriptions || ep == admission.Translations:
+	case ep.Form():
 		ask = dec.PromptEstimate + dec.MaxTokens
 		if L > 0 {
 			ask = L

@@ -9,38 +9,34 @@ import (
 	"github.com/maitred-dev/maitred/admission"
 )
 
-// api is one endpoint family of the model APIs as the request pipeline
-// (pipeline) runs it. The pipeline is the same for every family; what
-// differs is declared here, and a new family (Responses, Anthropic
-// Messages, audio) is a new value, not a new handler:
+// api is how the request pipeline (pipeline) runs one model API; it is part
+// of the endpoint's spec (endpoint, endpoints.go). The pipeline is the
+// same for every API; what differs is declared here:
 //   - read: how the body is read (readJSON: the whole JSON body within
 //     max_body_bytes; readUpload: a multipart upload read whole into a
 //     spool on disk under a limit of its own, its form read strictly,
 //     handed to the pipeline as x.upload, its form checked by the door's
 //     CheckForm);
-//   - door: how the door finds the model, checks and counts the input and
-//     reads the requested output (admission.Endpoint; a pooling family
-//     requests no output);
-//   - errors: the envelope the gateway's own errors are written in
-//     (OpenAI's; Anthropic's would be another errorWriter);
+//   - door: the door's spec of the API (admission.Endpoint): how the door
+//     finds the model, checks and counts the input and reads the
+//     requested output. The door's decision names the spec it checked the
+//     request as (Decision.Endpoint), and the later stages (the key's
+//     reservation, the queue's ticket, affinity, the tokenizer check) read
+//     that one's properties;
 //   - affinity, tokenizeCheck: whether prefix affinity and the sampled
 //     tokenizer check apply (they read a chat or completions prompt);
-//   - stream: how the family's SSE stream ends and how the gateway ends
+//   - stream: how the API's SSE stream ends and how the gateway ends
 //     one that broke (nil: OpenAI's, [DONE]; a broken one gets an error
 //     event and an aborted response).
 //
 // Whether a request streams is the door's reading of its body
-// (Decision.Stream); a family that never streams never sets it.
+// (Decision.Stream); an API that never streams never sets it.
 type api struct {
 	read          bodyReader
 	door          admission.Endpoint
-	errors        errorWriter
 	affinity      bool
 	tokenizeCheck bool
 	stream        *streamShape
-	// xAPIKey: the family also accepts its API key in Anthropic's
-	// x-api-key header (keys.go).
-	xAPIKey bool
 	// pin, when set, may confine the request to some of its model's
 	// backends: it returns the slots to exclude (a Responses continuation
 	// must reach the backend holding the previous response).
@@ -53,21 +49,6 @@ type api struct {
 	// its key, model and backend (responses.go) before the client sees it.
 	recordsID bool
 }
-
-// The model API families maitred admits.
-var (
-	chatAPI        = &api{read: readJSON, door: admission.Chat, errors: openAIErrors, affinity: true, tokenizeCheck: true}
-	completionsAPI = &api{read: readJSON, door: admission.Completions, errors: openAIErrors, affinity: true, tokenizeCheck: true}
-	embeddingsAPI  = &api{read: readJSON, door: admission.Embeddings, errors: openAIErrors}
-	poolingAPI     = &api{read: readJSON, door: admission.Pooling, errors: openAIErrors}
-	classifyAPI    = &api{read: readJSON, door: admission.Classify, errors: openAIErrors}
-	scoreAPI       = &api{read: readJSON, door: admission.Score, errors: openAIErrors}
-	rerankAPI      = &api{read: readJSON, door: admission.Rerank, errors: openAIErrors}
-	// transcriptionsAPI and translationsAPI read a spooled upload: audio.go.
-	messagesAPI  = &api{read: readJSON, door: admission.Messages, errors: anthropicErrors, affinity: true, stream: anthropicStream, xAPIKey: true}
-	responsesAPI = &api{read: readJSON, door: admission.Responses, errors: openAIErrors, stream: responsesStream, pin: pinPreviousResponse,
-		screen: responsesScreen, recordsID: true}
-)
 
 // bodyReader reads a request's body for the door. A failure it returns is
 // rendered as the request's answer; a rejection (a body the door never
@@ -88,19 +69,12 @@ func readJSON(g *Gateway, w http.ResponseWriter, r *http.Request, x *exchange) (
 	return body, nil
 }
 
-// serveAPI serves a model API family at path: the edge adapter, in the
-// family's error envelope, around the pipeline.
-func (g *Gateway) serveAPI(path string, a *api) http.HandlerFunc {
-	return g.serveIn(a.errors, path, g.keyed(g.pipeline(a), a.xAPIKey, true))
-}
-
 // pipeline runs a request of every model API: read the body once, put it
 // through the door (admission.Door: shape, model, input, count, context),
 // wait in the model's queue for a ready backend with room, and forward the
 // bytes the door approved, which are the client's own unless max_tokens
 // was clamped. The answer passes through byte for byte.
 func (g *Gateway) pipeline(a *api) handlerFunc {
-	ep := a.door
 	return func(w http.ResponseWriter, r *http.Request, x *exchange) error {
 		x.sse = a.stream
 		if k := x.key; k != nil && k.perMinute {
@@ -118,7 +92,7 @@ func (g *Gateway) pipeline(a *api) handlerFunc {
 			return err
 		}
 		x.readDone = time.Now()
-		dec, rej, kc := g.check(ep, body, x)
+		dec, rej, kc := g.check(a.door, body, x)
 		x.doorDone = time.Now()
 		if rej != nil {
 			if ci := rej.Context; ci != nil {
@@ -127,6 +101,7 @@ func (g *Gateway) pipeline(a *api) handlerFunc {
 			return g.rejected(x, notAllowed(kc, g.refused(x, rej)))
 		}
 		rt := g.decided(x, dec)
+		ep := dec.Endpoint // the API the body was checked as
 		x.stream, x.promptTokens, x.maxTokens = dec.Stream, dec.PromptTokens, dec.MaxTokens
 		if a.screen != nil {
 			if err := a.screen(g, x, dec); err != nil {

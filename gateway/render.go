@@ -127,7 +127,7 @@ func (g *Gateway) render(ep admission.Endpoint) handlerFunc {
 				return err
 			}
 			if reason == "" {
-				if ep == admission.Chat {
+				if ep.Chat() {
 					writeJSONRaw(w, http.StatusOK, out[0])
 				} else {
 					writeJSONRaw(w, http.StatusOK, out)
@@ -146,7 +146,7 @@ func (g *Gateway) render(ep admission.Endpoint) handlerFunc {
 func renderLocal(rt *modelRuntime, ep admission.Endpoint, dec admission.Decision) ([]renderAnswer, string, error) {
 	req, body := dec.Request, dec.Body
 	keys := renderCompletionKeys
-	if ep == admission.Chat {
+	if ep.Chat() {
 		keys = renderChatKeys
 	}
 	for _, m := range req.Members {
@@ -208,7 +208,7 @@ func renderLocal(rt *modelRuntime, ep admission.Endpoint, dec admission.Decision
 			p.MaxTokens = &budget
 		}
 		prefix := "cmpl-"
-		if ep == admission.Chat {
+		if ep.Chat() {
 			prefix = "chatcmpl-"
 		}
 		out[i] = renderAnswer{RequestID: prefix + randomHex(), TokenIDs: ids[i], SamplingParams: p, Model: &model,
@@ -234,7 +234,7 @@ func renderIDs(tok *tokenize.Model, ep admission.Endpoint, req *ojson.Value, bod
 		}
 		return nil, "", err
 	}
-	if ep == admission.Chat {
+	if ep.Chat() {
 		ids, reason, err := one(tok.TokenizeChat(req))
 		return [][]int{ids}, reason, err
 	}

@@ -172,7 +172,7 @@ func (c *tokenizeChecker) check(rt *modelRuntime, b *fleet.Backend, ep admission
 		return // a clamped body no longer matches the parsed spans
 	}
 	keys := chatTokenizeKeys
-	if ep == admission.Completions {
+	if !ep.Chat() {
 		keys = completionTokenizeKeys
 		if p := req.Get("prompt"); p == nil || (p.Kind == ojson.Array && len(p.Items) > 0 && p.Items[0].Kind != ojson.Number) {
 			return // several prompts: /tokenize takes one

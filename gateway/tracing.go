@@ -76,29 +76,7 @@ const (
 // convention's names where one fits (chat, text_completion, embeddings),
 // the endpoint family's otherwise; "" for an endpoint that is no model
 // API (probes, pages, tokenizer work).
-func genAIOperation(endpoint string) string {
-	switch endpoint {
-	case "/v1/chat/completions", "/v1/messages", "/v1/responses":
-		return "chat"
-	case "/v1/completions":
-		return "text_completion"
-	case "/v1/embeddings":
-		return "embeddings"
-	case "/pooling":
-		return "pooling"
-	case "/classify":
-		return "classify"
-	case "/score", "/v1/score":
-		return "score"
-	case "/rerank", "/v1/rerank", "/v2/rerank":
-		return "rerank"
-	case "/v1/audio/transcriptions":
-		return "transcription"
-	case "/v1/audio/translations":
-		return "translation"
-	}
-	return ""
-}
+func genAIOperation(endpoint string) string { return specOf(endpoint).operation }
 
 // keyName is the name of the API key the request came with, for
 // maitred.key (never the key itself); "" when the gateway is open or the

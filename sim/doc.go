@@ -52,6 +52,10 @@
 //     default, so max_tokens is absent when the computed budget is 16;
 //     output_kind is 1 (stream) or 2 and skip_clone true. A Tokenizer
 //     without ids answers 501. Render is not queued and not in Stats.
+//   - POST /invocations (SageMaker; invocations.go): served as the first
+//     request type the body has the fields of, in vLLM's order (chat,
+//     completion, embedding, classification, score, rerank, pooling);
+//     none: 400 "Cannot find suitable handler for request".
 //   - POST /v1/responses (OpenAI Responses API, streaming and not, background
 //     mode), GET /v1/responses/{id} (?stream=true&starting_after=N replays a
 //     background stream), POST /v1/responses/{id}/cancel (responses.go).

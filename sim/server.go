@@ -62,7 +62,7 @@ type Stats struct {
 	// outcome: generation (/v1/chat/completions, /v1/completions,
 	// /v1/responses, /v1/messages, /v1/audio/transcriptions and
 	// /v1/audio/translations) and pooling (/v1/embeddings, /pooling,
-	// /classify, score and rerank).
+	// /classify, score and rerank), and /invocations.
 	Requests int `json:"requests"`
 	// Completed counts generations answered in full (stop or length) and
 	// pooling requests answered.
@@ -388,6 +388,8 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		s.record(r, body)
 		s.tokenize(w, r, body)
+	case "/invocations":
+		s.invocations(w, r)
 	case "/sim/config":
 		if !allow(w, r, http.MethodGet, http.MethodPost) {
 			return
