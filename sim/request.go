@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/maitred-dev/maitred/internal/ojson"
@@ -389,10 +390,25 @@ func validateBudget(req *genRequest, cfg Config) ([]plan, *apiError) {
 	return plans, nil
 }
 
-// pyFloat formats like Python's repr of a float (1.0, 0.5, -2.0).
+// pyFloat formats like Python's repr of a float: the shortest digits that
+// read back the same, positional with ".0" for integral values, scientific
+// ("1e-05", "1e+16") when the decimal exponent is below -4 or at least 16.
 func pyFloat(f float64) string {
-	s := fmt.Sprintf("%v", f)
-	if !bytes.ContainsAny([]byte(s), ".eEnN") {
+	switch {
+	case math.IsNaN(f):
+		return "nan"
+	case math.IsInf(f, 1):
+		return "inf"
+	case math.IsInf(f, -1):
+		return "-inf"
+	}
+	sci := strconv.FormatFloat(f, 'e', -1, 64) // d.ddde±XX, shortest digits
+	exp, _ := strconv.Atoi(sci[strings.LastIndexByte(sci, 'e')+1:])
+	if f != 0 && (exp < -4 || exp >= 16) {
+		return sci
+	}
+	s := strconv.FormatFloat(f, 'f', -1, 64)
+	if !strings.Contains(s, ".") {
 		s += ".0"
 	}
 	return s
