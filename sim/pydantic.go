@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/maitred-dev/maitred/internal/ojson"
 )
@@ -89,4 +90,17 @@ func dotted(loc []any) string {
 		fmt.Fprint(&b, l)
 	}
 	return b.String()
+}
+
+// laxBools are the strings pydantic's lax mode takes as booleans (its
+// bool_parsing rule), matched case-insensitively.
+var laxBools = map[string]bool{
+	"0": false, "off": false, "f": false, "false": false, "n": false, "no": false,
+	"1": true, "on": true, "t": true, "true": true, "y": true, "yes": true,
+}
+
+// pyBool parses a query or form boolean the way pydantic does in lax mode.
+func pyBool(s string) (bool, bool) {
+	b, ok := laxBools[strings.ToLower(s)]
+	return b, ok
 }
