@@ -30,6 +30,7 @@ var renderDiffCases = []struct{ path, body, disputed string }{
 	{"/v1/chat/completions/render", `{"model":"m","messages":[{"role":"user","content":"Hi"}]}`, ""},
 	{"/v1/chat/completions/render", `{"model":"m","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"x < y & z"}],"temperature":1e-06,"top_p":0.3,"top_k":5,"min_p":0.2}`, ""},
 	{"/v1/chat/completions/render", `{"model":"m","messages":[{"role":"user","content":"Hi"}],"temperature":2,"top_k":-1,"seed":-3,"repetition_penalty":1e16}`, ""},
+	{"/v1/chat/completions/render", `{"model":"m","messages":[{"role":"user","content":"Hi"}],"repetition_penalty":2500000,"temperature":0.0001}`, ""},
 	{"/v1/chat/completions/render", `{"model":"m","messages":[{"role":"user","content":"Hi"}],"stop":[],"stop_token_ids":[],"ignore_eos":false,"min_tokens":0}`, ""},
 	{"/v1/chat/completions/render", `{"model":"m","messages":[{"role":"user","content":"Hi"}],"stop":["é","<|im_end|>"],"stop_token_ids":[7],"ignore_eos":true,"min_tokens":2,"max_tokens":9}`, ""},
 	{"/v1/chat/completions/render", `{"model":"m","messages":[{"role":"user","content":"Hi"}],"max_completion_tokens":16,"max_tokens":3}`, ""},
