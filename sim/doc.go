@@ -29,7 +29,7 @@
 //   - Pooling (pooling.go; requests read as vLLM's protocol classes in
 //     pooling_protocol.go, prompts built in pooling_prompts.go): POST
 //     /v1/embeddings (input: a string, strings, token ids or lists of ids,
-//     never a mix of strings and id lists; or the chat form, messages or
+//     or a list mixing strings and id lists; or the chat form, messages or
 //     input holding messages, one conversation or a batch; encoding_format float or base64, little-endian float32;
 //     dimensions only with Config.Matryoshka; truncate_prompt_tokens and
 //     truncation_side), /pooling (task embed, classify, token_embed,
@@ -233,7 +233,9 @@
 //     accepted and ignored: no stop strings, logprobs, tools, echo or
 //     response_format; the text never depends on the prompt.
 //   - Pooling: a text-only model; multimodal score/rerank inputs ({content:
-//     [...]}) are refused as strings are required; score pairs are counted as
+//     [...]}) are refused as strings are required; an input list mixing
+//     strings and token-id lists is served (vLLM's input union, as its
+//     protocol reads, refuses it); score pairs are counted as
 //     the query with special tokens followed by the document without;
 //     truncation keeps the last tokens unless truncation_side is "right";
 //     ids are "rerank-…" for rerank (vLLM's newest code uses "score-");

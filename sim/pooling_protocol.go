@@ -191,7 +191,10 @@ func readEmbedLikeRequest(req *poolRequest, v *ojson.Value, body []byte) *apiErr
 
 // readCompletionInput reads CompletionRequestMixin's input:
 // list[int] | list[list[int]] | str | list[str]. An empty list validates
-// (as list[int]) and is refused when the prompts are prepared.
+// (as list[int]) and is refused when the prompts are prepared. A list
+// mixing strings and token-id lists is accepted, each item one prompt (the
+// simulator has always served it and the gateway's tests rely on it;
+// vLLM's union as written would refuse it).
 func readCompletionInput(v *ojson.Value, body []byte, addSpecial bool) ([]poolInput, *apiError) {
 	in := v.Get("input")
 	if in == nil {
@@ -211,16 +214,11 @@ func readCompletionInput(v *ojson.Value, body []byte, addSpecial bool) ([]poolIn
 		return []poolInput{{ids: ids, isIDs: true}}, nil
 	}
 	out := make([]poolInput, 0, len(in.Items))
-	if in.Items[0].Kind == ojson.String { // list[str]
-		for _, it := range in.Items {
-			if it.Kind != ojson.String {
-				return nil, bad
-			}
+	for _, it := range in.Items { // list[str] or list[list[int]]
+		if it.Kind == ojson.String {
 			out = append(out, textPrompt(it.Raw(body), addSpecial))
+			continue
 		}
-		return out, nil
-	}
-	for _, it := range in.Items { // list[list[int]]
 		ids, ok := laxIntList(it)
 		if !ok || len(ids) == 0 {
 			return nil, bad
