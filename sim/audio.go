@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -311,44 +312,13 @@ func (s *Server) audio(w http.ResponseWriter, r *http.Request, cfg Config, trans
 		reject(e)
 		return
 	}
-	if req.model != nil && *req.model != "" && *req.model != cfg.Model && !isLoRA(cfg, *req.model) {
-		reject(&apiError{Status: http.StatusNotFound, Type: "NotFoundError",
-			Message: fmt.Sprintf("The model `%s` does not exist.", *req.model), Param: strp("model")})
+	if e := checkAudioRequest(req, form, cfg); e != nil {
+		reject(e)
 		return
 	}
-	if cfg.FailStatus > 0 {
-		reject(failError(cfg.FailStatus, cfg.FailMessage))
-		return
-	}
-	switch {
-	case req.format != "text" && req.format != "json" && req.format != "verbose_json":
-		reject(&apiError{Status: http.StatusBadRequest, Type: "BadRequestError",
-			Message: "Currently only support response_format: `text`, `json` or `verbose_json`"})
-		return
-	case req.format == "verbose_json" && req.stream:
-		reject(&apiError{Status: http.StatusBadRequest, Type: "BadRequestError",
-			Message: "verbose_json format doesn't support streaming case"})
-		return
-	}
-	if mb := float64(form.size) / (1 << 20); mb > maxAudioFileMB {
-		reject(validationError("Maximum file size exceeded", "audio_filesize_mb", pyFloat(mb)))
-		return
-	}
-	P := whisperPromptTokens
-	if req.prompt != "" {
-		n, err := cfg.Tokenizer.CompletionPromptTokens(marshal(map[string]any{"prompt": req.prompt, "add_special_tokens": false}))
-		if err != nil {
-			reject(&apiError{Status: http.StatusBadRequest, Type: "BadRequestError", Message: err.Error()})
-			return
-		}
-		P += n
-	}
-	budget := cfg.MaxModelLen
-	if req.maxCompletion != nil {
-		budget = min(budget, *req.maxCompletion)
-	}
-	if budget < 1 {
-		reject(validationError(fmt.Sprintf("max_tokens must be at least 1, got %d.", budget), "max_tokens", budget))
+	P, budget, e := audioPlan(req, cfg)
+	if e != nil {
+		reject(e)
 		return
 	}
 	task := "transcribe"
@@ -383,21 +353,72 @@ func (s *Server) audio(w http.ResponseWriter, r *http.Request, cfg Config, trans
 		j.done()
 		return
 	}
-
-	sw := j.startStream(w)
-	if sw == nil {
-		return
-	}
 	object := "transcription.chunk"
 	if translate {
 		object = "translation.chunk"
 	}
-	created := arrival.Unix()
+	s.audioStream(ctx, w, j, req, audioChunk{ID: id, Object: object, Created: arrival.Unix(), Model: req.model}, P)
+}
+
+// checkAudioRequest runs vLLM's checks after the form's validation, in its
+// order: the model, FailStatus, the response format, the file size.
+func checkAudioRequest(req *audioRequest, form *audioForm, cfg Config) *apiError {
+	if req.model != nil && *req.model != "" && *req.model != cfg.Model && !isLoRA(cfg, *req.model) {
+		return &apiError{Status: http.StatusNotFound, Type: "NotFoundError",
+			Message: fmt.Sprintf("The model `%s` does not exist.", *req.model), Param: strp("model")}
+	}
+	if cfg.FailStatus > 0 {
+		return failError(cfg.FailStatus, cfg.FailMessage)
+	}
+	switch {
+	case req.format != "text" && req.format != "json" && req.format != "verbose_json":
+		return &apiError{Status: http.StatusBadRequest, Type: "BadRequestError",
+			Message: "Currently only support response_format: `text`, `json` or `verbose_json`"}
+	case req.format == "verbose_json" && req.stream:
+		return &apiError{Status: http.StatusBadRequest, Type: "BadRequestError",
+			Message: "verbose_json format doesn't support streaming case"}
+	}
+	if mb := float64(form.size) / (1 << 20); mb > maxAudioFileMB {
+		return validationError("Maximum file size exceeded", "audio_filesize_mb", pyFloat(mb))
+	}
+	return nil
+}
+
+// audioPlan is the decoder prompt's length (the Whisper prompt plus the
+// text prompt) and the output budget.
+func audioPlan(req *audioRequest, cfg Config) (P, budget int, e *apiError) {
+	P = whisperPromptTokens
+	if req.prompt != "" {
+		n, err := cfg.Tokenizer.CompletionPromptTokens(marshal(map[string]any{"prompt": req.prompt, "add_special_tokens": false}))
+		if err != nil {
+			return 0, 0, &apiError{Status: http.StatusBadRequest, Type: "BadRequestError", Message: err.Error()}
+		}
+		P += n
+	}
+	budget = cfg.MaxModelLen
+	if req.maxCompletion != nil {
+		budget = min(budget, *req.maxCompletion)
+	}
+	if budget < 1 {
+		return 0, 0, validationError(fmt.Sprintf("max_tokens must be at least 1, got %d.", budget), "max_tokens", budget)
+	}
+	return P, budget, nil
+}
+
+// audioStream sends the streamed transcript: a chunk per token (head
+// carries the id, object, created and model of every chunk), the finish
+// reason, the usage chunk when asked for, then [DONE].
+func (s *Server) audioStream(ctx context.Context, w http.ResponseWriter, j *job, req *audioRequest, head audioChunk, P int) {
+	sw := j.startStream(w)
+	if sw == nil {
+		return
+	}
 	usage := func() *streamUsage {
 		return &streamUsage{PromptTokens: P, CompletionTokens: j.generated, TotalTokens: P + j.generated}
 	}
 	send := func(choice any) error {
-		c := audioChunk{ID: id, Object: object, Created: created, Model: req.model, Choices: []any{choice}}
+		c := head
+		c.Choices = []any{choice}
 		if req.includeUsage && req.continuousUsg {
 			c.Usage = usage()
 		}
@@ -423,7 +444,7 @@ func (s *Server) audio(w http.ResponseWriter, r *http.Request, cfg Config, trans
 		return
 	}
 	if req.includeUsage {
-		if err := sw.frame("", marshal(audioUsageChunk{ID: id, Object: object, Created: created, Model: req.model,
+		if err := sw.frame("", marshal(audioUsageChunk{ID: head.ID, Object: head.Object, Created: head.Created, Model: head.Model,
 			Choices: []any{}, Usage: usage()})); err != nil {
 			_ = j.fail(ctx, errClientGone, "write")
 			return

@@ -26,9 +26,11 @@
 //     Config.Detokenizer (LoadVocabDecoder: a tokenizer.json's vocabulary
 //     and decoder) or Approx's approximate decoding; 501 for a Tokenizer
 //     that cannot decode.
-//   - Pooling (pooling.go): POST /v1/embeddings (input: a string, strings,
-//     token ids or lists of ids; or the chat form, messages or input holding
-//     messages; encoding_format float or base64, little-endian float32;
+//   - Pooling (pooling.go; requests read as vLLM's protocol classes in
+//     pooling_protocol.go, prompts built in pooling_prompts.go): POST
+//     /v1/embeddings (input: a string, strings, token ids or lists of ids,
+//     or a list mixing strings and id lists; or the chat form, messages or
+//     input holding messages, one conversation or a batch; encoding_format float or base64, little-endian float32;
 //     dimensions only with Config.Matryoshka; truncate_prompt_tokens and
 //     truncation_side), /pooling (task embed, classify, token_embed,
 //     token_classify), /classify (two classes, LABEL_0 and LABEL_1),
@@ -41,17 +43,22 @@
 //     than MaxModelLen get vLLM's pooling text ("... you requested {P}
 //     tokens in the input for embedding generation|score|classification.
 //     Please reduce the length of the input.", param null).
-//   - Render (render.go, vLLM >= 0.18): POST /v1/chat/completions/render
-//     (one object) and /v1/completions/render (an array, one per prompt):
-//     vLLM's GenerateRequest {request_id "chatcmpl-…"/"cmpl-…", token_ids,
+//   - Render (render.go, modelled on vLLM's ServingRender, vLLM >= 0.18):
+//     POST /v1/chat/completions/render (one object) and
+//     /v1/completions/render (an array, one per prompt): vLLM's
+//     GenerateRequest {request_id "chatcmpl-…"/"cmpl-…", token_ids,
 //     features null, sampling_params, model (as sent, or null), stream,
 //     stream_options, cache_salt, priority, kv_transfer_params null}. The
-//     request is validated, tokenized and length-checked as a generation
-//     request; token_ids are exactly /tokenize's ids. sampling_params is
-//     serialized as vLLM's msgspec omit_defaults does: only fields off their
+//     request is validated as a generation request (pydantic's field checks,
+//     cache_salt's validator, then the model), tokenized and length-checked;
+//     token_ids are exactly /tokenize's ids. sampling_params is vLLM's
+//     SamplingParams (render_sampling.go: to_sampling_params, __post_init__'s
+//     greedy reset of top_p/top_k/min_p and a stop string made a list),
+//     serialized as msgspec's omit_defaults does: only fields off their
 //     default, so max_tokens is absent when the computed budget is 16;
-//     output_kind is 1 (stream) or 2 and skip_clone true. A Tokenizer
-//     without ids answers 501. Render is not queued and not in Stats.
+//     output_kind is 1 (stream) or 2 and skip_clone true; floats as Python's
+//     repr writes them. A Tokenizer without ids answers 501. Render is not
+//     queued and not in Stats.
 //   - POST /invocations (SageMaker; invocations.go): served as the first
 //     request type the body has the fields of, in vLLM's order (chat,
 //     completion, embedding, classification, score, rerank, pooling);
@@ -62,6 +69,10 @@
 //     Responses are stored in this server's memory, as vLLM does with
 //     VLLM_ENABLE_RESPONSES_API_STORE=1 (NoResponsesStore: as without it);
 //     HasResponse and Stats.StoredResponses tell which server holds an id.
+//     Files: responses_request.go (the request and its conversation),
+//     responses_store.go, responses_wire.go, responses_stream.go (events),
+//     responses_background.go (background runs and replay),
+//     responses_retrieve.go (GET and cancel).
 //   - POST /v1/messages (Anthropic Messages, streaming and not) and
 //     POST /v1/messages/count_tokens -> {input_tokens, context_management}
 //     (messages.go).
@@ -78,10 +89,19 @@
 //   - Simulator-only: GET|POST /sim/config (JSON knobs, see Knobs) and
 //     GET /sim/stats (Stats as JSON). They need no API key.
 //
+// # Written from vLLM, not from the gateway
+//
+// The simulator is the gateway's test partner, so it shares no logic with
+// it: its production code imports neither gateway nor admission
+// (TestSimulatorImportsNoGatewayLogic), and its render and pooling parsing
+// are written from vLLM's own structure. Differential tests in package
+// gateway (sim_differential_test.go, with fuzz targets) hold the two to
+// the same verdicts and results.
+//
 // # Model of the engine
 //
-// A completion request is validated the way vLLM validates it, in vLLM's
-// order: content type, JSON and field types (pydantic's 400 "Bad Request"),
+// A completion request is validated the way vLLM validates it (request.go;
+// the field checks the readers share are in pydantic.go), in vLLM's order: content type, JSON and field types (pydantic's 400 "Bad Request"),
 // stream_options without stream, the model name (404 NotFoundError), then
 // FailStatus, then prompt counting and the renderer's length checks
 // (max_tokens > max_model_len; prompt + requested output > max_model_len
@@ -217,7 +237,9 @@
 //     accepted and ignored: no stop strings, logprobs, tools, echo or
 //     response_format; the text never depends on the prompt.
 //   - Pooling: a text-only model; multimodal score/rerank inputs ({content:
-//     [...]}) are refused as strings are required; score pairs are counted as
+//     [...]}) are refused as strings are required; an input list mixing
+//     strings and token-id lists is served (vLLM's input union, as its
+//     protocol reads, refuses it); score pairs are counted as
 //     the query with special tokens followed by the document without;
 //     truncation keeps the last tokens unless truncation_side is "right";
 //     ids are "rerank-…" for rerank (vLLM's newest code uses "score-");

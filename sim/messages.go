@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
@@ -502,16 +503,24 @@ func (s *Server) messagesCreate(w http.ResponseWriter, r *http.Request, body []b
 		j.done()
 		return
 	}
+	s.messagesStream(ctx, w, j, id, servedName(req.v, cfg), P)
+}
+
+// messagesStream sends a Messages stream as vLLM's converter of a chat
+// stream does: message_start and content_block_start with the first token,
+// a content_block_delta per token, then content_block_stop, message_delta
+// and message_stop.
+func (s *Server) messagesStream(ctx context.Context, w http.ResponseWriter, j *job, id, model string, P int) {
 	sw := j.startStream(w)
 	if sw == nil {
 		return
 	}
 	send := func(ev anthropicEvent) error { return sw.frame(ev.Type, marshal(ev)) }
 	zero := 0
-	err = j.run(ctx, func(step int, tok string) error {
+	err := j.run(ctx, func(step int, tok string) error {
 		if step == 0 {
 			if err := send(anthropicEvent{Type: "message_start", Message: &anthropicStartMessage{
-				ID: id, Content: []anthropicBlock{}, Model: servedName(req.v, cfg), Usage: anthropicUsage{InputTokens: P},
+				ID: id, Content: []anthropicBlock{}, Model: model, Usage: anthropicUsage{InputTokens: P},
 			}}); err != nil {
 				return err
 			}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/maitred-dev/maitred/internal/ojson"
@@ -156,27 +157,8 @@ func parseRequest(k kind, body []byte) (*genRequest, *ojson.Value, *apiError) {
 		if req.maxCompletion, e = optInt(v, "max_completion_tokens"); e != nil {
 			return nil, nil, e
 		}
-		msgs := v.Get("messages")
-		if msgs == nil {
-			return nil, nil, fieldError("messages", "missing", "Field required")
-		}
-		if msgs.Kind != ojson.Array {
-			return nil, nil, fieldError("messages", "list_type", "Input should be a valid list")
-		}
-		for i, m := range msgs.Items {
-			if m.Kind != ojson.Object {
-				return nil, nil, requestValidationError("dict_type", []any{"body", "messages", i},
-					"Input should be a valid dictionary", strp(fmt.Sprintf("body.messages.%d", i)))
-			}
-			role := m.Get("role")
-			if role == nil {
-				return nil, nil, requestValidationError("missing", []any{"body", "messages", i, "role"},
-					"Field required", strp(fmt.Sprintf("body.messages.%d.role", i)))
-			}
-			if role.Kind != ojson.String {
-				return nil, nil, requestValidationError("string_type", []any{"body", "messages", i, "role"},
-					"Input should be a valid string", strp(fmt.Sprintf("body.messages.%d.role", i)))
-			}
+		if e := checkChatMessages(v.Get("messages")); e != nil {
+			return nil, nil, e
 		}
 		req.prompts = []prompt{{text: true}}
 	case kindCompletion:
@@ -191,27 +173,62 @@ func parseRequest(k kind, body []byte) (*genRequest, *ojson.Value, *apiError) {
 		req.prompts = ps
 	}
 
-	// stream_options: the model validator reads the raw dict, so an empty
-	// object is falsy and allowed without stream.
-	if so := v.Get("stream_options"); !so.IsNull() {
-		if so.Kind != ojson.Object {
-			return nil, nil, fieldError("stream_options", "model_type", "Input should be a valid dictionary or instance of StreamOptions")
-		}
-		if len(so.Members) > 0 && !req.stream {
-			return nil, nil, modelValidatorError("Stream options can only be defined when `stream=True`.", "stream_options")
-		}
-		inc, e := optBool(so, "include_usage")
-		if e != nil {
-			return nil, nil, e
-		}
-		cont, e := optBool(so, "continuous_usage_stats")
-		if e != nil {
-			return nil, nil, e
-		}
-		req.includeUsage = inc == nil || *inc // default true once present
-		req.continuousUsage = req.includeUsage && cont != nil && *cont
+	if e := parseStreamOptions(req, v.Get("stream_options")); e != nil {
+		return nil, nil, e
 	}
 	return req, v, nil
+}
+
+// checkChatMessages is ChatCompletionRequest's messages field: a list of
+// objects with a string role (the chat template judges the rest).
+func checkChatMessages(msgs *ojson.Value) *apiError {
+	if msgs == nil {
+		return fieldError("messages", "missing", "Field required")
+	}
+	if msgs.Kind != ojson.Array {
+		return fieldError("messages", "list_type", "Input should be a valid list")
+	}
+	for i, m := range msgs.Items {
+		if m.Kind != ojson.Object {
+			return requestValidationError("dict_type", []any{"body", "messages", i},
+				"Input should be a valid dictionary", strp(fmt.Sprintf("body.messages.%d", i)))
+		}
+		role := m.Get("role")
+		if role == nil {
+			return requestValidationError("missing", []any{"body", "messages", i, "role"},
+				"Field required", strp(fmt.Sprintf("body.messages.%d.role", i)))
+		}
+		if role.Kind != ojson.String {
+			return requestValidationError("string_type", []any{"body", "messages", i, "role"},
+				"Input should be a valid string", strp(fmt.Sprintf("body.messages.%d.role", i)))
+		}
+	}
+	return nil
+}
+
+// parseStreamOptions reads stream_options. The model validator reads the
+// raw dict, so an empty object is falsy and allowed without stream.
+func parseStreamOptions(req *genRequest, so *ojson.Value) *apiError {
+	if so.IsNull() {
+		return nil
+	}
+	if so.Kind != ojson.Object {
+		return fieldError("stream_options", "model_type", "Input should be a valid dictionary or instance of StreamOptions")
+	}
+	if len(so.Members) > 0 && !req.stream {
+		return modelValidatorError("Stream options can only be defined when `stream=True`.", "stream_options")
+	}
+	inc, e := optBool(so, "include_usage")
+	if e != nil {
+		return e
+	}
+	cont, e := optBool(so, "continuous_usage_stats")
+	if e != nil {
+		return e
+	}
+	req.includeUsage = inc == nil || *inc // default true once present
+	req.continuousUsage = req.includeUsage && cont != nil && *cont
+	return nil
 }
 
 func parsePrompts(p *ojson.Value, body []byte) ([]prompt, *apiError) {
@@ -389,10 +406,25 @@ func validateBudget(req *genRequest, cfg Config) ([]plan, *apiError) {
 	return plans, nil
 }
 
-// pyFloat formats like Python's repr of a float (1.0, 0.5, -2.0).
+// pyFloat formats like Python's repr of a float: the shortest digits that
+// read back the same, positional with ".0" for integral values, scientific
+// ("1e-05", "1e+16") when the decimal exponent is below -4 or at least 16.
 func pyFloat(f float64) string {
-	s := fmt.Sprintf("%v", f)
-	if !bytes.ContainsAny([]byte(s), ".eEnN") {
+	switch {
+	case math.IsNaN(f):
+		return "nan"
+	case math.IsInf(f, 1):
+		return "inf"
+	case math.IsInf(f, -1):
+		return "-inf"
+	}
+	sci := strconv.FormatFloat(f, 'e', -1, 64) // d.ddde±XX, shortest digits
+	exp, _ := strconv.Atoi(sci[strings.LastIndexByte(sci, 'e')+1:])
+	if f != 0 && (exp < -4 || exp >= 16) {
+		return sci
+	}
+	s := strconv.FormatFloat(f, 'f', -1, 64)
+	if !strings.Contains(s, ".") {
 		s += ".0"
 	}
 	return s
