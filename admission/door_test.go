@@ -204,6 +204,8 @@ func TestDoorAcceptsValidShapes(t *testing.T) {
 	for _, body := range []string{
 		`{"model":"nocount","messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"u"}}]},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c1","content":"r"}],"stream":true,"n":2,"max_completion_tokens":5}`,
 		`{"model":"nocount","messages":[{"role":"developer","content":"d"},{"role":"user","content":"u","name":"bob"}],"stream":null,"max_tokens":null}`,
+		// content left out: vLLM's custom message param does not require it
+		`{"model":"nocount","messages":[{"role":"system","content":"s"},{"role":"user"}]}`,
 	} {
 		if _, rej := d.Check(Chat, []byte(body)); rej != nil {
 			t.Errorf("%s: %v", body, rej)

@@ -112,8 +112,13 @@ func checkMessage(m *ojson.Value, path string) *Rejection {
 	c := m.Get("content")
 	switch {
 	case c.IsNull():
-		if role == "assistant" {
-			return nil // an assistant turn may be only tool calls, or empty before continue_final_message
+		if c == nil || role == "assistant" {
+			// An assistant turn may be only tool calls, or empty before
+			// continue_final_message; and a message of any role may leave
+			// content out (vLLM's CustomChatCompletionMessageParam does not
+			// require it; its parser reads it as no parts, rendered ""). An
+			// explicit null is refused for the other roles, as pydantic does.
+			return nil
 		}
 		return badMessages(path+".content", codeMissingParam, "%s.content is required for role %q.", path, role)
 	case c.Kind == ojson.String:

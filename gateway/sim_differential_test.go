@@ -41,9 +41,8 @@ var renderDiffCases = []struct{ path, body, disputed string }{
 	{"/v1/chat/completions/render", `{"model":"m","messages":[{"role":"user","content":"Hi"}],"temperature":0,"n":2}`, ""},
 	{"/v1/chat/completions/render", `{"model":"m","messages":[{"role":"user","content":"Hi"}],"max_tokens":5000}`, ""},
 	{"/v1/chat/completions/render", `{"model":"m","messages":[{"role":"user","content":"Hi"}],"n":0}`, ""},
-	{"/v1/chat/completions/render", `{"model":"m","messages":[{"role":"user"}]}`,
-		"the door requires content for a user message; vLLM's parse_chat_message_content takes a missing content as empty " +
-			"and the simulator renders it: a possible false rejection by the door, left for the gateway's owners to settle"},
+	{"/v1/chat/completions/render", `{"model":"m","messages":[{"role":"user"}]}`, ""},
+	{"/v1/chat/completions/render", `{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user"}]}`, ""},
 	{"/v1/chat/completions/render", `{"model":"m","messages":"Hi"}`, ""},
 	{"/v1/chat/completions/render", `{"model":"other","messages":[{"role":"user","content":"Hi"}]}`, ""},
 	{"/v1/chat/completions/render", `{"model":"m","messages":[{"role":"user","content":"Hi"}],"add_generation_prompt":false}`, ""},
