@@ -225,7 +225,20 @@ func run() error {
 		return err
 	}
 
-	// Warm connection pools and code paths.
+	if err := warm(client, paths, sizes, model); err != nil {
+		return err
+	}
+	if err := measureLatency(&res, client, paths, sizes, tok, reg); err != nil {
+		return err
+	}
+	measureStreamsAndThroughput(&res, client, paths, sizes, backend, stamps, model)
+	res.Counting = countingOf(reg)
+	return report(res)
+}
+
+// warm sends 100 requests of every size down every path: connection pools
+// and code paths are warm before anything is measured.
+func warm(client *http.Client, paths []path, sizes []chatSize, model string) error {
 	for _, p := range paths {
 		for _, sz := range sizes {
 			for range 100 {
@@ -235,7 +248,13 @@ func run() error {
 			}
 		}
 	}
+	return nil
+}
 
+// measureLatency is phase 1: every path at a fixed rate, interleaved, per
+// chat size, with maitred's own phase figures.
+func measureLatency(res *results, client *http.Client, paths []path, sizes []chatSize, tok *tokenize.Model, reg *prometheus.Registry) error {
+	model := res.Tokenizer
 	for _, sz := range sizes {
 		n, err := promptTokens(tok, sz.body(model, 1))
 		if err != nil {
@@ -253,7 +272,12 @@ func run() error {
 		sr.MaitredTimingUs = timings.quantiles()
 		res.Sizes = append(res.Sizes, sr)
 	}
+	return nil
+}
 
+// measureStreamsAndThroughput is phases 2 (streamed event delays) and 3
+// (throughput at a fixed concurrency).
+func measureStreamsAndThroughput(res *results, client *http.Client, paths []path, sizes []chatSize, backend *sim.Server, stamps *stampBook, model string) {
 	fmt.Fprintf(os.Stderr, "phase 2: streaming, %d req/s per path for %s, %d events each\n", *streamRate, *streamDur, *events)
 	backend.Update(func(c *sim.Config) { c.OutputTokens = *events; c.ITL = 2 * time.Millisecond })
 	for i, d := range streamDelays(client, paths, stamps, model, *streamRate, *streamDur, *events) {
@@ -267,8 +291,6 @@ func run() error {
 	for _, sz := range sizes {
 		res.Throughput = append(res.Throughput, throughputAll(client, paths, sz.name, func() []byte { return sz.body(model, nextID()) }, *conc, *maxDur, rounds))
 	}
-	res.Counting = countingOf(reg)
-	return report(res)
 }
 
 // stopOnSignal runs stop and exits when the process is interrupted or

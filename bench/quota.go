@@ -116,12 +116,24 @@ func quotaRun(clients int, limit int64, d time.Duration) error {
 	}
 	mu.Lock()
 	defer mu.Unlock()
+	most, total := mostInAMinute(at, n)
+	fmt.Printf("%d requests served, %d answered 429; the simulator processed %d tokens; at most %d in any 60 s: %.1f%% of tokens_per_minute %d\n",
+		ok.Load(), limited.Load(), total, most, 100*float64(most)/float64(limit), limit)
+	if int64(most) > limit+40+32 {
+		return fmt.Errorf("the limit did not hold: %d > %d", most, limit)
+	}
+	return nil
+}
+
+// mostInAMinute is the most tokens processed in any 60 s (n[i] tokens at
+// at[i]), and the total.
+func mostInAMinute(at []time.Time, n []int) (most, total int) {
 	idx := make([]int, len(at))
 	for i := range idx {
 		idx[i] = i
 	}
 	slices.SortFunc(idx, func(a, b int) int { return at[a].Compare(at[b]) })
-	most, sum, lo, total := 0, 0, 0, 0
+	sum, lo := 0, 0
 	for _, i := range idx {
 		sum += n[i]
 		total += n[i]
@@ -131,10 +143,5 @@ func quotaRun(clients int, limit int64, d time.Duration) error {
 		}
 		most = max(most, sum)
 	}
-	fmt.Printf("%d requests served, %d answered 429; the simulator processed %d tokens; at most %d in any 60 s: %.1f%% of tokens_per_minute %d\n",
-		ok.Load(), limited.Load(), total, most, 100*float64(most)/float64(limit), limit)
-	if int64(most) > limit+40+32 {
-		return fmt.Errorf("the limit did not hold: %d > %d", most, limit)
-	}
-	return nil
+	return most, total
 }

@@ -34,6 +34,12 @@
 // Strings, a request's bulk, are scanned eight bytes at a time; one with
 // escapes is unescaped in a single pass that also checks it, and only a
 // string found wrong is read again byte by byte, so that every error is the
-// first a byte-by-byte reading meets (parse_ref_test.go holds the previous,
-// simpler parser, which Parse must match on every input).
+// first a byte-by-byte reading meets (parse_diff_test.go holds the previous,
+// simpler string reader, which Parse must match on every input).
+//
+// # Files
+//
+// parse.go reads values (the parser, its blocks, numbers, arrays,
+// objects); parse_string.go reads strings (the eight-byte scan, unescaping,
+// the byte-by-byte path for errors); value.go is the tree's accessors.
 package ojson
