@@ -94,6 +94,9 @@ func readUpload(g *Gateway, w http.ResponseWriter, r *http.Request, x *exchange)
 	// dies; close removes it otherwise.
 	up.removed = os.Remove(up.spool.Name()) == nil
 	x.upload = up
+	// The request's size is what was spooled, read whole or not (a failed
+	// upload logs what came).
+	defer func() { x.bytesIn = int(up.spooled) }()
 	var held int64 // the body budget the spool reserved (x.bodyHeld's share)
 	spool := writerFunc(func(p []byte) (int, error) {
 		if need := up.spooled + int64(len(p)) - held; need > 0 {
@@ -201,13 +204,11 @@ func (up *upload) attach() (io.ReadCloser, func() (io.ReadCloser, error), int64)
 	return body, open, up.spooled
 }
 
-// close removes the spool; serve calls it as the request ends (and gives
-// back the body budget it held, x.bodyHeld).
-func (up *upload) close(x *exchange) {
+// close removes the spool; the conclusion calls it as the request ends.
+func (up *upload) close() {
 	if up == nil {
 		return
 	}
-	x.bytesIn = int(up.spooled)
 	_ = up.spool.Close()
 	if !up.removed {
 		_ = os.Remove(up.spool.Name())

@@ -157,7 +157,7 @@ func (x *exchange) brokenLayer() triage.Layer {
 // metrics and the access log. It returns the conclusion.
 func (g *Gateway) finish(x *exchange, rec *recorder, r *http.Request, err error) Result {
 	g.bodies.give(x.bodyHeld)
-	x.upload.close(x)
+	x.upload.close()
 	res := conclude(x, rec, r, err, time.Now())
 	g.observe(x, &res)
 	if x.tr.on() {
