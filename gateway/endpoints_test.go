@@ -5,6 +5,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -163,5 +165,51 @@ func TestSpecsAreWhole(t *testing.T) {
 	}
 	if specOf("unmatched") != unmatched || specOf("unmatched").operation != "" {
 		t.Error("a path no spec has must read as unmatched")
+	}
+}
+
+// TestEndpointsAsDocumented: the endpoints docs/endpoints.md lists as
+// served (its table's first column, `METHOD /path`; rows saying "not
+// served" aside) are exactly endpointList's paths and methods (HEAD, which
+// every GET probe also answers, aside). A spec removed, or added without
+// its line in the docs, fails here.
+func TestEndpointsAsDocumented(t *testing.T) {
+	raw, err := os.ReadFile("../docs/endpoints.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cell := regexp.MustCompile("`(GET|POST) (/[^`]*)`")
+	documented := map[string]bool{}
+	for _, line := range strings.Split(string(raw), "\n") {
+		cols := strings.Split(line, "|")
+		if len(cols) < 3 || strings.Contains(cols[2], "not served") {
+			continue
+		}
+		for _, m := range cell.FindAllStringSubmatch(cols[1], -1) {
+			documented[m[1]+" "+m[2]] = true
+		}
+	}
+	specified := map[string]bool{}
+	for _, e := range endpointList() {
+		for _, p := range e.paths {
+			for _, m := range e.methods {
+				if m != http.MethodHead {
+					specified[m+" "+p] = true
+				}
+			}
+		}
+	}
+	for k := range specified {
+		if !documented[k] {
+			t.Errorf("%s has a spec but no row in docs/endpoints.md's table", k)
+		}
+	}
+	for k := range documented {
+		if !specified[k] {
+			t.Errorf("docs/endpoints.md lists %s as served, but endpointList has no spec for it", k)
+		}
+	}
+	if len(specified) < 20 {
+		t.Errorf("only %d endpoints specified", len(specified))
 	}
 }
