@@ -197,6 +197,7 @@ func FuzzBackendURLMatchesReverseProxy(f *testing.F) {
 		{"http://b:8000/a%20b/", "/c%2fd/?q=%20"},
 		{"http://b", "/"},
 		{"http://b", "/v1/models?"},
+		{"http://0/%2F", "/v1/responss/r%2F1es/r%2F1"}, // a backend path ending in an escaped slash
 	} {
 		f.Add(s[0], s[1])
 	}

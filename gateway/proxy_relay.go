@@ -247,8 +247,19 @@ func backendURL(b, in *url.URL) *url.URL {
 		u.Path = joinSlash(b.Path, in.Path)
 		return u
 	}
-	u.Path = joinSlash(b.Path, in.Path)
-	u.RawPath = joinSlash(b.EscapedPath(), in.EscapedPath())
+	// With an escaped form on either side, the slash between them is
+	// judged on the escaped forms (a backend path ending in %2F ends in no
+	// slash there), and the decoded path joined the same way, so that the
+	// two stay one path.
+	bp, ip := b.EscapedPath(), in.EscapedPath()
+	switch bs, is := strings.HasSuffix(bp, "/"), strings.HasPrefix(ip, "/"); {
+	case bs && is:
+		u.Path, u.RawPath = b.Path+in.Path[1:], bp+ip[1:]
+	case !bs && !is:
+		u.Path, u.RawPath = b.Path+"/"+in.Path, bp+"/"+ip
+	default:
+		u.Path, u.RawPath = b.Path+in.Path, bp+ip
+	}
 	return u
 }
 
