@@ -1,12 +1,13 @@
 # maitred. `make test` is the one command CI runs (.ci/run): it fetches the
 # tokenizer fixtures and the chat-template corpus, vets, runs every test with
-# the race detector, then runs each fuzz target briefly.
+# the race detector, runs every benchmark once (so none rots), then runs each
+# fuzz target briefly.
 GO       ?= go
 FUZZTIME ?=
 
-.PHONY: test fixtures vet unit fuzz bench build demo docker
+.PHONY: test fixtures vet unit benchonce fuzz bench build demo docker
 
-test: fixtures vet unit fuzz
+test: fixtures vet unit benchonce fuzz
 
 fixtures:
 	bash scripts/fetch-fixtures.sh
@@ -16,6 +17,11 @@ vet:
 
 unit:
 	$(GO) test -race -count=1 -timeout 30m ./...
+
+# Every benchmark, one iteration: a benchmark that no longer runs fails here
+# (figures come from `make bench` and bench/, not from this).
+benchonce:
+	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 10m ./...
 
 # pkg:FuzzTarget:budget entries. Each runs alone: go test -fuzz takes one
 # target. Budgets are execution counts (Nx), about four seconds' worth on

@@ -29,6 +29,7 @@ func BenchmarkKeyCheckAndLimits(b *testing.B) {
 	}
 	cfg.Auth = &config.AuthConfig{Keys: keys}
 	g := &Gateway{cfg: cfg, log: zap.NewNop(), metrics: newMetrics(prometheus.NewRegistry()), quota: quota.NewLocal(time.Now)}
+	g.state.Store(&liveState{cfg: &cfg}) // the config in force (conf)
 	if err := g.initKeys(); err != nil {
 		b.Fatal(err)
 	}
