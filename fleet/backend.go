@@ -205,12 +205,6 @@ func (b *Backend) Acquire() (release func()) {
 	return func() { once.Do(func() { b.inFlight.Add(-1) }) }
 }
 
-func (b *Backend) set(now time.Time, s State, reason string) (changed bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.setLocked(now, s, reason)
-}
-
 func (b *Backend) setLocked(now time.Time, s State, reason string) (changed bool) {
 	if b.state == s && b.reason == reason {
 		return false

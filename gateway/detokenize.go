@@ -113,11 +113,9 @@ func (g *Gateway) longestContext() int {
 	return n
 }
 
-// parseObject reads a request body that must be one JSON object.
-func parseObject(body []byte) (*ojson.Value, error) { return parseObjectLimited(body, 0) }
-
-// parseObjectLimited is parseObject holding the body to maxValues values
-// (0: no limit); past them the error is an *ojson.TooManyValuesError.
+// parseObjectLimited reads a request body that must be one JSON object,
+// holding it to maxValues values (0: no limit); past them the error is an
+// *ojson.TooManyValuesError.
 func parseObjectLimited(body []byte, maxValues int) (*ojson.Value, error) {
 	req, perr := ojson.ParseLimited(body, ojson.DefaultMaxDepth, maxValues)
 	if tm, ok := errors.AsType[*ojson.TooManyValuesError](perr); ok {
@@ -176,13 +174,6 @@ func tokenIDList(req *ojson.Value, vocab, maxLen int) ([]int, error) {
 		ids[i] = int(n)
 	}
 	return ids, nil
-}
-
-func describeValue(v *ojson.Value) string {
-	if v.Kind == ojson.Number {
-		return v.Str
-	}
-	return v.Kind.String()
 }
 
 // writeJSONRaw writes v as Python's JSON responses write text: "<", ">"

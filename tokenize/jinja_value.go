@@ -16,8 +16,7 @@ import (
 // count_chat.go, and what the template builds itself.
 
 // Value is a template variable's value for [Template.Render]: the
-// evaluator's own (no field is exported). Build one with [ParseValue] or
-// [StringValue].
+// evaluator's own (no field is exported). Build one with [ParseValue].
 type Value = value
 
 // ParseValue converts JSON text to a Value: objects are dicts in their
@@ -35,9 +34,6 @@ func ParseValue(js []byte) (Value, error) {
 	}
 	return out, nil
 }
-
-// StringValue is s as a Value.
-func StringValue(s string) Value { return strV(s) }
 
 type vkind uint8
 
