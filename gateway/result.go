@@ -174,7 +174,7 @@ func (g *Gateway) finish(x *exchange, rec *recorder, r *http.Request, err error)
 func (g *Gateway) logRequest(x *exchange, rec *recorder, r *http.Request, res *Result) {
 	// Probes and scrapes are not worth a line each at info level.
 	lvl := zap.InfoLevel
-	if specOf(x.endpoint).quiet {
+	if x.spec.quiet {
 		lvl = zap.DebugLevel
 	}
 	ce := g.log.Check(lvl, "request")

@@ -57,6 +57,7 @@ type request struct {
 	id        string
 	start     time.Time
 	endpoint  string
+	spec      *endpoint       // endpoint's spec, found once when the route is built
 	clientCtx context.Context // the client request's context
 	// key is the API key the request presented (keys.go); nil when the
 	// gateway is open or before the check.
@@ -127,8 +128,9 @@ func (g *Gateway) serve(endpoint string, h handlerFunc) http.HandlerFunc {
 // concluded (finish), and an answer cut after its headers (errAnswerCut)
 // is aborted with the one panic net/http takes for that.
 func (g *Gateway) serveIn(env errorWriter, endpoint string, h handlerFunc) http.HandlerFunc {
+	spec := specOf(endpoint)
 	return func(w http.ResponseWriter, r *http.Request) {
-		x := &exchange{request: request{id: requestID(r), start: time.Now(), endpoint: endpoint, clientCtx: r.Context()}}
+		x := &exchange{request: request{id: requestID(r), start: time.Now(), endpoint: endpoint, spec: spec, clientCtx: r.Context()}}
 		rec := &recorder{ResponseWriter: w, stall: &x.clientStall, werr: &x.clientWriteErr}
 		w.Header().Set("X-Request-Id", x.id)
 		if g.tr != nil {

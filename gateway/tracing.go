@@ -72,11 +72,11 @@ const (
 	attrUsageFrom   = "maitred.usage.from"
 )
 
-// genAIOperation is gen_ai.operation.name for an endpoint: the
+// genAIOperation is gen_ai.operation.name for x's endpoint: the
 // convention's names where one fits (chat, text_completion, embeddings),
 // the endpoint family's otherwise; "" for an endpoint that is no model
 // API (probes, pages, tokenizer work).
-func genAIOperation(endpoint string) string { return specOf(endpoint).operation }
+func genAIOperation(x *exchange) string { return x.spec.operation }
 
 // keyName is the name of the API key the request came with, for
 // maitred.key (never the key itself); "" when the gateway is open or the
@@ -127,7 +127,7 @@ func (t *tracer) end(x *exchange, res *Result) {
 	sp.String("http.route", x.endpoint)
 	sp.String("maitred.request_id", x.id)
 	sp.Int("http.response.status_code", int64(status))
-	if op := genAIOperation(x.endpoint); op != "" {
+	if op := genAIOperation(x); op != "" {
 		sp.String(attrOperation, op)
 	}
 	if x.rt != nil {
@@ -220,7 +220,7 @@ func (t *tracer) queued(x *exchange, since time.Time, o admission.Outcome, lease
 // to the backend in traceparent; endAttempt ends it once the attempt is
 // over (its answer copied, or failed).
 func (t *tracer) attempt(x *exchange, a *attempt, r *http.Request) {
-	if op := genAIOperation(x.endpoint); op != "" && x.rt != nil {
+	if op := genAIOperation(x); op != "" && x.rt != nil {
 		a.span = x.tr.t.Start(op, x.rt.name, trace.SpanKindClient, time.Now())
 	} else {
 		a.span = x.tr.t.Start(r.Method, r.URL.Path, trace.SpanKindClient, time.Now())
@@ -243,7 +243,7 @@ func (t *tracer) endAttempt(x *exchange, a *attempt, r *http.Request) {
 	} else {
 		sp.Int("server.port", 80)
 	}
-	if op := genAIOperation(x.endpoint); op != "" {
+	if op := genAIOperation(x); op != "" {
 		sp.String(attrOperation, op)
 	}
 	if x.rt != nil {

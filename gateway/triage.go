@@ -13,7 +13,7 @@ import (
 // observe writes a finished request's conclusion to the phase metrics and
 // the triage engine.
 func (g *Gateway) observe(x *exchange, res *Result) {
-	if x.rt == nil || specOf(x.endpoint).unobserved { // outside the queue
+	if x.rt == nil || x.spec.unobserved { // outside the queue
 		return
 	}
 	mm := &x.rt.metrics
