@@ -72,15 +72,14 @@ func TestDoorRejections(t *testing.T) {
 		{"messages not array", Chat, `{"model":"demo","messages":"hi"}`, InvalidMessages, 400, "invalid_type", "messages", "array"},
 		{"empty messages", Chat, `{"model":"demo","messages":[]}`, InvalidMessages, 400, "invalid_value", "messages", "at least one"},
 		{"message not object", Chat, `{"model":"demo","messages":["hi"]}`, InvalidMessages, 400, "invalid_type", "messages[0]", "object"},
-		{"bad role", Chat, `{"model":"demo","messages":[{"role":"user","content":"a"},{"role":"wizard","content":"b"}]}`, InvalidMessages, 400, "invalid_value", "messages[1].role", "system, developer, user, assistant, tool, function"},
+		{"role not a string", Chat, `{"model":"demo","messages":[{"role":"user","content":"a"},{"role":7,"content":"b"}]}`, InvalidMessages, 400, "invalid_type", "messages[1].role", "must be a string, got number"},
 		{"missing role", Chat, `{"model":"demo","messages":[{"content":"b"}]}`, InvalidMessages, 400, "missing_required_parameter", "messages[0].role", "required"},
 		{"content number", Chat, `{"model":"demo","messages":[{"role":"user","content":7}]}`, InvalidMessages, 400, "invalid_type", "messages[0].content", "string"},
 		{"user null content", Chat, `{"model":"demo","messages":[{"role":"user","content":null}]}`, InvalidMessages, 400, "missing_required_parameter", "messages[0].content", "required"},
 		{"unknown part", Chat, `{"model":"demo","messages":[{"role":"user","content":[{"type":"hologram"}]}]}`, InvalidMessages, 400, "invalid_value", "messages[0].content[0].type", "Supported types"},
 		{"part without type", Chat, `{"model":"demo","messages":[{"role":"user","content":[{"text":"x"}]}]}`, InvalidMessages, 400, "missing_required_parameter", "messages[0].content[0].type", "Missing 'type'"},
 		{"text part without text", Chat, `{"model":"demo","messages":[{"role":"user","content":[{"type":"text"}]}]}`, InvalidMessages, 400, "invalid_type", "messages[0].content[0].text", "string text"},
-		{"tool without id", Chat, `{"model":"demo","messages":[{"role":"tool","content":"42"}]}`, InvalidMessages, 400, "missing_required_parameter", "messages[0].tool_call_id", "tool_call_id"},
-		{"tool_calls on user", Chat, `{"model":"demo","messages":[{"role":"user","content":"x","tool_calls":[]}]}`, InvalidMessages, 400, "invalid_value", "messages[0].tool_calls", "Only assistant"},
+		{"tool_call_id not a string", Chat, `{"model":"demo","messages":[{"role":"tool","content":"42","tool_call_id":1}]}`, InvalidMessages, 400, "invalid_type", "messages[0].tool_call_id", "must be a string"},
 		{"tool call without function", Chat, `{"model":"demo","messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"1","type":"function"}]}]}`, InvalidMessages, 400, "missing_required_parameter", "messages[0].tool_calls[0].function", "function"},
 		{"no prompt", Completions, `{"model":"demo"}`, InvalidPrompt, 400, "missing_required_parameter", "prompt", "prompt"},
 		{"prompt object", Completions, `{"model":"demo","prompt":{}}`, InvalidPrompt, 400, "invalid_type", "prompt", "array of token ids"},
@@ -206,6 +205,11 @@ func TestDoorAcceptsValidShapes(t *testing.T) {
 		`{"model":"nocount","messages":[{"role":"developer","content":"d"},{"role":"user","content":"u","name":"bob"}],"stream":null,"max_tokens":null}`,
 		// content left out: vLLM's custom message param does not require it
 		`{"model":"nocount","messages":[{"role":"system","content":"s"},{"role":"user"}]}`,
+		// any role string (vLLM's custom message param): the template decides
+		`{"model":"nocount","messages":[{"role":"user","content":"a"},{"role":"ipython","content":"b"},{"role":"document","content":"c"},{"role":"","content":"d"}]}`,
+		// tool_call_id is optional on a tool message, and tool_calls on a
+		// role other than assistant are ignored by vLLM's parser
+		`{"model":"nocount","messages":[{"role":"tool","content":"42"},{"role":"user","content":"x","tool_calls":[]},{"role":"user","content":"y","tool_calls":"junk"}]}`,
 	} {
 		if _, rej := d.Check(Chat, []byte(body)); rej != nil {
 			t.Errorf("%s: %v", body, rej)
@@ -314,8 +318,9 @@ func TestPlainMessageIsAccepted(t *testing.T) {
 		{`{"role":"user","content":"hi"}`, true},
 		{`{"content":"hi","role":"assistant"}`, true},
 		{`{"role":"system","content":""}`, true},
-		{`{"role":"tool","content":"x"}`, false},
-		{`{"role":"User","content":"x"}`, false},
+		{`{"role":"tool","content":"x"}`, true},
+		{`{"role":"User","content":"x"}`, true},
+		{`{"role":"ipython","content":"x"}`, true},
 		{`{"role":"user","content":null}`, false},
 		{`{"role":"user","content":[{"type":"text","text":"x"}]}`, false},
 		{`{"role":"user","Content":"x"}`, false},

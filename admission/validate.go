@@ -8,11 +8,11 @@ import (
 	"github.com/maitred-dev/maitred/internal/ojson"
 )
 
-// The roles of OpenAI's chat API. vLLM's schema lets any role string
-// through to the template; a role outside this set is a client bug that
-// templates handle in surprising ways (most drop the message silently), so
-// the door names it instead.
-var roles = []string{"system", "developer", "user", "assistant", "tool", "function"}
+// A chat message's role is any string: vLLM's message union ends in a
+// custom TypedDict whose role is a plain str, so a role outside OpenAI's
+// (Llama 3.1's "ipython", Granite's "document" and "available_tools") goes
+// to the chat template, which decides. The door counts it as rendered and
+// refuses only what that union refuses: a missing or non-string role.
 
 // Content part types vLLM's chat parser accepts.
 var partTypes = []string{"text", "input_text", "output_text", "refusal", "thinking",
@@ -42,8 +42,8 @@ func checkMessages(req *ojson.Value) *Rejection {
 }
 
 // plainMessage reports whether m is the common message that checkMessage
-// accepts at once: an object of exactly "role" (a role of roles other than
-// "tool", which needs tool_call_id) and "content" (a string). It spares
+// accepts at once: an object of exactly "role" and "content" (both
+// strings). It spares
 // the chat's messages their path, which is only formatted for a message
 // that checkMessage looks at in full.
 func plainMessage(m *ojson.Value) bool {
@@ -61,8 +61,7 @@ func plainMessage(m *ojson.Value) bool {
 			return false
 		}
 	}
-	return role != nil && content != nil && role.Kind == ojson.String && role.Str != "tool" &&
-		slices.Contains(roles, role.Str) && content.Kind == ojson.String
+	return role != nil && content != nil && role.Kind == ojson.String && content.Kind == ojson.String
 }
 
 func badMessages(param, code, format string, args ...any) *Rejection {
@@ -80,34 +79,24 @@ func checkMessage(m *ojson.Value, path string) *Rejection {
 	if rv == nil || rv.IsNull() {
 		return badMessages(path+".role", codeMissingParam, "%s.role is required.", path)
 	}
-	if rv.Kind != ojson.String || !slices.Contains(roles, rv.Str) {
-		got := rv.Kind.String()
-		if rv.Kind == ojson.String {
-			got = fmt.Sprintf("%q", rv.Str)
-		}
-		return badMessages(path+".role", codeInvalidValue, "Invalid role %s in %s: the role must be one of %s.",
-			got, path, strings.Join(roles, ", "))
+	if rv.Kind != ojson.String {
+		return badMessages(path+".role", codeInvalidType, "%s.role must be a string, got %s.", path, rv.Kind)
 	}
 	role := rv.Str
 	if v := m.Get("name"); v != nil && !v.IsNull() && v.Kind != ojson.String {
 		return badMessages(path+".name", codeInvalidType, "%s.name must be a string, got %s.", path, v.Kind)
 	}
-	if tc := m.Get("tool_calls"); tc != nil && !tc.IsNull() {
-		if role != "assistant" {
-			return badMessages(path+".tool_calls", codeInvalidValue, "Only assistant messages can carry tool_calls (%s has role %q).", path, role)
-		}
+	// tool_calls are read (and held to their shape) on an assistant turn
+	// only: vLLM's parser ignores them on any other role. A tool message
+	// may leave tool_call_id out (the custom message of vLLM's union takes
+	// it as optional); one given is a string.
+	if tc := m.Get("tool_calls"); tc != nil && !tc.IsNull() && role == "assistant" {
 		if rej := checkToolCalls(tc, path+".tool_calls"); rej != nil {
 			return rej
 		}
 	}
-	if role == "tool" {
-		id := m.Get("tool_call_id")
-		if id == nil || id.IsNull() {
-			return badMessages(path+".tool_call_id", codeMissingParam, "A tool message needs tool_call_id (%s).", path)
-		}
-		if id.Kind != ojson.String {
-			return badMessages(path+".tool_call_id", codeInvalidType, "%s.tool_call_id must be a string, got %s.", path, id.Kind)
-		}
+	if id := m.Get("tool_call_id"); role == "tool" && id != nil && !id.IsNull() && id.Kind != ojson.String {
+		return badMessages(path+".tool_call_id", codeInvalidType, "%s.tool_call_id must be a string, got %s.", path, id.Kind)
 	}
 	c := m.Get("content")
 	switch {

@@ -84,9 +84,8 @@ func TestDoorRulesOverHTTP(t *testing.T) {
 		{"case variant", "/v1/chat/completions", "application/json", `{"model":"m","Model":"other","messages":[{"role":"user","content":"x"}]}`, 400, "invalid_json", "Model", "case-sensitive"},
 		{"missing model", "/v1/completions", "application/json", `{"prompt":"x"}`, 400, "missing_required_parameter", "model", "model"},
 		{"unknown model", "/v1/completions", "application/json", `{"model":"x","prompt":"x"}`, 404, "model_not_found", "model", "Available models: m."},
-		{"bad role", "/v1/chat/completions", "application/json", `{"model":"m","messages":[{"role":"robot","content":"x"}]}`, 400, "invalid_value", "messages[0].role", "must be one of system, developer"},
+		{"role not a string", "/v1/chat/completions", "application/json", `{"model":"m","messages":[{"role":["user"],"content":"x"}]}`, 400, "invalid_type", "messages[0].role", "must be a string"},
 		{"bad part", "/v1/chat/completions", "application/json", `{"model":"m","messages":[{"role":"user","content":[{"type":"smell"}]}]}`, 400, "invalid_value", "messages[0].content[0].type", "Unsupported content part type"},
-		{"tool no id", "/v1/chat/completions", "application/json", `{"model":"m","messages":[{"role":"tool","content":"x"}]}`, 400, "missing_required_parameter", "messages[0].tool_call_id", "tool_call_id"},
 		{"bad prompt", "/v1/completions", "application/json", `{"model":"m","prompt":[true]}`, 400, "invalid_type", "prompt[0]", "prompt must be"},
 		{"max_tokens zero", "/v1/completions", "application/json", `{"model":"m","prompt":"x","max_tokens":0}`, 400, "invalid_value", "max_tokens", "at least 1"},
 		{"n zero", "/v1/chat/completions", "application/json", `{"model":"m","messages":[{"role":"user","content":"x"}],"n":0}`, 400, "invalid_value", "n", "at least 1"},
@@ -266,6 +265,9 @@ func TestTokenizeEndpoint(t *testing.T) {
 			for _, body := range []string{
 				`{"model":"m","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Hello, 世界! 🎉"}]}`,
 				`{"model":"m","prompt":"Once upon a time, 昔々"}`,
+				// a role outside OpenAI's (Llama 3.1's tool result), which
+				// vLLM hands to the template: counted as it renders
+				`{"model":"m","messages":[{"role":"user","content":"Weather in Paris?"},{"role":"ipython","content":"{\"temp\": 21}"}]}`,
 			} {
 				res := e.gw.post(t, "/tokenize", body)
 				gb := readBodyT(t, res)
@@ -750,5 +752,39 @@ func TestMaxTokensOutOfRangeNamedAsSent(t *testing.T) {
 	}
 	if n := len(completionRequests(s)) + len(completionRequests(counted.sim)); n != 0 {
 		t.Errorf("the backends received %d requests", n)
+	}
+}
+
+// TestAnyRoleReachesTheTemplate: vLLM's message union takes any role
+// string (its custom message param), and a tool message without
+// tool_call_id, and hands them to the chat template. The door counts them
+// as rendered and forwards; the backend answers with the same count.
+func TestAnyRoleReachesTheTemplate(t *testing.T) {
+	e := startCounted(t, loadTok(t, "llama3_1"), 4096, nil)
+	for _, body := range []string{
+		`{"model":"m","messages":[{"role":"user","content":"Weather in Paris?"},{"role":"ipython","content":"{\"temp\": 21}"}],"max_tokens":2}`,
+		`{"model":"m","messages":[{"role":"user","content":"hi"},{"role":"tool","content":"42"}],"max_tokens":2}`,
+	} {
+		res := e.gw.post(t, "/v1/chat/completions", body)
+		got := readBodyT(t, res)
+		if res.StatusCode != 200 {
+			t.Fatalf("%s: %d %s", body, res.StatusCode, got)
+		}
+		var out struct {
+			Usage struct {
+				PromptTokens int `json:"prompt_tokens"`
+			} `json:"usage"`
+		}
+		if err := json.Unmarshal([]byte(got), &out); err != nil || out.Usage.PromptTokens == 0 {
+			t.Fatalf("%s: usage %s (%v)", body, got, err)
+		}
+		tres := e.gw.post(t, "/tokenize", body)
+		var tok tokenizeAnswer
+		if err := json.Unmarshal([]byte(readBodyT(t, tres)), &tok); err != nil || tok.Count != out.Usage.PromptTokens {
+			t.Errorf("%s: the gateway counts %d, the backend %d (%v)", body, tok.Count, out.Usage.PromptTokens, err)
+		}
+	}
+	if n := len(completionRequests(e.sim)); n != 2 {
+		t.Errorf("the backend got %d requests, want 2", n)
 	}
 }
