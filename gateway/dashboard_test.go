@@ -20,7 +20,7 @@ func TestGrafanaDashboardUsesRealMetrics(t *testing.T) {
 	e := startE2E(t, sim.Config{OutputTokens: 2}, nil)
 	// Traffic of every kind, so that labelled series exist.
 	readBodyT(t, e.gw.post(t, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}`))
-	readBodyT(t, e.gw.post(t, "/v1/chat/completions", `{"model":"m","messages":[{"role":"robot","content":"hi"}]}`))
+	readBodyT(t, e.gw.post(t, "/v1/chat/completions", `{"model":"m","messages":[{"role":7,"content":"hi"}]}`))
 	e.sim.Update(func(c *sim.Config) { c.CutAfterChunks = 1 })
 	readCutBody(t, e.gw.post(t, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}`))
 	e.gw.scrapeOnce(t)

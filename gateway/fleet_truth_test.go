@@ -43,7 +43,7 @@ func TestBackendRejectionIsNotADoorRejection(t *testing.T) {
 			t.Fatalf("backend 400 not forwarded: %d %s", res.StatusCode, body)
 		}
 	}
-	res := tg.post(t, "/v1/chat/completions", `{"model":"m","messages":[{"role":"bogus","content":"hi"}]}`)
+	res := tg.post(t, "/v1/chat/completions", `{"model":"m","messages":[{"role":7,"content":"hi"}]}`)
 	if body := readBodyT(t, res); res.StatusCode != 400 {
 		t.Fatalf("door rejection: %d %s", res.StatusCode, body)
 	}

@@ -206,7 +206,7 @@ func TestRenderRefusesLikeTheDoor(t *testing.T) {
 	}{
 		{"/v1/chat/completions/render", `{"model":"m",]`, 400, "invalid_json"},
 		{"/v1/chat/completions/render", `{"model":"nope","messages":[{"role":"user","content":"x"}]}`, 404, "model_not_found"},
-		{"/v1/chat/completions/render", `{"model":"m","messages":[{"role":"robot","content":"x"}]}`, 400, "invalid_value"},
+		{"/v1/chat/completions/render", `{"model":"m","messages":[{"role":7,"content":"x"}]}`, 400, "invalid_type"},
 		{"/v1/chat/completions/render", `{"model":"m","messages":"x"}`, 400, "invalid_type"},
 		{"/v1/chat/completions/render", `{"model":"m","messages":[{"role":"user","content":"` + long + `"}]}`, 400, "context_length_exceeded"},
 		{"/v1/completions/render", `{"model":"m","prompt":[true]}`, 400, "invalid_type"},

@@ -334,7 +334,7 @@ func TestPhasesAddUpInTheAccessLog(t *testing.T) {
 	for _, body := range []string{
 		`{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}`,
 		`{"model":"m","messages":[{"role":"user","content":"hi"}]}`,
-		`{"model":"m","messages":[{"role":"wizard","content":"hi"}]}`,
+		`{"model":"m","messages":[{"role":7,"content":"hi"}]}`,
 	} {
 		res, err := c.Post(srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(body))
 		if err != nil {

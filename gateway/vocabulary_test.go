@@ -58,7 +58,7 @@ func TestOneOutcomeVocabulary(t *testing.T) {
 		{admission.TooLarge, "/v1/chat/completions", "", chat(`{"role":"user","content":"` + strings.Repeat("y", 5000) + `"}`), false, ""},
 		{admission.MissingModel, "/v1/chat/completions", "", `{"messages":[` + user + `]}`, false, ""},
 		{admission.UnknownModel, "/v1/chat/completions", "", `{"model":"nope","messages":[` + user + `]}`, false, ""},
-		{admission.InvalidMessages, "/v1/chat/completions", "", chat(`{"role":"wizard","content":"hi"}`), true, ""},
+		{admission.InvalidMessages, "/v1/chat/completions", "", chat(`{"role":7,"content":"hi"}`), true, ""},
 		{admission.InvalidPrompt, "/v1/completions", "", `{"model":"m","prompt":5}`, true, ""},
 		{admission.InvalidParam, "/v1/chat/completions", "", `{"model":"m","max_tokens":-1,"messages":[` + user + `]}`, true, ""},
 		{admission.TemplateError, "/v1/chat/completions", "", chat(`{"role":"user","content":"RAISE now"}`), true, ""},
