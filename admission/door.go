@@ -269,10 +269,10 @@ func positiveInt(req *ojson.Value, key string) (int, *Rejection) {
 	if v == nil || v.IsNull() {
 		return 0, nil
 	}
-	if v.Kind != ojson.Number || !v.IsInt() {
+	if !v.Integral() { // pydantic's lax int: 16.0 is 16
 		return 0, invalidParam(key, codeInvalidType, "%s must be an integer, got %s.", key, describe(v))
 	}
-	n, ok := v.Int()
+	n, ok := v.LaxInt()
 	if strings.HasPrefix(v.Str, "-") || (ok && n < 1) {
 		return 0, invalidParam(key, codeInvalidValue, "%s must be at least 1, got %s.", key, v.Str)
 	}

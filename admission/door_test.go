@@ -203,6 +203,8 @@ func TestDoorAcceptsValidShapes(t *testing.T) {
 	for _, body := range []string{
 		`{"model":"nocount","messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"u"}}]},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c1","content":"r"}],"stream":true,"n":2,"max_completion_tokens":5}`,
 		`{"model":"nocount","messages":[{"role":"developer","content":"d"},{"role":"user","content":"u","name":"bob"}],"stream":null,"max_tokens":null}`,
+		// pydantic's lax int: a float with no fractional part is that integer
+		`{"model":"nocount","messages":[{"role":"user","content":"u"}],"max_tokens":16.0,"n":1e0,"max_completion_tokens":2.00}`,
 		// content left out: vLLM's custom message param does not require it
 		`{"model":"nocount","messages":[{"role":"system","content":"s"},{"role":"user"}]}`,
 		// any role string (vLLM's custom message param): the template decides

@@ -121,8 +121,8 @@ func poolingContextMessage(c *ContextInfo, op string) string {
 // pooledFields checks the typed fields every pooling request may carry.
 func pooledFields(ep Endpoint, req *ojson.Value) *Rejection {
 	if v := req.Get("truncate_prompt_tokens"); !v.IsNull() {
-		n, ok := v.Int()
-		if v.Kind != ojson.Number || !ok {
+		n, ok := v.LaxInt()
+		if !ok {
 			return invalidParam("truncate_prompt_tokens", codeInvalidType, "truncate_prompt_tokens must be an integer, got %s.", describe(v))
 		}
 		if n < -1 {
@@ -135,7 +135,7 @@ func pooledFields(ep Endpoint, req *ojson.Value) *Rejection {
 		if v := req.Get("encoding_format"); !v.IsNull() && v.Kind != ojson.String {
 			return invalidParam("encoding_format", codeInvalidType, "encoding_format must be a string (\"float\" or \"base64\"), got %s.", v.Kind)
 		}
-		if v := req.Get("dimensions"); !v.IsNull() && (v.Kind != ojson.Number || !v.IsInt()) {
+		if v := req.Get("dimensions"); !v.IsNull() && !v.Integral() {
 			return invalidParam("dimensions", codeInvalidType, "dimensions must be an integer, got %s.", describe(v))
 		}
 	}
@@ -145,7 +145,7 @@ func pooledFields(ep Endpoint, req *ojson.Value) *Rejection {
 		}
 	}
 	if ep.topN {
-		if v := req.Get("top_n"); !v.IsNull() && (v.Kind != ojson.Number || !v.IsInt()) {
+		if v := req.Get("top_n"); !v.IsNull() && !v.Integral() {
 			return invalidParam("top_n", codeInvalidType, "top_n must be an integer, got %s.", describe(v))
 		}
 	}

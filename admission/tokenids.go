@@ -12,7 +12,8 @@ import (
 const maxTokenID = 1<<31 - 1
 
 // TokenIDError says why v is not a token id of a vocabulary of vocab ids
-// (0: not known), or returns "". An id must be a non-negative integer and,
+// (0: not known), or returns "". An id must be a non-negative integer (as
+// pydantic's lax int reads one: 1.0 is 1, ojson.Value.Integral) and,
 // as vLLM's input processor checks before the engine sees it, below the
 // vocabulary's size (the larger of the tokenizer's and the model's, see
 // tokenize.Model.VocabSize); the wording past the path is vLLM's, with
@@ -20,11 +21,11 @@ const maxTokenID = 1<<31 - 1
 // and its render, embeddings, /pooling, /classify, /detokenize) holds
 // them to it, through CheckTokenIDs.
 func TokenIDError(v *ojson.Value, vocab int) string {
-	n, ok := v.Int()
+	n, ok := v.LaxInt()
 	switch {
-	case v.Kind != ojson.Number || !v.IsInt():
+	case !v.Integral():
 		return fmt.Sprintf("must be a token id (an integer), got %s.", describe(v))
-	case n < 0 || strings.HasPrefix(v.Str, "-"):
+	case n < 0 || (!ok && strings.HasPrefix(v.Str, "-")):
 		return fmt.Sprintf("must be a token id (a non-negative integer), got %s.", v.Str)
 	case vocab > 0 && (!ok || n >= int64(vocab)):
 		return fmt.Sprintf("Token id %s is out of vocabulary: this model's token ids are 0 to %d.", v.Str, vocab-1)
@@ -49,7 +50,7 @@ func CheckTokenIDs(ids *ojson.Value, param string, vocab int) *Rejection {
 			continue
 		}
 		code := codeInvalidValue
-		if it.Kind != ojson.Number || !it.IsInt() {
+		if !it.Integral() {
 			code = codeInvalidType
 		}
 		at := fmt.Sprintf("%s[%d]", param, i)

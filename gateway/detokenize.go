@@ -170,7 +170,7 @@ func tokenIDList(req *ojson.Value, vocab, maxLen int) ([]int, error) {
 	}
 	ids := make([]int, len(tv.Items))
 	for i, it := range tv.Items {
-		n, _ := it.Int()
+		n, _ := it.LaxInt() // CheckTokenIDs held it to the vocabulary
 		ids[i] = int(n)
 	}
 	return ids, nil

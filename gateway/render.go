@@ -408,10 +408,7 @@ func optionalBool(v *ojson.Value) (*bool, bool) {
 }
 
 func intValue(v *ojson.Value) (int64, bool) {
-	if v == nil || v.Kind != ojson.Number || !v.IsInt() {
-		return 0, false
-	}
-	return v.Int()
+	return v.LaxInt() // pydantic's lax int: 2.0 is 2
 }
 
 func rawJSON(v any) json.RawMessage {

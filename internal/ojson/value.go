@@ -1,6 +1,7 @@
 package ojson
 
 import (
+	"math"
 	"strconv"
 	"strings"
 )
@@ -87,6 +88,34 @@ func (v *Value) Int() (int64, bool) {
 		return 0, false
 	}
 	return n, true
+}
+
+// Integral reports whether a Number is an integer as pydantic's lax int
+// reads JSON: written as one (IsInt), or a float with no fractional part
+// (1.0, 2e3), which pydantic takes as that integer.
+func (v *Value) Integral() bool {
+	if v.IsInt() {
+		return true
+	}
+	if v == nil || v.Kind != Number {
+		return false
+	}
+	f := v.Float()
+	return !math.IsInf(f, 0) && f == math.Trunc(f)
+}
+
+// LaxInt returns the value of an Integral Number that fits in int64.
+func (v *Value) LaxInt() (int64, bool) {
+	if v.IsInt() {
+		return v.Int()
+	}
+	if !v.Integral() {
+		return 0, false
+	}
+	if f := v.Float(); f >= -(1<<63) && f < 1<<63 {
+		return int64(f), true
+	}
+	return 0, false
 }
 
 // Float returns a Number as float64 (±Inf when out of range).
