@@ -107,6 +107,10 @@ var (
 	maitredBin   = flag.String("maitred", "", "localwork: the maitred binary to run (default: go build ./cmd/maitred into a temp dir)")
 	localN       = flag.Int("local-requests", 8, "localwork: concurrent requests")
 	localSize    = flag.Int("local-bytes", 7_000_000, "localwork: bytes of each whitespace-free /tokenize prompt")
+	inProcess    = flag.Bool("inprocess", true, "proxy: after the separate-process run, run every phase again with the simulator and the Go proxies in this process (the second, labelled line)")
+	pprofOn      = flag.Bool("pprof", false, "proxy: build maitred with net/http/pprof on a port of its own (printed), to profile the built binary while it runs")
+	bareListen   = flag.String("bare-listen", "", "bare-proxy: the address to serve on")
+	bareTarget   = flag.String("bare-target", "", "bare-proxy: the URL to forward to")
 )
 
 const chatBody = `{"model":"demo","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Say hello in five words."}],"max_tokens":8}`
@@ -132,6 +136,10 @@ func main() {
 		run = func() error { return storeScenario(*rate, *duration) }
 	case "localwork":
 		run = func() error { return localWork(*maitredBin, *localN, *localSize) }
+	case "bare-proxy":
+		run = func() error { return bareProxy(*bareListen, *bareTarget) }
+	case "scale":
+		run = func() error { return scale(scaleOptionsFromFlags()) }
 	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -159,6 +167,18 @@ func run() error {
 	// profile; each server labels its own (serveAs).
 	pprof.SetGoroutineLabels(pprof.WithLabels(context.Background(), pprof.Labels("server", "client")))
 	model := *tokName
+	res := results{GOMAXPROCS: runtime.GOMAXPROCS(0), Tokenizer: model, Rate: *rate, Duration: duration.String()}
+	sizes, err := pickSizes(*sizesFlag)
+	if err != nil {
+		return err
+	}
+	// As users run it first: every server in its own process.
+	if err := measureSeparate(&res, &http.Client{Transport: poolTransport()}, sizes, tok); err != nil {
+		return fmt.Errorf("separate processes: %w", err)
+	}
+	if !*inProcess {
+		return report(res)
+	}
 	stamps := &stampBook{m: map[string][]time.Time{}}
 
 	// The simulator counts with the same tokenizer as maitred, as vLLM
@@ -173,7 +193,6 @@ func run() error {
 	defer stopSim()
 	target, _ := url.Parse(simURL)
 
-	res := results{GOMAXPROCS: runtime.GOMAXPROCS(0), Tokenizer: model, Rate: *rate, Duration: duration.String()}
 	paths := []path{{"direct", simURL}}
 
 	nginxURL, stopNginx, ok, err := startNginx(nginxBin, target.Host, *nginxWorkers)
@@ -220,11 +239,6 @@ func run() error {
 	paths = append(paths, path{"maitred", gwURL})
 
 	client := &http.Client{Transport: poolTransport()}
-	sizes, err := pickSizes(*sizesFlag)
-	if err != nil {
-		return err
-	}
-
 	if err := warm(client, paths, sizes, model); err != nil {
 		return err
 	}
