@@ -117,11 +117,11 @@ type counting struct {
 }
 
 type results struct {
-	GOMAXPROCS        int          `json:"gomaxprocs"`
-	Tokenizer         string       `json:"tokenizer"`
-	Nginx             string       `json:"nginx"`
-	Rate              int          `json:"rate_per_path"`
-	Duration          string       `json:"duration"`
+	GOMAXPROCS int    `json:"gomaxprocs"`
+	Tokenizer  string `json:"tokenizer"`
+	Nginx      string `json:"nginx"`
+	Rate       int    `json:"rate_per_path"`
+	Duration   string `json:"duration"`
 	// Separate is phase 1 with every server in its own process (maitred
 	// the built binary, its log to a file): what users run. Sizes is the
 	// same phase with the simulator and the Go proxies in this process.
