@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -266,7 +267,17 @@ func scrapeMetric(url, name string) (float64, error) {
 		return 0, err
 	}
 	defer res.Body.Close()
-	sc := bufio.NewScanner(res.Body)
+	v, err := sumMetric(res.Body, name)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", url, err)
+	}
+	return v, nil
+}
+
+// sumMetric sums the samples of the metric name in a Prometheus text
+// exposition.
+func sumMetric(r io.Reader, name string) (float64, error) {
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	var sum float64
 	found := false
@@ -289,7 +300,7 @@ func scrapeMetric(url, name string) (float64, error) {
 		}
 	}
 	if !found {
-		return 0, fmt.Errorf("%s: no %s", url, name)
+		return 0, fmt.Errorf("no %s", name)
 	}
 	return sum, sc.Err()
 }

@@ -225,12 +225,32 @@ func newScaleEnv() (*scaleEnv, error) {
 		return nil, err
 	}
 	fmt.Fprintf(os.Stderr, "scale: building ./cmd/maitred into %s\n", dir)
-	bin, err := buildMaitred(dir, false)
+	bin, err := buildMaitred(dir, *pprofOn)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
 	return &scaleEnv{dir: dir, bin: bin}, nil
+}
+
+// start runs the built maitred on cfg in a fresh folder named for the
+// point; with -pprof, it serves net/http/pprof on a port it prints.
+func (e *scaleEnv) start(point, cfg string) (*proc, error) {
+	dir, err := e.pointDir(point)
+	if err != nil {
+		return nil, err
+	}
+	return e.startIn(dir, cfg)
+}
+
+// startIn is start in dir.
+func (e *scaleEnv) startIn(dir, cfg string) (*proc, error) {
+	pp := ""
+	if *pprofOn {
+		pp = freeAddr()
+		fmt.Fprintf(os.Stderr, "  %s: maitred serves pprof at http://%s/debug/pprof/\n", filepath.Base(dir), pp)
+	}
+	return startMaitred(e.bin, dir, cfg, pp)
 }
 
 func (e *scaleEnv) close() { os.RemoveAll(e.dir) }

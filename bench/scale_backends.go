@@ -25,7 +25,7 @@ import (
 func scaleBackendsRun(e *scaleEnv, ns []int, idle time.Duration) (*curve, error) {
 	c := &curve{dim: "backends per model (built maitred; n simulators on n ports of this process; probes every 1s, scrapes every 250ms: the defaults)",
 		note:  "target: pick <= 2 us per request at 512 backends; probes and scrapes of 512 backends <= 5% of one core. pick: in-process admission.Pool Acquire+Release",
-		xName: "backends", cols: []string{"pick us", "direct p50 us", "maitred +p50 us", "idle CPU %", "RSS MiB", "KiB/backend"},
+		xName: "backends", cols: []string{"pick us", "direct p50 us", "maitred +p50 us", "queue p50 us", "idle CPU %", "RSS MiB", "KiB/backend"},
 		charts: []chartSpec{
 			{file: "backends-pick.svg", title: "pick cost per request by backends (in-process Pool)", yLabel: "us", cols: []string{"pick us"}},
 			{file: "backends-cpu.svg", title: "maitred's idle CPU (probes and scrapes) by backends", yLabel: "% of one core", cols: []string{"idle CPU %"}},
@@ -44,13 +44,13 @@ func scaleBackendsRun(e *scaleEnv, ns []int, idle time.Duration) (*curve, error)
 		} else {
 			perBackend = (r.rss - baseRSS) / float64(n-baseN) / 1024
 		}
-		c.add(n, picks[n], r.directP50, r.addedP50, r.cpuPct, r.rss/(1<<20), perBackend)
+		c.add(n, picks[n], r.directP50, r.addedP50, r.queueP50, r.cpuPct, r.rss/(1<<20), perBackend)
 	}
 	return c, nil
 }
 
 type backendsFigures struct {
-	directP50, addedP50, cpuPct, rss float64
+	directP50, addedP50, queueP50, cpuPct, rss float64
 }
 
 func backendsPoint(e *scaleEnv, n int, idle time.Duration) (backendsFigures, error) {
@@ -74,7 +74,7 @@ func backendsPoint(e *scaleEnv, n int, idle time.Duration) (backendsFigures, err
 	for _, u := range urls {
 		fmt.Fprintf(&cfg, "      - url: %s\n", u)
 	}
-	gw, err := startMaitred(e.bin, dir, cfg.String(), "")
+	gw, err := e.startIn(dir, cfg.String())
 	if err != nil {
 		return f, err
 	}
@@ -84,7 +84,7 @@ func backendsPoint(e *scaleEnv, n int, idle time.Duration) (backendsFigures, err
 	}
 	client := &http.Client{Transport: poolTransport()}
 	defer client.CloseIdleConnections()
-	f.directP50, f.addedP50, err = alternatingP50(client, urls[0], gw.url, 400)
+	f.directP50, f.addedP50, f.queueP50, err = alternatingP50(client, urls[0], gw.url, 400)
 	if err != nil {
 		return f, err
 	}
@@ -101,25 +101,29 @@ func backendsPoint(e *scaleEnv, n int, idle time.Duration) (backendsFigures, err
 	return f, nil
 }
 
-// alternatingP50 sends k short chats one at a time, alternating between
-// direct and maitred, and returns direct's p50 and maitred's p50 less
-// direct's, in microseconds.
-func alternatingP50(c *http.Client, direct, maitred string, k int) (float64, float64, error) {
+// alternatingP50 sends up to k short chats one at a time (for at most
+// 20 s), alternating between direct and maitred, and returns direct's
+// p50, maitred's p50 less direct's, and the p50 of the queue phase in
+// maitred's Server-Timing, in microseconds.
+func alternatingP50(c *http.Client, direct, maitred string, k int) (dp, added, queue float64, err error) {
 	var d, m []time.Duration
-	for i := range 2 * k {
+	st := serverTimings{}
+	deadline := time.Now().Add(20 * time.Second)
+	for i := 0; i < 2*k && (i < 60 || time.Now().Before(deadline)); i++ {
 		base := direct
 		if i%2 == 1 {
 			base = maitred
 		}
-		lat, err := doChat(c, base)
+		lat, timing, err := doPostTimed(c, base, []byte(chatBody))
 		if err != nil {
-			return 0, 0, fmt.Errorf("%s: %w", base, err)
+			return 0, 0, 0, fmt.Errorf("%s: %w", base, err)
 		}
 		if i < 40 { // warm-up
 			continue
 		}
 		if i%2 == 1 {
 			m = append(m, lat)
+			st.add(timing)
 		} else {
 			d = append(d, lat)
 		}
@@ -127,7 +131,7 @@ func alternatingP50(c *http.Client, direct, maitred string, k int) (float64, flo
 	slices.Sort(d)
 	slices.Sort(m)
 	dp, mp := float64(quantile(d, .5).Microseconds()), float64(quantile(m, .5).Microseconds())
-	return dp, mp - dp, nil
+	return dp, mp - dp, st.quantiles()["queue"].P50, nil
 }
 
 // awaitMetric polls a /metrics URL until name's samples sum to want.

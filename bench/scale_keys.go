@@ -106,20 +106,21 @@ func keysPoint(e *scaleEnv, n int, simURL string) (keysFigures, error) {
 	if err := os.WriteFile(keysPath, keysFileYAML(n, 0), 0o644); err != nil {
 		return f, err
 	}
-	cfg := fmt.Sprintf("auth:\n  keys_file: %s\nmodels:\n  - name: demo\n    tokenizer: builtin:demo\n    tokenizer_check: off\n    backends:\n      - url: %s\n", keysPath, simURL)
-	gw, err := startMaitred(e.bin, dir, cfg, "")
+	admin := freeAddr()
+	cfg := fmt.Sprintf("admin_listen: %s\nauth:\n  keys_file: %s\nmodels:\n  - name: demo\n    tokenizer: builtin:demo\n    tokenizer_check: off\n    backends:\n      - url: %s\n", admin, keysPath, simURL)
+	gw, err := e.startIn(dir, cfg)
 	if err != nil {
 		return f, err
 	}
 	defer gw.stop()
 	client := &http.Client{Transport: authTransport{key: benchKey(n - 1), rt: poolTransport()}}
 	defer client.CloseIdleConnections()
-	if f.directP50, f.addedP50, err = alternatingP50(client, simURL, gw.url, 400); err != nil {
+	if f.directP50, f.addedP50, _, err = alternatingP50(client, simURL, gw.url, 400); err != nil {
 		return f, err
 	}
 	time.Sleep(2 * time.Second)
 	f.rss = float64(procRSS(gw.pid))
-	f.heap, _ = scrapeMetric(gw.url+"/metrics", "go_memstats_heap_inuse_bytes")
+	f.heap, _ = scrapeMetric("http://"+admin+"/metrics", "go_memstats_heap_inuse_bytes")
 	// A reload with nothing else running: its wall time and CPU.
 	c0, _ := procCPU(gw.pid)
 	took, err := reloadKeys(gw, keysPath, n, 1)
@@ -138,9 +139,14 @@ func keysPoint(e *scaleEnv, n int, simURL string) (keysFigures, error) {
 // maitred's log to say it is loaded: the time from the write to the
 // log line's timestamp.
 func reloadKeys(gw *proc, path string, n, gen int) (time.Duration, error) {
+	return reloadKeysWith(gw, path, keysFileYAML(n, gen))
+}
+
+// reloadKeysWith is reloadKeys with the file's content made beforehand.
+func reloadKeysWith(gw *proc, path string, content []byte) (time.Duration, error) {
 	seen := countLogLines(gw.log, `"keys_file loaded"`)
 	t0 := time.Now()
-	if err := os.WriteFile(path, keysFileYAML(n, gen), 0o644); err != nil {
+	if err := os.WriteFile(path, content, 0o644); err != nil {
 		return 0, err
 	}
 	deadline := t0.Add(time.Minute)
@@ -195,6 +201,7 @@ func slowestDuringReload(c *http.Client, direct string, gw *proc, path string, n
 	var mLat, dLat []time.Duration
 	var failed error
 	stop := make(chan struct{})
+	content := keysFileYAML(n, 2) // made before the load starts
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		t := time.NewTicker(5 * time.Millisecond)
@@ -223,7 +230,7 @@ func slowestDuringReload(c *http.Client, direct string, gw *proc, path string, n
 		}
 	})
 	time.Sleep(300 * time.Millisecond)
-	_, err := reloadKeys(gw, path, n, 2)
+	_, err := reloadKeysWith(gw, path, content)
 	time.Sleep(300 * time.Millisecond)
 	close(stop)
 	wg.Wait()

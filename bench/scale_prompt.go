@@ -76,7 +76,7 @@ func scalePromptRun(e *scaleEnv, sizes []int) (*curve, error) {
 		return nil, err
 	}
 	cfg := fmt.Sprintf("max_body_bytes: 67108864\nmodels:\n  - name: qwen3\n    tokenizer: %s\n    max_model_len: %d\n    tokenizer_check: off\n    backends:\n      - url: %s\n", tokDir, maxLen, sp.url)
-	gw, err := startMaitred(e.bin, dir, cfg, "")
+	gw, err := e.startIn(dir, cfg)
 	if err != nil {
 		return nil, err
 	}

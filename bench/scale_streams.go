@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -36,6 +37,7 @@ func scaleStreamsRun(e *scaleEnv, ns []int) (*curve, error) {
 			{file: "streams-memory.svg", title: "maitred's memory per open stream", yLabel: "KiB per stream", cols: []string{"KiB/stream"}},
 			{file: "streams-delay.svg", title: "event delay p99, direct and through maitred", yLabel: "ms", cols: []string{"direct p99 ms", "maitred p99 ms"}},
 		}}
+	raiseOpenFiles(uint64(5*slicesMax(ns) + 1000))
 	stamps := &stampBook{m: map[string][]time.Time{}}
 	backend := sim.New(sim.Config{Model: "demo", MaxModelLen: 4096, OutputTokens: streamTokens, ITL: time.Second, MaxNumSeqs: 1 << 20, KVTokens: 1 << 30}, zap.NewNop())
 	simURL, stopSim, err := serve(stamps.wrap(backend.Handler()))
@@ -49,7 +51,7 @@ func scaleStreamsRun(e *scaleEnv, ns []int) (*curve, error) {
 			return nil, err
 		}
 		cfg := fmt.Sprintf("max_connections: %d\nmodels:\n  - name: demo\n    tokenizer: builtin:demo\n    tokenizer_check: off\n    queue_size: %d\n    backends:\n      - url: %s\n", 2*n+100, n, simURL)
-		gw, err := startMaitred(e.bin, dir, cfg, "")
+		gw, err := e.startIn(dir, cfg)
 		if err != nil {
 			return nil, err
 		}
@@ -66,8 +68,8 @@ func scaleStreamsRun(e *scaleEnv, ns []int) (*curve, error) {
 		kib := (through.rssOpen - through.rssIdle) / float64(n) / 1024
 		gor := (through.gorOpen - through.gorIdle) / float64(n)
 		c.add(n, kib, gor, through.gorGrowth, direct.p99ms, through.p99ms, through.p99ms-direct.p99ms)
-		fmt.Fprintf(os.Stderr, "  %d streams: %.1f KiB and %.2f goroutines each, event delay p99 %.2f ms direct, %.2f through maitred (%d/%d events)\n",
-			n, kib, gor, direct.p99ms, through.p99ms, through.events, n*streamTokens)
+		fmt.Fprintf(os.Stderr, "  %d streams: %.1f KiB and %.2f goroutines each, event delay p99 %.2f ms direct, %.2f through maitred (%d events)\n",
+			n, kib, gor, direct.p99ms, through.p99ms, through.events)
 	}
 	return c, nil
 }
@@ -121,11 +123,10 @@ func holdSlowStreams(base string, n int, book *stampBook, gw *proc) (streamsFigu
 			defer res.Body.Close()
 			recv := readEventsNotify(res.Body, func() { started.Add(1) })
 			sent := book.take(id)
+			d := eventDelays(sent, recv, 100*time.Millisecond)
 			mu.Lock()
 			defer mu.Unlock()
-			for e := 0; e < min(len(sent), len(recv)); e++ {
-				delays = append(delays, recv[e].Sub(sent[e]))
-			}
+			delays = append(delays, d...)
 		})
 	}
 	for started.Load() < int64(n) {
@@ -147,6 +148,42 @@ func holdSlowStreams(base string, n int, book *stampBook, gw *proc) (streamsFigu
 	f.p99ms = float64(quantile(delays, .99).Microseconds()) / 1e3
 	f.events = len(delays)
 	return f, nil
+}
+
+// eventDelays matches each event read (recv) to the simulator's last
+// flush at or before it, give or take slack (sent, both in order), and
+// returns the delays: with flushes a second apart, a flush that carried
+// two events still pairs with its own flush, and so does an event read
+// just before its flush was stamped (the stamp is taken once Flush
+// returns; the delay is then slightly negative). Events read before any
+// flush are left out.
+func eventDelays(sent, recv []time.Time, slack time.Duration) []time.Duration {
+	var out []time.Duration
+	j := -1
+	for _, r := range recv {
+		for j+1 < len(sent) && !sent[j+1].After(r.Add(slack)) {
+			j++
+		}
+		if j >= 0 {
+			out = append(out, r.Sub(sent[j]))
+		}
+	}
+	return out
+}
+
+// raiseOpenFiles lifts this process's open-file limit (inherited by the
+// processes it starts) to want, when it may: 10k streams through a
+// proxy hold 40k sockets in this process.
+func raiseOpenFiles(want uint64) {
+	var l syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l) != nil || l.Cur >= want {
+		return
+	}
+	n := syscall.Rlimit{Cur: want, Max: max(want, l.Max)}
+	if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &n) != nil {
+		n = syscall.Rlimit{Cur: l.Max, Max: l.Max}
+		syscall.Setrlimit(syscall.RLIMIT_NOFILE, &n)
+	}
 }
 
 // readEventsNotify is readEvents that calls first once, at the first
