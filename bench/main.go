@@ -109,6 +109,7 @@ var (
 	localSize    = flag.Int("local-bytes", 7_000_000, "localwork: bytes of each whitespace-free /tokenize prompt")
 	inProcess    = flag.Bool("inprocess", true, "proxy: after the separate-process run, run every phase again with the simulator and the Go proxies in this process (the second, labelled line)")
 	pprofOn      = flag.Bool("pprof", false, "proxy: build maitred with net/http/pprof on a port of its own (printed), to profile the built binary while it runs")
+	pathsFlag    = flag.String("paths", "", "proxy: the separate-process paths to run, comma-separated (direct, nginx, bare, maitred; default all)")
 	bareListen   = flag.String("bare-listen", "", "bare-proxy: the address to serve on")
 	bareTarget   = flag.String("bare-target", "", "bare-proxy: the URL to forward to")
 )

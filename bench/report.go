@@ -58,6 +58,18 @@ type sizeResult struct {
 	// Server-Timing (door, queue, backend), as quantiles: the means above
 	// carry every outlier, these say what a typical request paid.
 	MaitredTimingUs map[string]timingQuantiles `json:"maitred_server_timing_us"`
+	// Processes: with every server in its own process, each one's CPU
+	// time and involuntary context switches per request, and maitred's
+	// collections over the run.
+	Processes *processFigures `json:"processes,omitempty"`
+}
+
+// processFigures is what each path's own process spent per request
+// (direct: the simulator; bare and maitred: the proxy alone).
+type processFigures struct {
+	CPUPerRequestUs     map[string]float64 `json:"cpu_per_request_us"`
+	PreemptedPerRequest map[string]float64 `json:"involuntary_switches_per_request"`
+	MaitredGCs          float64            `json:"maitred_gcs"`
 }
 
 // timingQuantiles is one Server-Timing phase over a run, in microseconds.
@@ -314,6 +326,10 @@ func printSizes(sizes []sizeResult) {
 				fmt.Printf(" %s %.1f", k, sz.MaitredPhasesUs[k])
 			}
 			fmt.Println()
+		}
+		if p := sz.Processes; p != nil {
+			fmt.Printf("CPU per request of each process (us): simulator (serving every path) %.1f, bare proxy %.1f, maitred %.1f; involuntary context switches per request: bare %.2f, maitred %.2f; maitred GCs %.0f\n",
+				p.CPUPerRequestUs["direct"], p.CPUPerRequestUs["bare"], p.CPUPerRequestUs["maitred"], p.PreemptedPerRequest["bare"], p.PreemptedPerRequest["maitred"], p.MaitredGCs)
 		}
 		fmt.Printf("maitred Server-Timing p50/p90/p99 (us):")
 		for _, k := range []string{"door", "queue", "backend"} {

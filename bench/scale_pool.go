@@ -129,13 +129,14 @@ func scaleWaitingRun(ns []int) *curve {
 		// Small queues drain in microseconds: repeated, the median.
 		reps := min(max(1, 10000/n), 100)
 		var drains []time.Duration
-		var per float64
-		for range reps {
+		var pers []float64
+		for range min(reps, 20) {
 			p, d := waitingFigures(n)
-			per, drains = p, append(drains, d)
+			pers, drains = append(pers, p), append(drains, d)
 		}
 		slices.Sort(drains)
-		drain := quantile(drains, .5)
+		slices.Sort(pers)
+		drain, per := quantile(drains, .5), quantile(pers, .5)
 		grant := float64(drain.Nanoseconds()) / 1e3 / float64(n)
 		if math.IsNaN(base) {
 			base = grant

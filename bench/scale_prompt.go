@@ -15,12 +15,16 @@ import (
 )
 
 // promptText is prose of about tokens qwen3 tokens: the support
-// conversation's turns, numbered, over and over (no two paragraphs the
-// same), with perChunk tokens per turn measured by the caller.
-func promptText(tokens int, perTurn float64) string {
+// conversation's turns, numbered salt.i, over and over (no two
+// paragraphs the same, and no two texts of different salts sharing a
+// prefix, so that no cache answers one from another), with perTurn
+// tokens per turn measured by the caller.
+func promptText(tokens int, perTurn float64, salt int64) string {
 	var b strings.Builder
 	for i := 0; float64(i)*perTurn < float64(tokens); i++ {
 		b.WriteString("(")
+		b.WriteString(strconv.FormatInt(salt, 10))
+		b.WriteString(".")
 		b.WriteString(strconv.Itoa(i))
 		b.WriteString(") ")
 		b.WriteString(longTurns[i%len(longTurns)].Content)
@@ -58,7 +62,7 @@ func scalePromptRun(e *scaleEnv, sizes []int) (*curve, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the qwen3 fixture (make fixtures): %w", err)
 	}
-	sample, err := promptTokens(tok, promptBody(promptText(100, 1), 0)) // 100 turns
+	sample, err := promptTokens(tok, promptBody(promptText(100, 1, 0), 0)) // 100 turns
 	if err != nil {
 		return nil, err
 	}
@@ -84,24 +88,25 @@ func scalePromptRun(e *scaleEnv, sizes []int) (*curve, error) {
 	client := &http.Client{Transport: poolTransport(), Timeout: 5 * time.Minute}
 	defer client.CloseIdleConnections()
 	for range 50 { // warm: the door's code, the allocator, the connections
-		if _, _, err := doorAndPeak(client, gw, promptBody(promptText(1000, perTurn), nextID())); err != nil {
+		if _, _, err := doorAndPeak(client, gw, promptBody(promptText(1000, perTurn, nextID()), nextID())); err != nil {
 			return nil, err
 		}
 	}
 	for _, size := range sizes {
-		text := promptText(size, perTurn)
-		n, err := promptTokens(tok, promptBody(text, 0))
-		if err != nil {
-			return nil, err
-		}
 		var door time.Duration
 		var peak int64
 		var body []byte
+		var text string
 		for try := range 2 {
+			text = promptText(size, perTurn, nextID())
 			body = promptBody(text, nextID())
 			if door, peak, err = doorAndPeak(client, gw, body); err != nil {
 				return nil, fmt.Errorf("%d tokens (try %d): %w", size, try, err)
 			}
+		}
+		n, err := promptTokens(tok, body)
+		if err != nil {
+			return nil, err
 		}
 		ms := float64(door.Microseconds()) / 1e3
 		mbs := math.NaN()

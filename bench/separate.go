@@ -6,6 +6,9 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
+	"time"
 
 	"github.com/maitred-dev/maitred/internal/fixtures"
 	"github.com/maitred-dev/maitred/tokenize"
@@ -21,6 +24,7 @@ type separateRun struct {
 	dir      string
 	bin      string
 	paths    []path
+	pids     map[string]int // the process serving each path (direct: the simulator); nginx's are not counted
 	procs    []*proc
 	stopNg   func()
 	pprofURL string // maitred's net/http/pprof, with -pprof
@@ -30,7 +34,7 @@ type separateRun struct {
 // tokenizer folder named by model (the fixture; builtin:demo for demo),
 // nginx when installed, the bare proxy, and maitred counting with the same.
 func startSeparate(model string, withPprof bool) (*separateRun, error) {
-	s := &separateRun{}
+	s := &separateRun{pids: map[string]int{}}
 	var err error
 	if s.dir, err = os.MkdirTemp("", "bench-separate-"); err != nil {
 		return nil, err
@@ -56,6 +60,7 @@ func startSeparate(model string, withPprof bool) (*separateRun, error) {
 	}
 	s.procs = append(s.procs, sim)
 	s.paths = append(s.paths, path{"direct", sim.url})
+	s.pids["direct"] = sim.pid
 	target, _ := url.Parse(sim.url)
 	if ngURL, stop, ok, err := startNginx(nginxBin, target.Host, *nginxWorkers); err != nil {
 		s.stop()
@@ -71,6 +76,7 @@ func startSeparate(model string, withPprof bool) (*separateRun, error) {
 	}
 	s.procs = append(s.procs, bare)
 	s.paths = append(s.paths, path{"bare", bare.url})
+	s.pids["bare"] = bare.pid
 	cfg := fmt.Sprintf("models:\n  - name: %s\n    tokenizer: %s\n    max_model_len: 4096\n    backends:\n      - url: %s\n", model, tokDir, sim.url)
 	var pprofAddr string
 	if withPprof {
@@ -84,6 +90,11 @@ func startSeparate(model string, withPprof bool) (*separateRun, error) {
 	}
 	s.procs = append(s.procs, gw)
 	s.paths = append(s.paths, path{"maitred", gw.url})
+	s.pids["maitred"] = gw.pid
+	if *pathsFlag != "" {
+		keep := strings.Split(*pathsFlag, ",")
+		s.paths = slices.DeleteFunc(s.paths, func(p path) bool { return !slices.Contains(keep, p.name) })
+	}
 	return s, nil
 }
 
@@ -124,8 +135,10 @@ func measureSeparate(res *results, client *http.Client, sizes []chatSize, tok *t
 			return err
 		}
 		fmt.Fprintf(os.Stderr, "separate processes, phase 1 (%s chat, %d prompt tokens): %d req/s per path for %s, interleaved\n", sz.name, n, *rate, *duration)
+		before := s.sample()
 		lat, errs, timings := fixedRate(client, s.paths, func() []byte { return sz.body(model, nextID()) }, *rate, *duration)
 		sr := sizeResult{Size: sz.name, PromptTokens: n}
+		sr.Processes = s.sample().since(before, len(lat[0]))
 		for i, p := range s.paths {
 			sr.Latency = append(sr.Latency, summarize(p.name, lat[i], errs[i]))
 		}
@@ -134,4 +147,42 @@ func measureSeparate(res *results, client *http.Client, sizes []chatSize, tok *t
 		res.Separate = append(res.Separate, sr)
 	}
 	return nil
+}
+
+// procSample is each path's process's CPU time and context switches, and
+// maitred's garbage collections, at one moment.
+type procSample struct {
+	cpu  map[string]time.Duration
+	nvcs map[string]int64
+	gcs  float64
+}
+
+func (s *separateRun) sample() procSample {
+	ps := procSample{cpu: map[string]time.Duration{}, nvcs: map[string]int64{}}
+	for name, pid := range s.pids {
+		ps.cpu[name], _ = procCPU(pid)
+		ps.nvcs[name], _ = procStatus(pid, "nonvoluntary_ctxt_switches:")
+	}
+	for _, p := range s.paths {
+		if p.name == "maitred" {
+			ps.gcs, _ = scrapeMetric(p.url+"/metrics", "go_gc_duration_seconds_count")
+		}
+	}
+	return ps
+}
+
+// since is what each process spent per request (n requests per path)
+// from then to ps.
+func (ps procSample) since(then procSample, n int) *processFigures {
+	if n == 0 {
+		return nil
+	}
+	f := &processFigures{CPUPerRequestUs: map[string]float64{}, PreemptedPerRequest: map[string]float64{}}
+	for name, c := range ps.cpu {
+		f.CPUPerRequestUs[name] = float64((c - then.cpu[name]).Microseconds()) / float64(n)
+		// procStatus reads kB fields as bytes (<< 10): undo it.
+		f.PreemptedPerRequest[name] = float64((ps.nvcs[name]-then.nvcs[name])>>10) / float64(n)
+	}
+	f.MaitredGCs = ps.gcs - then.gcs
+	return f
 }
