@@ -163,12 +163,15 @@ func (c *curve) writeCharts(dir string) ([]string, error) {
 	return paths, nil
 }
 
+// scaleDim is one dimension of the scale scenario.
+type scaleDim struct {
+	name string
+	run  func(*scaleEnv) (*curve, error)
+}
+
 // scale runs the dimensions o names, in a fixed order.
 func scale(o scaleOptions) error {
-	runs := []struct {
-		name string
-		run  func(*scaleEnv) (*curve, error)
-	}{
+	runs := []scaleDim{
 		{"waiting", func(e *scaleEnv) (*curve, error) { return scaleWaitingRun(o.waiting), nil }},
 		{"backends", func(e *scaleEnv) (*curve, error) { return scaleBackendsRun(e, o.backends, o.idle) }},
 		{"keys", func(e *scaleEnv) (*curve, error) { return scaleKeysRun(e, o.keys) }},
@@ -176,12 +179,7 @@ func scale(o scaleOptions) error {
 		{"prompt", func(e *scaleEnv) (*curve, error) { return scalePromptRun(e, o.prompt) }},
 	}
 	for _, d := range o.dims {
-		if !slices.ContainsFunc(runs, func(r struct {
-			name string
-			run  func(*scaleEnv) (*curve, error)
-		}) bool {
-			return r.name == d
-		}) {
+		if !slices.ContainsFunc(runs, func(r scaleDim) bool { return r.name == d }) {
 			return fmt.Errorf("-dims: unknown dimension %q (backends, keys, streams, waiting, prompt)", d)
 		}
 	}
