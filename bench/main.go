@@ -19,6 +19,15 @@
 // buffering, no access log, -nginx-workers worker processes (default 1,
 // see nginxWorkersWhy), as the current user; it is stopped on exit.
 //
+// Run first as users run it (separate.go): maitred the built binary (go
+// build ./cmd/maitred into a temp dir) with its production JSON log
+// written to a file, the simulator as `maitred sim`, the bare proxy as
+// this program re-run (-scenario bare-proxy) and nginx, each in its own
+// process, the load generator alone in this one: phase 1 below, with
+// each process's CPU per request. Then, as a second labelled line
+// (-inprocess=false skips it), every phase with the simulator and the Go
+// proxies in this process.
+//
 // Phases: (1) for each size, a short chat and a ten-turn chat of about
 // 1,000 tokens, non-streaming requests at -rate requests/s per path, the
 // paths interleaved request by request, reporting p50/p99 latency, what
@@ -39,8 +48,9 @@
 // loopback, so the paths share the machine's cores. -cpuprofile writes a
 // CPU profile of the whole run.
 //
-// Usage: go run ./bench [-rate 300] [-duration 20s] [-tokenizer qwen3|demo] [-nginx-workers 1] [-cpuprofile FILE] [-json]
+// Usage: go run ./bench [-rate 300] [-duration 20s] [-tokenizer qwen3|demo] [-nginx-workers 1] [-cpuprofile FILE] [-json] [-inprocess=false] [-pprof] [-paths direct,maitred]
 //
+//	go run ./bench -scenario scale [-dims backends,keys,streams,waiting,prompt] [-scale-out DIR] (scale.go)
 //	go run ./bench -scenario overload [-capacity 40] [-overload-3x 30s]
 //	go run ./bench -scenario soak [-streams 1000] [-hold 20s]
 //	go run ./bench -scenario quota [-quota-clients 50] [-quota-tpm 20000] [-quota-duration 2m]
@@ -88,7 +98,7 @@ var (
 	maxDur       = flag.Duration("max-duration", 5*time.Second, "length of each path's throughput run, per size, in one-second rounds")
 	conc         = flag.Int("conc", 32, "closed-loop workers in the throughput phase")
 	jsonOut      = flag.Bool("json", false, "print results as JSON")
-	scenario     = flag.String("scenario", "proxy", "proxy: direct vs nginx vs bare vs maitred; overload: the admission queue at 1x and 3x capacity; soak: memory and goroutines per open stream; slowbody: memory and timeouts under declared-but-unsent bodies; quota: an API key's tokens_per_minute under concurrent clients; store: the shared store (a redis-server it starts) against in-process accounting; localwork: the built gateway's memory and CPU under concurrent 7 MB /tokenize and 3.9M-id /detokenize requests (issue 26)")
+	scenario     = flag.String("scenario", "proxy", "proxy: direct vs nginx vs bare vs maitred; overload: the admission queue at 1x and 3x capacity; soak: memory and goroutines per open stream; slowbody: memory and timeouts under declared-but-unsent bodies; quota: an API key's tokens_per_minute under concurrent clients; store: the shared store (a redis-server it starts) against in-process accounting; localwork: the built gateway's memory and CPU under concurrent 7 MB /tokenize and 3.9M-id /detokenize requests (issue 26); scale: how cost grows with backends, keys, open streams, waiting requests and prompt size (issue 30)")
 	quotaClients = flag.Int("quota-clients", 50, "quota scenario: concurrent clients on one key")
 	quotaTPM     = flag.Int64("quota-tpm", 20000, "quota scenario: the key's tokens_per_minute")
 	quotaDur     = flag.Duration("quota-duration", 2*time.Minute, "quota scenario: how long the clients run")
@@ -107,6 +117,11 @@ var (
 	maitredBin   = flag.String("maitred", "", "localwork: the maitred binary to run (default: go build ./cmd/maitred into a temp dir)")
 	localN       = flag.Int("local-requests", 8, "localwork: concurrent requests")
 	localSize    = flag.Int("local-bytes", 7_000_000, "localwork: bytes of each whitespace-free /tokenize prompt")
+	inProcess    = flag.Bool("inprocess", true, "proxy: after the separate-process run, run every phase again with the simulator and the Go proxies in this process (the second, labelled line)")
+	pprofOn      = flag.Bool("pprof", false, "proxy: build maitred with net/http/pprof on a port of its own (printed), to profile the built binary while it runs")
+	pathsFlag    = flag.String("paths", "", "proxy: the separate-process paths to run, comma-separated (direct, nginx, bare, maitred; default all)")
+	bareListen   = flag.String("bare-listen", "", "bare-proxy: the address to serve on")
+	bareTarget   = flag.String("bare-target", "", "bare-proxy: the URL to forward to")
 )
 
 const chatBody = `{"model":"demo","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Say hello in five words."}],"max_tokens":8}`
@@ -132,6 +147,10 @@ func main() {
 		run = func() error { return storeScenario(*rate, *duration) }
 	case "localwork":
 		run = func() error { return localWork(*maitredBin, *localN, *localSize) }
+	case "bare-proxy":
+		run = func() error { return bareProxy(*bareListen, *bareTarget) }
+	case "scale":
+		run = func() error { return scale(scaleOptionsFromFlags()) }
 	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -159,6 +178,18 @@ func run() error {
 	// profile; each server labels its own (serveAs).
 	pprof.SetGoroutineLabels(pprof.WithLabels(context.Background(), pprof.Labels("server", "client")))
 	model := *tokName
+	res := results{GOMAXPROCS: runtime.GOMAXPROCS(0), Tokenizer: model, Rate: *rate, Duration: duration.String()}
+	sizes, err := pickSizes(*sizesFlag)
+	if err != nil {
+		return err
+	}
+	// As users run it first: every server in its own process.
+	if err := measureSeparate(&res, &http.Client{Transport: poolTransport()}, sizes, tok); err != nil {
+		return fmt.Errorf("separate processes: %w", err)
+	}
+	if !*inProcess {
+		return report(res)
+	}
 	stamps := &stampBook{m: map[string][]time.Time{}}
 
 	// The simulator counts with the same tokenizer as maitred, as vLLM
@@ -173,7 +204,6 @@ func run() error {
 	defer stopSim()
 	target, _ := url.Parse(simURL)
 
-	res := results{GOMAXPROCS: runtime.GOMAXPROCS(0), Tokenizer: model, Rate: *rate, Duration: duration.String()}
 	paths := []path{{"direct", simURL}}
 
 	nginxURL, stopNginx, ok, err := startNginx(nginxBin, target.Host, *nginxWorkers)
@@ -220,11 +250,6 @@ func run() error {
 	paths = append(paths, path{"maitred", gwURL})
 
 	client := &http.Client{Transport: poolTransport()}
-	sizes, err := pickSizes(*sizesFlag)
-	if err != nil {
-		return err
-	}
-
 	if err := warm(client, paths, sizes, model); err != nil {
 		return err
 	}

@@ -58,6 +58,18 @@ type sizeResult struct {
 	// Server-Timing (door, queue, backend), as quantiles: the means above
 	// carry every outlier, these say what a typical request paid.
 	MaitredTimingUs map[string]timingQuantiles `json:"maitred_server_timing_us"`
+	// Processes: with every server in its own process, each one's CPU
+	// time and involuntary context switches per request, and maitred's
+	// collections over the run.
+	Processes *processFigures `json:"processes,omitempty"`
+}
+
+// processFigures is what each path's own process spent per request
+// (direct: the simulator; bare and maitred: the proxy alone).
+type processFigures struct {
+	CPUPerRequestUs     map[string]float64 `json:"cpu_per_request_us"`
+	PreemptedPerRequest map[string]float64 `json:"involuntary_switches_per_request"`
+	MaitredGCs          float64            `json:"maitred_gcs"`
 }
 
 // timingQuantiles is one Server-Timing phase over a run, in microseconds.
@@ -117,11 +129,15 @@ type counting struct {
 }
 
 type results struct {
-	GOMAXPROCS        int          `json:"gomaxprocs"`
-	Tokenizer         string       `json:"tokenizer"`
-	Nginx             string       `json:"nginx"`
-	Rate              int          `json:"rate_per_path"`
-	Duration          string       `json:"duration"`
+	GOMAXPROCS int    `json:"gomaxprocs"`
+	Tokenizer  string `json:"tokenizer"`
+	Nginx      string `json:"nginx"`
+	Rate       int    `json:"rate_per_path"`
+	Duration   string `json:"duration"`
+	// Separate is phase 1 with every server in its own process (maitred
+	// the built binary, its log to a file): what users run. Sizes is the
+	// same phase with the simulator and the Go proxies in this process.
+	Separate          []sizeResult `json:"separate_processes"`
 	Sizes             []sizeResult `json:"sizes"`
 	Stream            []stat       `json:"stream_event_delay"`
 	StreamMarginP99ms float64      `json:"stream_maitred_over_bare_p99_ms"`
@@ -269,8 +285,23 @@ func report(r results) error {
 	}
 	fmt.Printf("GOMAXPROCS=%d, tokenizer %s (maitred and the simulator count every request), non-streaming chat at %d req/s per path for %s per size\n", r.GOMAXPROCS, r.Tokenizer, r.Rate, r.Duration)
 	fmt.Printf("nginx: %s\n", r.Nginx)
+	if len(r.Separate) > 0 {
+		fmt.Println("\n== separate processes (as users run it): maitred the built binary, JSON log to a file; simulator, bare proxy and nginx each in their own process; load from this one ==")
+		printSizes(r.Separate)
+	}
+	if len(r.Sizes) == 0 {
+		return nil
+	}
+	fmt.Println("\n== in-process (simulator, bare proxy and maitred in this process; nginx its own) ==")
 	fmt.Printf("maitred: %.0f requests, %.0f uncounted\n", r.Counting.Requests, r.Counting.Uncounted)
-	for _, sz := range r.Sizes {
+	printSizes(r.Sizes)
+	printStreamsAndThroughput(r)
+	return nil
+}
+
+// printSizes prints phase 1's table for each size.
+func printSizes(sizes []sizeResult) {
+	for _, sz := range sizes {
 		fmt.Printf("\n%s chat (%d prompt tokens)\n", sz.Size, sz.PromptTokens)
 		fmt.Printf("%-8s %7s %6s %8s %8s %8s %8s %10s %10s\n", "path", "n", "errors", "p50 ms", "p90 ms", "p99 ms", "max ms", "+p50 ms", "+p99 ms")
 		for _, s := range sz.Latency {
@@ -289,11 +320,17 @@ func report(r results) error {
 		} else {
 			fmt.Printf("moonshot: maitred added p50 <= 2x nginx: n/a (nginx skipped)\n")
 		}
-		fmt.Printf("maitred phases, mean per request (us):")
-		for _, k := range phaseOrder {
-			fmt.Printf(" %s %.1f", k, sz.MaitredPhasesUs[k])
+		if len(sz.MaitredPhasesUs) > 0 {
+			fmt.Printf("maitred phases, mean per request (us):")
+			for _, k := range phaseOrder {
+				fmt.Printf(" %s %.1f", k, sz.MaitredPhasesUs[k])
+			}
+			fmt.Println()
 		}
-		fmt.Println()
+		if p := sz.Processes; p != nil {
+			fmt.Printf("CPU per request of each process (us): simulator (serving every path) %.1f, bare proxy %.1f, maitred %.1f; involuntary context switches per request: bare %.2f, maitred %.2f; maitred GCs %.0f\n",
+				p.CPUPerRequestUs["direct"], p.CPUPerRequestUs["bare"], p.CPUPerRequestUs["maitred"], p.PreemptedPerRequest["bare"], p.PreemptedPerRequest["maitred"], p.MaitredGCs)
+		}
 		fmt.Printf("maitred Server-Timing p50/p90/p99 (us):")
 		for _, k := range []string{"door", "queue", "backend"} {
 			if q, ok := sz.MaitredTimingUs[k]; ok {
@@ -302,6 +339,10 @@ func report(r results) error {
 		}
 		fmt.Println()
 	}
+}
+
+// printStreamsAndThroughput prints phases 2 and 3 (in-process).
+func printStreamsAndThroughput(r results) {
 	fmt.Println("\nstreamed event delay (simulator flush -> client read)")
 	for _, s := range r.Stream {
 		fmt.Printf("%-8s %7d %6s %8.3f %8.3f %8.3f %8.3f\n", s.Path, s.N, "", s.P50ms, s.P90ms, s.P99ms, s.Maxms)
@@ -325,5 +366,4 @@ func report(r results) error {
 		}
 		fmt.Printf("maitred/bare = %.1f%% (target >= 95%%): %s\n", 100*t.MaitredOverBare, yesNo(t.MeetsTarget))
 	}
-	return nil
 }

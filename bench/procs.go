@@ -1,0 +1,306 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/maitred-dev/maitred/internal/fixtures"
+)
+
+// The separate-process harness: maitred as the built binary (go build
+// ./cmd/maitred) in its own process, its JSON log written to a file as in
+// production; the simulator as `maitred sim` in another; the bare
+// httputil.ReverseProxy as this program re-run with -scenario bare-proxy;
+// the load generator in this process.
+
+// pprofOverlay is a file added to cmd/maitred by `go build -overlay` when
+// -pprof is set: with MAITRED_BENCH_PPROF=ADDR the built binary serves
+// net/http/pprof on ADDR. Nothing in the repository's own build has it.
+const pprofOverlay = `package main
+
+import (
+	"net/http"
+	_ "net/http/pprof"
+	"os"
+)
+
+func init() {
+	if a := os.Getenv("MAITRED_BENCH_PPROF"); a != "" {
+		go http.ListenAndServe(a, nil)
+	}
+}
+`
+
+// buildMaitred builds ./cmd/maitred into dir and returns the binary's path.
+// withPprof adds pprofOverlay.
+func buildMaitred(dir string, withPprof bool) (string, error) {
+	root := fixtures.Root()
+	if root == "" {
+		return "", fmt.Errorf("run from the repository: the maitred binary is built from ./cmd/maitred")
+	}
+	bin := filepath.Join(dir, "maitred")
+	args := []string{"build", "-o", bin}
+	if withPprof {
+		src := filepath.Join(dir, "zz_benchpprof.go")
+		if err := os.WriteFile(src, []byte(pprofOverlay), 0o644); err != nil {
+			return "", err
+		}
+		ov, _ := json.Marshal(map[string]map[string]string{"Replace": {filepath.Join(root, "cmd", "maitred", "zz_benchpprof.go"): src}})
+		ovPath := filepath.Join(dir, "overlay.json")
+		if err := os.WriteFile(ovPath, ov, 0o644); err != nil {
+			return "", err
+		}
+		args = append(args, "-overlay", ovPath)
+	}
+	build := exec.Command("go", append(args, "./cmd/maitred")...)
+	build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/maitred: %w", err)
+	}
+	return bin, nil
+}
+
+// proc is a child process this program started; stop kills it.
+type proc struct {
+	cmd  *exec.Cmd
+	url  string
+	log  string // the file its stderr goes to ("" for none)
+	pid  int
+	done chan struct{}
+}
+
+// startProc runs bin with args, its stdout and stderr appended to logPath
+// ("" discards them), in its own process group, killed if this one dies.
+func startProc(logPath string, env []string, bin string, args ...string) (*proc, error) {
+	c := exec.Command(bin, args...)
+	c.SysProcAttr = childAttr()
+	c.Env = append(os.Environ(), env...)
+	if logPath != "" {
+		f, err := os.Create(logPath)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close() // the child holds its own descriptor
+		c.Stdout, c.Stderr = f, f
+	}
+	if err := c.Start(); err != nil {
+		return nil, err
+	}
+	p := &proc{cmd: c, log: logPath, pid: c.Process.Pid, done: make(chan struct{})}
+	go func() { c.Wait(); close(p.done) }()
+	return p, nil
+}
+
+// stop ends the process (SIGTERM, then SIGKILL after 5 s) and waits.
+func (p *proc) stop() {
+	if p == nil {
+		return
+	}
+	p.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-p.done:
+	case <-time.After(5 * time.Second):
+		p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// exited reports whether the process has ended.
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// awaitHTTP polls url until it answers 200, the process ends, or a minute
+// passes.
+func (p *proc) awaitHTTP(url string) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if p.exited() {
+			return fmt.Errorf("%s exited before it was ready (log: %s)", filepath.Base(p.cmd.Path), p.tail())
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		res, err := http.DefaultClient.Do(req)
+		cancel()
+		if err == nil {
+			res.Body.Close()
+			if res.StatusCode == 200 {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready within a minute (%s)", filepath.Base(p.cmd.Path), url)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// tail is the last lines of the process's log.
+func (p *proc) tail() string {
+	if p.log == "" {
+		return "(discarded)"
+	}
+	b, _ := os.ReadFile(p.log)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return strings.Join(lines[max(0, len(lines)-5):], "\n")
+}
+
+// simArgs are `maitred sim`'s flags for a backend that answers at once:
+// no time to first token or between tokens, out tokens each, counting
+// with the tokenizer folder tokDir ("": its approximate counter).
+func simArgs(addr, model, tokDir string, maxModelLen, out int) []string {
+	a := []string{"sim", "--listen", addr, "--model", model, "--max-model-len", strconv.Itoa(maxModelLen),
+		"--ttft", "0s", "--itl", "0s", "--output-tokens", strconv.Itoa(out), "--max-num-seqs", "1000000",
+		"--kv-tokens", "1073741824", "--log-level", "warn"}
+	if tokDir != "" {
+		a = append(a, "--tokenizer", tokDir)
+	}
+	return a
+}
+
+// startMaitred writes cfg (YAML; its listen is set here) into dir and
+// runs `maitred serve` on it, its JSON log (info, as in production) to
+// dir/maitred.log, until it is ready. pprofAddr, when not "", is where a
+// binary built with -pprof serves net/http/pprof.
+func startMaitred(bin, dir, cfg, pprofAddr string) (*proc, error) {
+	addr := freeAddr()
+	path := filepath.Join(dir, "maitred.yaml")
+	if err := os.WriteFile(path, []byte("listen: "+addr+"\n"+cfg), 0o644); err != nil {
+		return nil, err
+	}
+	var env []string
+	if pprofAddr != "" {
+		env = append(env, "MAITRED_BENCH_PPROF="+pprofAddr)
+	}
+	p, err := startProc(filepath.Join(dir, "maitred.log"), env, bin, "serve", "--config", path)
+	if err != nil {
+		return nil, err
+	}
+	p.url = "http://" + addr
+	if err := p.awaitHTTP(p.url + "/readyz"); err != nil {
+		p.stop()
+		return nil, err
+	}
+	return p, nil
+}
+
+// startSim runs `maitred sim` with args (simArgs) until it answers /health.
+func startSim(bin, addr string, args []string) (*proc, error) {
+	p, err := startProc("", nil, bin, args...)
+	if err != nil {
+		return nil, err
+	}
+	p.url = "http://" + addr
+	if err := p.awaitHTTP(p.url + "/health"); err != nil {
+		p.stop()
+		return nil, err
+	}
+	return p, nil
+}
+
+// startBareProxy runs this program again as the bare proxy (-scenario
+// bare-proxy) in front of target, in its own process.
+func startBareProxy(target string) (*proc, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	addr := freeAddr()
+	p, err := startProc("", nil, self, "-scenario", "bare-proxy", "-bare-listen", addr, "-bare-target", target)
+	if err != nil {
+		return nil, err
+	}
+	p.url = "http://" + addr
+	// The proxy forwards /health to the simulator: ready once both are.
+	if err := p.awaitHTTP(p.url + "/health"); err != nil {
+		p.stop()
+		return nil, err
+	}
+	return p, nil
+}
+
+// bareProxy serves a plain httputil.ReverseProxy to target on listen
+// until the process is stopped: the bare proxy of the separate-process
+// harness.
+func bareProxy(listen, target string) error {
+	u, err := url.Parse(target)
+	if err != nil || u.Host == "" {
+		return fmt.Errorf("-bare-target: want a URL, got %q", target)
+	}
+	rp := &httputil.ReverseProxy{
+		Rewrite:       func(pr *httputil.ProxyRequest) { pr.SetURL(u) },
+		Transport:     poolTransport(),
+		FlushInterval: -1,
+	}
+	srv := &http.Server{Addr: listen, Handler: rp, ReadHeaderTimeout: 10 * time.Second}
+	return srv.ListenAndServe()
+}
+
+// procRSS is the process's resident memory now, in bytes.
+func procRSS(pid int) int64 {
+	v, _ := procStatus(pid, "VmRSS:")
+	return v
+}
+
+// scrapeMetric sums the samples of the metric name (any labels) in a
+// Prometheus text exposition at url.
+func scrapeMetric(url, name string) (float64, error) {
+	res, err := http.Get(url)
+	if err != nil {
+		return 0, err
+	}
+	defer res.Body.Close()
+	v, err := sumMetric(res.Body, name)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", url, err)
+	}
+	return v, nil
+}
+
+// sumMetric sums the samples of the metric name in a Prometheus text
+// exposition.
+func sumMetric(r io.Reader, name string) (float64, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	var sum float64
+	found := false
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name) {
+			continue
+		}
+		rest := line[len(name):]
+		if rest == "" || (rest[0] != ' ' && rest[0] != '{') {
+			continue
+		}
+		f := strings.Fields(rest[strings.LastIndexByte(rest, '}')+1:])
+		if len(f) == 0 {
+			continue
+		}
+		if v, err := strconv.ParseFloat(f[0], 64); err == nil {
+			sum += v
+			found = true
+		}
+	}
+	if !found {
+		return 0, fmt.Errorf("no %s", name)
+	}
+	return sum, sc.Err()
+}

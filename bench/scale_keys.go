@@ -1,0 +1,244 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/maitred-dev/maitred/sim"
+)
+
+// benchKey is the i-th generated API key.
+func benchKey(i int) string { return fmt.Sprintf("sk-bench-%08d", i) }
+
+// keysFileYAML is a keys_file of n keys (sha256 digests), each with
+// limits so that every request is checked against them; gen varies the
+// names so that a rewrite is a change.
+func keysFileYAML(n, gen int) []byte {
+	var b bytes.Buffer
+	b.WriteString("keys:\n")
+	for i := range n {
+		d := sha256.Sum256([]byte(benchKey(i)))
+		fmt.Fprintf(&b, "  - name: k%d-%d\n    sha256: %s\n    models: [\"*\"]\n    limits: {requests_per_minute: 100000000, max_concurrent: 100000}\n", i, gen, hex.EncodeToString(d[:]))
+	}
+	return b.Bytes()
+}
+
+// authTransport sets one API key on every request.
+type authTransport struct {
+	key string
+	rt  http.RoundTripper
+}
+
+func (a authTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+a.key)
+	return a.rt.RoundTrip(r)
+}
+
+// scaleKeysRun is the keys dimension: for each n, the built maitred with
+// a keys_file of n keys in front of a simulator in this process. Figures:
+// maitred's added p50 over direct with the last key (the key check and
+// its limits, end to end), RSS and heap in use, both per key above the
+// first point, the keys_file's reload (rewritten whole: from the write to
+// the "keys_file loaded" log line, which includes up to the 500 ms poll;
+// and maitred's CPU over it, idle otherwise), and the slowest request
+// during a second reload, against the slowest direct one then.
+func scaleKeysRun(e *scaleEnv, ns []int) (*curve, error) {
+	c := &curve{dim: "API keys (built maitred, keys_file of n sha256 keys with limits; simulator in this process)",
+		note:  "target: key check and limits at 100k keys <= 1.5x at 1 key; <= 1 KB per idle key; a 100k-key reload <= 1 s with no request delayed by more than 10 ms",
+		xName: "keys", cols: []string{"direct p50 us", "maitred +p50 us", "RSS MiB", "B/key RSS", "B/key heap", "reload ms", "reload CPU ms", "max ms reload", "direct max ms"},
+		charts: []chartSpec{
+			{file: "keys-latency.svg", title: "direct p50 and maitred's added p50 by API keys", yLabel: "us", cols: []string{"direct p50 us", "maitred +p50 us"}},
+			{file: "keys-reload.svg", title: "keys_file reload by API keys", yLabel: "ms", cols: []string{"reload ms", "reload CPU ms", "max ms reload", "direct max ms"}},
+		}}
+	backend := sim.New(sim.Config{Model: "demo", MaxModelLen: 4096, OutputTokens: 8, MaxNumSeqs: 1 << 20, KVTokens: 1 << 30}, zap.NewNop())
+	simURL, stopSim, err := serve(backend.Handler())
+	if err != nil {
+		return nil, err
+	}
+	defer stopSim()
+	var baseRSS, baseHeap float64
+	baseN := 0
+	for i, n := range ns {
+		r, err := keysPoint(e, n, simURL)
+		if err != nil {
+			return nil, fmt.Errorf("%d keys: %w", n, err)
+		}
+		perRSS, perHeap := math.NaN(), math.NaN()
+		if i == 0 {
+			baseRSS, baseHeap, baseN = r.rss, r.heap, n
+		} else {
+			perRSS = (r.rss - baseRSS) / float64(n-baseN)
+			perHeap = (r.heap - baseHeap) / float64(n-baseN)
+		}
+		c.add(n, r.directP50, r.addedP50, r.rss/(1<<20), perRSS, perHeap, r.reloadMs, r.reloadCPUms, r.maxDuringMs, r.directMaxMs)
+	}
+	return c, nil
+}
+
+type keysFigures struct {
+	directP50, addedP50, rss, heap float64
+	reloadMs, reloadCPUms          float64
+	maxDuringMs, directMaxMs       float64
+}
+
+func keysPoint(e *scaleEnv, n int, simURL string) (keysFigures, error) {
+	var f keysFigures
+	dir, err := e.pointDir(fmt.Sprintf("keys-%d", n))
+	if err != nil {
+		return f, err
+	}
+	keysPath := filepath.Join(dir, "keys.yaml")
+	if err := os.WriteFile(keysPath, keysFileYAML(n, 0), 0o644); err != nil {
+		return f, err
+	}
+	admin := freeAddr()
+	cfg := fmt.Sprintf("admin_listen: %s\nauth:\n  keys_file: %s\nmodels:\n  - name: demo\n    tokenizer: builtin:demo\n    tokenizer_check: off\n    backends:\n      - url: %s\n", admin, keysPath, simURL)
+	gw, err := e.startIn(dir, cfg)
+	if err != nil {
+		return f, err
+	}
+	defer gw.stop()
+	client := &http.Client{Transport: authTransport{key: benchKey(n - 1), rt: poolTransport()}}
+	defer client.CloseIdleConnections()
+	if f.directP50, f.addedP50, _, err = alternatingP50(client, simURL, gw.url, 400); err != nil {
+		return f, err
+	}
+	time.Sleep(2 * time.Second)
+	f.rss = float64(procRSS(gw.pid))
+	f.heap, _ = scrapeMetric("http://"+admin+"/metrics", "go_memstats_heap_inuse_bytes")
+	// A reload with nothing else running: its wall time and CPU.
+	c0, _ := procCPU(gw.pid)
+	took, err := reloadKeys(gw, keysPath, n, 1)
+	if err != nil {
+		return f, err
+	}
+	c1, _ := procCPU(gw.pid)
+	f.reloadMs, f.reloadCPUms = float64(took.Microseconds())/1e3, float64((c1-c0).Microseconds())/1e3
+	// A reload under load: the slowest request while it ran.
+	f.maxDuringMs, f.directMaxMs, err = slowestDuringReload(client, simURL, gw, keysPath, n)
+	fmt.Fprintf(os.Stderr, "  %d keys: reload %.0f ms (CPU %.0f ms), slowest request during a reload %.1f ms (direct %.1f)\n", n, f.reloadMs, f.reloadCPUms, f.maxDuringMs, f.directMaxMs)
+	return f, err
+}
+
+// reloadKeys rewrites the keys_file (generation gen) and waits for
+// maitred's log to say it is loaded: the time from the write to the
+// log line's timestamp.
+func reloadKeys(gw *proc, path string, n, gen int) (time.Duration, error) {
+	return reloadKeysWith(gw, path, keysFileYAML(n, gen))
+}
+
+// reloadKeysWith is reloadKeys with the file's content made beforehand.
+func reloadKeysWith(gw *proc, path string, content []byte) (time.Duration, error) {
+	seen := countLogLines(gw.log, `"keys_file loaded"`)
+	t0 := time.Now()
+	if err := os.WriteFile(path, content, 0o644); err != nil {
+		return 0, err
+	}
+	deadline := t0.Add(time.Minute)
+	for time.Now().Before(deadline) {
+		if ts, ok := nthLogTime(gw.log, `"keys_file loaded"`, seen); ok {
+			return ts.Sub(t0), nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return 0, fmt.Errorf("no \"keys_file loaded\" in %s within a minute: %s", gw.log, gw.tail())
+}
+
+func countLogLines(path, substr string) int {
+	b, _ := os.ReadFile(path)
+	return bytes.Count(b, []byte(substr))
+}
+
+// nthLogTime is the ts of the log's line number n (from 0) holding substr.
+func nthLogTime(path, substr string, n int) (time.Time, bool) {
+	f, err := os.Open(path)
+	if err != nil {
+		return time.Time{}, false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if !strings.Contains(sc.Text(), substr) {
+			continue
+		}
+		if n > 0 {
+			n--
+			continue
+		}
+		var line struct {
+			TS time.Time `json:"ts"`
+		}
+		if json.Unmarshal(sc.Bytes(), &line) != nil {
+			return time.Time{}, false
+		}
+		return line.TS, true
+	}
+	return time.Time{}, false
+}
+
+// slowestDuringReload sends a request to maitred and one to direct every
+// 5 ms while the keys_file is reloaded (generation 2), from 300 ms before
+// the write until 300 ms after the log says it is loaded, and returns the
+// slowest of each path's answers in that window, in ms.
+func slowestDuringReload(c *http.Client, direct string, gw *proc, path string, n int) (float64, float64, error) {
+	var mu sync.Mutex
+	var mLat, dLat []time.Duration
+	var failed error
+	stop := make(chan struct{})
+	content := keysFileYAML(n, 2) // made before the load starts
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(5 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+			for _, p := range []string{gw.url, direct} {
+				wg.Go(func() {
+					lat, err := doChat(c, p)
+					mu.Lock()
+					defer mu.Unlock()
+					switch {
+					case err != nil:
+						failed = err
+					case p == direct:
+						dLat = append(dLat, lat)
+					default:
+						mLat = append(mLat, lat)
+					}
+				})
+			}
+		}
+	})
+	time.Sleep(300 * time.Millisecond)
+	_, err := reloadKeysWith(gw, path, content)
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		return 0, 0, err
+	}
+	if failed != nil {
+		return 0, 0, failed
+	}
+	return float64(slices.Max(mLat).Microseconds()) / 1e3, float64(slices.Max(dLat).Microseconds()) / 1e3, nil
+}

@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/maitred-dev/maitred/admission"
+)
+
+// The in-process lines of the scale scenario: admission.Pool's pick at N
+// backends and its grants at N waiters, measured with testing.Benchmark
+// and runtime.MemStats in this process (labelled "in-process").
+
+func always() bool { return true }
+
+// benchPool is a pool of n ready backends with room for everything, as
+// the gateway builds one (a token budget, no in-flight cap).
+func benchPool(n, maxInFlight int) *admission.Pool {
+	slots := make([]admission.SlotConfig, n)
+	for i := range slots {
+		slots[i] = admission.SlotConfig{Name: "10.0.0." + strconv.Itoa(i) + ":8000", Ready: always, KVTokens: 1 << 30, MaxInFlight: maxInFlight}
+	}
+	return admission.NewPool("bench", admission.PoolConfig{QueueSize: 1 << 20, QueueTimeout: time.Hour, Classes: 1}, slots, nil)
+}
+
+// pickCost is one Acquire and Release on an idle pool of n backends
+// (the p2c pick over the eligible slots), in ns.
+func pickCost(n int) float64 {
+	p := benchPool(n, 0)
+	ctx := context.Background()
+	r := testing.Benchmark(func(b *testing.B) {
+		for b.Loop() {
+			l, o := p.Acquire(ctx, admission.Ticket{Tokens: 1000})
+			if o != admission.Admitted {
+				b.Fatal(o)
+			}
+			l.Release(admission.Succeeded)
+		}
+	})
+	return float64(r.NsPerOp())
+}
+
+// waitingFigures queues n requests behind one backend with room for one
+// (its lease held), then releases it: each grant's holder releases at
+// once, so the queue drains one grant at a time. It returns the memory
+// per waiting request (heap and stacks in use, after a GC, with all n
+// queued, less before), the time to drain, and the drain per grant.
+func waitingFigures(n int) (bytesPerWaiter float64, drain time.Duration) {
+	p := benchPool(1, 1)
+	ctx := context.Background()
+	first, o := p.Acquire(ctx, admission.Ticket{Tokens: 1})
+	if o != admission.Admitted {
+		panic(o)
+	}
+	before := inUse()
+	done := make(chan struct{}, n)
+	for range n {
+		go func() {
+			l, o := p.Acquire(ctx, admission.Ticket{Tokens: 1})
+			if o == admission.Admitted {
+				l.Release(admission.Succeeded)
+			}
+			done <- struct{}{}
+		}()
+	}
+	for depth(p) < n {
+		time.Sleep(time.Millisecond)
+	}
+	bytesPerWaiter = float64(int64(inUse())-int64(before)) / float64(n)
+	t0 := time.Now()
+	first.Release(admission.Succeeded)
+	for range n {
+		<-done
+	}
+	return bytesPerWaiter, time.Since(t0)
+}
+
+func depth(p *admission.Pool) int {
+	d := 0
+	for _, x := range p.Stats().Depth {
+		d += x
+	}
+	return d
+}
+
+// parkedFigure is the baseline of waitingFigures: the memory of n
+// goroutines parked on a channel (what a waiting request's handler
+// goroutine costs with no queue at all), per goroutine.
+func parkedFigure(n int) float64 {
+	before := inUse()
+	release := make(chan struct{})
+	var parked sync.WaitGroup
+	parked.Add(n)
+	done := make(chan struct{}, n)
+	for range n {
+		go func() {
+			parked.Done()
+			<-release
+			done <- struct{}{}
+		}()
+	}
+	parked.Wait()
+	per := float64(int64(inUse())-int64(before)) / float64(n)
+	close(release)
+	for range n {
+		<-done
+	}
+	return per
+}
+
+// scaleWaitingRun is the waiting dimension: grant cost per request (drain
+// time / waiters, the median of repeated drains for small queues), memory per waiting request and time to drain, with the
+// smallest point as the baseline of the ratio column.
+func scaleWaitingRun(ns []int) *curve {
+	c := &curve{dim: "waiting requests (in-process admission.Pool: one backend with room for one, n queued, then drained)",
+		note:  "target: grant cost at 10k waiters <= 2x its cost at 10; <= 2 KB per waiting request beyond its body (bytes/waiter: its goroutine and the pool's waiter; parked: a goroutine parked on a channel, the baseline)",
+		xName: "waiters", cols: []string{"grant us", "grant/base", "bytes/waiter", "parked B/gor", "waiter-parked B", "drain ms"},
+		charts: []chartSpec{{file: "waiting-grant.svg", title: "grant cost per request by waiting requests (in-process)", yLabel: "us per grant", cols: []string{"grant us"}},
+			{file: "waiting-memory.svg", title: "memory per waiting request (in-process, incl. its goroutine)", yLabel: "bytes", cols: []string{"bytes/waiter", "parked B/gor"}}}}
+	base := math.NaN()
+	for _, n := range ns {
+		// Small queues drain in microseconds: repeated, the median.
+		reps := min(max(1, 10000/n), 100)
+		var drains []time.Duration
+		var pers []float64
+		for range min(reps, 20) {
+			p, d := waitingFigures(n)
+			pers, drains = append(pers, p), append(drains, d)
+		}
+		slices.Sort(drains)
+		slices.Sort(pers)
+		drain, per := quantile(drains, .5), quantile(pers, .5)
+		grant := float64(drain.Nanoseconds()) / 1e3 / float64(n)
+		if math.IsNaN(base) {
+			base = grant
+		}
+		parked := parkedFigure(n)
+		c.add(n, grant, grant/base, per, parked, per-parked, float64(drain.Microseconds())/1e3)
+		runtime.GC()
+	}
+	return c
+}
+
+// pickLine is the backends dimension's in-process pick figures.
+func pickLine(ns []int) map[int]float64 {
+	out := map[int]float64{}
+	for _, n := range ns {
+		out[n] = pickCost(n) / 1e3
+		fmt.Printf("  pick at %d backends: %.2f us (in-process Acquire+Release)\n", n, out[n])
+	}
+	return out
+}
