@@ -92,12 +92,34 @@ func TestPrefixCacheShortensTTFT(t *testing.T) {
 			t.Errorf("next turn: %v, cached %d; want %v, %d", d3, r3.Usage.PromptTokensDetails.CachedTokens, want, h3)
 		}
 
+		// A prompt of exactly two blocks, twice: vLLM computes the last
+		// token again, so only the first block is a hit.
+		ids := make([]int64, 32)
+		for i := range ids {
+			ids[i] = int64(5000 + i)
+		}
+		var d5 time.Duration
+		var r5 *openai.Completion
+		for range 2 {
+			start := time.Now()
+			var err error
+			r5, err = c.Completions.New(context.Background(), openai.CompletionNewParams{Model: "demo",
+				Prompt: openai.CompletionNewParamsPromptUnion{OfArrayOfTokens: ids}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d5 = time.Since(start)
+		}
+		if want := ttft + 16*perToken; d5 != want || r5.Usage.PromptTokensDetails.CachedTokens != 16 {
+			t.Errorf("two-block prompt again: %v, cached %d; want %v, 16", d5, r5.Usage.PromptTokensDetails.CachedTokens, want)
+		}
+
 		fams := b.scrape(t)
 		labels := map[string]string{"model_name": "demo", "engine": "0"}
 		q, _ := metricValue(fams, "vllm:prefix_cache_queries_total", labels)
 		h, _ := metricValue(fams, "vllm:prefix_cache_hits_total", labels)
-		if q != float64(2*n1+n3) || h != float64(h2+h3) {
-			t.Errorf("prefix_cache queries %v hits %v, want %d %d", q, h, 2*n1+n3, h2+h3)
+		if q != float64(2*n1+n3+64) || h != float64(h2+h3+16) {
+			t.Errorf("prefix_cache queries %v hits %v, want %d %d", q, h, 2*n1+n3+64, h2+h3+16)
 		}
 		b.stop(t)
 	})
@@ -133,4 +155,64 @@ func TestPrefixCacheOffKeepsTiming(t *testing.T) {
 		}
 		b.stop(t)
 	})
+}
+
+// TestResetPrefixCacheWhileRunning: vLLM's reset fails (409) while running
+// requests hold cached blocks, unless reset_running_requests; then the
+// blocks leave the cache at once and stay out when the request ends.
+func TestResetPrefixCacheWhileRunning(t *testing.T) {
+	gate := make(chan struct{})
+	e := newEnv(t, Config{PrefixCaching: true, OutputTokens: 2, TokenGate: gate})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.post("/v1/completions", `{"prompt":[`+strings.Repeat("7,", 40)+`7],"max_tokens":2}`)
+	}()
+	gate <- struct{}{} // the first token: the request runs, its 2 blocks cached
+	if n := e.sim.PrefixCacheBlocks(); n != 2 {
+		t.Fatalf("%d blocks cached while running, want 2", n)
+	}
+	if code, _, body := e.post("/reset_prefix_cache", ""); code != http.StatusConflict || !strings.Contains(string(body), "Prefix cache reset failed.") {
+		t.Errorf("reset while running: %d %s, want 409", code, body)
+	}
+	if code, _, body := e.post("/reset_prefix_cache?reset_running_requests=maybe", ""); code != http.StatusBadRequest {
+		t.Errorf("reset_running_requests=maybe: %d %s, want 400", code, body)
+	}
+	if code, _, _ := e.post("/reset_prefix_cache?reset_running_requests=true", ""); code != http.StatusOK {
+		t.Errorf("reset_running_requests=true: %d", code)
+	}
+	gate <- struct{}{}
+	<-done
+	if n := e.sim.PrefixCacheBlocks(); n != 0 {
+		t.Errorf("%d blocks after the reset and the request's end, want 0", n)
+	}
+	if code, _, _ := e.post("/reset_prefix_cache", ""); code != http.StatusOK {
+		t.Errorf("reset when idle: %d", code)
+	}
+}
+
+func TestKVEventsConfigErrors(t *testing.T) {
+	for _, c := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{KVEvents: &KVEventsConfig{}}, "needs PrefixCaching"},
+		{Config{PrefixCaching: true, KVEvents: &KVEventsConfig{Encoding: "json"}}, "kv_events.encoding"},
+		{Config{PrefixCaching: true, KVEvents: &KVEventsConfig{Hash: "hex"}}, "kv_events.hash"},
+		{Config{PrefixCaching: true, KVEvents: &KVEventsConfig{Endpoint: "tcp://*", DataParallelRank: 1}}, "no port"},
+	} {
+		s := New(c.cfg, nil)
+		err := s.StartKVEvents()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want %q", c.cfg.KVEvents, err, c.want)
+		}
+		s.Close()
+	}
+	for ep, want := range map[string]string{
+		"tcp://*:5557": "tcp://*:5559", "tcp://*:0": "tcp://*:0", "inproc://cache": "inproc://cache_dp2",
+	} {
+		if got, err := offsetEndpoint(ep, 2); got != want || err != nil {
+			t.Errorf("offsetEndpoint(%q, 2) = %q, %v; want %q", ep, got, err, want)
+		}
+	}
 }
