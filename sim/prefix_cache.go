@@ -167,6 +167,8 @@ func (s *Server) admitPrefixLocked(t *ticket) []kvEvent {
 			events[run].tokens = append(events[run].tokens, pr.ids[i*bs:(i+1)*bs]...)
 		}
 	}
+	s.counts.PrefixQueries += p.queries
+	s.counts.PrefixHits += p.hit
 	s.m.prefixQueries.WithLabelValues(s.cfg.Model, "0").Add(float64(p.queries))
 	s.m.prefixHits.WithLabelValues(s.cfg.Model, "0").Add(float64(p.hit))
 	return events

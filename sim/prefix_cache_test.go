@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -16,6 +17,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
+
 
 // longSystem is a system prompt of a few hundred Approx tokens.
 var longSystem = strings.Repeat("You are a careful assistant; answer briefly and cite sources. ", 20)
@@ -120,6 +122,18 @@ func TestPrefixCacheShortensTTFT(t *testing.T) {
 		h, _ := metricValue(fams, "vllm:prefix_cache_hits_total", labels)
 		if q != float64(2*n1+n3+64) || h != float64(h2+h3+16) {
 			t.Errorf("prefix_cache queries %v hits %v, want %d %d", q, h, 2*n1+n3+64, h2+h3+16)
+		}
+		if st := b.sim.Stats(); st.PrefixQueries != 2*n1+n3+64 || st.PrefixHits != h2+h3+16 {
+			t.Errorf("stats %+v", st)
+		}
+		// The oracle's view: the next turn would find every full block of
+		// turn 2's prompt (its last token's block included, as the prompt
+		// grows).
+		next := []byte(`{"model":"demo","messages":[{"role":"system","content":` + strconv.Quote(longSystem) +
+			`},{"role":"user","content":"What is a KV cache?"},{"role":"assistant","content":` + strconv.Quote(r2.Choices[0].Message.Content) +
+			`},{"role":"user","content":"And a block?"},{"role":"assistant","content":"x"},{"role":"user","content":"more"}]}`)
+		if got := b.sim.CachedPrefixTokens(next); got != n3/16*16 {
+			t.Errorf("CachedPrefixTokens = %d, want %d", got, n3/16*16)
 		}
 		b.stop(t)
 	})

@@ -106,3 +106,44 @@ func parseQueryBool(q string) (bool, bool) {
 	b, err := strconv.ParseBool(q)
 	return b, err == nil
 }
+
+// CachedPrefixTokens is how many of a chat request's prompt tokens this
+// server's prefix cache holds right now (the leading full blocks, with
+// vLLM's rule that the last token is always computed): what an oracle
+// router that knows every cache exactly would read. body is a
+// /v1/chat/completions body, tokenized by the server's Tokenizer; 0 without
+// PrefixCaching or when the Tokenizer gives no ids. It changes nothing.
+func (s *Server) CachedPrefixTokens(body []byte) int {
+	if s.cache == nil {
+		return 0
+	}
+	cfg := s.Config()
+	ider, ok := cfg.Tokenizer.(ChatTokenIDer)
+	if !ok {
+		return 0
+	}
+	ids, err := ider.ChatTokenIDs(body)
+	if err != nil {
+		return 0
+	}
+	lora, salt := "", ""
+	if v, err := ojson.Parse(body, ojson.DefaultMaxDepth); err == nil {
+		if m := servedName(v, cfg); m != cfg.Model {
+			lora = m
+		}
+		if c := v.Get("cache_salt"); c != nil && c.Kind == ojson.String {
+			salt = c.Str
+		}
+	}
+	hashes := s.cache.hashBlocks(ids, cfg.BlockSize, lora, salt)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	hits := 0
+	for hits < len(hashes) && (hits+1)*cfg.BlockSize <= len(ids)-1 {
+		if _, ok := s.cache.blocks[hashes[hits]]; !ok {
+			break
+		}
+		hits++
+	}
+	return hits * cfg.BlockSize
+}

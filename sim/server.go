@@ -97,6 +97,14 @@ type Stats struct {
 	// PeakRunning is the most requests (sequences) running at once since
 	// the server started: what a gateway's max_in_flight let through.
 	PeakRunning int `json:"peak_running"`
+	// TokensInFlight is the prompt and generated tokens of the running
+	// requests (the KV space the scheduler counts as used).
+	TokensInFlight int `json:"tokens_in_flight"`
+	// PrefixQueries and PrefixHits are the prompt tokens looked up in the
+	// prefix cache and those found (vllm:prefix_cache_queries_total and
+	// _hits_total); 0 without PrefixCaching.
+	PrefixQueries int `json:"prefix_cache_queries"`
+	PrefixHits    int `json:"prefix_cache_hits"`
 }
 
 // Received is one request seen on /v1/*, POST /tokenize or one of the
@@ -176,6 +184,7 @@ func (s *Server) Stats() Stats {
 	st := s.counts
 	st.Running = s.running
 	st.Waiting = len(s.queue)
+	st.TokensInFlight = s.kvUsed
 	st.StoredResponses = s.resp.len()
 	return st
 }
