@@ -18,7 +18,6 @@ import (
 	"github.com/prometheus/common/model"
 )
 
-
 // longSystem is a system prompt of a few hundred Approx tokens.
 var longSystem = strings.Repeat("You are a careful assistant; answer briefly and cite sources. ", 20)
 
