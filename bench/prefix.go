@@ -66,15 +66,22 @@ var prefixPolicyTable = map[string]prefixPolicy{
 	},
 	"least-load": func(w *prefixWorld) (string, func(), error) { return w.gateway(0) },
 	"affinity":   func(w *prefixWorld) (string, func(), error) { return w.gateway(*prefixAffinity) },
-	// oracle knows every cache exactly: the server holding the longest
+	// oracle knows every cache exactly: among the servers with a free
+	// running slot (all when none has one), the one holding the longest
 	// prefix of the prompt, the fewest tokens in flight among equals.
 	"oracle": func(w *prefixWorld) (string, func(), error) {
 		return w.proxy(func(body []byte) int {
-			best, bestHit, bestLoad := 0, -1, math.MaxInt
+			ids, err := sim.Approx{}.ChatTokenIDs(body) // the simulators' tokenizer, once
+			if err != nil {
+				return 0
+			}
+			best, bestFree, bestHit, bestLoad := 0, false, -1, math.MaxInt
 			for i, s := range w.sims {
-				hit, load := s.CachedPrefixTokens(body), s.Stats().TokensInFlight
-				if hit > bestHit || hit == bestHit && load < bestLoad {
-					best, bestHit, bestLoad = i, hit, load
+				st := s.Stats()
+				free := st.Running+st.Waiting < pxMaxSeqs
+				hit := s.CachedPrefixIDs(ids, "", "")
+				if free && !bestFree || free == bestFree && (hit > bestHit || hit == bestHit && st.TokensInFlight < bestLoad) {
+					best, bestFree, bestHit, bestLoad = i, free, hit, st.TokensInFlight
 				}
 			}
 			return best
@@ -100,7 +107,7 @@ func newPrefixWorld(tok *tokenize.Model) (*prefixWorld, error) {
 	for range pxServers {
 		s := sim.New(sim.Config{Model: "demo", MaxModelLen: 2 * pxMaxHistory, OutputTokens: pxOutputTokens,
 			MaxNumSeqs: pxMaxSeqs, KVTokens: pxKVTokens, TTFT: scaled(pxTTFT), ITL: scaled(pxITL),
-			PrefillPerToken: scaled(pxPrefill), PrefixCaching: true, Tokenizer: sim.ModelTokenizer(tok)}, zap.NewNop())
+			PrefillPerToken: scaled(pxPrefill), PrefixCaching: true}, zap.NewNop())
 		u, stop, err := serve(s.Handler())
 		if err != nil {
 			w.close()
@@ -141,7 +148,9 @@ func (w *prefixWorld) proxy(pick func(body []byte) int) (string, func(), error) 
 }
 
 // gateway serves maitred in front of the simulators, counting with the
-// simulators' tokenizer; affinity > 0 turns prefix affinity on.
+// built-in demo tokenizer (the simulators count with their cheap Approx,
+// so that their tokenizing does not eat the clock); affinity > 0 turns
+// prefix affinity on.
 func (w *prefixWorld) gateway(affinity int) (string, func(), error) {
 	cfg := config.Default()
 	m := config.ModelConfig{Name: "demo", TokenizerCheck: "off", PrefixAffinityTokens: affinity,

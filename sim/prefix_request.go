@@ -135,15 +135,27 @@ func (s *Server) CachedPrefixTokens(body []byte) int {
 			salt = c.Str
 		}
 	}
-	hashes := s.cache.hashBlocks(ids, cfg.BlockSize, lora, salt)
+	return s.CachedPrefixIDs(ids, lora, salt)
+}
+
+// CachedPrefixIDs is CachedPrefixTokens for a prompt's token ids (as this
+// server's Tokenizer gives them), the LoRA adapter it names ("" for the
+// base model) and its cache_salt (""), for a caller that tokenized once
+// for several servers.
+func (s *Server) CachedPrefixIDs(ids []int, lora, salt string) int {
+	if s.cache == nil {
+		return 0
+	}
+	bs := s.Config().BlockSize
+	hashes := s.cache.hashBlocks(ids, bs, lora, salt)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	hits := 0
-	for hits < len(hashes) && (hits+1)*cfg.BlockSize <= len(ids)-1 {
+	for hits < len(hashes) && (hits+1)*bs <= len(ids)-1 {
 		if _, ok := s.cache.blocks[hashes[hits]]; !ok {
 			break
 		}
 		hits++
 	}
-	return hits * cfg.BlockSize
+	return hits * bs
 }
