@@ -56,6 +56,7 @@
 //	go run ./bench -scenario quota [-quota-clients 50] [-quota-tpm 20000] [-quota-duration 2m]
 //	go run ./bench -scenario store [-rate 300] [-duration 20s]
 //	go run ./bench -scenario localwork [-maitred BIN] [-local-requests 8] [-local-bytes 7000000]
+//	go run ./bench -scenario prefix [-prefix-duration 10m] [-prefix-scale 5] [-prefix-load 0.7] [-prefix-policies round-robin,least-load,affinity,oracle]
 package main
 
 import (
@@ -98,7 +99,7 @@ var (
 	maxDur       = flag.Duration("max-duration", 5*time.Second, "length of each path's throughput run, per size, in one-second rounds")
 	conc         = flag.Int("conc", 32, "closed-loop workers in the throughput phase")
 	jsonOut      = flag.Bool("json", false, "print results as JSON")
-	scenario     = flag.String("scenario", "proxy", "proxy: direct vs nginx vs bare vs maitred; overload: the admission queue at 1x and 3x capacity; soak: memory and goroutines per open stream; slowbody: memory and timeouts under declared-but-unsent bodies; quota: an API key's tokens_per_minute under concurrent clients; store: the shared store (a redis-server it starts) against in-process accounting; localwork: the built gateway's memory and CPU under concurrent 7 MB /tokenize and 3.9M-id /detokenize requests (issue 26); scale: how cost grows with backends, keys, open streams, waiting requests and prompt size (issue 30)")
+	scenario     = flag.String("scenario", "proxy", "proxy: direct vs nginx vs bare vs maitred; overload: the admission queue at 1x and 3x capacity; soak: memory and goroutines per open stream; slowbody: memory and timeouts under declared-but-unsent bodies; quota: an API key's tokens_per_minute under concurrent clients; store: the shared store (a redis-server it starts) against in-process accounting; prefix: routing policies against four prefix-caching simulators (issue 29); localwork: the built gateway's memory and CPU under concurrent 7 MB /tokenize and 3.9M-id /detokenize requests (issue 26); scale: how cost grows with backends, keys, open streams, waiting requests and prompt size (issue 30)")
 	quotaClients = flag.Int("quota-clients", 50, "quota scenario: concurrent clients on one key")
 	quotaTPM     = flag.Int64("quota-tpm", 20000, "quota scenario: the key's tokens_per_minute")
 	quotaDur     = flag.Duration("quota-duration", 2*time.Minute, "quota scenario: how long the clients run")
@@ -151,6 +152,8 @@ func main() {
 		run = func() error { return bareProxy(*bareListen, *bareTarget) }
 	case "scale":
 		run = func() error { return scale(scaleOptionsFromFlags()) }
+	case "prefix":
+		run = prefix
 	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)

@@ -161,6 +161,70 @@
 // without a file part (any non-multipart body) with pydantic's missing-field
 // 400 and a `file` text field with 422.
 //
+// # Prefix cache and KV events
+//
+// With Config.PrefixCaching each server models vLLM's automatic prefix
+// caching (prefix_cache.go; prompts' ids and hashes in prefix_request.go):
+//
+//   - Blocks: a chat or completions prompt's token ids (the Tokenizer's
+//     ChatTokenIDer / CompletionTokenIDer ids, which /tokenize returns, or a
+//     prompt given as ids) are cut into full blocks of Config.BlockSize
+//     (default 16) tokens, each keyed by the simulator's own chained hash:
+//     sha256 of the parent block's hash (a seeded "none" hash for the first
+//     block; Config.HashSeed, random when empty, as PYTHONHASHSEED), a tag,
+//     the LoRA adapter's name, the request's cache_salt (first block only)
+//     and the token ids as 8-byte big-endian integers. It shares nothing
+//     with the gateway's hashing.
+//   - Lookup, at admission (under the scheduler's lock): the leading blocks
+//     found are hits, at most the prompt's length minus one token (vLLM
+//     always computes the last token); the prompt's other full blocks are
+//     then stored. Hits count in vllm:prefix_cache_hits_total, every prompt
+//     token in vllm:prefix_cache_queries_total (registered only with
+//     PrefixCaching).
+//   - Capacity and eviction: the KV capacity in blocks, KVTokens/BlockSize
+//     (also cache_config_info's num_gpu_blocks), holds the cached blocks
+//     plus what running requests hold outside them (partial last blocks,
+//     generated tokens). Blocks referenced by running requests stay; the
+//     others are evicted least recently released first, a request's blocks
+//     released tail first (as vLLM frees them). Generated tokens are not
+//     cached; admission itself stays token-granular (see Model of the
+//     engine).
+//   - Timing: the first token comes TTFT + PrefillPerToken × (prompt tokens
+//     − cached tokens) after admission, for every generation (Responses,
+//     Messages and audio are not looked up: all their tokens are uncached).
+//     With PromptTokensDetails (vLLM's --enable-prompt-tokens-details),
+//     usage.prompt_tokens_details is {"cached_tokens": N} when N > 0.
+//   - POST /reset_prefix_cache (vLLM mounts it with VLLM_SERVER_DEV_MODE;
+//     the simulator with PrefixCaching) empties the cache: 200 with no body,
+//     or 409 "Prefix cache reset failed." while running requests hold
+//     cached blocks unless ?reset_running_requests=true. ResetPrefixCache
+//     and PrefixCacheBlocks are the Go forms.
+//
+// With Config.KVEvents too, every change is published as vLLM's KV events
+// (kv_events.go; payload encoding in kv_events_wire.go): a ZeroMQ PUB
+// socket sends [topic, seq (8 bytes big-endian, from 0), payload] per
+// batch; one batch per admission that changed the cache (its BlockRemoved,
+// one per evicted block, then one BlockStored per run of new blocks, with
+// parent_block_hash, token_ids, block_size, lora_id, medium "GPU",
+// lora_name), one per eviction caused by decode growth, one AllBlocksCleared
+// per reset. Payloads are msgpack in vLLM main's map form (the tag under
+// "type", defaulted fields omitted) or the older array form
+// (KVEventsConfig.Encoding "array"); hashes are 32-byte bin values or
+// (Hash "int") the unsigned 64-bit integer of their last 8 bytes. With a
+// ReplayEndpoint a ROUTER socket answers ["", start_seq] with one ["", seq,
+// payload] per buffered batch (the last BufferSteps) from start_seq on, then
+// ["", -1 as 8 signed bytes, ""]. As in vLLM the PUB socket binds when its
+// endpoint has "*", "::", ipc:// or inproc:// and connects otherwise, and a
+// DataParallelRank r (the batches' data_parallel_rank) moves both ports by
+// r.
+//
+// The Go API for tests: Run opens the sockets before it listens (a test
+// serving Handler itself calls StartKVEvents); KVEventsEndpoints returns the
+// dialable addresses ("tcp://127.0.0.1:<port>" for a wildcard bind, so
+// "tcp://*:0" takes free ports); Close closes them. go-zeromq/zmq4 (v0.17)
+// leaves each closed PUB socket's writer goroutine parked: goleak users
+// ignore github.com/go-zeromq/zmq4.(*pubMWriter).run.
+//
 // # Streams
 //
 // Chat, completions and audio frames are "data: <json>\n\n", flushed one by
@@ -230,8 +294,12 @@
 //   - No preemption model: vllm:num_preemptions_total grows only through
 //     Preempt (or "preempt" in POST /sim/config), and KVUsageFloor raises
 //     the reported KV usage, so that the kv_pressure symptom can be shown.
-//     No prefix caching, no chunked prefill; KV usage is token-, not
-//     block-granular.
+//     No chunked prefill; KV usage and admission are token-, not
+//     block-granular, and count a shared cached prefix once per request.
+//     The prefix cache (off by default) caches prompt blocks only, not
+//     generated ones; a reset with reset_running_requests drops the running
+//     requests' blocks from the cache but lets them run on (vLLM preempts
+//     them).
 //   - Sampling parameters other than n, max_tokens, max_completion_tokens,
 //     min_tokens, ignore_eos and temperature (for the greedy check) are
 //     accepted and ignored: no stop strings, logprobs, tools, echo or

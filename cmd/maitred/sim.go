@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -45,6 +46,31 @@ func cmdSim(ctx context.Context, args []string, stderr io.Writer) error {
 		return nil
 	})
 	fs.BoolVar(&c.RuntimeLoRA, "runtime-lora", false, "serve /v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING=True)")
+	fs.IntVar(&c.BlockSize, "block-size", sim.BlockSize, "KV block size in tokens")
+	fs.BoolVar(&c.PrefixCaching, "enable-prefix-caching", false, "model vLLM's prefix cache (LRU of full blocks, capacity kv-tokens/block-size)")
+	fs.DurationVar(&c.PrefillPerToken, "prefill-per-token", 0, "prefill time per prompt token not found in the prefix cache, added to --ttft")
+	fs.BoolVar(&c.PromptTokensDetails, "enable-prompt-tokens-details", false, "report usage.prompt_tokens_details.cached_tokens (vLLM's flag)")
+	fs.StringVar(&c.HashSeed, "hash-seed", "", "seed of the block hashes (vLLM's PYTHONHASHSEED); default random")
+	fs.Func("kv-events-config", `publish KV events over ZeroMQ, as vLLM's --kv-events-config: JSON {"endpoint","replay_endpoint","topic","encoding":"map|array","hash":"bytes|int","data_parallel_rank"} (needs --enable-prefix-caching)`, func(v string) error {
+		var kv struct {
+			sim.KVEventsConfig
+			Enable    *bool  `json:"enable_kv_cache_events"`
+			Publisher string `json:"publisher"`
+		}
+		dec := json.NewDecoder(strings.NewReader(v))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&kv); err != nil {
+			return err
+		}
+		if kv.Publisher != "" && kv.Publisher != "zmq" {
+			return fmt.Errorf("publisher %q: the simulator publishes with zmq only", kv.Publisher)
+		}
+		c.KVEvents = nil
+		if kv.Enable == nil || *kv.Enable {
+			c.KVEvents = &kv.KVEventsConfig
+		}
+		return nil
+	})
 	var lf logFlags
 	lf.register(fs)
 	fs.Usage = func() {

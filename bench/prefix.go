@@ -1,0 +1,213 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/maitred-dev/maitred/config"
+	"github.com/maitred-dev/maitred/sim"
+	"github.com/maitred-dev/maitred/tokenize"
+)
+
+var (
+	prefixDur      = flag.Duration("prefix-duration", 10*time.Minute, "prefix: simulated time each policy runs")
+	prefixScale    = flag.Float64("prefix-scale", 5, "prefix: simulated seconds per real second (the simulators' times are divided by it)")
+	prefixLoad     = flag.Float64("prefix-load", 0.7, "prefix: offered load, a share of the fleet's capacity")
+	prefixAffinity = flag.Int("prefix-affinity-tokens", 1024, "prefix: maitred's prefix_affinity_tokens in the affinity run")
+	prefixPolicies = flag.String("prefix-policies", "round-robin,least-load,affinity,oracle", "prefix: the policies to run, in order")
+)
+
+// The prefix scenario's world, in simulated units (divided by -prefix-scale
+// for the simulators): four servers, 64 users in multi-turn conversations
+// (groups sharing one of 8 system prompts of 1-4k tokens, histories growing
+// to 30k tokens, then a new conversation), Poisson arrivals.
+const (
+	pxServers      = 4
+	pxUsers        = 64
+	pxSystems      = 8
+	pxMaxSeqs      = 16
+	pxKVTokens     = 40 * 15000 // ~40 conversations of the mean length
+	pxMaxHistory   = 30000
+	pxOutputTokens = 80
+	pxTTFT         = 30 * time.Millisecond
+	pxPrefill      = 200 * time.Microsecond // per uncached prompt token
+	pxITL          = 25 * time.Millisecond
+	pxUserTurn     = 400 // mean tokens of a user turn
+)
+
+// pxCapacity is the fleet's request rate at full use with every history
+// cached: each server runs pxMaxSeqs requests at once, each taking TTFT,
+// the prefill of a new turn and the answer's decode.
+func pxCapacity() float64 {
+	service := pxTTFT + time.Duration(pxUserTurn+pxOutputTokens)*pxPrefill + pxOutputTokens*pxITL
+	return pxServers * pxMaxSeqs / service.Seconds()
+}
+
+// prefixPolicy routes the scenario's requests: it returns the URL clients
+// post to and how to stop what it started.
+type prefixPolicy func(w *prefixWorld) (string, func(), error)
+
+var prefixPolicyTable = map[string]prefixPolicy{
+	"round-robin": func(w *prefixWorld) (string, func(), error) {
+		var n atomic.Uint64
+		return w.proxy(func([]byte) int { return int(n.Add(1) % pxServers) })
+	},
+	"least-load": func(w *prefixWorld) (string, func(), error) { return w.gateway(0) },
+	"affinity":   func(w *prefixWorld) (string, func(), error) { return w.gateway(*prefixAffinity) },
+	// oracle knows every cache exactly: among the servers with a free
+	// running slot (all when none has one), the one holding the longest
+	// prefix of the prompt, the fewest tokens in flight among equals.
+	"oracle": func(w *prefixWorld) (string, func(), error) {
+		return w.proxy(func(body []byte) int {
+			ids, err := sim.Approx{}.ChatTokenIDs(body) // the simulators' tokenizer, once
+			if err != nil {
+				return 0
+			}
+			best, bestFree, bestHit, bestLoad := 0, false, -1, math.MaxInt
+			for i, s := range w.sims {
+				st := s.Stats()
+				free := st.Running+st.Waiting < pxMaxSeqs
+				hit := s.CachedPrefixIDs(ids, "", "")
+				if free && !bestFree || free == bestFree && (hit > bestHit || hit == bestHit && st.TokensInFlight < bestLoad) {
+					best, bestFree, bestHit, bestLoad = i, free, hit, st.TokensInFlight
+				}
+			}
+			return best
+		})
+	},
+	// "precise" (maitred's routing from the simulators' KV events) comes
+	// with branch kvindex: a gateway(0) whose model has routing: precise
+	// and each backend's kv_events endpoints (w.sims[i].KVEventsEndpoints).
+}
+
+// prefixWorld is one run's simulators (fresh caches for every policy).
+type prefixWorld struct {
+	sims  []*sim.Server
+	urls  []string
+	stops []func()
+	tok   *tokenize.Model
+}
+
+func scaled(d time.Duration) time.Duration { return time.Duration(float64(d) / *prefixScale) }
+
+func newPrefixWorld(tok *tokenize.Model) (*prefixWorld, error) {
+	w := &prefixWorld{tok: tok}
+	for range pxServers {
+		s := sim.New(sim.Config{Model: "demo", MaxModelLen: 2 * pxMaxHistory, OutputTokens: pxOutputTokens,
+			MaxNumSeqs: pxMaxSeqs, KVTokens: pxKVTokens, TTFT: scaled(pxTTFT), ITL: scaled(pxITL),
+			PrefillPerToken: scaled(pxPrefill), PrefixCaching: true}, zap.NewNop())
+		u, stop, err := serve(s.Handler())
+		if err != nil {
+			w.close()
+			return nil, err
+		}
+		w.sims, w.urls, w.stops = append(w.sims, s), append(w.urls, u), append(w.stops, func() { s.Close(); stop() })
+	}
+	return w, nil
+}
+
+func (w *prefixWorld) close() {
+	for _, stop := range w.stops {
+		stop()
+	}
+}
+
+// proxy serves a reverse proxy that sends each request to the simulator
+// pick chooses from its body.
+func (w *prefixWorld) proxy(pick func(body []byte) int) (string, func(), error) {
+	proxies := make([]*httputil.ReverseProxy, len(w.urls))
+	for i, u := range w.urls {
+		target, err := url.Parse(u)
+		if err != nil {
+			return "", nil, err
+		}
+		proxies[i] = &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(target) },
+			FlushInterval: -1, Transport: poolTransport()}
+	}
+	return serve(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(rw, err.Error(), http.StatusBadRequest)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		proxies[pick(body)].ServeHTTP(rw, r)
+	}))
+}
+
+// gateway serves maitred in front of the simulators, counting with the
+// built-in demo tokenizer (the simulators count with their cheap Approx,
+// so that their tokenizing does not eat the clock); affinity > 0 turns
+// prefix affinity on.
+func (w *prefixWorld) gateway(affinity int) (string, func(), error) {
+	cfg := config.Default()
+	m := config.ModelConfig{Name: "demo", TokenizerCheck: "off", PrefixAffinityTokens: affinity,
+		QueueSize: 4 * pxUsers, QueueTimeout: config.Duration(time.Hour)}
+	for _, u := range w.urls {
+		m.Backends = append(m.Backends, config.BackendConfig{URL: u, MaxInFlight: pxMaxSeqs})
+	}
+	cfg.Models = []config.ModelConfig{m}
+	u, _, stop, err := serveGatewayWith(cfg, zap.NewNop(), gatewayExtras{tokenizers: map[string]*tokenize.Model{"demo": w.tok}})
+	return u, stop, err
+}
+
+// prefixResult is one policy's figures, in simulated time.
+type prefixResult struct {
+	policy                string
+	sent, done, failed    int
+	skipped               int // arrivals that found every user waiting
+	hitRate               float64
+	ttftP50, ttftP99      float64 // seconds
+	throughput, tokPerSec float64
+	imbalance             float64 // max over mean of the servers' mean tokens in flight
+}
+
+func prefix() error {
+	tok, err := tokenize.Builtin("demo")
+	if err != nil {
+		return err
+	}
+	rate := *prefixLoad * pxCapacity()
+	fmt.Fprintf(os.Stderr, "prefix: %d servers (KV %d tokens, %d seqs), %d users, %d system prompts; capacity %.1f req/s, offered %.1f req/s; %s simulated per policy at %gx\n",
+		pxServers, pxKVTokens, pxMaxSeqs, pxUsers, pxSystems, pxCapacity(), rate, *prefixDur, *prefixScale)
+	var results []prefixResult
+	for _, name := range strings.Split(*prefixPolicies, ",") {
+		policy, ok := prefixPolicyTable[name]
+		if !ok {
+			return fmt.Errorf("prefix: unknown policy %q", name)
+		}
+		w, err := newPrefixWorld(tok)
+		if err != nil {
+			return err
+		}
+		target, stop, err := policy(w)
+		if err != nil {
+			w.close()
+			return err
+		}
+		r := runPrefix(w, target, rate)
+		r.policy = name
+		stop()
+		w.close()
+		results = append(results, r)
+		fmt.Fprintf(os.Stderr, "prefix: %s done\n", name)
+	}
+	fmt.Printf("%-12s %9s %10s %10s %11s %11s %9s %8s %8s %8s\n", "policy", "hit rate", "TTFT p50", "TTFT p99", "req/s", "prompt t/s", "imbal.", "done", "failed", "skipped")
+	for _, r := range results {
+		fmt.Printf("%-12s %8.1f%% %9.3fs %9.3fs %11.2f %11.0f %9.2f %8d %8d %8d\n", r.policy, 100*r.hitRate, r.ttftP50, r.ttftP99,
+			r.throughput, r.tokPerSec, r.imbalance, r.done, r.failed, r.skipped)
+	}
+	return nil
+}
