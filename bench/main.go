@@ -132,6 +132,8 @@ func main() {
 		run = func() error { return storeScenario(*rate, *duration) }
 	case "localwork":
 		run = func() error { return localWork(*maitredBin, *localN, *localSize) }
+	case "models":
+		run = func() error { return modelsScenario(*maitredBin, *modelsBaseline, *modelsRuns) }
 	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
