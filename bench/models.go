@@ -58,8 +58,9 @@ type modelsResult struct {
 // backend names its served_model, qwen3), counting with the fixture as
 // vLLM would, with no generation delay: the start time is the gateway's.
 // It reports per case the median over -models-runs starts of the VmRSS
-// once /readyz answered 200, the VmHWM, and the time from exec to that
-// answer; -baseline runs a second binary on the same cases.
+// once /readyz answered 200, the VmHWM, the time from exec to that
+// answer, and the VmRSS each model beyond the first adds; -baseline runs
+// a second binary (e.g. main's) on the same cases, side by side.
 func modelsScenario(bin, baseline string, runs int) error {
 	root := fixtures.Root()
 	if root == "" {
@@ -102,7 +103,8 @@ func modelsScenario(bin, baseline string, runs int) error {
 		bins = append(bins, baseline)
 	}
 	fmt.Printf("models: maitred serve as its own process (JSON log to a file), one maitred sim serving every model; medians of %d starts\n", runs)
-	fmt.Printf("%-26s %-10s %10s %10s %10s %12s\n", "case", "binary", "VmRSS MiB", "VmHWM MiB", "start ms", "MiB/model")
+	fmt.Printf("%-26s %-10s %10s %10s %10s %16s\n", "case", "binary", "VmRSS MiB", "VmHWM MiB", "start ms", "MiB/extra model")
+	one := make([]int64, len(bins)) // each binary's VmRSS with one model
 	for _, c := range modelsCases {
 		for bi, b := range bins {
 			var rs []modelsResult
@@ -123,10 +125,12 @@ func modelsScenario(bin, baseline string, runs int) error {
 				name = "baseline"
 			}
 			perModel := "-"
-			if c.n > 1 {
-				perModel = fmt.Sprintf("%.2f", mib(m.rss)/float64(c.n))
+			if c.n == 1 {
+				one[bi] = m.rss
+			} else {
+				perModel = fmt.Sprintf("%.2f", mib(m.rss-one[bi])/float64(c.n-1))
 			}
-			fmt.Printf("%-26s %-10s %10.1f %10.1f %10d %12s\n", c, name, mib(m.rss), mib(m.hwm), m.start.Milliseconds(), perModel)
+			fmt.Printf("%-26s %-10s %10.1f %10.1f %10d %16s\n", c, name, mib(m.rss), mib(m.hwm), m.start.Milliseconds(), perModel)
 		}
 	}
 	return nil
