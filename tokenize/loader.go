@@ -48,12 +48,14 @@ type tokKey struct {
 }
 
 // tokEntry is a tokenizer loaded or being loaded: done is closed once tok
-// or err is set.
+// or err is set. base is the parsed tokenizer a rebuilt one derives from
+// (nil for a parsed one).
 type tokEntry struct {
 	done chan struct{}
 	tok  *Tokenizer
 	sum  [32]byte // of the bytes parsed
 	err  error
+	base *Tokenizer
 }
 
 // NewLoader returns an empty Loader.
@@ -115,6 +117,11 @@ func (l *Loader) Keep(models iter.Seq[*Model]) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	for _, e := range l.toks {
+		if e.base != nil && keepT[e.tok] {
+			keepT[e.base] = true // what a rebuild of another bos would parse again
+		}
+	}
 	for k, m := range l.models {
 		if !keepM[m] {
 			delete(l.models, k)
@@ -179,12 +186,43 @@ func (l *Loader) keepModel(key [32]byte, m *Model) *Model {
 }
 
 // tokenizer returns the tokenizer of the tokenizer.json at path whose
-// content hashed to sum, with bos applied, parsing it unless l holds it.
+// content hashed to sum, with bos applied, parsing it unless l holds it
+// (with any bos: a rebuilt post-processor shares the parsed tables).
 // used is the hash of the bytes parsed: not sum when the file changed
 // since it was hashed (the tokenizer is then not kept under sum). A
 // failed load is not kept.
 func (l *Loader) tokenizer(path string, sum [32]byte, bos bosSpec) (tok *Tokenizer, used [32]byte, err error) {
-	k := tokKey{sum, bos}
+	base, used, err := l.parsedTokenizer(path, sum)
+	if err != nil || !bos.rebuild {
+		return base, used, err
+	}
+	k := tokKey{used, bos}
+	l.mu.Lock()
+	e := l.toks[k]
+	l.mu.Unlock()
+	if e != nil {
+		return e.tok, used, nil
+	}
+	if tok, err = bos.apply(base); err != nil {
+		return nil, used, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e := l.toks[k]; e != nil {
+		return e.tok, used, nil
+	}
+	if used == sum {
+		done := make(chan struct{})
+		close(done)
+		l.toks[k] = &tokEntry{done: done, tok: tok, sum: used, base: base}
+	}
+	return tok, used, nil
+}
+
+// parsedTokenizer is tokenizer.json at path as parsed (no bos applied):
+// one parse per content, however many load it at once.
+func (l *Loader) parsedTokenizer(path string, sum [32]byte) (*Tokenizer, [32]byte, error) {
+	k := tokKey{sum: sum}
 	l.mu.Lock()
 	e := l.toks[k]
 	owner := e == nil
@@ -197,7 +235,7 @@ func (l *Loader) tokenizer(path string, sum [32]byte, bos bosSpec) (tok *Tokeniz
 		<-e.done
 		return e.tok, e.sum, e.err
 	}
-	e.tok, e.sum, e.err = parseTokenizerFile(path, bos)
+	e.tok, e.sum, e.err = parseTokenizerFile(path)
 	l.mu.Lock()
 	if e.err == nil {
 		l.parsed++
@@ -210,9 +248,23 @@ func (l *Loader) tokenizer(path string, sum [32]byte, bos bosSpec) (tok *Tokeniz
 	return e.tok, e.sum, e.err
 }
 
-// parseTokenizerFile loads the tokenizer.json at path with bos applied,
-// and the hash of the bytes it parsed.
-func parseTokenizerFile(path string, bos bosSpec) (*Tokenizer, [32]byte, error) {
+// LoadTokenizerJSON is [LoadTokenizerJSON] through l: a tokenizer.json
+// with the same bytes as one l holds is that tokenizer (as parsed,
+// before any model folder's BOS/EOS settings).
+func (l *Loader) LoadTokenizerJSON(path string) (*Tokenizer, error) {
+	sum, err := l.Pass().fileSum(path)
+	if err != nil {
+		return nil, fmt.Errorf("tokenize: %w", err)
+	}
+	if t, _, err := l.parsedTokenizer(path, sum); err == nil {
+		return t, nil
+	}
+	return LoadTokenizerJSON(path) // its error, in its words
+}
+
+// parseTokenizerFile loads the tokenizer.json at path, and the hash of
+// the bytes it parsed.
+func parseTokenizerFile(path string) (*Tokenizer, [32]byte, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, [32]byte{}, err
@@ -223,8 +275,7 @@ func parseTokenizerFile(path string, bos bosSpec) (*Tokenizer, [32]byte, error) 
 		return nil, sum, err
 	}
 	t.name = path
-	t, err = bos.apply(t)
-	return t, sum, err
+	return t, sum, nil
 }
 
 // template compiles source (compileOrKeep) unless l holds it.

@@ -113,8 +113,22 @@ func TestLoaderSharesByContent(t *testing.T) {
 	if ml.Encoder() == ma.Encoder() {
 		t.Error("a config that adds <s>: shares the tokenizer that does not")
 	}
-	if got, want := (LoaderStats{Models: 5, Tokenizers: 3, Templates: 2, Parsed: 3}), l.Stats(); got != want {
+	raw, err := l.LoadTokenizerJSON(filepath.Join(llama, "tokenizer.json"))
+	if err != nil || raw != ma.Encoder() {
+		t.Errorf("llama's tokenizer.json as parsed: %v, want a's tokenizer (the same bytes)", err)
+	}
+	// Two parses: the rebuilt tokenizer (llama's) derives from a's.
+	if got, want := l.Stats(), (LoaderStats{Models: 5, Tokenizers: 3, Templates: 2, Parsed: 2}); got != want {
 		t.Errorf("stats %+v, want %+v", got, want)
+	}
+	// Keeping the rebuilt one keeps what it derives from: a model of the
+	// same tokenizer.json with another template parses nothing.
+	l.Keep(slices.Values([]*Model{ml}))
+	if st := l.Stats(); st.Tokenizers != 2 || st.Models != 1 {
+		t.Errorf("after keeping llama's model: %+v", st)
+	}
+	if m, err := l.LoadDir(other, LoadOptions{}); err != nil || m.Encoder() != ma.Encoder() || l.Stats().Parsed != 2 {
+		t.Errorf("other after the keep: %v, %+v", err, l.Stats())
 	}
 }
 
@@ -205,23 +219,30 @@ func TestLoaderConcurrent(t *testing.T) {
 }
 
 // TestLoaderErrors: a folder that does not load fails as LoadDir fails
-// (the same message), and nothing of it is kept; a load with Now is its
-// own model.
+// (the same message), and no failed parse or model is kept; a load with
+// Now is its own model.
 func TestLoaderErrors(t *testing.T) {
 	parent := t.TempDir()
 	missing := filepath.Join(parent, "missing")
 	os.Mkdir(missing, 0o755)
 	broken := loaderFolder(t, parent, "broken", abMerges, "", `{"tokenizer_class": "LlamaTokenizer", "bos_token": "<nope>"}`)
+	malformed := loaderFolder(t, parent, "malformed", abMerges, "", "")
+	os.WriteFile(filepath.Join(malformed, "tokenizer.json"), []byte(`{"model": `), 0o644)
 	l := NewLoader()
-	for _, dir := range []string{missing, broken} {
+	for _, dir := range []string{missing, broken, malformed} {
 		_, err := l.LoadDir(dir, LoadOptions{})
 		_, want := LoadDir(dir, LoadOptions{})
 		if err == nil || want == nil || err.Error() != want.Error() {
 			t.Errorf("%s: %v, LoadDir: %v", dir, err, want)
 		}
 	}
-	if st := l.Stats(); st.Tokenizers != 0 || st.Models != 0 {
+	// broken's tokenizer.json parsed: held until the next Keep.
+	if st := l.Stats(); st.Tokenizers != 1 || st.Models != 0 {
 		t.Errorf("failed loads kept: %+v", st)
+	}
+	l.Keep(slices.Values([]*Model{}))
+	if st := l.Stats(); st.Tokenizers != 0 {
+		t.Errorf("after Keep: %+v", st)
 	}
 	a := loaderFolder(t, parent, "a", abMerges, "", "")
 	m1, err1 := l.LoadDir(a, LoadOptions{})
