@@ -61,8 +61,8 @@ type Model struct {
 
 // ChatRenders is the number of chat template renders the model has done
 // (CountChat, RenderChat, TokenizeChat): the costliest step of counting a
-// chat request, which a request should pay once. For tests and
-// diagnostics.
+// chat request, which a request should pay once (a Model a Loader gives
+// to several names counts the renders of all). For tests and diagnostics.
 func (m *Model) ChatRenders() int64 { return m.renders.Load() }
 
 // VocabSize is the bound vLLM holds prompt token ids to: an id is in the
