@@ -25,7 +25,8 @@ import (
 // All three are immutable once loaded, so sharing them changes no count;
 // a model's settings outside its folder (max_model_len, limits) are the
 // gateway's, per model name. A load with LoadOptions.Now or Encoder is
-// its own model (it shares its tokenizer and templates).
+// its own model (it shares its tokenizer and templates). A shared
+// tokenizer's Name is the path it was first loaded from.
 //
 // Loads go through a [LoadPass] (one config's models): a file several
 // models name is read and hashed once in a pass; the next pass (a reload)
