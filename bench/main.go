@@ -99,7 +99,7 @@ var (
 	maxDur       = flag.Duration("max-duration", 5*time.Second, "length of each path's throughput run, per size, in one-second rounds")
 	conc         = flag.Int("conc", 32, "closed-loop workers in the throughput phase")
 	jsonOut      = flag.Bool("json", false, "print results as JSON")
-	scenario     = flag.String("scenario", "proxy", "proxy: direct vs nginx vs bare vs maitred; overload: the admission queue at 1x and 3x capacity; soak: memory and goroutines per open stream; slowbody: memory and timeouts under declared-but-unsent bodies; quota: an API key's tokens_per_minute under concurrent clients; store: the shared store (a redis-server it starts) against in-process accounting; prefix: routing policies against four prefix-caching simulators (issue 29); localwork: the built gateway's memory and CPU under concurrent 7 MB /tokenize and 3.9M-id /detokenize requests (issue 26); scale: how cost grows with backends, keys, open streams, waiting requests and prompt size (issue 30)")
+	scenario     = flag.String("scenario", "proxy", "proxy: direct vs nginx vs bare vs maitred; overload: the admission queue at 1x and 3x capacity; soak: memory and goroutines per open stream; slowbody: memory and timeouts under declared-but-unsent bodies; quota: an API key's tokens_per_minute under concurrent clients; store: the shared store (a redis-server it starts) against in-process accounting; prefix: routing policies against four prefix-caching simulators (issue 29); models: RSS and start time with 1, 10, 100 models sharing a tokenizer and 10 distinct ones (issue 30); localwork: the built gateway's memory and CPU under concurrent 7 MB /tokenize and 3.9M-id /detokenize requests (issue 26); scale: how cost grows with backends, keys, open streams, waiting requests and prompt size (issue 30)")
 	quotaClients = flag.Int("quota-clients", 50, "quota scenario: concurrent clients on one key")
 	quotaTPM     = flag.Int64("quota-tpm", 20000, "quota scenario: the key's tokens_per_minute")
 	quotaDur     = flag.Duration("quota-duration", 2*time.Minute, "quota scenario: how long the clients run")
@@ -154,6 +154,8 @@ func main() {
 		run = func() error { return scale(scaleOptionsFromFlags()) }
 	case "prefix":
 		run = prefix
+	case "models":
+		run = func() error { return modelsScenario(*maitredBin, *modelsBaseline, *modelsRuns) }
 	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)

@@ -55,7 +55,7 @@ func BenchmarkProxy(b *testing.B) {
 	})
 	defer bare.Close()
 
-	tok, err := tokenize.LoadDir(fixtures.ModelDir(b, "qwen3"), tokenize.LoadOptions{})
+	tok, err := fixtureLoader.LoadDir(fixtures.ModelDir(b, "qwen3"), tokenize.LoadOptions{})
 	if err != nil {
 		b.Fatal(err)
 	}

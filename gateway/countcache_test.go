@@ -58,7 +58,7 @@ func metricValue(t *testing.T, text, series string) float64 {
 // edited first message falls back to a full count, and the metrics show
 // it.
 func TestCountCacheConversationOverHTTP(t *testing.T) {
-	tok, err := tokenize.LoadDir(fixtures.ModelDir(t, "qwen3"), tokenize.LoadOptions{})
+	tok, err := fixtureLoader.LoadDir(fixtures.ModelDir(t, "qwen3"), tokenize.LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestCountCacheConversationOverHTTP(t *testing.T) {
 // TestCountCacheOff: count_cache_bytes 0 turns the cache off (no metrics),
 // and counts stay exact.
 func TestCountCacheOff(t *testing.T) {
-	tok, err := tokenize.LoadDir(fixtures.ModelDir(t, "qwen3"), tokenize.LoadOptions{})
+	tok, err := fixtureLoader.LoadDir(fixtures.ModelDir(t, "qwen3"), tokenize.LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +176,7 @@ func BenchmarkCountCacheNextTurnDoor(b *testing.B) {
 	question := fixtures.Message(docs, &k, 3700)
 	for _, model := range []string{"qwen3", "llama3_1"} {
 		b.Run(model, func(b *testing.B) {
-			tok, err := tokenize.LoadDir(fixtures.ModelDir(b, model), tokenize.LoadOptions{})
+			tok, err := fixtureLoader.LoadDir(fixtures.ModelDir(b, model), tokenize.LoadOptions{})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -271,7 +271,7 @@ func BenchmarkCountCacheNextTurnDoor(b *testing.B) {
 // the reloaded model's counts still go through it: a conversation counted
 // before the reload is found after it.
 func TestCountCacheAcrossReload(t *testing.T) {
-	tok, err := tokenize.LoadDir(fixtures.ModelDir(t, "qwen3"), tokenize.LoadOptions{})
+	tok, err := fixtureLoader.LoadDir(fixtures.ModelDir(t, "qwen3"), tokenize.LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

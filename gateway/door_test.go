@@ -47,7 +47,7 @@ func loadTok(t *testing.T, name string) *tokenize.Model {
 	if name == "demo" {
 		m, err = tokenize.Builtin("demo")
 	} else {
-		m, err = tokenize.LoadDir(fixtures.ModelDir(t, name), tokenize.LoadOptions{})
+		m, err = fixtureLoader.LoadDir(fixtures.ModelDir(t, name), tokenize.LoadOptions{})
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -530,7 +530,7 @@ func TestWhitespaceFreePromptNearLimitStaysExact(t *testing.T) {
 // the test's client together) per request, from getrusage.
 func BenchmarkGatewayLongPretoken(b *testing.B) {
 	const size = 7 << 20
-	tok, err := tokenize.LoadDir(fixtures.ModelDir(b, "qwen3"), tokenize.LoadOptions{})
+	tok, err := fixtureLoader.LoadDir(fixtures.ModelDir(b, "qwen3"), tokenize.LoadOptions{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -92,7 +92,7 @@ func TestFailureTableIsComplete(t *testing.T) {
 // classify, the stream guard's break, the client's write); a row no case
 // below produces fails the test.
 func TestFailureTableVocabulary(t *testing.T) {
-	tok, err := tokenize.LoadDir(fixtures.ModelDir(t, "qwen3"), tokenize.LoadOptions{})
+	tok, err := fixtureLoader.LoadDir(fixtures.ModelDir(t, "qwen3"), tokenize.LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -487,7 +487,7 @@ func (c *testClock) advance(d time.Duration) {
 // simulator counts it.
 func qwen3Plain(t *testing.T) *tokenize.Model {
 	t.Helper()
-	tok, err := tokenize.LoadDir(fixtures.ModelDir(t, "qwen3"), tokenize.LoadOptions{ChatTemplate: `{%- for m in messages %}
+	tok, err := fixtureLoader.LoadDir(fixtures.ModelDir(t, "qwen3"), tokenize.LoadOptions{ChatTemplate: `{%- for m in messages %}
 {{- '<|im_start|>' + m.role + '\n' + m.content + '<|im_end|>\n' }}
 {%- endfor %}<|im_start|>assistant
 `})

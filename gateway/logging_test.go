@@ -22,7 +22,7 @@ import (
 // carry the secret. The client still gets the template's own message.
 func TestLogsCarryNoRequestContent(t *testing.T) {
 	const secret = "SECRET-7f3a9c"
-	tok, err := tokenize.LoadDir(fixtures.ModelDir(t, "qwen3"), tokenize.LoadOptions{ChatTemplate: `{%- for m in messages %}
+	tok, err := fixtureLoader.LoadDir(fixtures.ModelDir(t, "qwen3"), tokenize.LoadOptions{ChatTemplate: `{%- for m in messages %}
 {%- if m.content.startswith('RAISE') %}{{ raise_exception('refused: ' ~ m.content) }}{% endif %}
 {{- '<|im_start|>' + m.role + '\n' + m.content + '<|im_end|>\n' }}
 {%- endfor %}<|im_start|>assistant

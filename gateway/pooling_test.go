@@ -40,7 +40,7 @@ var (
 func qwen3(t *testing.T) *tokenize.Model {
 	t.Helper()
 	dir := fixtures.ModelDir(t, "qwen3")
-	qwenOnce.Do(func() { qwenTok, qwenErr = tokenize.LoadDir(dir, tokenize.LoadOptions{}) })
+	qwenOnce.Do(func() { qwenTok, qwenErr = fixtureLoader.LoadDir(dir, tokenize.LoadOptions{}) })
 	if qwenErr != nil {
 		t.Fatal(qwenErr)
 	}

@@ -338,7 +338,7 @@ func TestUsageMeterClientLeaves(t *testing.T) {
 // usage chunk (the costliest case: every delta read, the text counted at
 // the end); ns/op is per stream.
 func BenchmarkUsageMeterStream(b *testing.B) {
-	tok, err := tokenize.LoadDir(fixtures.ModelDir(b, "qwen3"), tokenize.LoadOptions{})
+	tok, err := fixtureLoader.LoadDir(fixtures.ModelDir(b, "qwen3"), tokenize.LoadOptions{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -543,7 +543,7 @@ func TestResponsesHarmonyUncounted(t *testing.T) {
 	// for gpt-oss's.
 	harmonyTemplate := "{% for m in messages %}<|start|>{{ m.role }}<|message|>{{ m.content }}<|end|>{% endfor %}" +
 		"{% if add_generation_prompt %}<|start|>assistant<|channel|>final<|message|>{% endif %}"
-	tok, err := tokenize.LoadDir(fixtures.ModelDir(t, "gptoss"), tokenize.LoadOptions{ChatTemplate: harmonyTemplate})
+	tok, err := fixtureLoader.LoadDir(fixtures.ModelDir(t, "gptoss"), tokenize.LoadOptions{ChatTemplate: harmonyTemplate})
 	if err != nil {
 		t.Fatal(err)
 	}

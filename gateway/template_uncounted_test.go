@@ -34,7 +34,7 @@ const uncompilableTemplate = "{{ bos_token }}\n{%- for m in messages %}\n{%- wit
 // and reason, maitred_model_uncounted says so, and /debug/backends and
 // the status page give the reason.
 func TestUncompilableTemplateServedUncounted(t *testing.T) {
-	tok, err := tokenize.LoadDir(fixtures.ModelDir(t, "qwen3"), tokenize.LoadOptions{ChatTemplate: uncompilableTemplate})
+	tok, err := fixtureLoader.LoadDir(fixtures.ModelDir(t, "qwen3"), tokenize.LoadOptions{ChatTemplate: uncompilableTemplate})
 	if err != nil {
 		t.Fatalf("the model did not load: %v", err)
 	}
@@ -110,7 +110,7 @@ func TestJambaLikeTemplateCounted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok, err := tokenize.LoadDir(fixtures.ModelDir(t, "qwen3"), tokenize.LoadOptions{ChatTemplate: string(src)})
+	tok, err := fixtureLoader.LoadDir(fixtures.ModelDir(t, "qwen3"), tokenize.LoadOptions{ChatTemplate: string(src)})
 	if err != nil {
 		t.Fatalf("load: %v", err)
 	}

@@ -176,7 +176,7 @@ func startTraced(t *testing.T, grpcExport bool, mutate func(*config.Config)) *tr
 // startTracedAt is startTraced sampling new traces at ratio.
 func startTracedAt(t *testing.T, grpcExport bool, ratio float64, mutate func(*config.Config)) *traced {
 	t.Helper()
-	tok, err := tokenize.LoadDir(fixtures.ModelDir(t, "qwen3"), tokenize.LoadOptions{})
+	tok, err := fixtureLoader.LoadDir(fixtures.ModelDir(t, "qwen3"), tokenize.LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

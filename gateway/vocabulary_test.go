@@ -24,7 +24,7 @@ import (
 // same inputs under the same outcome (one mapping from tokenizer errors to
 // rejections).
 func TestOneOutcomeVocabulary(t *testing.T) {
-	tok, err := tokenize.LoadDir(fixtures.ModelDir(t, "qwen3"), tokenize.LoadOptions{ChatTemplate: `{%- for m in messages %}
+	tok, err := fixtureLoader.LoadDir(fixtures.ModelDir(t, "qwen3"), tokenize.LoadOptions{ChatTemplate: `{%- for m in messages %}
 {%- if m.content.startswith('RAISE') %}{{ raise_exception('refused') }}{% endif %}
 {{- '<|im_start|>' + m.role + '\n' + m.content + '<|im_end|>\n' }}
 {%- endfor %}<|im_start|>assistant

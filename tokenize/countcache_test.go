@@ -60,7 +60,7 @@ func rawAddedTokens(t *Tokenizer) []string {
 func TestCountCacheRegister(t *testing.T) {
 	c := newTestCache(1 << 20)
 	for _, name := range tokFixtureModels {
-		m, err := LoadDir(fixtures.ModelDir(t, name), LoadOptions{})
+		m, err := fixtureLoader.LoadDir(fixtures.ModelDir(t, name), LoadOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -80,7 +80,7 @@ func TestCountCacheRegister(t *testing.T) {
 
 	// Not a Tokenizer: refused, and counted as m.CountChat counts.
 	qwen := loadTokFixture(t, "qwen3")
-	other, err := LoadDir(fixtures.ModelDir(t, "qwen3"), LoadOptions{Encoder: wrappedEncoder{qwen}})
+	other, err := fixtureLoader.LoadDir(fixtures.ModelDir(t, "qwen3"), LoadOptions{Encoder: wrappedEncoder{qwen}})
 	if err != nil {
 		t.Fatal(err)
 	}

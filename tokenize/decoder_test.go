@@ -84,7 +84,7 @@ func TestDecodeSpecials(t *testing.T) {
 	if !ok || unknown != 2 || got != "<|im_start|>user\nHi" {
 		t.Errorf("qwen3: %q unknown=%d ok=%v", got, unknown, ok)
 	}
-	m, err := LoadDir(fixtures.ModelDir(t, "llama2"), LoadOptions{})
+	m, err := fixtureLoader.LoadDir(fixtures.ModelDir(t, "llama2"), LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +126,7 @@ func TestDetokenizeCleanUp(t *testing.T) {
 	for _, c := range []struct {
 		model, want string
 	}{{"llama3_1", "Hello. Isn't it?"}, {"qwen3", "Hello . Is n't it ?"}} {
-		m, err := LoadDir(fixtures.ModelDir(t, c.model), LoadOptions{})
+		m, err := fixtureLoader.LoadDir(fixtures.ModelDir(t, c.model), LoadOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -26,6 +26,15 @@
 // or .json over tokenizer_config.json, or an override). Rendering follows
 // transformers' apply_chat_template with add_generation_prompt=true.
 //
+// A [Loader] (loader.go) loads folders as LoadDir does and shares what is
+// identical by content (SHA-256 of the files): one *Tokenizer per
+// tokenizer.json's bytes (and BOS/EOS rebuild), one *Template per source,
+// one *Model per identical set of inputs, whatever the folder's path. It
+// is made by its user (the gateway's command, for start and reloads) and
+// loads in passes ([LoadPass], one config's models: each file hashed once
+// per pass, so a changed file loads fresh at the next); [Loader.Keep]
+// drops what the models in force no longer use.
+//
 // Templates are lexed here exactly as jinja2 lexes them (trim_blocks,
 // lstrip_blocks, {%- -%}; template_lex.go), then parsed and rendered by
 // the package's own evaluator, its only template engine: jinja_lex.go
@@ -101,12 +110,15 @@
 //
 // # Concurrency
 //
-// A loaded Model and Tokenizer are immutable and safe for concurrent use;
+// A loaded Model and Tokenizer are immutable and safe for concurrent use
+// (which is what lets a Loader share them between models);
 // each render gets its own variables. Two pools trade allocation for
 // reuse, and both rely on nothing outliving the render that made it: a
 // Model pools its prepared chat requests with their message slabs
 // (released once the render is done; the output and the errors are
 // separate strings), and each owned template pools its renderers, whose
 // arena holds the strings the render concatenates (raised messages are
-// cloned out of it). A CountCache is safe for concurrent use.
+// cloned out of it). A CountCache and a Loader are safe for concurrent
+// use; two goroutines loading one tokenizer at once through a Loader
+// parse it once.
 package tokenize

@@ -93,7 +93,7 @@ func loadTokFixture(tb testing.TB, name string) *Tokenizer {
 	if t, ok := tokCache[name]; ok {
 		return t
 	}
-	t, err := LoadTokenizerJSON(filepath.Join(fixtures.ModelDir(tb, name), "tokenizer.json"))
+	t, err := fixtureLoader.LoadTokenizerJSON(filepath.Join(fixtures.ModelDir(tb, name), "tokenizer.json"))
 	if err != nil {
 		tb.Fatal(err)
 	}

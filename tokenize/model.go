@@ -2,7 +2,6 @@ package tokenize
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -62,8 +61,8 @@ type Model struct {
 
 // ChatRenders is the number of chat template renders the model has done
 // (CountChat, RenderChat, TokenizeChat): the costliest step of counting a
-// chat request, which a request should pay once. For tests and
-// diagnostics.
+// chat request, which a request should pay once (a Model a Loader gives
+// to several names counts the renders of all). For tests and diagnostics.
 func (m *Model) ChatRenders() int64 { return m.renders.Load() }
 
 // VocabSize is the bound vLLM holds prompt token ids to: an id is in the
@@ -94,21 +93,102 @@ func (m *Model) ChatTemplate() *Template { return m.templates["default"] }
 // be a string or a list of named templates), then opts.ChatTemplate over
 // all of them. A folder without any chat template loads; CountChat then
 // reports the count as not exact, as vLLM would refuse the request.
+// A [Loader] loads the same way, sharing what two folders have identical.
 func LoadDir(dir string, opts LoadOptions) (*Model, error) {
+	return loadDir(dir, opts, nil)
+}
+
+// loadDir is LoadDir, through pass p when not nil: the tokenizer and the
+// templates come from p's Loader, and a model whose inputs are all
+// identical to one it holds is that model.
+func loadDir(dir string, opts LoadOptions, p *LoadPass) (*Model, error) {
+	files, err := readFolder(dir)
+	if err != nil {
+		return nil, err
+	}
 	m := &Model{Name: filepath.Base(dir), templates: map[string]*Template{}, now: opts.Now}
-	cfg := map[string]json.RawMessage{}
-	if b, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json")); err == nil {
-		if err := json.Unmarshal(b, &cfg); err != nil {
-			return nil, fmt.Errorf("tokenize: %s: tokenizer_config.json: %w", dir, err)
-		}
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("tokenize: %w", err)
+	cfg, err := m.loadConfig(dir, files)
+	if err != nil {
+		return nil, err
+	}
+	var override templateOverride
+	if opts.ChatTemplate != "" {
+		override.set = true
+		override.src, override.err = resolveTemplateOption(opts.ChatTemplate)
 	}
 
+	// Tokenizer.
+	var key [32]byte
+	keyed := false
+	if opts.Encoder != nil {
+		m.enc = opts.Encoder
+	} else {
+		path := filepath.Join(dir, "tokenizer.json")
+		bos, bosErr := bosConfig(cfg)
+		var tok *Tokenizer
+		if p == nil {
+			if tok, err = LoadTokenizerJSON(path); err != nil {
+				return nil, err
+			}
+		} else {
+			sum, err := p.fileSum(path)
+			if err != nil {
+				return nil, fmt.Errorf("tokenize: %w", err)
+			}
+			if keyed = opts.Now == nil && override.err == nil && bosErr == nil; keyed {
+				key = files.modelKey(m.Name, sum, override, opts)
+				if cached := p.l.cachedModel(key); cached != nil {
+					return cached, nil
+				}
+			}
+			var used [32]byte
+			if tok, used, err = p.l.tokenizer(path, sum, bos); err != nil {
+				// Another load's failure, or this one's: loaded alone,
+				// the error names this folder.
+				return LoadDir(dir, opts)
+			}
+			keyed = keyed && used == sum
+		}
+		if bosErr != nil {
+			return nil, fmt.Errorf("tokenize: %s: %w", dir, bosErr)
+		}
+		if p == nil {
+			if tok, err = bos.apply(tok); err != nil {
+				return nil, fmt.Errorf("tokenize: %s: %w", dir, err)
+			}
+		}
+		m.enc = tok
+	}
+
+	compile := compileOrKeep
+	if p != nil {
+		compile = p.l.template
+	}
+	if err := m.loadTemplates(dir, cfg, files, override, compile); err != nil {
+		return nil, err
+	}
+	if err := m.setOptions(opts); err != nil {
+		return nil, err
+	}
+	if keyed {
+		return p.l.keepModel(key, m), nil
+	}
+	return m, nil
+}
+
+// loadConfig reads tokenizer_config.json (returned, parsed at its top
+// level), the special tokens and clean-up flag it sets, and config.json's
+// vocabulary size.
+func (m *Model) loadConfig(dir string, files folderFiles) (map[string]json.RawMessage, error) {
+	cfg := map[string]json.RawMessage{}
+	if files.config.ok {
+		if err := json.Unmarshal(files.config.data, &cfg); err != nil {
+			return nil, fmt.Errorf("tokenize: %s: tokenizer_config.json: %w", dir, err)
+		}
+	}
 	if err := m.loadSpecial(dir, cfg); err != nil {
 		return nil, err
 	}
-
 	if raw, ok := cfg["clean_up_tokenization_spaces"]; ok && string(raw) != "null" {
 		var b bool
 		if err := json.Unmarshal(raw, &b); err != nil {
@@ -116,31 +196,8 @@ func LoadDir(dir string, opts LoadOptions) (*Model, error) {
 		}
 		m.cleanUp = &b
 	}
-
-	m.modelVocab = modelVocabSize(dir)
-
-	// Tokenizer.
-	if opts.Encoder != nil {
-		m.enc = opts.Encoder
-	} else {
-		tok, err := LoadTokenizerJSON(filepath.Join(dir, "tokenizer.json"))
-		if err != nil {
-			return nil, err
-		}
-		tok, err = applyBOSConfig(tok, cfg)
-		if err != nil {
-			return nil, fmt.Errorf("tokenize: %s: %w", dir, err)
-		}
-		m.enc = tok
-	}
-
-	if err := m.loadTemplates(dir, cfg, opts.ChatTemplate); err != nil {
-		return nil, err
-	}
-	if err := m.setOptions(opts); err != nil {
-		return nil, err
-	}
-	return m, nil
+	m.modelVocab = modelVocabSize(files.modelConfig)
+	return cfg, nil
 }
 
 // loadSpecial reads the special-token strings, as transformers'
@@ -176,13 +233,13 @@ func (m *Model) loadSpecial(dir string, cfg map[string]json.RawMessage) error {
 }
 
 // modelVocabSize is config.json's vocab_size (or its text_config's), 0
-// when the folder has none: the model's own vocabulary size, when the
+// when the folder has none (f: config.json as read): the model's own vocabulary size, when the
 // folder is the model's.
-func modelVocabSize(dir string) int {
-	b, err := os.ReadFile(filepath.Join(dir, "config.json"))
-	if err != nil {
+func modelVocabSize(f folderFile) int {
+	if !f.ok {
 		return 0
 	}
+	b := f.data
 	var mc struct {
 		VocabSize  *int `json:"vocab_size"`
 		TextConfig *struct {
@@ -203,34 +260,33 @@ func modelVocabSize(dir string) int {
 
 // loadTemplates reads the chat templates, lowest priority first:
 // tokenizer_config.json's, chat_template.json, chat_template.jinja, then
-// the override.
-func (m *Model) loadTemplates(dir string, cfg map[string]json.RawMessage, override string) error {
+// the override, each compiled by compile.
+func (m *Model) loadTemplates(dir string, cfg map[string]json.RawMessage, files folderFiles, override templateOverride, compile func(string) *Template) error {
 	if raw, ok := cfg["chat_template"]; ok {
-		if err := m.addConfigTemplates(raw); err != nil {
+		if err := m.addConfigTemplates(raw, compile); err != nil {
 			return fmt.Errorf("tokenize: %s: tokenizer_config.json chat_template: %w", dir, err)
 		}
 	}
-	if b, err := os.ReadFile(filepath.Join(dir, "chat_template.json")); err == nil {
+	if files.ctJSON.ok {
 		var ct struct {
 			ChatTemplate json.RawMessage `json:"chat_template"`
 		}
-		if err := json.Unmarshal(b, &ct); err != nil {
+		if err := json.Unmarshal(files.ctJSON.data, &ct); err != nil {
 			return fmt.Errorf("tokenize: %s: chat_template.json: %w", dir, err)
 		}
 		m.templates = map[string]*Template{}
-		if err := m.addConfigTemplates(ct.ChatTemplate); err != nil {
+		if err := m.addConfigTemplates(ct.ChatTemplate, compile); err != nil {
 			return fmt.Errorf("tokenize: %s: chat_template.json: %w", dir, err)
 		}
 	}
-	if b, err := os.ReadFile(filepath.Join(dir, "chat_template.jinja")); err == nil {
-		m.templates = map[string]*Template{"default": compileOrKeep(string(b))}
+	if files.ctJinja.ok {
+		m.templates = map[string]*Template{"default": compile(string(files.ctJinja.data))}
 	}
-	if override != "" {
-		src, err := resolveTemplateOption(override)
-		if err != nil {
-			return err
-		}
-		m.templates = map[string]*Template{"default": compileOrKeep(src)}
+	if override.err != nil {
+		return override.err
+	}
+	if override.set {
+		m.templates = map[string]*Template{"default": compile(override.src)}
 	}
 	return nil
 }
@@ -254,13 +310,13 @@ func (m *Model) setOptions(opts LoadOptions) error {
 
 // addConfigTemplates adds a chat_template value: a string, or a list of
 // {"name", "template"}.
-func (m *Model) addConfigTemplates(raw json.RawMessage) error {
+func (m *Model) addConfigTemplates(raw json.RawMessage, compile func(string) *Template) error {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil
 	}
 	var s string
 	if err := json.Unmarshal(raw, &s); err == nil {
-		m.templates["default"] = compileOrKeep(s)
+		m.templates["default"] = compile(s)
 		return nil
 	}
 	var list []struct {
@@ -271,7 +327,7 @@ func (m *Model) addConfigTemplates(raw json.RawMessage) error {
 		return fmt.Errorf("neither a string nor a list of named templates")
 	}
 	for _, e := range list {
-		m.templates[e.Name] = compileOrKeep(e.Template)
+		m.templates[e.Name] = compile(e.Template)
 	}
 	return nil
 }
@@ -308,6 +364,14 @@ func (m *Model) TemplateProblems() []TemplateProblem {
 	return out
 }
 
+// templateOverride is LoadOptions.ChatTemplate resolved: its source, or
+// why it could not be read; set is false when there is none.
+type templateOverride struct {
+	set bool
+	src string
+	err error
+}
+
 // resolveTemplateOption reads a --chat-template value as vLLM's
 // load_chat_template does.
 func resolveTemplateOption(v string) (string, error) {
@@ -339,48 +403,64 @@ func tokenString(raw json.RawMessage) (string, bool, error) {
 	return *obj.Content, true, nil
 }
 
-// applyBOSConfig mirrors transformers' LlamaTokenizerFast and
+// bosSpec is what tokenizer_config.json asks of the tokenizer's
+// post-processor (bosConfig): nothing (rebuild false), or the BOS and EOS
+// token strings to add ("" for none).
+type bosSpec struct {
+	rebuild  bool
+	bos, eos string
+}
+
+// bosConfig mirrors transformers' LlamaTokenizerFast and
 // GemmaTokenizerFast, which rebuild the post-processor from
 // tokenizer_config.json's add_bos_token (default true) and add_eos_token
 // (default false). Other tokenizer classes keep tokenizer.json's
 // post-processor.
-func applyBOSConfig(tok *Tokenizer, cfg map[string]json.RawMessage) (*Tokenizer, error) {
+func bosConfig(cfg map[string]json.RawMessage) (bosSpec, error) {
 	var class string
 	_ = json.Unmarshal(cfg["tokenizer_class"], &class)
 	switch strings.TrimSuffix(class, "Fast") {
 	case "LlamaTokenizer", "GemmaTokenizer", "CodeLlamaTokenizer":
 	default:
-		return tok, nil
+		return bosSpec{}, nil
 	}
 	addBOS, addEOS := true, false
 	if raw, ok := cfg["add_bos_token"]; ok && string(raw) != "null" {
 		if err := json.Unmarshal(raw, &addBOS); err != nil {
-			return nil, fmt.Errorf("add_bos_token: %w", err)
+			return bosSpec{}, fmt.Errorf("add_bos_token: %w", err)
 		}
 	}
 	if raw, ok := cfg["add_eos_token"]; ok && string(raw) != "null" {
 		if err := json.Unmarshal(raw, &addEOS); err != nil {
-			return nil, fmt.Errorf("add_eos_token: %w", err)
+			return bosSpec{}, fmt.Errorf("add_eos_token: %w", err)
 		}
 	}
-	var bos, eos string
+	spec := bosSpec{rebuild: true}
 	if addBOS {
 		s, ok, err := tokenString(cfg["bos_token"])
 		if err != nil || !ok {
-			return nil, fmt.Errorf("add_bos_token is set but bos_token is missing")
+			return bosSpec{}, fmt.Errorf("add_bos_token is set but bos_token is missing")
 		}
-		bos = s
+		spec.bos = s
 	}
 	if addEOS {
 		s, ok, err := tokenString(cfg["eos_token"])
 		if err != nil || !ok {
-			return nil, fmt.Errorf("add_eos_token is set but eos_token is missing")
+			return bosSpec{}, fmt.Errorf("add_eos_token is set but eos_token is missing")
 		}
-		eos = s
+		spec.eos = s
 	}
-	out, ok := tok.WithSpecials(bos, eos)
+	return spec, nil
+}
+
+// apply gives tok the post-processor s asks for.
+func (s bosSpec) apply(tok *Tokenizer) (*Tokenizer, error) {
+	if !s.rebuild {
+		return tok, nil
+	}
+	out, ok := tok.WithSpecials(s.bos, s.eos)
 	if !ok {
-		return nil, fmt.Errorf("bos/eos token %q/%q is not in the vocabulary", bos, eos)
+		return nil, fmt.Errorf("bos/eos token %q/%q is not in the vocabulary", s.bos, s.eos)
 	}
 	return out, nil
 }

@@ -18,7 +18,7 @@ const uncompilableTemplate = "{{ bos_token }}\n{%- for m in messages %}\n{%- wit
 // line and the reason, and counts its chat requests as not exact, for the
 // gateway to forward them uncounted; its completions still count.
 func TestUncompilableTemplateLoads(t *testing.T) {
-	m, err := LoadDir(fixtures.ModelDir(t, "qwen3"), LoadOptions{ChatTemplate: uncompilableTemplate})
+	m, err := fixtureLoader.LoadDir(fixtures.ModelDir(t, "qwen3"), LoadOptions{ChatTemplate: uncompilableTemplate})
 	if err != nil {
 		t.Fatalf("the model did not load: %v", err)
 	}
@@ -53,7 +53,7 @@ func TestJambaLikeTemplateOwned(t *testing.T) {
 	if err != nil {
 		t.Fatalf("compile: %v", err)
 	}
-	m, err := LoadDir(fixtures.ModelDir(t, "qwen3"), LoadOptions{ChatTemplate: src})
+	m, err := fixtureLoader.LoadDir(fixtures.ModelDir(t, "qwen3"), LoadOptions{ChatTemplate: src})
 	if err != nil {
 		t.Fatalf("load: %v", err)
 	}

@@ -61,7 +61,7 @@ func fixtureModel(t testing.TB, name string) *Model {
 	if m := modelCache[name]; m != nil {
 		return m
 	}
-	m, err := LoadDir(fixtures.ModelDir(t, name), LoadOptions{Now: goldenNow})
+	m, err := fixtureLoader.LoadDir(fixtures.ModelDir(t, name), LoadOptions{Now: goldenNow})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,7 +33,7 @@ func TestVocabSize(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		m, err := LoadDir(dir, LoadOptions{})
+		m, err := fixtureLoader.LoadDir(dir, LoadOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/maitred-dev/maitred/config"
 	"github.com/maitred-dev/maitred/gateway"
-	"github.com/maitred-dev/maitred/tokenize"
 )
 
 // configPollInterval is how often the config file is read for changes.
@@ -34,20 +33,15 @@ type reloader struct {
 	// tried is the content of the file last loaded (put in force or
 	// refused): the watcher does not load it again.
 	tried [32]byte
-	// toks are the tokenizers loaded so far, by tokenizer and chat
-	// template: a reload loads only the new ones.
-	toks map[[2]string]*tokenize.Model
+	// toks loads the models' tokenizers: a reload parses only the
+	// tokenizer files that changed or are new.
+	toks *modelTokenizers
 }
 
-func newReloader(path, listen string, cfg config.Config, toks map[string]*tokenize.Model, gw *gateway.Gateway, log *zap.Logger) *reloader {
-	r := &reloader{path: path, listen: listen, gw: gw, log: log, toks: map[[2]string]*tokenize.Model{}, hup: make(chan os.Signal, 1)}
+func newReloader(path, listen string, toks *modelTokenizers, gw *gateway.Gateway, log *zap.Logger) *reloader {
+	r := &reloader{path: path, listen: listen, gw: gw, log: log, toks: toks, hup: make(chan os.Signal, 1)}
 	// Heard from now on, before the gateway reports it started.
 	signal.Notify(r.hup, syscall.SIGHUP)
-	for _, mc := range cfg.Models {
-		if t := toks[mc.Name]; t != nil {
-			r.toks[[2]string{mc.Tokenizer, mc.ChatTemplate}] = t
-		}
-	}
 	return r
 }
 
@@ -99,21 +93,12 @@ func (r *reloader) reload(why string) {
 	if r.listen != "" {
 		cfg.Listen = r.listen
 	}
-	toks := map[string]*tokenize.Model{}
-	for i, mc := range cfg.Models {
-		if mc.Tokenizer == "" {
-			continue
-		}
-		k := [2]string{mc.Tokenizer, mc.ChatTemplate}
-		if r.toks[k] == nil {
-			t, err := loadTokenizer(mc.Tokenizer, mc.ChatTemplate)
-			if err != nil {
-				r.gw.ReloadFailed(fmt.Errorf("models[%d].tokenizer (%s): %w", i, mc.Name, err))
-				return
-			}
-			r.toks[k] = t
-		}
-		toks[mc.Name] = r.toks[k]
+	toks, err := r.toks.load(cfg, nil)
+	if err != nil {
+		r.gw.ReloadFailed(err)
+		return
 	}
-	r.gw.Reload(cfg, toks)
+	if _, err := r.gw.Reload(cfg, toks); err == nil {
+		r.toks.inForce(toks)
+	}
 }

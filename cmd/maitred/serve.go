@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -22,36 +21,7 @@ import (
 	"github.com/maitred-dev/maitred/gateway"
 	"github.com/maitred-dev/maitred/internal/telemetry"
 	"github.com/maitred-dev/maitred/store"
-	"github.com/maitred-dev/maitred/tokenize"
 )
-
-// loadTokenizers loads each model's tokenizer folder (or builtin:NAME) at
-// start, so that a folder vLLM could not use either stops the gateway
-// before it serves, naming the model.
-func loadTokenizers(cfg config.Config, log *zap.Logger) (map[string]*tokenize.Model, error) {
-	toks := map[string]*tokenize.Model{}
-	for i, mc := range cfg.Models {
-		if mc.Tokenizer == "" {
-			log.Warn("model has no tokenizer: its requests are forwarded uncounted", zap.String("model", mc.Name))
-			continue
-		}
-		start := time.Now()
-		m, err := loadTokenizer(mc.Tokenizer, mc.ChatTemplate)
-		if err != nil {
-			return nil, fmt.Errorf("models[%d].tokenizer (%s): %w", i, mc.Name, err)
-		}
-		toks[mc.Name] = m
-		log.Info("tokenizer loaded", zap.String("model", mc.Name), zap.String("from", mc.Tokenizer), zap.Duration("took", time.Since(start)))
-	}
-	return toks, nil
-}
-
-func loadTokenizer(spec, chatTemplate string) (*tokenize.Model, error) {
-	if name, ok := strings.CutPrefix(spec, "builtin:"); ok {
-		return tokenize.Builtin(name)
-	}
-	return tokenize.LoadDir(spec, tokenize.LoadOptions{ChatTemplate: chatTemplate})
-}
 
 func cmdServe(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("maitred serve", flag.ContinueOnError)
@@ -107,10 +77,12 @@ type runOptions struct {
 func runGateway(ctx context.Context, cfg config.Config, log *zap.Logger, o runOptions) error {
 	reg := prometheus.NewRegistry()
 	probeClient := &http.Client{Transport: gateway.NewTransport(cfg)}
-	toks, err := loadTokenizers(cfg, log)
+	tokenizers := newModelTokenizers()
+	toks, err := tokenizers.load(cfg, log)
 	if err != nil {
 		return err
 	}
+	tokenizers.inForce(toks)
 	fl, err := fleet.New(cfg.Fleet(), probeClient, log.Named("fleet"), gateway.PromptCounters(toks))
 	if err != nil {
 		return err
@@ -171,7 +143,7 @@ func runGateway(ctx context.Context, cfg config.Config, log *zap.Logger, o runOp
 	wg.Go(func() { fl.RunScraper(fctx, cfg.ScrapeInterval.D(), gw.ObserveScrape) })
 	wg.Go(func() { gw.WatchKeys(fctx) }) // returns at once without auth.keys_file
 	if o.configPath != "" {
-		r := newReloader(o.configPath, o.listen, cfg, toks, gw, log)
+		r := newReloader(o.configPath, o.listen, tokenizers, gw, log)
 		wg.Go(func() { r.run(fctx) })
 	}
 	if st != nil {
