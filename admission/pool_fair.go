@@ -177,7 +177,11 @@ func (p *Pool) dequeueFairLocked(w *waiter) bool {
 	if i < 0 {
 		return false
 	}
-	f.queues[c] = slices.Delete(f.queues[c], i, i+1)
+	if i == 0 {
+		f.queues[c] = f.queues[c][1:] // the head (a grant): no copy
+	} else {
+		f.queues[c] = slices.Delete(f.queues[c], i, i+1)
+	}
 	f.waiting--
 	p.fair.n[c]--
 	if len(f.queues[c]) == 0 {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 	"testing/synctest"
+	"time"
 )
 
 // fairRun is a pool with one backend of room for one request, and a
@@ -279,5 +280,42 @@ func TestFairSwitchKeepsWaiting(t *testing.T) {
 		if st := p.Stats(); st.Depth[0] != 0 || st.Flows[0].InFlight != 0 || st.Flows[0].TokensIn != 200 {
 			t.Errorf("stats after: %+v", st)
 		}
+	})
+}
+
+// TestFairTokensDrainAndTimeout: under tokens, a request that waits past
+// queue_timeout leaves with QueueTimeout, and Drain answers the others
+// Draining; none is left counted in the queue.
+func TestFairTokensDrainAndTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testPool(one(1, 0), func(c *PoolConfig) { c.Fairness = Tokens; c.QueueSize = 10 })
+		hold, _ := p.Acquire(t.Context(), Ticket{Tokens: 1, Flow: "A"})
+		out := make(chan Outcome, 3)
+		for _, f := range []string{"A", "B", "B"} {
+			go func() { _, o := p.Acquire(t.Context(), Ticket{Tokens: 1, Flow: f}); out <- o }()
+			synctest.Wait()
+		}
+		time.Sleep(5 * time.Second)
+		go func() { _, o := p.Acquire(t.Context(), Ticket{Tokens: 1, Flow: "C"}); out <- o }()
+		time.Sleep(6 * time.Second) // the first three's queue_timeout (10 s) passed
+		synctest.Wait()
+		for range 3 {
+			if o := <-out; o != QueueTimeout {
+				t.Errorf("outcome %s, want queue_timeout", o)
+			}
+		}
+		p.Drain()
+		if o := <-out; o != Draining {
+			t.Errorf("outcome %s, want draining", o)
+		}
+		if st := p.Stats(); st.Depth[0] != 0 || st.Depth[1] != 0 {
+			t.Errorf("depth after %v", st.Depth)
+		}
+		for _, f := range p.Flows() {
+			if f.Waiting != 0 {
+				t.Errorf("flow %+v still waiting", f)
+			}
+		}
+		hold.Release(Succeeded)
 	})
 }
