@@ -127,10 +127,14 @@ func (p *Pool) chargeLocked(f *flow, in, out int64) {
 // that a flow's idle time is not banked as a claim on the backends.
 func (p *Pool) liftLocked(f *flow) {
 	least, any := 0.0, false
-	for _, g := range p.fair.flows {
-		if p.depth == 0 {
-			break // nobody waits: no scan
+	if p.depth == 0 {
+		// Nobody waits: no scan.
+		if c := p.counterLocked(f); c < p.fair.lastLeft {
+			f.vtc = p.fair.lastLeft
 		}
+		return
+	}
+	for _, g := range p.fair.flows {
 		if g.waiting > 0 && g != f {
 			if c := p.counterLocked(g); !any || c < least {
 				least, any = c, true

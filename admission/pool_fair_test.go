@@ -319,3 +319,32 @@ func TestFairTokensDrainAndTimeout(t *testing.T) {
 		hold.Release(Succeeded)
 	})
 }
+
+// BenchmarkPoolFairness is one request's way through the pool (acquire
+// at once, charge its output in ten events, settle, release) under fifo
+// and tokens side by side, two flows taking turns: the difference is what
+// the flows cost a request, without the noise of sockets.
+func BenchmarkPoolFairness(b *testing.B) {
+	for _, fairness := range []Fairness{FIFO, Tokens} {
+		b.Run(fairness.String(), func(b *testing.B) {
+			p := testPool(one(4, 0), func(c *PoolConfig) { c.Fairness = fairness })
+			ctx := context.Background()
+			flows := []string{"a", "b"}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				l, o := p.Acquire(ctx, Ticket{Tokens: 100, Exact: true, Flow: flows[i%2], Weight: 1, Prompt: 80})
+				if o != Admitted {
+					b.Fatal(o)
+				}
+				for range 10 {
+					l.Charge(2)
+				}
+				l.SettleInput(80)
+				l.SettleOutput(20)
+				l.Release(Succeeded)
+				i++
+			}
+		})
+	}
+}
