@@ -46,9 +46,12 @@ func tenantParams(who string, maxTokens int64) openai.ChatCompletionNewParams {
 		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("tenant " + who)}}
 }
 
+// weightA is key a's weight in fairGateway.
+var weightA = 2.0
+
 // fairGateway is a gateway in front of one simulator that runs one
 // request at a time (max_in_flight 1) and generates only while the test
-// lets it (the token gate), with keys a and b; its access log is kept,
+// lets it (the token gate), with keys a (weight 2) and b; its access log is kept,
 // and the order in which the tenants' requests reached the backend.
 func fairGateway(t *testing.T, fairness string, gate chan struct{}) (*testGateway, *arrivals, *observer.ObservedLogs) {
 	t.Helper()
@@ -61,7 +64,7 @@ func fairGateway(t *testing.T, fairness string, gate chan struct{}) (*testGatewa
 		c.Models[0].Fairness = fairness
 		c.Models[0].Backends[0].MaxInFlight = 1
 		c.Auth = &config.AuthConfig{Keys: []config.KeyConfig{
-			{Name: "a", SHA256: digestOf("sk-a"), Models: []string{"*"}},
+			{Name: "a", SHA256: digestOf("sk-a"), Models: []string{"*"}, Weight: &weightA},
 			{Name: "b", SHA256: digestOf("sk-b"), Models: []string{"*"}},
 		}}
 	}, srv.URL)
@@ -212,14 +215,14 @@ func TestFairnessStreamChargedAsGenerated(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := json.Unmarshal(rec.Body.Bytes(), &dbg); err != nil || len(dbg.Models) != 1 || dbg.Models[0].Fairness != "tokens" ||
-		len(dbg.Models[0].Flows) != 1 || dbg.Models[0].Flows[0].Flow != "a" || dbg.Models[0].Flows[0].Share != 1 || dbg.Models[0].OutputWeight != 2 {
+		len(dbg.Models[0].Flows) != 1 || dbg.Models[0].Flows[0].Flow != "a" || dbg.Models[0].Flows[0].Share != 1 || dbg.Models[0].Flows[0].Weight != 2 || dbg.Models[0].OutputWeight != 2 {
 		t.Errorf("/debug/fairness = %s (%v)", rec.Body, err)
 	}
 	rec = httptest.NewRecorder()
 	if err := tg.statusPage(rec, httptest.NewRequest("GET", "/", nil), nil); err != nil {
 		t.Fatal(err)
 	}
-	if page := rec.Body.String(); !strings.Contains(page, "fairness tokens") || !strings.Contains(page, "<tr><td>a</td><td>1</td><td>100.0%</td>") {
+	if page := rec.Body.String(); !strings.Contains(page, "fairness tokens") || !strings.Contains(page, "<tr><td>a</td><td>2</td><td>100.0%</td>") {
 		t.Errorf("the status page lacks the model's fairness or flow a's share:\n%s", page)
 	}
 }
