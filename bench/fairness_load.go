@@ -32,7 +32,7 @@ type fairLoad struct {
 
 // fairShape is the requests' shape: A's long ones and B's short ones.
 type fairShape struct {
-	longOut, shortOut int // tokens generated (ignore_eos: exactly)
+	longOut, shortOut   int // tokens generated (ignore_eos: exactly)
 	longBody, shortBody []byte
 }
 
