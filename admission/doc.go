@@ -82,9 +82,19 @@
 // (a Ticket: its token reservation, class and prefix hash) is granted a
 // backend (a Lease) when one has room in requests in flight, in its token
 // budget (KV capacity from cache_config_info, or kv_tokens) and by its
-// scraped saturation; otherwise it waits FIFO within its priority class,
+// scraped saturation; otherwise it waits within its priority class,
 // bounded in number (QueueFull) and time (QueueTimeout), and leaves at once
-// when its client does (ClientGone). Routing is power of two choices on
+// when its client does (ClientGone). Within a class the model's Fairness
+// decides the order: FIFO, or Tokens: the requests wait per flow (the
+// Ticket's Flow, an API key's name), each flow's own in arrival order, and
+// a grant goes to the flow with the least virtual token counter (its
+// weighted token service over its Weight) whose head fits a backend, so a
+// flow whose head fits nowhere does not idle a backend another's would
+// fill; a flow becoming active is lifted to the least counter of the
+// active ones (VTC). The input is charged at the grant (Ticket.Prompt),
+// the output as it streams (Lease.Charge), both corrected to the usage at
+// the end (Lease.SettleInput, SettleOutput); SyncFlows shares the flows'
+// service with other replicas through a FlowSync (package store). Routing is power of two choices on
 // outstanding tokens, or prefix affinity by consistent hashing with a load
 // bound; backends failing EjectAfter times in a row are ejected for
 // EjectFor, at most MaxEjectionPercent of the ready ones at once (at least
@@ -100,7 +110,9 @@
 // The pool's files, by concept: pool.go the type, its config and
 // lifecycle (NewPool, SetSlots, SetConfig, Kick, Drain, Close, Flush);
 // pool_queue.go the queue (Ticket, Lease, Outcome, Acquire, the FIFO
-// classes, Release); pool_select.go the choice of a backend (eligible,
+// classes, Release); pool_fair.go the Tokens fairness (flows, their
+// counters, the grant among them, Lease.Charge and Settle);
+// pool_fair_sync.go the flows' service shared between replicas; pool_select.go the choice of a backend (eligible,
 // fits, power of two choices); pool_affinity.go the prefix-affinity ring;
 // pool_eject.go outlier ejection and its bound; pool_gauges.go the scraped
 // gauges and their states; pool_shared.go the pool's side of the Shared

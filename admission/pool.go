@@ -2,6 +2,7 @@ package admission
 
 import (
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 )
@@ -50,6 +51,12 @@ type PoolConfig struct {
 	// it (see shared.go). A slot Shared refused is held elsewhere: it is
 	// not picked again until SharedFreed or SharedRecheck.
 	Shared Shared
+	// Fairness is the queue's policy within a priority class: FIFO, or
+	// Tokens (flows' virtual token counters, pool_fair.go), with
+	// InputWeight and OutputWeight weighing a token of each in a flow's
+	// service (0: 1 and 2).
+	Fairness                  Fairness
+	InputWeight, OutputWeight float64
 	// RejectWhenStoreDown: while Shared cannot be reached, requests get
 	// StoreDown; otherwise (on_store_error local) they are admitted on this
 	// replica's share of each limit, the limit divided by the live
@@ -132,6 +139,8 @@ type Pool struct {
 	decisions map[string]int
 	// pending events, delivered to cfg.OnEvent by unlock.
 	pending []Event
+	// fair is the queue under Tokens fairness (pool_fair.go).
+	fair fairQueue
 }
 
 // NewPool builds a model's pool.
@@ -143,6 +152,8 @@ func NewPool(name string, cfg PoolConfig, slots []SlotConfig, now func() time.Ti
 		now = time.Now
 	}
 	p := &Pool{name: name, cfg: cfg, now: now, queue: make([][]*waiter, cfg.Classes), rnd: rand.New(rand.NewPCG(1, 2)), decisions: map[string]int{}}
+	p.fair.init(cfg.Classes)
+	p.setFairnessLocked(cfg.Fairness, cfg.InputWeight, cfg.OutputWeight)
 	p.setSlotsLocked(slots)
 	return p
 }
@@ -201,14 +212,16 @@ func (p *Pool) slotLocked(name string) *Slot {
 }
 
 // SetConfig changes the pool's limits and routing settings (a config
-// reload): QueueSize, QueueTimeout, saturation levels, staleness, ejection
-// and affinity. Classes and OnEvent stay as built. Requests already waiting
+// reload): QueueSize, QueueTimeout, saturation levels, staleness, ejection,
+// affinity and fairness (the requests waiting move to the new policy's
+// queue in their order). Classes and OnEvent stay as built. Requests already waiting
 // keep the queue timeout they started with; a smaller QueueSize refuses
 // new requests until the queue is below it.
 func (p *Pool) SetConfig(cfg PoolConfig) {
 	p.mu.Lock()
 	cfg.Classes, cfg.OnEvent = p.cfg.Classes, p.cfg.OnEvent
 	p.cfg = cfg
+	p.setFairnessLocked(cfg.Fairness, cfg.InputWeight, cfg.OutputWeight)
 	p.reconcileLocked(p.now())
 	p.grantWaitingLocked()
 	p.unlock()
@@ -255,6 +268,13 @@ func (p *Pool) flushLocked() {
 			w.ch <- nil
 		}
 		p.queue[c] = nil
+		for len(p.fair.active[c]) > 0 {
+			f := p.fair.active[c][0]
+			for _, w := range slices.Clone(f.queues[c]) {
+				p.dequeueFairLocked(w)
+				w.ch <- nil
+			}
+		}
 	}
 	p.depth = 0
 }

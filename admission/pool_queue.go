@@ -59,6 +59,13 @@ type Ticket struct {
 	// nil: every slot. The pool grants, counts ready backends and judges
 	// the request's size among those alone.
 	Only []string
+	// Flow names the request's flow under Tokens fairness (its API key's
+	// name; "" for none), Weight its share (0: 1), and Prompt the input
+	// charged to it when granted (the door's exact count, or an estimate
+	// that Lease.SettleInput corrects).
+	Flow   string
+	Weight float64
+	Prompt int
 }
 
 // allows reports whether t may go to slot s.
@@ -80,6 +87,12 @@ type Lease struct {
 	wakes         uint64
 	hold          Hold
 	at            time.Time // granted
+	// Under Tokens fairness: the flow charged, what was charged (input at
+	// the grant, output by Charge) and the usage Settle gave.
+	flow                  *flow
+	chargedIn, chargedOut int64
+	finalIn, finalOut     int64
+	settled               uint8
 }
 
 type waiter struct {
@@ -89,6 +102,7 @@ type waiter struct {
 	since   time.Time
 	granted *Lease
 	gone    bool
+	f       *flow // its flow under Tokens fairness
 }
 
 // Acquire waits for a backend slot for t, or returns why not. The context
@@ -162,6 +176,13 @@ func (p *Pool) acquireLocal(ctx context.Context, t Ticket, q *queued, again bool
 	}
 	if !ahead {
 		if l := p.grantLocked(t); l != nil {
+			if p.fair.on {
+				f := p.flowLocked(&t)
+				if f.waiting == 0 {
+					p.liftLocked(f)
+				}
+				p.chargeGrantLocked(l, f, &t)
+			}
 			p.unlock()
 			if !q.since.IsZero() {
 				l.Waited = p.now().Sub(q.since)
@@ -177,7 +198,17 @@ func (p *Pool) acquireLocal(ctx context.Context, t Ticket, q *queued, again bool
 		q.since = p.now()
 	}
 	w := &waiter{t: t, ch: make(chan *Lease, 1), since: q.since, order: q.order}
-	if again {
+	switch {
+	case p.fair.on:
+		w.f = p.flowLocked(&t)
+		p.enqueueFairLocked(w, again)
+		p.depth++
+		// A flow with a smaller counter, or whose head fits where the
+		// others' do not, may go before those waiting.
+		p.grantWaitingLocked()
+		p.unlock()
+		return p.await(ctx, w, q)
+	case again:
 		// Back to its place: ahead of every later arrival (several
 		// refused at once go back in their order).
 		cq := p.queue[t.Class]
@@ -186,7 +217,7 @@ func (p *Pool) acquireLocal(ctx context.Context, t Ticket, q *queued, again bool
 			i = len(cq)
 		}
 		p.queue[t.Class] = slices.Insert(cq, i, w)
-	} else {
+	default:
 		p.queue[t.Class] = append(p.queue[t.Class], w)
 	}
 	p.depth++
@@ -235,7 +266,7 @@ func (p *Pool) await(ctx context.Context, w *waiter, q *queued) (*Lease, Outcome
 
 func (p *Pool) waitingAtOrAboveLocked(class int) bool {
 	for c := 0; c <= class; c++ {
-		if len(p.queue[c]) > 0 {
+		if len(p.queue[c]) > 0 || p.fair.n[c] > 0 {
 			return true
 		}
 	}
@@ -243,6 +274,12 @@ func (p *Pool) waitingAtOrAboveLocked(class int) bool {
 }
 
 func (p *Pool) removeLocked(w *waiter) {
+	if w.f != nil {
+		if p.dequeueFairLocked(w) {
+			p.depth--
+		}
+		return
+	}
 	q := p.queue[w.t.Class]
 	if i := slices.Index(q, w); i >= 0 {
 		p.queue[w.t.Class] = slices.Delete(q, i, i+1)
@@ -274,11 +311,18 @@ func (p *Pool) tooLargeLocked(t *Ticket) bool {
 }
 
 // grantWaitingLocked grants queued requests, highest class first, FIFO
-// within a class, while backends have room. It stops at the first head
-// that does not fit, so a large request is not overtaken forever by small
+// within a class (or by flows' counters under Tokens: grantFairLocked),
+// while backends have room. Under FIFO it stops at the first head that
+// does not fit, so a large request is not overtaken forever by small
 // ones.
 func (p *Pool) grantWaitingLocked() {
 	for c := range p.queue {
+		if p.fair.on {
+			if !p.grantFairLocked(c) {
+				return
+			}
+			continue
+		}
 		for len(p.queue[c]) > 0 {
 			w := p.queue[c][0]
 			l := p.grantLocked(w.t)
@@ -317,6 +361,9 @@ func (l *Lease) release(r Result, count bool) {
 	s := l.Slot
 	s.inFlight--
 	s.tokens -= l.tokens
+	if l.flow != nil {
+		p.settleFairLocked(l, !count)
+	}
 	if h != nil {
 		s.elsewhere = false
 		s.wakes++

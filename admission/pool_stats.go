@@ -30,6 +30,10 @@ type PoolStats struct {
 	Depth     []int // per class
 	Slots     []SlotStats
 	Decisions map[string]int
+	// Fairness is the queue's policy; Flows its flows under Tokens, by
+	// name (nil under FIFO).
+	Fairness Fairness
+	Flows    []FlowStats
 }
 
 // Stats returns a snapshot.
@@ -38,7 +42,11 @@ func (p *Pool) Stats() PoolStats {
 	defer p.unlock()
 	st := PoolStats{Depth: make([]int, len(p.queue)), Decisions: map[string]int{}}
 	for c, q := range p.queue {
-		st.Depth[c] = len(q)
+		st.Depth[c] = len(q) + p.fair.n[c]
+	}
+	st.Fairness = p.cfg.Fairness
+	if p.fair.on {
+		st.Flows = p.flowStatsLocked()
 	}
 	now := p.now()
 	p.reconcileLocked(now)

@@ -14,7 +14,7 @@ func TestLoadGoodConfigs(t *testing.T) {
 	t.Setenv("MAITRED_BATCH_KEY", "sk-batch")
 	t.Setenv("VLLM_KEY", "secret")
 	t.Setenv("MAITRED_STORE_PASSWORD", "secret")
-	for _, name := range []string{"maitred.yaml", "minimal.yaml", "auth.yaml", "replicas.yaml"} {
+	for _, name := range []string{"maitred.yaml", "minimal.yaml", "auth.yaml", "replicas.yaml", "fairness.yaml"} {
 		t.Run(name, func(t *testing.T) {
 			cfg, err := Load(filepath.Join("..", "configs", name))
 			if err != nil {
@@ -236,6 +236,8 @@ func TestParseKeysRefuses(t *testing.T) {
 		{"same key as config", "keys:\n  - name: c\n    sha256: 8879f6a4ae35c420a15d35fed3b8dd07577207803d404f6d4cc4fa829dafa910\n    models: ['*']\n", "keys[0]: the same key as auth.keys[0]"},
 		{"unset env", "keys:\n  - name: c\n    env: MAITRED_TEST_UNSET_KEY\n    models: ['*']\n", "keys[0].env: environment variable MAITRED_TEST_UNSET_KEY is not set"},
 		{"negative limit", "keys:\n  - name: c\n    " + key + "\n    models: ['*']\n    limits: {max_concurrent: -1}\n", "keys[0].limits: must not be negative"},
+		{"zero weight", "keys:\n  - name: c\n    " + key + "\n    models: ['*']\n    weight: 0\n", "keys[0].weight: want a positive number, got 0"},
+		{"weight not a number", "keys:\n  - name: c\n    " + key + "\n    models: ['*']\n    weight: heavy\n", "keys[0].weight (line 5): want a number"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -247,6 +249,56 @@ func TestParseKeysRefuses(t *testing.T) {
 	}
 	if keys, err := ParseKeys([]byte("keys: []\n"), &cfg); err != nil || len(keys) != 0 {
 		t.Errorf("an empty list (every file key removed) = %v, %v; want accepted", keys, err)
+	}
+}
+
+// TestFairnessConfig: fairness and its weights take their defaults (fifo;
+// input 1, output 2; a key's weight 1), configs/fairness.yaml reads as
+// written, and a weight that is not a positive number is refused by its
+// key path.
+func TestFairnessConfig(t *testing.T) {
+	t.Setenv("MAITRED_BATCH_KEY", "sk-batch")
+	min, err := Load("../configs/minimal.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := min.Models[0]
+	if in, out := m.FairnessWeightsOrDefault(); m.FairnessOrDefault() != FairnessFIFO || in != 1 || out != 2 {
+		t.Errorf("defaults: fairness %q, weights %v %v; want fifo, 1, 2", m.FairnessOrDefault(), in, out)
+	}
+	cfg, err := Load("../configs/fairness.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m = cfg.Models[0]
+	if in, out := m.FairnessWeightsOrDefault(); m.FairnessOrDefault() != FairnessTokens || in != 1 || out != 2 {
+		t.Errorf("fairness.yaml: fairness %q, weights %v %v", m.FairnessOrDefault(), in, out)
+	}
+	var weights []float64
+	for _, k := range cfg.Auth.Keys {
+		weights = append(weights, k.WeightOrDefault())
+	}
+	if !reflect.DeepEqual(weights, []float64{1, 1, 3}) {
+		t.Errorf("key weights %v, want [1 1 3]", weights)
+	}
+	auth, err := Load("../configs/auth.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if file, err := LoadKeys(auth.Auth.KeysFile, &auth); err != nil || file[0].WeightOrDefault() != 2 {
+		t.Errorf("keys.yaml weight: %+v, %v; want 2", file, err)
+	}
+	const model = "models: [{name: a, fairness: tokens, backends: [{url: 'http://h:1'}], fairness_weights: "
+	for _, tt := range []struct{ yaml, want string }{
+		{model + "{input: -1}}]\n", "models[0].fairness_weights.input: want a positive number, got -1"},
+		{model + "{output: .inf}}]\n", "models[0].fairness_weights.output: want a positive number, got +Inf"},
+		{model + "{output: 2, extra: 1}}]\n", "models[0].fairness_weights.extra (line 1): unknown key"},
+		{model + "{input: 0.5}}]\n", ""},
+	} {
+		_, err := Parse([]byte(tt.yaml))
+		if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
+			t.Errorf("%q: error %v, want %q", tt.yaml, err, tt.want)
+		}
 	}
 }
 

@@ -44,6 +44,18 @@ type KeyConfig struct {
 	Priority string `yaml:"priority"`
 	// Limits are the key's quotas; 0 means no limit of that kind.
 	Limits KeyLimits `yaml:"limits"`
+	// Weight is the key's share under a model's fairness tokens: a key of
+	// weight 2 gets twice the service of a key of weight 1 when both wait
+	// (a positive number; 1 when unset).
+	Weight *float64 `yaml:"weight"`
+}
+
+// WeightOrDefault is the key's weight, 1 when unset.
+func (k *KeyConfig) WeightOrDefault() float64 {
+	if k.Weight == nil {
+		return 1
+	}
+	return *k.Weight
 }
 
 // KeyLimits are one key's quotas (0: none of that kind).
@@ -137,6 +149,9 @@ func validateKeys(keys []KeyConfig, pathOf func(i int) string, c *Config) []erro
 		}
 		if k.Priority != "" && !classes[k.Priority] {
 			add(p+".priority", "%q is not one of priority_classes %v", k.Priority, c.PriorityClasses)
+		}
+		if k.Weight != nil && !positiveNumber(*k.Weight) {
+			add(p+".weight", "want a positive number, got %v", *k.Weight)
 		}
 		l := k.Limits
 		if l.RequestsPerMinute < 0 || l.TokensPerMinute < 0 || l.MaxConcurrent < 0 || l.TokensPerDay < 0 {

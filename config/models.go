@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -52,8 +53,64 @@ type ModelConfig struct {
 	// FirstByteTimeout and StreamIdleTimeout override the top-level ones.
 	FirstByteTimeout  Duration `yaml:"first_byte_timeout"`
 	StreamIdleTimeout Duration `yaml:"stream_idle_timeout"`
+	// Fairness is how the model's queue shares backends between flows
+	// (API keys) within a priority class: "fifo" (the default: first come,
+	// first served) or "tokens" (the flow with the least weighted token
+	// service goes first: a virtual token counter per key, docs/fairness.md).
+	Fairness string `yaml:"fairness"`
+	// FairnessWeights weighs a token of input and of output in a flow's
+	// service (fairness tokens; defaults 1 and 2).
+	FairnessWeights *FairnessWeights `yaml:"fairness_weights"`
 	// Backends serve this model.
 	Backends []BackendConfig `yaml:"backends"`
+}
+
+// Values of fairness.
+const (
+	FairnessFIFO   = "fifo"
+	FairnessTokens = "tokens"
+)
+
+// FairnessWeights weighs tokens in a flow's service: input (prompt) and
+// output (generated) tokens. Each is positive; unset takes its default.
+type FairnessWeights struct {
+	Input  *float64 `yaml:"input"`
+	Output *float64 `yaml:"output"`
+}
+
+// Default weights of a flow's service: an output token costs twice an
+// input token (the VTC paper's default).
+const (
+	DefaultInputWeight  = 1
+	DefaultOutputWeight = 2
+)
+
+// FairnessOrDefault is fairness, fifo when unset.
+func (m *ModelConfig) FairnessOrDefault() string {
+	if m.Fairness == "" {
+		return FairnessFIFO
+	}
+	return m.Fairness
+}
+
+// FairnessWeightsOrDefault is fairness_weights' input and output, each
+// unset one at its default (1 and 2).
+func (m *ModelConfig) FairnessWeightsOrDefault() (input, output float64) {
+	in, out := float64(DefaultInputWeight), float64(DefaultOutputWeight)
+	if w := m.FairnessWeights; w != nil {
+		if w.Input != nil {
+			in = *w.Input
+		}
+		if w.Output != nil {
+			out = *w.Output
+		}
+	}
+	return in, out
+}
+
+// positiveNumber reports whether v is a finite number above 0.
+func positiveNumber(v float64) bool {
+	return v > 0 && !math.IsInf(v, 0)
 }
 
 // Values of tokenizer_check.
@@ -214,9 +271,28 @@ func (m *ModelConfig) validate(p *problems, path string) {
 	if m.QueueSize < 0 || m.ExpectedOutputTokens < 0 || m.PrefixAffinityTokens < 0 {
 		p.add(path, "queue_size, expected_output_tokens and prefix_affinity_tokens must not be negative")
 	}
+	m.validateFairness(p, path)
 	seen := map[string]int{} // "url ADDRESS" (or dns, srv): its index
 	for j := range m.Backends {
 		m.Backends[j].validate(p, fmt.Sprintf("%s.backends[%d]", path, j), path, seen, j)
+	}
+}
+
+// validateFairness checks fairness and fairness_weights at path
+// (models[i]).
+func (m *ModelConfig) validateFairness(p *problems, path string) {
+	switch m.Fairness {
+	case "", FairnessFIFO, FairnessTokens:
+	default:
+		p.add(path+".fairness", "want fifo or tokens, got %q", m.Fairness)
+	}
+	if w := m.FairnessWeights; w != nil {
+		if w.Input != nil && !positiveNumber(*w.Input) {
+			p.add(path+".fairness_weights.input", "want a positive number, got %v", *w.Input)
+		}
+		if w.Output != nil && !positiveNumber(*w.Output) {
+			p.add(path+".fairness_weights.output", "want a positive number, got %v", *w.Output)
+		}
 	}
 }
 

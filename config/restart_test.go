@@ -35,6 +35,7 @@ tracing: {endpoint: "http://otel:4318", sampling_ratio: 0.5}
 store: redis://valkey:6379/0
 models:
   - name: m
+    fairness_weights: {input: 1, output: 2}
     backends: [{url: "http://h:1"}]
 auth:
   keys:
