@@ -18,8 +18,10 @@ type fairFigures struct {
 	gapAt span
 	both  []span
 	// cost is the largest weighted cost of one request answered in the
-	// run (fairWeights): the bound is 2 * cost.
-	cost float64
+	// run (fairWeights): the bound is 2 * cost. maxIn and maxOut are the
+	// largest prompt and completion answered.
+	cost          float64
+	maxIn, maxOut int
 }
 
 // flowFigures are one flow's figures in a run's interval.
@@ -58,6 +60,7 @@ func analyseFair(run fairRun, keyW [2]float64, from, to time.Duration) fairFigur
 		}
 		if r.ok {
 			out.cost = max(out.cost, fairWeights.of(r.prompt, r.completion))
+			out.maxIn, out.maxOut = max(out.maxIn, r.prompt), max(out.maxOut, r.completion)
 			if in(r.end) {
 				f.ok++
 				f.took = append(f.took, float64(r.end-r.dispatched)/1e6)
@@ -93,6 +96,16 @@ func (f *fairFigures) secs() float64 { return (f.to - f.from).Seconds() }
 func (f *fairFigures) bound() float64 { return 2 * f.cost }
 
 func (f *fairFigures) withinBound() bool { return f.gap <= f.bound() }
+
+// slotBound is the bound for a scheduler that grants whole requests to
+// fairSlots slots and cannot take back one already running: twice the
+// larger of the largest weighted input and the weighted output the slots
+// can generate at once (the running batch's capacity, as in VTC's
+// analysis of a batching engine). A flow whose counter is ahead keeps
+// being served by its running requests until the other's grants catch up.
+func (f *fairFigures) slotBound() float64 {
+	return 2 * max(fairWeights.in*float64(f.maxIn), fairWeights.out*float64(fairSlots*f.maxOut))
+}
 
 func (f *fairFigures) bothSecs() float64 {
 	var d time.Duration
@@ -168,6 +181,9 @@ func gapRows() []fairRow {
 		{"largest service gap, weighted tokens", func(f *fairFigures) string { return num0(f.gap) }},
 		{"bound: 2x largest request's cost", func(f *fairFigures) string { return num0(f.bound()) }},
 		{"gap within the bound", func(f *fairFigures) string { return yesNo(f.withinBound()) }},
+		{fmt.Sprintf("slot bound: 2x max(input, %d slots' output)", fairSlots), func(f *fairFigures) string {
+			return fmt.Sprintf("%.0f (%s)", f.slotBound(), yesNo(f.gap <= f.slotBound()))
+		}},
 	}
 }
 
@@ -216,6 +232,6 @@ func (v *fairVerdicts) print() {
 
 // gapDetail names a run's gap, its bound and where it was.
 func gapDetail(f *fairFigures) string {
-	return fmt.Sprintf("largest gap %.0f against %.0f (in the span %s-%s of %.1f s both backlogged)",
-		f.gap, f.bound(), f.gapAt.from.Round(time.Millisecond), f.gapAt.to.Round(time.Millisecond), f.bothSecs())
+	return fmt.Sprintf("largest gap %.0f against %.0f, slot bound %.0f (in the span %s-%s of %.1f s both backlogged)",
+		f.gap, f.bound(), f.slotBound(), f.gapAt.from.Round(time.Millisecond), f.gapAt.to.Round(time.Millisecond), f.bothSecs())
 }

@@ -94,3 +94,38 @@ func TestTimingPhase(t *testing.T) {
 		t.Fatalf("absent %v", got)
 	}
 }
+
+// A run of three requests: A's first dispatched at 10 ms and streaming,
+// its second waiting to the end, B's waiting 100 ms. Both are backlogged
+// while B waits, and in that window A's two events count, and B's input
+// at its dispatch.
+func TestAnalyseFair(t *testing.T) {
+	run := fairRun{d: time.Second, reqs: []fairReq{
+		{flow: 0, long: true, sent: 0, dispatched: 10 * ms, end: 300 * ms, status: 200, ok: true, prompt: 10, completion: 4, usage: true,
+			events: []time.Duration{50 * ms, 80 * ms, 150 * ms, 250 * ms}},
+		{flow: 0, long: true, sent: 0, dispatched: -1, end: time.Second}, // still waiting at the end
+		{flow: 1, sent: 20 * ms, dispatched: 120 * ms, end: 200 * ms, queueMs: 100, status: 200, ok: true, prompt: 3, completion: 1, usage: true,
+			events: []time.Duration{190 * ms}},
+	}}
+	f := analyseFair(run, [2]float64{1, 1}, 0, run.d)
+	if want := []span{{20 * ms, 120 * ms}}; !slices.Equal(f.both, want) {
+		t.Fatalf("both backlogged %v, want %v", f.both, want)
+	}
+	// In (20, 120]: A +2 at 50, +2 at 80; B +3 at 120 (its input): D
+	// goes 0, 2, 4, 1: range 4.
+	if f.gap != 4 {
+		t.Fatalf("gap %v, want 4", f.gap)
+	}
+	if f.cost != 18 || f.bound() != 36 {
+		t.Fatalf("largest cost %v (bound %v), want 18 (36)", f.cost, f.bound())
+	}
+	if f.flows[0].service != 18 || f.flows[1].service != 5 {
+		t.Fatalf("service %v and %v, want 18 and 5", f.flows[0].service, f.flows[1].service)
+	}
+	if !slices.Equal(f.flows[1].waits, []float64{100}) || f.flows[0].ok != 1 || f.flows[1].ok != 1 || f.flows[1].sent != 1 {
+		t.Fatalf("flows %+v", f.flows)
+	}
+	if got := quantile(f.flows[0].took, .5); got != 290 {
+		t.Fatalf("A's request took %v ms, want 290", got)
+	}
+}
