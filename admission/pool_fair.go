@@ -366,6 +366,17 @@ type FlowStats struct {
 	Waiting, InFlight   int
 }
 
+// Flows lists the pool's flows under Tokens fairness, by name (none
+// under FIFO).
+func (p *Pool) Flows() []FlowStats {
+	p.mu.Lock()
+	defer p.unlock()
+	if !p.fair.on {
+		return nil
+	}
+	return p.flowStatsLocked()
+}
+
 // flowStatsLocked lists the flows, by name.
 func (p *Pool) flowStatsLocked() []FlowStats {
 	out := make([]FlowStats, 0, len(p.fair.flows))

@@ -22,7 +22,7 @@ import (
 )
 
 // adminPaths are the admin pages.
-var adminPaths = []string{"/metrics", "/debug/triage", "/debug/backends", "/debug/store", "/"}
+var adminPaths = []string{"/metrics", "/debug/triage", "/debug/backends", "/debug/store", "/debug/fairness", "/"}
 
 // startKeyedSim starts a simulator serving model (default "m") and
 // returns its URL.

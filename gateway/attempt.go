@@ -58,6 +58,9 @@ type attempt struct {
 	// usage follows the answer to the client and tells what it used
 	// (proxy_usage.go); it is the response body the proxy reads.
 	usage usageMeter
+	// lease is the attempt's hold on its backend in the model's queue:
+	// under fairness tokens it charges the output as events stream.
+	lease *admission.Lease
 	// span is the attempt's CLIENT span when the request is traced; its
 	// context goes to the backend in traceparent.
 	span *telemetry.Span
@@ -155,6 +158,9 @@ func (g *Gateway) queueAndForward(w http.ResponseWriter, r *http.Request, x *exc
 		}
 		rt.metrics.admitted.Inc()
 		rt.metrics.queueWait.WithLabelValues(class).Observe(lease.Waited.Seconds())
+		if x.key != nil {
+			rt.metrics.flowWait.WithLabelValues(x.key.name).Observe(lease.Waited.Seconds())
+		}
 		b := rt.backend(lease.Slot.Name)
 		if b == nil {
 			// Forgotten since the grant (a removed model, or drain_timeout
@@ -190,7 +196,11 @@ func (g *Gateway) queueAndForward(w http.ResponseWriter, r *http.Request, x *exc
 // says about the backend.
 func (g *Gateway) forwardLeased(w http.ResponseWriter, r *http.Request, a *attempt, lease *admission.Lease, body []byte) attemptResult {
 	release := a.backend.Acquire()
+	a.lease = lease
 	res := g.forward(w, r, a, body)
+	if lease.Charges() {
+		a.settleFlow(res)
+	}
 	if res.err == nil && g.shared != nil {
 		// The answer is relayed: its last bytes go out before the
 		// shared store's release round trip, not after it.

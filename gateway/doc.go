@@ -202,6 +202,15 @@
 // (read from the runtimes in force at scrape time), /debug/backends and
 // the status page show.
 //
+// Under a model's fairness: tokens (fairness.go) a keyed request's ticket
+// names its flow (the key's name) and weight; the pool charges the flow
+// the prompt at the grant, the attempt charges each streamed event as
+// output (clockEvents) and, before the lease goes back, settles both to
+// the answer's usage (settleFlow). The access line names the flow; the
+// flows' shares are exported (maitred_flow_*), listed in /debug/fairness
+// and on the status page. With a shared store each model's flows'
+// service is synced with the other replicas (syncFlows).
+//
 // A request's model name is resolved once (catalog.resolve, runtime.go),
 // by the door or by a tokenizer endpoint: a configured model, or else a
 // LoRA adapter that some of a configured model's ready backends list

@@ -132,6 +132,7 @@ func endpointList() []*endpoint {
 		{paths: []string{"/debug/triage"}, methods: onlyGET, on: onAdmin, local: method((*Gateway).debugTriage)},
 		{paths: []string{"/debug/backends"}, methods: onlyGET, on: onAdmin, local: method((*Gateway).debugBackends)},
 		{paths: []string{"/debug/store"}, methods: onlyGET, on: onAdmin, local: method((*Gateway).debugStore)},
+		{paths: []string{"/debug/fairness"}, methods: onlyGET, on: onAdmin, local: method((*Gateway).debugFairness)},
 		{paths: []string{"/"}, methods: onlyGET, on: onAdmin, local: method((*Gateway).statusPage)},
 		{paths: []string{"/metrics"}, methods: onlyGET, on: onAdmin, raw: func(g *Gateway) http.Handler {
 			return promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{Registry: g.reg})

@@ -54,6 +54,8 @@ type apiKey struct {
 	// x-ratelimit-* headers on every answer.
 	perMinute bool
 	metrics   keyMetrics
+	// weight is the key's share under a model's fairness tokens.
+	weight float64
 }
 
 // allows reports whether the key may use the model the client named.
@@ -79,6 +81,7 @@ func (g *Gateway) buildKeys(keys []config.KeyConfig) (*keyTable, error) {
 			TokensPerDay: l.TokensPerDay, MaxConcurrent: l.MaxConcurrent,
 		}}
 		k.perMinute = l.RequestsPerMinute > 0 || l.TokensPerMinute > 0
+		k.weight = kc.WeightOrDefault()
 		for _, m := range kc.Models {
 			if m == config.AllModels {
 				k.all = true

@@ -21,6 +21,7 @@ type metrics struct {
 	backendErrors *prometheus.CounterVec
 	admissions    *prometheus.CounterVec
 	queueWait     *prometheus.HistogramVec
+	flowWait      *prometheus.HistogramVec
 	connections   prometheus.Gauge
 
 	// The phase clock (phases.go): where each request's time went.
@@ -48,7 +49,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.configReloads.WithLabelValues(r)
 	}
 	reg.MustRegister(m.configReloads, m.requests, m.duration, m.inFlight, m.streamErrors, m.rejections, m.uncounted, m.tokChecks, m.backendErrors,
-		m.admissions, m.queueWait, m.connections, m.phase, m.ttft, m.tpot, m.failures,
+		m.admissions, m.queueWait, m.flowWait, m.connections, m.phase, m.ttft, m.tpot, m.failures,
 		m.keyRequests, m.keyInFlight, m.keyTokens, m.keyRejections, m.keyReloads, m.keyRateLimited,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -104,6 +105,11 @@ func (m *metrics) requestMetrics() {
 		Help:    "Time admitted requests waited in the gateway's queue, by model and priority class.",
 		Buckets: []float64{0, .001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
 	}, []string{"model", "class"})
+	m.flowWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "maitred_flow_queue_wait_seconds",
+		Help:    "Time admitted requests waited in the gateway's queue, by model and flow (the API key's name; keyed requests only).",
+		Buckets: []float64{0, .001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+	}, []string{"model", "flow"})
 }
 
 // phaseMetrics are the phase clock's (phases.go): where each request's

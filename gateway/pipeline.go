@@ -145,6 +145,12 @@ func (g *Gateway) pipeline(a *api) handlerFunc {
 		defer rt.metrics.inFlight.Dec()
 		class, className := g.class(r, x.key)
 		t := ticket(rt, ep, dec, len(body), class)
+		if rt.fair {
+			x.flowed = true // the access line names its flow
+			if x.key != nil {
+				t.Flow, t.Weight = x.key.name, x.key.weight
+			}
+		}
 		if a.affinity && rt.affinity > 0 {
 			t.Affinity = prefixHash(rt, ep, dec)
 		}

@@ -318,6 +318,9 @@ func (a *attempt) clockEvents(n int, at time.Time) {
 	}
 	a.events += n
 	a.lastEventAt = at
+	if a.lease != nil {
+		a.lease.Charge(n) // an event is about a token: settled to the usage at the end
+	}
 }
 
 // copyAnswer copies a backend's body to the client through a pooled

@@ -126,6 +126,7 @@ func ticket(rt *modelRuntime, ep admission.Endpoint, dec admission.Decision, bod
 		}
 	}
 	t.Tokens = min(prompt+satMul(satMul(max(dec.Prompts, 1), max(dec.N, 1)), out), maxTicket)
+	t.Prompt = min(prompt, maxTicket) // charged to its flow under fairness tokens
 	return t
 }
 

@@ -233,6 +233,9 @@ func requestFields(fields []zap.Field, x *exchange) []zap.Field {
 	if x.key != nil {
 		fields = append(fields, zap.String("key", x.key.name))
 	}
+	if x.flowed {
+		fields = append(fields, zap.String("flow", x.flowName()))
+	}
 	if a := x.att; a != nil {
 		fields = append(fields, zap.String("backend", a.backend.URL.Host))
 		if a.upstreamID != "" {

@@ -44,6 +44,10 @@ type modelRuntime struct {
 	affinity int
 	// checkRate is tokenize_check_rate.
 	checkRate float64
+	// fair: fairness is tokens; a keyed request's ticket names its flow.
+	// inW and outW are fairness_weights.
+	fair      bool
+	inW, outW float64
 	metrics   modelMetrics
 	// uncounted is why the model's chat requests are forwarded uncounted
 	// whatever they hold ("" when they are counted): uncountedNoTokenizer,
@@ -162,6 +166,7 @@ type modelMetrics struct {
 	phase         prometheus.ObserverVec // phase
 	ttft, tpot    prometheus.ObserverVec // backend
 	failures      *prometheus.CounterVec // layer
+	flowWait      prometheus.ObserverVec // flow
 	// The children every admitted request touches, resolved once: each
 	// phase's observer (in phaseNames' order) and the admitted count.
 	phaseOf  []prometheus.Observer
@@ -184,6 +189,7 @@ func (m *metrics) forModel(name string) modelMetrics {
 		ttft:          m.ttft.MustCurryWith(l),
 		tpot:          m.tpot.MustCurryWith(l),
 		failures:      m.failures.MustCurryWith(l),
+		flowWait:      m.flowWait.MustCurryWith(l),
 	}
 	if name != "" {
 		mm.inFlight = m.inFlight.WithLabelValues(name)
@@ -217,7 +223,9 @@ func (g *Gateway) newRuntimes(cfg *config.Config, toks map[string]*tokenize.Mode
 			queueTimeout:   mc.QueueTimeoutOrDefault(),
 			affinity:       mc.PrefixAffinityTokens,
 			checkRate:      mc.TokenizeCheckRate,
+			fair:           mc.FairnessOrDefault() == config.FairnessTokens,
 		}
+		rt.inW, rt.outW = mc.FairnessWeightsOrDefault()
 		rt.counter = g.counterFor(rt)
 		rt.uncounted, rt.uncountedWhy = modelUncounted(rt.tok)
 		if rt.uncounted == uncountedTemplate {
@@ -260,6 +268,10 @@ func (g *Gateway) poolConfig(cfg *config.Config, mc *config.ModelConfig) admissi
 		AffinityLoad:           1.5,
 		RejectWhenStoreDown:    cfg.Store.OnError == config.StoreErrorReject,
 	}
+	if mc.FairnessOrDefault() == config.FairnessTokens {
+		pc.Fairness = admission.Tokens
+	}
+	pc.InputWeight, pc.OutputWeight = mc.FairnessWeightsOrDefault()
 	if g.shared != nil {
 		pc.Shared = g.shared
 	}

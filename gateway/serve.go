@@ -71,6 +71,9 @@ type request struct {
 	// loaded, the only ones it may go to; "" and nil otherwise.
 	adapter string
 	only    []string
+	// flowed: the model's fairness is tokens; the request's flow is its
+	// key (flowName).
+	flowed  bool
 	stream  bool
 	sse     *streamShape // the API's stream shape; nil: OpenAI's
 	bytesIn int

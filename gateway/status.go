@@ -42,11 +42,14 @@ td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left}
 {{end}}</div>
 {{range .Models}}
 <h2>Model {{.Name}}</h2>
-<p>Verdict <b>{{.Verdict}}</b>; queue depth {{.Queue}}; max_model_len {{.MaxModelLen}}.</p>
+<p>Verdict <b>{{.Verdict}}</b>; queue depth {{.Queue}}; max_model_len {{.MaxModelLen}}; fairness {{.Fairness}}.</p>
 {{with .Uncounted}}<p class="uncounted">Chat requests forwarded uncounted: {{.}}.</p>{{end}}
 <table class="backends"><tr><th>backend</th><th>from</th><th>state</th><th>since</th><th>reason</th><th>in flight</th><th>tokens / budget</th><th>TTFT p50</th><th>TPOT p50</th><th>notes</th></tr>
 {{range .Backends}}<tr><td>{{.Host}}</td><td>{{.Source}}</td><td class="{{.State}}">{{.State}}</td><td>{{.Since}}</td><td>{{.Reason}}</td><td>{{.InFlight}}</td><td>{{.Tokens}} / {{.Budget}}</td><td>{{.TTFT}}</td><td>{{.TPOT}}</td><td>{{.Notes}}</td></tr>
 {{end}}</table>
+{{with .Flows}}<table class="flows"><tr><th>flow</th><th>weight</th><th>share of service</th><th>service tokens</th><th>virtual counter</th><th>waiting</th><th>in flight</th></tr>
+{{range .}}<tr><td>{{.Flow}}</td><td>{{.Weight}}</td><td>{{printf "%.1f%%" .SharePct}}</td><td>{{printf "%.0f" .Service}}</td><td>{{printf "%.0f" .Counter}}</td><td>{{.Waiting}}</td><td>{{.InFlight}}</td></tr>
+{{end}}</table>{{end}}
 {{end}}
 <h2>Evidence</h2>
 {{with .Evidence}}<table id="evidence"><tr><th>evidence</th><th>value</th></tr>{{range .}}<tr><td>{{.K}}</td><td>{{.V}}</td></tr>{{end}}</table>{{end}}
@@ -64,9 +67,18 @@ type statusBackend struct {
 
 type statusModel struct {
 	Name, Verdict      string
+	Fairness           string
+	Flows              []statusFlow
 	Uncounted          string
 	Queue, MaxModelLen int
 	Backends           []statusBackend
+}
+
+// statusFlow is a flow's row under fairness tokens: its share of the
+// model's settled service, in percent.
+type statusFlow struct {
+	flowShare
+	SharePct float64
 }
 
 type statusData struct {
@@ -92,6 +104,11 @@ func (g *Gateway) statusPage(w http.ResponseWriter, r *http.Request, _ *exchange
 	for _, rt := range g.live().models {
 		m := rt.fm
 		sm := statusModel{Name: m.Name, Verdict: verdictOf(rep, m.Name), MaxModelLen: m.MaxModelLen(), Uncounted: rt.uncountedWhy}
+		sm.Fairness = admission.FIFO.String()
+		if rt.fair {
+			sm.Fairness = admission.Tokens.String()
+		}
+		sm.Flows = statusFlows(rt)
 		pst := rt.pool.Stats()
 		for _, q := range pst.Depth {
 			sm.Queue += q
