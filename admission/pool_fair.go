@@ -127,10 +127,14 @@ func (p *Pool) chargeLocked(f *flow, in, out int64) {
 // that a flow's idle time is not banked as a claim on the backends.
 func (p *Pool) liftLocked(f *flow) {
 	least, any := 0.0, false
-	for _, g := range p.fair.flows {
-		if p.depth == 0 {
-			break // nobody waits: no scan
+	if p.depth == 0 {
+		// Nobody waits: no scan.
+		if c := p.counterLocked(f); c < p.fair.lastLeft {
+			f.vtc = p.fair.lastLeft
 		}
+		return
+	}
+	for _, g := range p.fair.flows {
 		if g.waiting > 0 && g != f {
 			if c := p.counterLocked(g); !any || c < least {
 				least, any = c, true
@@ -177,7 +181,11 @@ func (p *Pool) dequeueFairLocked(w *waiter) bool {
 	if i < 0 {
 		return false
 	}
-	f.queues[c] = slices.Delete(f.queues[c], i, i+1)
+	if i == 0 {
+		f.queues[c] = f.queues[c][1:] // the head (a grant): no copy
+	} else {
+		f.queues[c] = slices.Delete(f.queues[c], i, i+1)
+	}
 	f.waiting--
 	p.fair.n[c]--
 	if len(f.queues[c]) == 0 {

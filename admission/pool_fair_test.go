@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 	"testing/synctest"
+	"time"
 )
 
 // fairRun is a pool with one backend of room for one request, and a
@@ -280,4 +281,70 @@ func TestFairSwitchKeepsWaiting(t *testing.T) {
 			t.Errorf("stats after: %+v", st)
 		}
 	})
+}
+
+// TestFairTokensDrainAndTimeout: under tokens, a request that waits past
+// queue_timeout leaves with QueueTimeout, and Drain answers the others
+// Draining; none is left counted in the queue.
+func TestFairTokensDrainAndTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testPool(one(1, 0), func(c *PoolConfig) { c.Fairness = Tokens; c.QueueSize = 10 })
+		hold, _ := p.Acquire(t.Context(), Ticket{Tokens: 1, Flow: "A"})
+		out := make(chan Outcome, 3)
+		for _, f := range []string{"A", "B", "B"} {
+			go func() { _, o := p.Acquire(t.Context(), Ticket{Tokens: 1, Flow: f}); out <- o }()
+			synctest.Wait()
+		}
+		time.Sleep(5 * time.Second)
+		go func() { _, o := p.Acquire(t.Context(), Ticket{Tokens: 1, Flow: "C"}); out <- o }()
+		time.Sleep(6 * time.Second) // the first three's queue_timeout (10 s) passed
+		synctest.Wait()
+		for range 3 {
+			if o := <-out; o != QueueTimeout {
+				t.Errorf("outcome %s, want queue_timeout", o)
+			}
+		}
+		p.Drain()
+		if o := <-out; o != Draining {
+			t.Errorf("outcome %s, want draining", o)
+		}
+		if st := p.Stats(); st.Depth[0] != 0 || st.Depth[1] != 0 {
+			t.Errorf("depth after %v", st.Depth)
+		}
+		for _, f := range p.Flows() {
+			if f.Waiting != 0 {
+				t.Errorf("flow %+v still waiting", f)
+			}
+		}
+		hold.Release(Succeeded)
+	})
+}
+
+// BenchmarkPoolFairness is one request's way through the pool (acquire
+// at once, charge its output in ten events, settle, release) under fifo
+// and tokens side by side, two flows taking turns: the difference is what
+// the flows cost a request, without the noise of sockets.
+func BenchmarkPoolFairness(b *testing.B) {
+	for _, fairness := range []Fairness{FIFO, Tokens} {
+		b.Run(fairness.String(), func(b *testing.B) {
+			p := testPool(one(4, 0), func(c *PoolConfig) { c.Fairness = fairness })
+			ctx := context.Background()
+			flows := []string{"a", "b"}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				l, o := p.Acquire(ctx, Ticket{Tokens: 100, Exact: true, Flow: flows[i%2], Weight: 1, Prompt: 80})
+				if o != Admitted {
+					b.Fatal(o)
+				}
+				for range 10 {
+					l.Charge(2)
+				}
+				l.SettleInput(80)
+				l.SettleOutput(20)
+				l.Release(Succeeded)
+				i++
+			}
+		})
+	}
 }

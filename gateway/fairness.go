@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"context"
 	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -18,6 +20,41 @@ import (
 // noFlow names the flow of requests that carry no key (a gateway without
 // auth: one flow) in the access log and /debug.
 const noFlow = "-"
+
+// FlowSyncInterval is how often each replica pushes its flows' service
+// to the shared store and reads the others': the counters of two
+// replicas differ by at most the service the others charged a flow in
+// one interval (and a round trip), which adds to VTC's bound across
+// replicas (docs/fairness.md).
+const FlowSyncInterval = 100 * time.Millisecond
+
+// RunFlowSync shares the flows' service of every model under fairness
+// tokens with the other replicas, every FlowSyncInterval, until ctx is
+// done; it returns at once without a FlowSync. A failed sync keeps the
+// deltas for the next (the store's own state says it is down).
+func (g *Gateway) RunFlowSync(ctx context.Context) {
+	g.runFlowSync(ctx, FlowSyncInterval)
+}
+
+func (g *Gateway) runFlowSync(ctx context.Context, every time.Duration) {
+	if g.flowSync == nil {
+		return
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, rt := range g.live().models {
+			if rt.fair {
+				_ = rt.pool.SyncFlows(ctx, g.flowSync)
+			}
+		}
+	}
+}
 
 // flowName is the request's flow as the access line names it.
 func (x *exchange) flowName() string {

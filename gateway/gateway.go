@@ -54,6 +54,10 @@ type Options struct {
 	// for every replica (package store); nil: each replica keeps its own
 	// (responses.go).
 	ResponseOwners admission.ResponseOwners
+	// FlowSync shares the flows' service of the models under fairness
+	// tokens with the other replicas (package store; RunFlowSync); nil:
+	// each replica counts its own.
+	FlowSync admission.FlowSync
 	// Tracing, when set, traces every request (tracing.go); nil: tracing
 	// is off. The gateway uses no OpenTelemetry global.
 	Tracing *telemetry.Provider
@@ -122,6 +126,8 @@ type Gateway struct {
 	quota quota.Store
 	// shared is the replicas' shared store; nil when alone.
 	shared SharedStore
+	// flowSync shares the flows' service (Options.FlowSync); nil: none.
+	flowSync admission.FlowSync
 	// queueClock is the admission pools' clock (Options.QueueClock).
 	queueClock func() time.Time
 	// tr traces requests; nil when tracing is off.
@@ -176,6 +182,7 @@ func New(o Options) (*Gateway, error) {
 		g.shared = o.Shared
 	}
 	g.sharedResponses = o.ResponseOwners
+	g.flowSync = o.FlowSync
 	cfg := o.Config
 	g.useCountCache(o.Registry)
 	g.setState(&cfg, g.newRuntimes(&cfg, o.Tokenizers, nil))

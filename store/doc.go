@@ -8,7 +8,8 @@
 // owners of stored Responses API responses (responses.go: id -> key name,
 // model, backend, one string each with ResponseTTL), so that any replica
 // forwards a key's request by id to the backend holding it and refuses
-// other keys'.
+// other keys'; and the flows' service under fairness tokens (flows.go), so
+// that a key's share is the fleet's.
 //
 // # Model
 //
@@ -79,6 +80,16 @@
 // settlement the store could not take keeps its reservation in flight
 // (written back by the heartbeats) and is retried after each heartbeat
 // that reaches it.
+//
+// # Flows' service
+//
+// Under a model's fairness tokens, each replica's pools push the weighted
+// token service they charged each flow (API key) and read every flow's
+// total back (SyncFlows, flows.go: admission.FlowSync), every
+// gateway.FlowSyncInterval: one transaction on a hash per model (flow ->
+// service, a float; HINCRBYFLOAT, EXPIRE FlowsTTL, HGETALL). While the
+// store is down a pool keeps its deltas for the next sync and schedules on
+// its own service meanwhile.
 //
 // # Concurrency
 //

@@ -133,6 +133,7 @@ func runGateway(ctx context.Context, cfg config.Config, log *zap.Logger, o runOp
 		opts.Shared = st
 		opts.Quota = st.Quotas() // the keys' limits hold across replicas
 		opts.ResponseOwners = st // a stored response's owner, for every replica
+		opts.FlowSync = st       // the flows' service under fairness tokens
 		log.Info("shared store", zap.String("store", cfg.Store.URL), zap.String("replica", st.Replica()),
 			zap.String("on_store_error", cfg.Store.OnError), zap.Duration("lease", cfg.Store.Lease.D()))
 	}
@@ -169,7 +170,8 @@ func runGateway(ctx context.Context, cfg config.Config, log *zap.Logger, o runOp
 		})
 	}
 	wg.Go(func() { fl.RunScraper(fctx, cfg.ScrapeInterval.D(), gw.ObserveScrape) })
-	wg.Go(func() { gw.WatchKeys(fctx) }) // returns at once without auth.keys_file
+	wg.Go(func() { gw.WatchKeys(fctx) })   // returns at once without auth.keys_file
+	wg.Go(func() { gw.RunFlowSync(fctx) }) // returns at once without a store
 	if o.configPath != "" {
 		r := newReloader(o.configPath, o.listen, cfg, toks, gw, log)
 		wg.Go(func() { r.run(fctx) })
