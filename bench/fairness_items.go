@@ -188,7 +188,14 @@ func fairItem4(env *fairEnv, c *fairClient, o fairOpts, v *fairVerdicts) error {
 		}
 		cols = append(cols, col)
 	}
-	printFairTable(fmt.Sprintf("item 4: item 1 (A %d) over 3 replicas sharing a redis-server, A's workers and B's requests spread over them; %s each", b, o.dur), cols, boundRows())
+	rows := boundRows()
+	for k := range 3 {
+		rows = append(rows, fairRow{fmt.Sprintf("B queue wait p50/p99 ms via replica %d", k+1), func(f *fairFigures) string {
+			w := f.replicaWaits[k]
+			return fmt.Sprintf("%.0f/%.0f", quantile(w, .5), quantile(w, .99))
+		}})
+	}
+	printFairTable(fmt.Sprintf("item 4: item 1 (A %d) over 3 replicas sharing a redis-server, A's workers and B's requests spread over them; %s each", b, o.dur), cols, rows)
 	v.check("4. 3 replicas: service gap while both backlogged within 2x the largest request", cols[1].f, (*fairFigures).withinBound, gapDetail)
 	v.check("4. 3 replicas: B's p99 queue wait within one of A's requests", cols[1].f, (*fairFigures).bWaitWithinA,
 		func(f *fairFigures) string {

@@ -66,8 +66,9 @@ func (c *fairClient) runFairLoad(urls []string, loads []fairLoad, d time.Duratio
 	t0 := time.Now()
 	var mu sync.Mutex
 	var reqs []fairReq
-	send := func(l fairLoad, url string) {
-		r := c.do(ctx, t0, url, l.flow, l.long)
+	send := func(l fairLoad, replica int) {
+		r := c.do(ctx, t0, urls[replica], l.flow, l.long)
+		r.replica = replica
 		mu.Lock()
 		reqs = append(reqs, r)
 		mu.Unlock()
@@ -94,7 +95,7 @@ func (c *fairClient) runFairLoad(urls []string, loads []fairLoad, d time.Duratio
 						return
 					}
 					for live() {
-						send(l, urls[i%len(urls)])
+						send(l, i%len(urls))
 					}
 				})
 			}
@@ -102,7 +103,7 @@ func (c *fairClient) runFairLoad(urls []string, loads []fairLoad, d time.Duratio
 		}
 		wg.Go(func() {
 			for k := 0; wait(l.from + time.Duration(k)*l.every); k++ {
-				wg.Go(func() { send(l, urls[k%len(urls)]) })
+				wg.Go(func() { send(l, k%len(urls)) })
 			}
 		})
 	}

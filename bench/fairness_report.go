@@ -10,7 +10,10 @@ import (
 type fairFigures struct {
 	from, to time.Duration
 	flows    [2]flowFigures
-	credits  [2][]credit
+	// replicaWaits are B's queue waits (ms, sorted) by the gateway it
+	// was sent to.
+	replicaWaits map[int][]float64
+	credits      [2][]credit
 	// gap is the largest difference in service (each flow's divided by
 	// its key weight) over any window inside both, the spans in which
 	// both flows had a request waiting; gapAt is the span where it was.
@@ -35,7 +38,7 @@ type flowFigures struct {
 // analyseFair computes run's figures over (from, to] with the keys'
 // weights keyW.
 func analyseFair(run fairRun, keyW [2]float64, from, to time.Duration) fairFigures {
-	out := fairFigures{from: from, to: to}
+	out := fairFigures{from: from, to: to, replicaWaits: map[int][]float64{}}
 	prompt := map[bool]int{}
 	for _, r := range run.reqs {
 		if r.usage {
@@ -57,6 +60,9 @@ func analyseFair(run fairRun, keyW [2]float64, from, to time.Duration) fairFigur
 		}
 		if r.dispatched >= 0 && in(r.dispatched) {
 			f.waits = append(f.waits, r.queueMs)
+			if r.flow == 1 {
+				out.replicaWaits[r.replica] = append(out.replicaWaits[r.replica], r.queueMs)
+			}
 		}
 		if r.ok {
 			out.cost = max(out.cost, fairWeights.of(r.prompt, r.completion))
@@ -72,6 +78,9 @@ func analyseFair(run fairRun, keyW [2]float64, from, to time.Duration) fairFigur
 		slices.Sort(f.waits)
 		slices.Sort(f.took)
 		f.service = total(out.credits[k], from, to)
+	}
+	for _, w := range out.replicaWaits {
+		slices.Sort(w)
 	}
 	out.both = clipSpans(intersectSpans(mergeSpans(backlog[0]), mergeSpans(backlog[1])), from, to)
 	out.gap, out.gapAt = serviceGap(out.credits[0], out.credits[1], keyW[0], keyW[1], out.both)
@@ -162,7 +171,9 @@ func boundRows() []fairRow {
 		{"B queue wait p99 ms", q(1, .99)},
 		{"B queue wait max ms", q(1, 1)},
 		{"A queue wait p50 ms", q(0, .5)},
-		{"A request, dispatch to end, p50 ms", func(f *fairFigures) string { return ms1(quantile(f.flows[0].took, .5)) }},
+		{"A request, dispatch to end, p50 (p99) ms", func(f *fairFigures) string {
+			return fmt.Sprintf("%.0f (%.0f)", quantile(f.flows[0].took, .5), quantile(f.flows[0].took, .99))
+		}},
 		{"A answered req/s", func(f *fairFigures) string { return rate2(float64(f.flows[0].ok) / f.secs()) }},
 		{"B answered req/s (sent)", func(f *fairFigures) string {
 			return fmt.Sprintf("%.2f (%.2f)", float64(f.flows[1].ok)/f.secs(), float64(f.flows[1].sent)/f.secs())

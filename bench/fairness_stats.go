@@ -143,9 +143,10 @@ func perWindow(c []credit, from, to, width time.Duration) []float64 {
 // fairReq is what a client saw of one request, times as offsets from its
 // run's start.
 type fairReq struct {
-	flow int  // 0: A, 1: B
-	long bool // one of the long requests
-	sent time.Duration
+	flow    int  // 0: A, 1: B
+	long    bool // one of the long requests
+	replica int  // the gateway it was sent to (item 4: one of 3)
+	sent    time.Duration
 	// dispatched is when the gateway sent it to the backend: the answer's
 	// headers less the backend's time (Server-Timing); -1 when it never
 	// was (refused, or still waiting when the run ended).
