@@ -215,4 +215,11 @@ func TestFairnessStreamChargedAsGenerated(t *testing.T) {
 		len(dbg.Models[0].Flows) != 1 || dbg.Models[0].Flows[0].Flow != "a" || dbg.Models[0].Flows[0].Share != 1 || dbg.Models[0].OutputWeight != 2 {
 		t.Errorf("/debug/fairness = %s (%v)", rec.Body, err)
 	}
+	rec = httptest.NewRecorder()
+	if err := tg.statusPage(rec, httptest.NewRequest("GET", "/", nil), nil); err != nil {
+		t.Fatal(err)
+	}
+	if page := rec.Body.String(); !strings.Contains(page, "fairness tokens") || !strings.Contains(page, "<tr><td>a</td><td>1</td><td>100.0%</td>") {
+		t.Errorf("the status page lacks the model's fairness or flow a's share:\n%s", page)
+	}
 }
