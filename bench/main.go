@@ -57,6 +57,7 @@
 //	go run ./bench -scenario store [-rate 300] [-duration 20s]
 //	go run ./bench -scenario localwork [-maitred BIN] [-local-requests 8] [-local-bytes 7000000]
 //	go run ./bench -scenario prefix [-prefix-duration 10m] [-prefix-scale 5] [-prefix-load 0.7] [-prefix-policies round-robin,least-load,affinity,oracle]
+//	go run ./bench -scenario fairness [-maitred BIN] [-fair-duration 20s] [-fair-long 1m] [-fair-idle 1m] [-fair-backlog 8,16] [-fair-items 1,2,3,4]
 package main
 
 import (
@@ -99,7 +100,7 @@ var (
 	maxDur       = flag.Duration("max-duration", 5*time.Second, "length of each path's throughput run, per size, in one-second rounds")
 	conc         = flag.Int("conc", 32, "closed-loop workers in the throughput phase")
 	jsonOut      = flag.Bool("json", false, "print results as JSON")
-	scenario     = flag.String("scenario", "proxy", "proxy: direct vs nginx vs bare vs maitred; overload: the admission queue at 1x and 3x capacity; soak: memory and goroutines per open stream; slowbody: memory and timeouts under declared-but-unsent bodies; quota: an API key's tokens_per_minute under concurrent clients; store: the shared store (a redis-server it starts) against in-process accounting; prefix: routing policies against four prefix-caching simulators (issue 29); models: RSS and start time with 1, 10, 100 models sharing a tokenizer and 10 distinct ones (issue 30); localwork: the built gateway's memory and CPU under concurrent 7 MB /tokenize and 3.9M-id /detokenize requests (issue 26); scale: how cost grows with backends, keys, open streams, waiting requests and prompt size (issue 30)")
+	scenario     = flag.String("scenario", "proxy", "proxy: direct vs nginx vs bare vs maitred; overload: the admission queue at 1x and 3x capacity; soak: memory and goroutines per open stream; slowbody: memory and timeouts under declared-but-unsent bodies; quota: an API key's tokens_per_minute under concurrent clients; store: the shared store (a redis-server it starts) against in-process accounting; prefix: routing policies against four prefix-caching simulators (issue 29); models: RSS and start time with 1, 10, 100 models sharing a tokenizer and 10 distinct ones (issue 30); localwork: the built gateway's memory and CPU under concurrent 7 MB /tokenize and 3.9M-id /detokenize requests (issue 26); scale: how cost grows with backends, keys, open streams, waiting requests and prompt size (issue 30); fairness: two keyed tenants on one backend, fifo vs tokens (issue 28)")
 	quotaClients = flag.Int("quota-clients", 50, "quota scenario: concurrent clients on one key")
 	quotaTPM     = flag.Int64("quota-tpm", 20000, "quota scenario: the key's tokens_per_minute")
 	quotaDur     = flag.Duration("quota-duration", 2*time.Minute, "quota scenario: how long the clients run")
@@ -115,7 +116,7 @@ var (
 	nginxWorkers = flag.String("nginx-workers", "1", "proxy: nginx's worker_processes (a number or auto)")
 	sizesFlag    = flag.String("sizes", "short,1k", "proxy: the chat sizes to run, comma-separated (short, 1k)")
 	cpuProfile   = flag.String("cpuprofile", "", "proxy: write a CPU profile of the whole run (client, simulator, proxies) to this file")
-	maitredBin   = flag.String("maitred", "", "localwork: the maitred binary to run (default: go build ./cmd/maitred into a temp dir)")
+	maitredBin   = flag.String("maitred", "", "localwork, fairness: the maitred binary to run (default: go build ./cmd/maitred into a temp dir)")
 	localN       = flag.Int("local-requests", 8, "localwork: concurrent requests")
 	localSize    = flag.Int("local-bytes", 7_000_000, "localwork: bytes of each whitespace-free /tokenize prompt")
 	inProcess    = flag.Bool("inprocess", true, "proxy: after the separate-process run, run every phase again with the simulator and the Go proxies in this process (the second, labelled line)")
@@ -123,6 +124,12 @@ var (
 	pathsFlag    = flag.String("paths", "", "proxy: the separate-process paths to run, comma-separated (direct, nginx, bare, maitred; default all)")
 	bareListen   = flag.String("bare-listen", "", "bare-proxy: the address to serve on")
 	bareTarget   = flag.String("bare-target", "", "bare-proxy: the URL to forward to")
+	fairDur      = flag.Duration("fair-duration", 20*time.Second, "fairness: length of each run of items 1 and 4, and of item 3 after B starts")
+	fairLong     = flag.Duration("fair-long", time.Minute, "fairness: length of each run of item 2 (key weights 1 and 3)")
+	fairIdle     = flag.Duration("fair-idle", time.Minute, "fairness: item 3: how long A runs alone before B starts")
+	fairWindow   = flag.Duration("fair-window", 5*time.Second, "fairness: item 3's service windows after B starts (item 2's are twice as long)")
+	fairBacklogs = flag.String("fair-backlog", "8,16", "fairness: A's concurrent long requests in item 1, one run per value and policy (the first is used in items 2-4)")
+	fairItems    = flag.String("fair-items", "1,2,3,4", "fairness: the items of issue 28 to measure")
 )
 
 const chatBody = `{"model":"demo","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Say hello in five words."}],"max_tokens":8}`
@@ -156,6 +163,8 @@ func main() {
 		run = prefix
 	case "models":
 		run = func() error { return modelsScenario(*maitredBin, *modelsBaseline, *modelsRuns) }
+	case "fairness":
+		run = func() error { return fairnessFromFlags() }
 	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
