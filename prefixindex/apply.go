@@ -70,7 +70,7 @@ func (x *Index) storeLocked(b *backend, e *kvevents.Event) {
 		// More blocks than the backend can hold: removals were lost, so
 		// what it holds is unknown. Start again from its next events.
 		x.clearLocked(b)
-		b.st.Reason = "index over the backend's capacity: cleared"
+		b.st.LastClear = "index over the backend's capacity (removals lost)"
 	}
 }
 

@@ -1,6 +1,7 @@
 package prefixindex
 
 import (
+	"fmt"
 	"math/bits"
 	"sync"
 	"time"
@@ -53,6 +54,9 @@ type backend struct {
 	held     map[Key]int32
 	capacity int // blocks; 0: only the index's cap
 	st       Status
+	// ranks: each data-parallel rank's stream is live or why not.
+	rankLive   []bool
+	rankReason []string
 }
 
 // Status is a backend's index, for /debug and the status page.
@@ -60,6 +64,9 @@ type Status struct {
 	State  State
 	Reason string    // why it is not Live ("" when Live)
 	Since  time.Time // in this state since
+	// LastClear says why the index was last cleared by the subscriber
+	// (a gap not replayable, a publisher restart, garbage).
+	LastClear string
 	Blocks int       // blocks indexed
 	// Events, Gaps, Replays, Clears and DecodeErrors count since the
 	// backend joined; Skipped counts stored blocks not indexed (extra
@@ -81,13 +88,19 @@ func New(blockSize, maxBlocks int, now func() time.Time) *Index {
 func (x *Index) BlockSize() int { return x.blockSize }
 
 // Add makes name a backend of the index (no-op when it is one) with a
-// capacity in blocks (its KV cache; 0: unknown). False when the index
-// has MaxBackends already.
-func (x *Index) Add(name string, capacityBlocks int) bool {
+// capacity in blocks (its KV cache; 0: unknown) and its number of
+// data-parallel ranks (one event stream each, one cache). False when the
+// index has MaxBackends already.
+func (x *Index) Add(name string, capacityBlocks, ranks int) bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	ranks = max(ranks, 1)
 	if b := x.backends[name]; b != nil {
 		b.capacity = capacityBlocks
+		if len(b.rankLive) != ranks {
+			b.rankLive, b.rankReason = make([]bool, ranks), make([]string, ranks)
+			b.st.State, b.st.Reason = Unknown, "no events yet"
+		}
 		return true
 	}
 	if x.free == 0 {
@@ -96,7 +109,8 @@ func (x *Index) Add(name string, capacityBlocks int) bool {
 	bit := uint64(1) << bits.TrailingZeros64(x.free)
 	x.free &^= bit
 	x.backends[name] = &backend{name: name, bit: bit, vllm: map[kvevents.Hash]Key{}, held: map[Key]int32{},
-		capacity: capacityBlocks, st: Status{Reason: "no events yet", Since: x.now()}}
+		capacity: capacityBlocks, st: Status{Reason: "no events yet", Since: x.now()},
+		rankLive: make([]bool, ranks), rankReason: make([]string, ranks)}
 	return true
 }
 
@@ -113,16 +127,33 @@ func (x *Index) Remove(name string) {
 	x.free |= b.bit
 }
 
-// SetState records the subscription's state; a backend that is not Live
-// is not used for routing (Match reports it unusable).
-func (x *Index) SetState(name string, s State, reason string) {
+// SetState records a rank's stream state: the backend is Live when every
+// rank is; a backend that is not is not used for routing (Match reports
+// it unusable).
+func (x *Index) SetState(name string, rank int, live bool, reason string) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	b := x.backends[name]
-	if b == nil || (b.st.State == s && b.st.Reason == reason) {
+	if b == nil || rank < 0 || rank >= len(b.rankLive) {
 		return
 	}
-	b.st.State, b.st.Reason, b.st.Since = s, reason, x.now()
+	b.rankLive[rank], b.rankReason[rank] = live, reason
+	s, why := Live, ""
+	for r, ok := range b.rankLive {
+		if !ok {
+			s, why = Stale, b.rankReason[r]
+			if why == "" {
+				s, why = Unknown, "no events yet"
+			}
+			if len(b.rankLive) > 1 {
+				why = fmt.Sprintf("rank %d: %s", r, why)
+			}
+			break
+		}
+	}
+	if b.st.State != s || b.st.Reason != why {
+		b.st.State, b.st.Reason, b.st.Since = s, why, x.now()
+	}
 }
 
 // Clear drops every block of the backend: AllBlocksCleared, a gap that

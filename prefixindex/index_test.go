@@ -24,8 +24,8 @@ func batch(evs ...kvevents.Event) kvevents.Batch { return kvevents.Batch{Events:
 
 func live(x *Index, names ...string) {
 	for _, n := range names {
-		x.Add(n, 0)
-		x.SetState(n, Live, "")
+		x.Add(n, 0, 1)
+		x.SetState(n, 0, true, "")
 	}
 }
 
@@ -120,18 +120,18 @@ func TestRanksShareBackend(t *testing.T) {
 
 func TestCapacityAndState(t *testing.T) {
 	x := New(bs, 0, nil)
-	x.Add("a", 2)
+	x.Add("a", 2, 1)
 	keys := AppendKeys(nil, "", prompt(4), bs)
 	out := make([]int, 1)
 	if x.Match(keys, []string{"a"}, out) {
 		t.Fatal("a backend without events was usable")
 	}
-	x.SetState("a", Live, "")
+	x.SetState("a", 0, true, "")
 	x.Apply("a", batch(stored(0, false, []kvevents.Hash{1, 2, 3}, ids(100, 12))))
 	if st, _ := x.Status("a"); st.Blocks != 0 || st.Clears != 1 {
 		t.Fatalf("over capacity: status = %+v, want cleared", st)
 	}
-	x.SetState("a", Stale, "unreachable")
+	x.SetState("a", 0, false, "unreachable")
 	if x.Match(keys, []string{"a"}, out) {
 		t.Fatal("a stale backend was usable")
 	}
