@@ -35,7 +35,7 @@ tracing: {endpoint: "http://otel:4318", sampling_ratio: 0.5}
 store: redis://valkey:6379/0
 models:
   - name: m
-    backends: [{url: "http://h:1"}]
+    backends: [{url: "http://h:1", kv_events: {endpoint: "tcp://h:5557"}}]
 auth:
   keys:
     - name: k
