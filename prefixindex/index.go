@@ -114,6 +114,15 @@ func (x *Index) Add(name string, capacityBlocks, ranks int) bool {
 	return true
 }
 
+// SetCapacity updates the backend's capacity in blocks (0: unknown).
+func (x *Index) SetCapacity(name string, capacityBlocks int) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if b := x.backends[name]; b != nil {
+		b.capacity = capacityBlocks
+	}
+}
+
 // Remove forgets a backend and every block it held.
 func (x *Index) Remove(name string) {
 	x.mu.Lock()
