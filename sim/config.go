@@ -18,8 +18,8 @@ const (
 	DefaultVersion      = "0.11.0"
 	DefaultEmbeddingDim = 16
 
-	// BlockSize is the simulated KV block size in tokens (vLLM's default on
-	// CUDA); cache_config_info reports num_gpu_blocks = KVTokens/BlockSize.
+	// BlockSize is the default of Config.BlockSize: the simulated KV block
+	// size in tokens (vLLM's default on CUDA).
 	BlockSize = 16
 )
 
@@ -127,9 +127,68 @@ type Config struct {
 	// (a gateway's token limits are checked against it). It must be safe
 	// for concurrent use. Not settable over /sim/config.
 	OnProcessed func(at time.Time, tokens int)
-	// Clock timestamps OnProcessed (nil: time.Now); a test runs it faster
-	// than real time together with the gateway's clock.
+	// Clock timestamps OnProcessed and KV event batches (nil: time.Now); a
+	// test runs it faster than real time together with the gateway's clock.
 	Clock func() time.Time
+
+	// BlockSize is the KV block size in tokens (vLLM's --block-size),
+	// default 16. The KV capacity in blocks, KVTokens/BlockSize, is both
+	// cache_config_info's num_gpu_blocks and the prefix cache's capacity.
+	// Fixed at New.
+	BlockSize int
+	// PrefixCaching turns on the prefix cache model (prefix_cache.go): a
+	// chat or completions prompt's full blocks are looked up from the start
+	// when the request is admitted, the hit tokens skip their prefill, and
+	// the blocks stay cached (LRU) after the request ends until their space
+	// is needed. Off by default: no hits, no /reset_prefix_cache. Fixed at
+	// New.
+	PrefixCaching bool
+	// PrefillPerToken is the prefill time of each prompt token that is not
+	// a prefix-cache hit: a request's TTFT is TTFT + PrefillPerToken ×
+	// (prompt tokens - cached tokens). 0 (the default) keeps TTFT fixed.
+	PrefillPerToken time.Duration
+	// PromptTokensDetails reports the cached tokens as
+	// usage.prompt_tokens_details.cached_tokens when there are any, as
+	// vLLM's --enable-prompt-tokens-details does (chat and completions).
+	PromptTokensDetails bool
+	// HashSeed seeds the block hashes (the parent of a sequence's first
+	// block), as PYTHONHASHSEED does vLLM's; empty: random per Server, so
+	// no consumer can recompute them. Fixed at New.
+	HashSeed string
+	// KVEvents, with PrefixCaching, publishes the cache's changes as vLLM's
+	// KV events over ZeroMQ (kv_events.go). Fixed at New.
+	KVEvents *KVEventsConfig
+}
+
+// KVEventsConfig is vLLM's --kv-events-config (publisher "zmq"), plus the
+// simulator's choice of wire form. Its JSON form matches vLLM's keys.
+type KVEventsConfig struct {
+	// Endpoint is the PUB socket's address; default "tcp://*:5557". As in
+	// vLLM, the socket binds when the address has "*", "::", ipc:// or
+	// inproc://, and connects otherwise. Port 0 binds a free port
+	// (Server.KVEventsEndpoints tells which).
+	Endpoint string `json:"endpoint"`
+	// ReplayEndpoint, when set, binds a ROUTER socket answering replay
+	// requests from the last BufferSteps batches.
+	ReplayEndpoint string `json:"replay_endpoint"`
+	// Topic is the first frame of every message (may be empty).
+	Topic string `json:"topic"`
+	// BufferSteps is how many batches the replay buffer keeps; default
+	// 10000.
+	BufferSteps int `json:"buffer_steps"`
+	// HWM is the PUB socket's high-water mark in messages; default 100000.
+	HWM int `json:"hwm"`
+	// Encoding is the payload form: "map" (vLLM main: maps, the event tag
+	// under "type", defaulted fields omitted; the default) or "array" (older
+	// releases' array_like structs).
+	Encoding string `json:"encoding"`
+	// Hash is the block hashes' form: "bytes" (32 bytes, the default) or
+	// "int" (the low 64 bits as an unsigned integer, as
+	// VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES does).
+	Hash string `json:"hash"`
+	// DataParallelRank is the batches' data_parallel_rank; as in vLLM,
+	// rank r publishes on the endpoints' ports + r.
+	DataParallelRank int `json:"data_parallel_rank"`
 }
 
 // processed reports tokens to OnProcessed, if set.
@@ -205,8 +264,23 @@ func (c Config) withDefaults() Config {
 	if c.FailStatus < 0 {
 		c.FailStatus = 0
 	}
+	if c.BlockSize <= 0 {
+		c.BlockSize = BlockSize
+	}
+	if c.PrefillPerToken < 0 {
+		c.PrefillPerToken = 0
+	}
 	return c
 }
+
+// prefillTime is the wait before a first token: TTFT plus PrefillPerToken
+// for each prompt token the prefix cache did not have.
+func (c *Config) prefillTime(uncached int) time.Duration {
+	return c.TTFT + time.Duration(max(uncached, 0))*c.PrefillPerToken
+}
+
+// kvBlocks is the KV capacity in blocks (vLLM's num_gpu_blocks).
+func (c *Config) kvBlocks() int { return c.KVTokens / c.BlockSize }
 
 // Knobs is the JSON form of the runtime-settable Config fields, used by
 // POST /sim/config (absent fields are left unchanged) and GET /sim/config.

@@ -63,7 +63,7 @@ func (j *job) run(ctx context.Context, emit func(step int, tok string) error) er
 	for step := range j.target {
 		d, phase := cfg.ITL, "decode"
 		if step == 0 {
-			d, phase = cfg.TTFT, "prefill"
+			d, phase = cfg.prefillTime(j.prompt), "prefill"
 		}
 		if err := s.wait(ctx, d, cfg.TokenGate); err != nil {
 			return j.fail(ctx, err, phase)

@@ -78,6 +78,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, body []byte, k
 		s.reject(w, failError(cfg.FailStatus, cfg.FailMessage))
 		return
 	}
+	req.wantIDs = s.cache != nil
 	if e := countPrompts(req, v, body, cfg.Tokenizer); e != nil {
 		s.reject(w, e)
 		return
@@ -110,6 +111,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, body []byte, k
 		}
 	}
 	g.promptTotal = totalPrompt
+	g.prefix = s.prefixRequest(req, v, cfg, g.model)
 	g.log = log.With(zap.String("request_id", g.id))
 	g.log.Debug("sim request accepted",
 		zap.Int("prompt_tokens", totalPrompt), zap.Int("choices", len(g.choices)),
@@ -131,6 +133,8 @@ type generation struct {
 	arrival     time.Time
 	choices     []*choiceState
 	promptTotal int
+	prefix      *prefixReq // the prefix cache's view (nil without one)
+	cached      int        // prompt tokens the prefix cache had
 	generated   int
 	chunks      int // content chunks written
 	headersOut  bool
@@ -151,12 +155,13 @@ func (g *generation) run(ctx context.Context) {
 		g.headersOut = true
 	}
 
-	t, err := s.admit(ctx, g.promptTotal)
+	t, err := s.admitPrefix(ctx, g.promptTotal, 1, g.prefix)
 	if err != nil {
 		g.fail(err, "waiting")
 		return
 	}
 	defer s.release(t)
+	g.cached = t.cachedTokens()
 	admitted := time.Now()
 	s.m.queue.WithLabelValues(cfg.Model, "0").Observe(admitted.Sub(g.arrival).Seconds())
 
@@ -168,7 +173,7 @@ func (g *generation) run(ctx context.Context) {
 	for step := range maxTarget {
 		d, phase := cfg.ITL, "decode"
 		if step == 0 {
-			d, phase = cfg.TTFT, "prefill"
+			d, phase = cfg.prefillTime(g.promptTotal-g.cached), "prefill"
 		}
 		if err := s.wait(ctx, d, cfg.TokenGate); err != nil {
 			g.fail(err, phase)
@@ -279,17 +284,25 @@ func (g *generation) cut() {
 // --- wire types ----------------------------------------------------------
 
 type usageInfo struct {
-	PromptTokens        int       `json:"prompt_tokens"`
-	TotalTokens         int       `json:"total_tokens"`
-	CompletionTokens    int       `json:"completion_tokens"`
-	PromptTokensDetails *struct{} `json:"prompt_tokens_details"`
+	PromptTokens        int                  `json:"prompt_tokens"`
+	TotalTokens         int                  `json:"total_tokens"`
+	CompletionTokens    int                  `json:"completion_tokens"`
+	PromptTokensDetails *promptTokensDetails `json:"prompt_tokens_details"`
 }
 
-// streamUsage is UsageInfo serialised with exclude_unset (no details).
+// promptTokensDetails is vLLM's PromptTokenUsageInfo, set only with
+// Config.PromptTokensDetails and a prefix-cache hit.
+type promptTokensDetails struct {
+	CachedTokens int `json:"cached_tokens"`
+}
+
+// streamUsage is UsageInfo serialised with exclude_unset (details only when
+// set).
 type streamUsage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	TotalTokens      int `json:"total_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
+	PromptTokens        int                  `json:"prompt_tokens"`
+	TotalTokens         int                  `json:"total_tokens"`
+	CompletionTokens    int                  `json:"completion_tokens"`
+	PromptTokensDetails *promptTokensDetails `json:"prompt_tokens_details,omitempty"`
 }
 
 type chatMessage struct {
@@ -387,11 +400,22 @@ type completionChunk struct {
 var jsonNull = json.RawMessage("null")
 
 func (g *generation) usage() usageInfo {
-	return usageInfo{PromptTokens: g.promptTotal, CompletionTokens: g.generated, TotalTokens: g.promptTotal + g.generated}
+	return usageInfo{PromptTokens: g.promptTotal, CompletionTokens: g.generated, TotalTokens: g.promptTotal + g.generated,
+		PromptTokensDetails: g.promptDetails()}
 }
 
 func (g *generation) streamUsage() *streamUsage {
-	return &streamUsage{PromptTokens: g.promptTotal, CompletionTokens: g.generated, TotalTokens: g.promptTotal + g.generated}
+	return &streamUsage{PromptTokens: g.promptTotal, CompletionTokens: g.generated, TotalTokens: g.promptTotal + g.generated,
+		PromptTokensDetails: g.promptDetails()}
+}
+
+// promptDetails is vLLM's: the cached tokens, with
+// --enable-prompt-tokens-details and a hit only.
+func (g *generation) promptDetails() *promptTokensDetails {
+	if !g.cfg.PromptTokensDetails || g.cached == 0 {
+		return nil
+	}
+	return &promptTokensDetails{CachedTokens: g.cached}
 }
 
 func (g *generation) response() any {

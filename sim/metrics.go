@@ -25,6 +25,10 @@ type metrics struct {
 	preemptions *prometheus.CounterVec
 	simAborted  *prometheus.CounterVec
 	simCut      *prometheus.CounterVec
+	// With PrefixCaching only: prompt tokens looked up in the prefix
+	// cache, and those found.
+	prefixQueries *prometheus.CounterVec
+	prefixHits    *prometheus.CounterVec
 }
 
 var (
@@ -52,7 +56,7 @@ func tokenBuckets(maxModelLen int) []float64 {
 
 var baseLabels = []string{"model_name", "engine"}
 
-func newMetrics(s *Server, model string, maxModelLen int) *metrics {
+func newMetrics(s *Server, model string, maxModelLen int, prefixCaching bool) *metrics {
 	reg := prometheus.NewRegistry()
 	m := &metrics{reg: reg}
 	hist := func(name, help string, buckets []float64) *prometheus.HistogramVec {
@@ -77,6 +81,10 @@ func newMetrics(s *Server, model string, maxModelLen int) *metrics {
 	m.preemptions = counter("vllm:num_preemptions_total", "Cumulative number of preemption from the engine.")
 	m.simAborted = counter("sim_aborted_requests_total", "Requests the simulator aborted because the client went away.")
 	m.simCut = counter("sim_cut_streams_total", "Streams the simulator cut on purpose (CutAfterChunks).")
+	if prefixCaching {
+		m.prefixQueries = counter("vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens.")
+		m.prefixHits = counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.")
+	}
 	reg.MustRegister(&gaugeCollector{s: s})
 	m.touch(model)
 	return m
@@ -88,8 +96,10 @@ func (m *metrics) touch(model string) {
 	for _, h := range []*prometheus.HistogramVec{m.ttft, m.itl, m.e2e, m.queue, m.reqPrompt, m.reqGen} {
 		h.WithLabelValues(model, "0")
 	}
-	for _, c := range []*prometheus.CounterVec{m.promptTok, m.genTok, m.preemptions, m.simAborted, m.simCut} {
-		c.WithLabelValues(model, "0")
+	for _, c := range []*prometheus.CounterVec{m.promptTok, m.genTok, m.preemptions, m.simAborted, m.simCut, m.prefixQueries, m.prefixHits} {
+		if c != nil {
+			c.WithLabelValues(model, "0")
+		}
 	}
 	for _, r := range []string{"stop", "length", "abort", "error"} {
 		m.success.WithLabelValues(model, "0", r)
@@ -127,12 +137,16 @@ func (g *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
 	model := s.cfg.Model
 	running, waiting := s.running, len(s.queue)
 	kv := s.kvUsageLocked()
-	blocks := s.cfg.KVTokens / BlockSize
+	blocks, blockSize := s.cfg.kvBlocks(), s.cfg.BlockSize
+	hashAlgo := "builtin"
+	if s.cache != nil {
+		hashAlgo = "sha256"
+	}
 	s.mu.Unlock()
 	ch <- prometheus.MustNewConstMetric(descRunning, prometheus.GaugeValue, float64(running), model, "0")
 	ch <- prometheus.MustNewConstMetric(descWaiting, prometheus.GaugeValue, float64(waiting), model, "0")
 	ch <- prometheus.MustNewConstMetric(descKV, prometheus.GaugeValue, kv, model, "0")
 	ch <- prometheus.MustNewConstMetric(descCacheInfo, prometheus.GaugeValue, 1,
-		strconv.Itoa(BlockSize), "auto", "False", "0", "True", "0.9", "False", "None",
-		strconv.Itoa(blocks), "None", "builtin", "None", "4")
+		strconv.Itoa(blockSize), "auto", "False", "0", "True", "0.9", "False", "None",
+		strconv.Itoa(blocks), "None", hashAlgo, "None", "4")
 }

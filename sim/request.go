@@ -40,6 +40,11 @@ type genRequest struct {
 	ignoreEOS       bool
 	prompts         []prompt
 	promptTokens    []int // per prompt, after counting
+	// wantIDs makes countPrompts keep each prompt's token ids in promptIDs
+	// (nil for a prompt the Tokenizer gives no ids for): the prefix cache
+	// looks them up.
+	wantIDs   bool
+	promptIDs [][]int
 }
 
 func isInt(v *ojson.Value) bool {
@@ -273,18 +278,31 @@ func parsePrompts(p *ojson.Value, body []byte) ([]prompt, *apiError) {
 // countPrompts fills req.promptTokens with the tokenizer.
 func countPrompts(req *genRequest, v *ojson.Value, body []byte, tok Tokenizer) *apiError {
 	req.promptTokens = make([]int, len(req.prompts))
+	if req.wantIDs {
+		req.promptIDs = make([][]int, len(req.prompts))
+	}
 	for i, p := range req.prompts {
 		var n int
 		var err error
+		pbody := body
+		if req.kind == kindCompletion && !p.ids && (len(req.prompts) != 1 || v.Get("prompt").Kind != ojson.String) {
+			pbody = singlePromptBody(v, body, p.raw)
+		}
+		var ids []int
+		var have bool
+		if req.wantIDs {
+			ids, have, err = promptIDs(req, p, pbody, tok)
+		}
 		switch {
+		case have:
+			n = len(ids)
+			req.promptIDs[i] = ids
 		case req.kind == kindChat:
 			n, err = tok.ChatPromptTokens(body)
 		case p.ids:
 			n = p.idsLen
-		case len(req.prompts) == 1 && v.Get("prompt").Kind == ojson.String:
-			n, err = tok.CompletionPromptTokens(body)
 		default:
-			n, err = tok.CompletionPromptTokens(singlePromptBody(v, body, p.raw))
+			n, err = tok.CompletionPromptTokens(pbody)
 		}
 		if err != nil {
 			// vLLM turns tokenizer / template failures into 400s.

@@ -12,6 +12,16 @@ type ticket struct {
 	admitted chan struct{} // closed on admission
 	running  bool
 	released bool
+	prefix   *prefixReq // the prefix cache's view (nil: not looked up)
+}
+
+// cachedTokens is the prompt tokens the prefix cache had for an admitted
+// ticket.
+func (t *ticket) cachedTokens() int {
+	if t == nil || t.prefix == nil {
+		return 0
+	}
+	return t.prefix.hit
 }
 
 // admit queues a request needing tokens of KV space and blocks until it
@@ -23,7 +33,13 @@ func (s *Server) admit(ctx context.Context, tokens int) (*ticket, error) {
 // admitSeqs is admit for a request that vLLM schedules as seqs engine
 // requests at once (a pooling batch): it takes seqs running slots.
 func (s *Server) admitSeqs(ctx context.Context, tokens, seqs int) (*ticket, error) {
-	t := &ticket{tokens: tokens, seqs: max(seqs, 1), admitted: make(chan struct{})}
+	return s.admitPrefix(ctx, tokens, seqs, nil)
+}
+
+// admitPrefix is admitSeqs for a request whose prompts the prefix cache
+// looks up when it is admitted.
+func (s *Server) admitPrefix(ctx context.Context, tokens, seqs int, prefix *prefixReq) (*ticket, error) {
+	t := &ticket{tokens: tokens, seqs: max(seqs, 1), admitted: make(chan struct{}), prefix: prefix}
 	s.mu.Lock()
 	s.queue = append(s.queue, t)
 	s.scheduleLocked()
@@ -63,6 +79,7 @@ func (s *Server) scheduleLocked() {
 		s.running += t.seqs
 		s.counts.PeakRunning = max(s.counts.PeakRunning, s.running)
 		s.kvUsed += t.tokens
+		s.publishLocked(s.admitPrefixLocked(t))
 		close(t.admitted)
 	}
 }
@@ -73,6 +90,9 @@ func (s *Server) grow(t *ticket, n int) {
 	if t.running && !t.released {
 		t.tokens += n
 		s.kvUsed += n
+		if s.cache != nil {
+			s.publishLocked(s.evictLocked(0, nil))
+		}
 	}
 	s.mu.Unlock()
 }
@@ -91,6 +111,7 @@ func (s *Server) releaseLocked(t *ticket) {
 	t.released = true
 	s.running -= t.seqs
 	s.kvUsed -= t.tokens
+	s.releasePrefixLocked(t)
 	s.scheduleLocked()
 }
 

@@ -54,6 +54,13 @@ type Server struct {
 
 	// resp holds the stored Responses API objects (responses.go).
 	resp responseStore
+
+	// cache is the prefix cache (prefix_cache.go), nil without
+	// PrefixCaching; kv publishes its events (kv_events.go), nil without
+	// KVEvents; kvErr is why KVEvents could not be set up.
+	cache *prefixCache
+	kv    *kvPublisher
+	kvErr error
 }
 
 // Stats are the simulator's request counters.
@@ -119,7 +126,17 @@ func New(cfg Config, log *zap.Logger) *Server {
 		stop:    make(chan struct{}),
 		listen:  net.Listen,
 	}
-	s.m = newMetrics(s, cfg.Model, cfg.MaxModelLen)
+	if cfg.PrefixCaching {
+		s.cache = newPrefixCache(cfg.HashSeed)
+	}
+	if cfg.KVEvents != nil {
+		if s.cache == nil {
+			s.kvErr = errors.New("sim: KVEvents needs PrefixCaching")
+		} else {
+			s.kv, s.kvErr = newKVPublisher(*cfg.KVEvents, cfg.Clock, log)
+		}
+	}
+	s.m = newMetrics(s, cfg.Model, cfg.MaxModelLen, cfg.PrefixCaching)
 	s.handler = http.HandlerFunc(s.serveHTTP)
 	return s
 }
@@ -138,11 +155,13 @@ func (s *Server) Config() Config {
 // Update changes knobs at runtime. fn runs with the server's lock held and
 // must not call the Server. Requests already running keep the timing and
 // fault knobs they started with; MaxNumSeqs and KVTokens apply to the
-// waiting queue at once.
+// waiting queue at once. The knobs fixed at New (BlockSize, PrefixCaching,
+// HashSeed, KVEvents) keep their values.
 func (s *Server) Update(fn func(*Config)) {
 	s.mu.Lock()
 	c := s.cfg
 	fn(&c)
+	c.BlockSize, c.PrefixCaching, c.HashSeed, c.KVEvents = s.cfg.BlockSize, s.cfg.PrefixCaching, s.cfg.HashSeed, s.cfg.KVEvents
 	s.cfg = c.withDefaults()
 	s.scheduleLocked()
 	model := s.cfg.Model
@@ -208,7 +227,12 @@ func (s *Server) count(f func(*Stats)) {
 // be running. Run calls it itself.
 func (s *Server) Close() {
 	s.draining.Store(true)
-	s.stopOnce.Do(func() { close(s.stop) })
+	s.stopOnce.Do(func() {
+		close(s.stop)
+		if s.kv != nil {
+			s.kv.close()
+		}
+	})
 }
 
 func (s *Server) stopped() bool {
@@ -234,8 +258,17 @@ func (s *Server) Run(ctx context.Context, addr string, ready func(net.Addr)) err
 	if err := sleepCtx(ctx, cfg.LoadTime); err != nil {
 		return nil
 	}
+	// vLLM's engine opens its KV events sockets before the API server
+	// listens.
+	if err := s.StartKVEvents(); err != nil {
+		s.Close()
+		return err
+	}
 	ln, err := s.listen("tcp", addr)
 	if err != nil {
+		if s.kv != nil {
+			s.kv.close()
+		}
 		return fmt.Errorf("sim: listen: %w", err)
 	}
 	hs := &http.Server{
@@ -395,6 +428,8 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s.simConfig(w, r)
+	case "/reset_prefix_cache":
+		s.resetPrefixCache(w, r)
 	case "/sim/stats":
 		if !allow(w, r, http.MethodGet) {
 			return
