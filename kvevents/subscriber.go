@@ -101,6 +101,14 @@ func (s *Subscriber) session(ctx context.Context) (applied bool, err error) {
 	if err := sub.SetOption(zmq4.OptionSubscribe, s.Topic); err != nil {
 		return false, err
 	}
+	if !s.seen {
+		// Nothing was indexed from this publisher yet, so nothing in the
+		// index can be stale: an idle backend is usable (holding nothing
+		// known) before its first batch. After a reconnection the index
+		// may miss what happened meanwhile: it is live again only once a
+		// batch showed where the sequence is.
+		s.Sink.State(s.Rank, true, "")
+	}
 	for {
 		msg, err := sub.Recv()
 		if err != nil {

@@ -121,7 +121,7 @@ func TestSubscriberOverZMQ(t *testing.T) {
 	ep, replay := p.endpoints()
 	w, stop := runSub(t, x, "a", ep, replay)
 	defer stop()
-	w.warm(t, p, "live")
+	w.warm(t, p, "apply")
 
 	p.publish(payload(evStored(0, []uint64{11, 12}, toks(100, 8))), false)
 	w.blocks(t, x, 12, 2)
@@ -193,7 +193,7 @@ func TestSubscriberGarbage(t *testing.T) {
 	ep, replay := p.endpoints()
 	w, stop := runSub(t, x, "a", ep, replay)
 	defer stop()
-	w.warm(t, p, "live")
+	w.warm(t, p, "apply")
 	p.publish(payload(evStored(0, []uint64{11}, toks(100, 4))), false)
 	w.blocks(t, x, 4, 1)
 
