@@ -2,6 +2,7 @@ package kvevents
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -94,7 +95,7 @@ func (s *Subscriber) session(ctx context.Context) (applied bool, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	sub := zmq4.NewSub(ctx, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(5*time.Second))
-	defer sub.Close()
+	defer closeDrained(sub)
 	if err := sub.Dial(s.Endpoint); err != nil {
 		return false, fmt.Errorf("events endpoint unreachable: %w", err)
 	}
@@ -177,7 +178,7 @@ func (s *Subscriber) replay(ctx context.Context, until int64) bool {
 	ctx, cancel := context.WithTimeout(ctx, s.ReplayTimeout)
 	defer cancel()
 	d := zmq4.NewDealer(ctx, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(s.ReplayTimeout))
-	defer d.Close()
+	defer closeDrained(d)
 	if d.Dial(s.ReplayEndpoint) != nil {
 		return false
 	}
@@ -214,6 +215,24 @@ func (s *Subscriber) replay(ctx context.Context, until int64) bool {
 		if s.next = seq + 1; s.next == until {
 			s.Sink.Noted(s.Rank, Replayed)
 			return true
+		}
+	}
+}
+
+// closeDrained closes a socket and takes what its connections' readers
+// still hold. zmq4 (v0.17.0) reads each connection into a queue of 10
+// messages; a reader blocked on a full queue when the socket closes would
+// wait for ever. Once closed, Recv picks at random between the closed
+// context and a queued message: each message taken lets a blocked reader
+// see the close and end, and 64 misses in a row mean none is left (a
+// chance of 2^-64 otherwise).
+func closeDrained(s zmq4.Socket) {
+	s.Close()
+	for misses, n := 0, 0; misses < 64 && n < 4096; n++ {
+		if _, err := s.Recv(); errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			misses++
+		} else {
+			misses = 0
 		}
 	}
 }
