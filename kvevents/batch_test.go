@@ -130,20 +130,20 @@ func TestDecodeArrayNewerFields(t *testing.T) {
 
 func TestDecodeGarbage(t *testing.T) {
 	for name, v := range map[string]string{
-		"empty":             "",
-		"not a container":   "\xc3",
-		"short float":       "\x92\xcb\x3f",
-		"huge array":        "\x92\x00\xdd\xff\xff\xff\xff",
-		"events not list":   "\x92\x00\x01",
-		"tag not string":    "\x92\x00\x91\x91\x01",
-		"hash a string":     "\x92\x00\x91\x92\xacBlockRemoved\x91\xa1x",
-		"negative token id": "\x92\x00\x91\x95\xabBlockStored\x91\x01\xc0\x91\xff\x01",
-		"trailing bytes":    "\x92\x00\x90\x00",
-		"map without type":  "\x81\xa6events\x91\x80",
+		"empty":              "",
+		"not a container":    "\xc3",
+		"short float":        "\x92\xcb\x3f",
+		"huge array":         "\x92\x00\xdd\xff\xff\xff\xff",
+		"events not list":    "\x92\x00\x01",
+		"tag not string":     "\x92\x00\x91\x91\x01",
+		"hash a string":      "\x92\x00\x91\x92\xacBlockRemoved\x91\xa1x",
+		"negative token id":  "\x92\x00\x91\x95\xabBlockStored\x91\x01\xc0\x91\xff\x01",
+		"trailing bytes":     "\x92\x00\x90\x00",
+		"map without type":   "\x81\xa6events\x91\x80",
 		"map without events": "\x81\xa2ts\x00",
-		"bad rank":          "\x93\x00\x90\xa1x",
-		"invalid byte":      "\x92\x00\x91\x92\xabBlockStored\xc1",
-		"deep nesting":      "\x92\x00\x91\x92\xa1Z" + strings.Repeat("\x91", 40) + "\x00",
+		"bad rank":           "\x93\x00\x90\xa1x",
+		"invalid byte":       "\x92\x00\x91\x92\xabBlockStored\xc1",
+		"deep nesting":       "\x92\x00\x91\x92\xa1Z" + strings.Repeat("\x91", 40) + "\x00",
 	} {
 		if b, err := Decode([]byte(v)); err == nil {
 			t.Errorf("%s: decoded %+v, want an error", name, b)

@@ -36,7 +36,12 @@
 // decode) is counted, clears the index and marks the stream not live
 // until a batch is read again. A lost connection reconnects with
 // exponential backoff (MinBackoff..MaxBackoff) and the seq logic above
-// decides what the reconnection missed.
+// decides what the reconnection missed. A stream is live once its first
+// connection is up (nothing indexed yet can be stale: an idle publisher
+// is usable), and after a reconnection or garbage only once a batch was
+// read in sequence. Sockets are closed with their readers drained
+// (closeDrained): zmq4's per-connection reader would otherwise stay
+// blocked on a full queue.
 //
 // # Concurrency
 //

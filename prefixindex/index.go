@@ -67,7 +67,7 @@ type Status struct {
 	// LastClear says why the index was last cleared by the subscriber
 	// (a gap not replayable, a publisher restart, garbage).
 	LastClear string
-	Blocks int       // blocks indexed
+	Blocks    int // blocks indexed
 	// Events, Gaps, Replays, Clears and DecodeErrors count since the
 	// backend joined; Skipped counts stored blocks not indexed (extra
 	// keys, another block size or medium, an unknown parent).

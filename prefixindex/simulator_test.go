@@ -150,5 +150,3 @@ func (w *watch) awaitAny(t *testing.T) string {
 		return ""
 	}
 }
-
-

@@ -25,7 +25,7 @@ func (w *watch) say(s string) {
 }
 
 func (w *watch) Apply(r int, b kvevents.Batch) { w.inner.Apply(r, b); w.say("apply") }
-func (w *watch) Clear(r int, why string)        { w.inner.Clear(r, why); w.say("clear: " + why) }
+func (w *watch) Clear(r int, why string)       { w.inner.Clear(r, why); w.say("clear: " + why) }
 func (w *watch) State(r int, live bool, why string) {
 	w.inner.State(r, live, why)
 	if live {
