@@ -278,4 +278,11 @@ func TestPreciseRoutingFallsBack(t *testing.T) {
 	if !found {
 		t.Fatalf("backend %s not in /debug/backends: %+v", host, recs)
 	}
+	rec := httptest.NewRecorder()
+	if err := pf.tg.statusPage(rec, httptest.NewRequest(http.MethodGet, "/", nil), nil); err != nil {
+		t.Fatal(err)
+	}
+	if page := rec.Body.String(); !strings.Contains(page, "kv index stale (0 blocks): events endpoint unreachable") || !strings.Contains(page, "kv index live") {
+		t.Fatalf("the status page does not show the index states:\n%s", page)
+	}
 }
