@@ -118,7 +118,11 @@
 // gauges and their states; pool_shared.go the pool's side of the Shared
 // account (confirm, SharedFreed, SharedRecheck); pool_advice.go the drain
 // rate and Advice; pool_events.go the events and their delivery after
-// the lock; pool_stats.go Stats and Blocked.
+// the lock; pool_stats.go Stats and Blocked; pool_prefix.go the precise
+// pick (routing: precise): a ticket with a PrefixMatcher goes to the
+// candidate maximizing Cache x cached share of the prompt - Load x load,
+// or, when the matcher cannot answer for every candidate or none holds
+// any of the prompt, as without (affinity, power of two choices).
 //
 // A backend's gauges are fresh (checked against the saturation levels),
 // stale when the last good scrape is older than StaleAfter (held back: a

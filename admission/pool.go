@@ -137,6 +137,9 @@ type Pool struct {
 	rnd       *rand.Rand
 	ring      []ringPoint
 	decisions map[string]int
+	// names and cached: the precise pick's scratch (pool_prefix.go).
+	names  []string
+	cached []int
 	// pending events, delivered to cfg.OnEvent by unlock.
 	pending []Event
 	// fair is the queue under Tokens fairness (pool_fair.go).

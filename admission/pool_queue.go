@@ -52,6 +52,13 @@ type Ticket struct {
 	Class int
 	// Affinity is a hash of the prompt's first tokens; 0 for none.
 	Affinity uint64
+	// Prefix, when set, routes by the backends' cached prefixes of the
+	// prompt (PromptTokens tokens), weighed by PrefixWeights
+	// (pool_prefix.go); Affinity and power of two choices are its
+	// fallback.
+	Prefix        PrefixMatcher
+	PromptTokens  int
+	PrefixWeights PrefixWeights
 	// Exclude names slots already tried (connection failures).
 	Exclude []string
 	// Only, when non-nil, names the subset of slots the request may go to
@@ -77,7 +84,10 @@ func (t *Ticket) allows(s *Slot) bool {
 type Lease struct {
 	Slot   *Slot
 	Waited time.Duration
-	Policy string // "p2c", "affinity" or "only"
+	Policy string // "p2c", "affinity", "precise" or "only"
+	// Cached is the pick's expected cached-prefix tokens of the prompt
+	// (precise routing; 0 otherwise).
+	Cached int
 	pool   *Pool
 	tokens int
 	done   bool

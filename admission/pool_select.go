@@ -83,8 +83,13 @@ func (p *Pool) grantLocked(t Ticket) *Lease {
 		return nil
 	}
 	var pick *Slot
-	policy := "only"
-	if t.Affinity != 0 && len(cands) > 1 {
+	policy, cached := "only", 0
+	if t.Prefix != nil {
+		if pick, cached = p.preciseLocked(&t, cands); pick != nil && len(cands) > 1 {
+			policy = "precise"
+		}
+	}
+	if pick == nil && t.Affinity != 0 && len(cands) > 1 {
 		pick = p.affinityLocked(t.Affinity, t.Tokens, cands)
 		policy = "affinity"
 	}
@@ -105,5 +110,5 @@ func (p *Pool) grantLocked(t Ticket) *Lease {
 	pick.inFlight++
 	pick.tokens += t.Tokens
 	p.decisions[policy]++
-	return &Lease{Slot: pick, Policy: policy, pool: p, tokens: t.Tokens, maxIn: pick.cfg.MaxInFlight, budget: pick.budget(), wakes: pick.wakes, at: p.now()}
+	return &Lease{Slot: pick, Policy: policy, Cached: cached, pool: p, tokens: t.Tokens, maxIn: pick.cfg.MaxInFlight, budget: pick.budget(), wakes: pick.wakes, at: p.now()}
 }

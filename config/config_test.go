@@ -14,7 +14,7 @@ func TestLoadGoodConfigs(t *testing.T) {
 	t.Setenv("MAITRED_BATCH_KEY", "sk-batch")
 	t.Setenv("VLLM_KEY", "secret")
 	t.Setenv("MAITRED_STORE_PASSWORD", "secret")
-	for _, name := range []string{"maitred.yaml", "minimal.yaml", "auth.yaml", "replicas.yaml", "fairness.yaml"} {
+	for _, name := range []string{"maitred.yaml", "minimal.yaml", "auth.yaml", "replicas.yaml", "fairness.yaml", "precise.yaml"} {
 		t.Run(name, func(t *testing.T) {
 			cfg, err := Load(filepath.Join("..", "configs", name))
 			if err != nil {
@@ -46,6 +46,41 @@ func TestReferenceConfigValues(t *testing.T) {
 	}
 	if b := m.Backends[0]; b.URL != "http://127.0.0.1:8000" || b.APIKeyEnv != "VLLM_KEY" {
 		t.Errorf("backend = %+v", b)
+	}
+}
+
+// TestPreciseRoutingConfig: configs/precise.yaml's keys decode, and the
+// event endpoints of each rank are where vLLM publishes them.
+func TestPreciseRoutingConfig(t *testing.T) {
+	cfg, err := Load("../configs/precise.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := cfg.Models[0]
+	if m.Routing != RoutingPrecise || m.PreciseOrDefault() != (PreciseRoutingConfig{BlockSize: 16, MaxBlocks: 1 << 20, CacheWeight: 1, LoadWeight: 1}) {
+		t.Fatalf("routing = %q, %+v", m.Routing, m.Precise)
+	}
+	url := m.Backends[0].KVEvents
+	if ev, rp := url.Endpoints("10.0.0.5:8000", 0); ev != "tcp://10.0.0.5:5557" || rp != "tcp://10.0.0.5:5558" || url.Topic != "kv-events" {
+		t.Fatalf("url backend: %s %s", ev, rp)
+	}
+	dns := m.Backends[1].KVEvents
+	if dns.Ranks() != 2 {
+		t.Fatalf("ranks = %d", dns.Ranks())
+	}
+	if ev, rp := dns.Endpoints("10.1.2.3", 1); ev != "tcp://10.1.2.3:5558" || rp != "tcp://10.1.2.3:5559" {
+		t.Fatalf("dns backend rank 1: %s %s", ev, rp)
+	}
+	if ev, _ := dns.Endpoints("fd00::1", 0); ev != "tcp://[fd00::1]:5557" {
+		t.Fatalf("IPv6: %s", ev)
+	}
+	// Absent keys: routing as today, no events.
+	min, err := Load("../configs/minimal.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if min.Models[0].Routing != RoutingDefault || min.Models[0].Backends[0].KVEvents.Set() {
+		t.Fatalf("minimal: %+v", min.Models[0])
 	}
 }
 

@@ -50,6 +50,12 @@ type ModelConfig struct {
 	// prompt tokens agree to the same backend (within a load bound), so a
 	// conversation's turns find their KV prefix cached.
 	PrefixAffinityTokens int `yaml:"prefix_affinity_tokens"`
+	// Routing "precise" routes by the backends' KV-cache events (their
+	// kv_events): to the backend holding the longest prefix of the
+	// request's tokens, weighed against load (Precise); a backend without
+	// a live index falls back to the rules above.
+	Routing string               `yaml:"routing"`
+	Precise PreciseRoutingConfig `yaml:"precise_routing"`
 	// FirstByteTimeout and StreamIdleTimeout override the top-level ones.
 	FirstByteTimeout  Duration `yaml:"first_byte_timeout"`
 	StreamIdleTimeout Duration `yaml:"stream_idle_timeout"`
@@ -202,6 +208,10 @@ type BackendConfig struct {
 	// KVTokens is the backend's token budget (prompt + max_tokens over its
 	// in-flight requests) when it does not export vllm:cache_config_info.
 	KVTokens int `yaml:"kv_tokens"`
+	// KVEvents is where the backend publishes vLLM's KV-cache events
+	// (nil: it does not; the model's routing: precise then routes it by
+	// the rules of a model without).
+	KVEvents *KVEventsConfig `yaml:"kv_events"`
 }
 
 // DefaultDNSInterval is dns_interval when unset.
@@ -272,6 +282,7 @@ func (m *ModelConfig) validate(p *problems, path string) {
 		p.add(path, "queue_size, expected_output_tokens and prefix_affinity_tokens must not be negative")
 	}
 	m.validateFairness(p, path)
+	m.validateRouting(p, path)
 	seen := map[string]int{} // "url ADDRESS" (or dns, srv): its index
 	for j := range m.Backends {
 		m.Backends[j].validate(p, fmt.Sprintf("%s.backends[%d]", path, j), path, seen, j)
@@ -332,6 +343,9 @@ func (b *BackendConfig) validate(p *problems, path, model string, seen map[strin
 	}
 	if b.DNSInterval < 0 || (b.DNSInterval > 0 && !b.Discovered()) {
 		p.add(path+".dns_interval", "want a positive duration, with dns or srv only")
+	}
+	if b.KVEvents != nil {
+		b.KVEvents.validate(p, path+".kv_events", b.Discovered())
 	}
 	if b.MaxInFlight < 0 || b.KVTokens < 0 {
 		p.add(path, "max_in_flight and kv_tokens must not be negative")

@@ -36,7 +36,7 @@ store: redis://valkey:6379/0
 models:
   - name: m
     fairness_weights: {input: 1, output: 2}
-    backends: [{url: "http://h:1"}]
+    backends: [{url: "http://h:1", kv_events: {endpoint: "tcp://h:5557"}}]
 auth:
   keys:
     - name: k

@@ -2,6 +2,8 @@ package fleet
 
 import (
 	"net/url"
+
+	"github.com/maitred-dev/maitred/config"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -27,6 +29,9 @@ type Backend struct {
 	owner *source
 	// maxInFlight and kvTokens are its entry's limits (the pool's slot).
 	maxInFlight, kvTokens int
+	// kvEvents is its entry's kv_events (nil: none), followed by
+	// RunEvents.
+	kvEvents *config.KVEventsConfig
 	// draining: its address left its entry (a DNS answer without it, or a
 	// reload without it). It takes no new work; its requests finish, then
 	// it is forgotten (drainSince + drain_timeout at the latest).

@@ -13,7 +13,11 @@
 // (below); probe.go the state machine's step (health, warm-up checks,
 // tokenizer probe); warmup.go the warm-up generation; adapters.go the
 // LoRA adapter listings; client.go the prober's requests to a backend;
-// scrape.go the /metrics scraper.
+// scrape.go the /metrics scraper; events.go the KV-event subscriptions
+// (RunEvents: for a model with routing: precise, one kvevents.Subscriber
+// per data-parallel rank of each backend with kv_events, into the model's
+// prefixindex.Index, started and stopped with the backend and restarted
+// when a reload changes its kv_events or the model's index).
 //
 // # Membership
 //

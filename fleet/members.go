@@ -107,6 +107,7 @@ func (f *Fleet) Apply(cfg config.FleetConfig, counters map[string]PromptCounter)
 		}
 		m.settings.Store(&modelSettings{maxModelLen: mc.MaxModelLen, minReady: mc.MinReadyOrDefault(),
 			tokenizerCheck: mc.TokenizerCheckOrDefault(), counter: counters[mc.Name]})
+		m.setRoutingLocked(&mc, f.now)
 		old := map[string]*source{}
 		for _, s := range m.sources {
 			old[s.label()+" "+s.name] = s
@@ -189,7 +190,7 @@ func (f *Fleet) setMembersLocked(m *Model, s *source, urls []string) {
 			if s.cfg.ServedModel != "" {
 				b.Served = s.cfg.ServedModel
 			}
-			b.maxInFlight, b.kvTokens = s.cfg.MaxInFlight, s.cfg.KVTokens
+			b.maxInFlight, b.kvTokens, b.kvEvents = s.cfg.MaxInFlight, s.cfg.KVTokens, s.cfg.KVEvents
 			next = append(next, b)
 			byHost[u.Host] = b
 			changed = true
@@ -213,6 +214,7 @@ func (f *Fleet) setMembersLocked(m *Model, s *source, urls []string) {
 			b.maxInFlight, b.kvTokens = s.cfg.MaxInFlight, s.cfg.KVTokens
 			changed = true
 		}
+		b.kvEvents = s.cfg.KVEvents
 		b.mu.Unlock()
 	}
 	for _, b := range list {
@@ -243,7 +245,7 @@ func (f *Fleet) updateLimitsLocked(m *Model, s *source) {
 	for _, b := range m.Backends() {
 		b.mu.Lock()
 		if b.owner == s {
-			b.maxInFlight, b.kvTokens = s.cfg.MaxInFlight, s.cfg.KVTokens
+			b.maxInFlight, b.kvTokens, b.kvEvents = s.cfg.MaxInFlight, s.cfg.KVTokens, s.cfg.KVEvents
 		}
 		b.mu.Unlock()
 	}

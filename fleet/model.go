@@ -3,6 +3,9 @@ package fleet
 import (
 	"slices"
 	"sync/atomic"
+
+	"github.com/maitred-dev/maitred/config"
+	"github.com/maitred-dev/maitred/prefixindex"
 )
 
 // Model is one served model and its backends. Its settings and its list of
@@ -16,6 +19,9 @@ type Model struct {
 	sources []*source
 	created int64
 	next    atomic.Uint64
+	// index and precise: routing: precise (events.go); nil otherwise.
+	index   atomic.Pointer[prefixindex.Index]
+	precise atomic.Pointer[config.PreciseRoutingConfig]
 }
 
 // modelSettings are the model's settings from the config.

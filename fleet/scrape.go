@@ -298,6 +298,9 @@ func (f *Fleet) RunScraper(ctx context.Context, interval time.Duration, fn func(
 				b.mu.Lock()
 				b.gauges = g
 				b.mu.Unlock()
+				if idx := m.Index(); idx != nil {
+					idx.SetCapacity(b.URL.Host, capacityBlocks(g, idx.BlockSize()))
+				}
 			}
 			fn(m, b, g, err)
 		}

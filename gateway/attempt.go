@@ -36,6 +36,10 @@ type attempt struct {
 	// as the engine's request id (two clients sending the same one
 	// collided, and one's disconnect aborted the other's request).
 	upstreamID string
+	// cached is the cached-prefix tokens its backend was expected to hold
+	// (precise routing, when scored is set: the ticket had a prefix).
+	cached int
+	scored bool
 	// upstreamStatus is the backend's status code, once its headers came.
 	upstreamStatus int
 	// The attempt's clock (phases.go): sent, the answer's headers, its
@@ -170,6 +174,11 @@ func (g *Gateway) queueAndForward(w http.ResponseWriter, r *http.Request, x *exc
 			continue
 		}
 		a := x.newAttempt(b)
+		if t.Prefix != nil {
+			a.cached, a.scored = lease.Cached, true
+			rt.metrics.prefixHit.Add(float64(lease.Cached))
+			rt.metrics.prefixPrompt.Add(float64(t.PromptTokens))
+		}
 		res := g.forwardLeased(w, r, a, lease, body)
 		if x.adapter != "" && a.upstreamStatus == http.StatusNotFound && !res.cut {
 			// The backend no longer has the adapter (unloaded since it was

@@ -26,7 +26,7 @@ var (
 	mismatchDesc    = prometheus.NewDesc("maitred_backend_mismatch", "1 while a backend serves other ingredients than this gateway's, found at warm-up: check tokenizer (its /tokenize counts the probe differently) or max_model_len; accepted=true when tokenizer_check is warn and it is served anyway.", []string{"model", "backend", "check", "accepted"}, nil)
 	scrapeErrDesc   = prometheus.NewDesc("maitred_backend_scrape_errors_total", "Failed scrapes of a backend's /metrics.", []string{"model", "backend"}, nil)
 	ejectionsDesc   = prometheus.NewDesc("maitred_backend_ejections_total", "Outlier ejections per backend.", []string{"model", "backend"}, nil)
-	routingDesc     = prometheus.NewDesc("maitred_routing_decisions_total", "Backend choices by policy: p2c (power of two choices), affinity (prefix), only (one candidate).", []string{"model", "policy"}, nil)
+	routingDesc     = prometheus.NewDesc("maitred_routing_decisions_total", "Backend choices by policy: p2c (power of two choices), affinity (prefix), precise (the backends' cached prefixes, routing: precise), only (one candidate).", []string{"model", "policy"}, nil)
 )
 
 func (c poolCollector) Describe(ch chan<- *prometheus.Desc) {

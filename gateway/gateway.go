@@ -197,7 +197,7 @@ func New(o Options) (*Gateway, error) {
 	o.Fleet.OnTransition(g.onTransition)
 	o.Fleet.OnMembers(g.onMembers)
 	o.Fleet.HoldDrain(g.leased)
-	o.Registry.MustRegister(poolCollector{g}, flowCollector{g})
+	o.Registry.MustRegister(poolCollector{g}, flowCollector{g}, kvIndexCollector{g})
 	if g.shared != nil {
 		g.watchShared(o.Registry)
 	}

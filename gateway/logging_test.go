@@ -48,7 +48,7 @@ func TestLogsCarryNoRequestContent(t *testing.T) {
 		{`{"model":"m","prompt":"once ` + secret + `","max_tokens":4}`, 200},
 		{user("RAISE "+secret) + `}`, 400},
 		{user(strings.Repeat(secret+" ", 200)) + `}`, 400},
-		{`{"model":"m","messages":[{"role":"` + secret + `","content":"hi"}]}`, 400},
+		{`{"model":"m","messages":[{"role":"` + secret + `","content":"hi"}]}`, 200}, // any role reaches the template
 		{`{"model":"m","` + secret + `":1,"` + secret + `":2}`, 400},
 		{`{"model":"` + secret + `","prompt":"x"}`, 404},
 	} {

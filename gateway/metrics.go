@@ -30,6 +30,9 @@ type metrics struct {
 	tpot     *prometheus.HistogramVec
 	failures *prometheus.CounterVec
 
+	// Precise routing's expected prefix-cache hits (prefix.go).
+	prefixHit, prefixPrompt *prometheus.CounterVec
+
 	// By API key name (keys.go; "" for requests without a valid key).
 	keyRequests    *prometheus.CounterVec
 	keyInFlight    *prometheus.GaugeVec
@@ -49,7 +52,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.configReloads.WithLabelValues(r)
 	}
 	reg.MustRegister(m.configReloads, m.requests, m.duration, m.inFlight, m.streamErrors, m.rejections, m.uncounted, m.tokChecks, m.backendErrors,
-		m.admissions, m.queueWait, m.flowWait, m.connections, m.phase, m.ttft, m.tpot, m.failures,
+		m.admissions, m.queueWait, m.flowWait, m.connections, m.phase, m.ttft, m.tpot, m.failures, m.prefixHit, m.prefixPrompt,
 		m.keyRequests, m.keyInFlight, m.keyTokens, m.keyRejections, m.keyReloads, m.keyRateLimited,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -80,6 +83,14 @@ func (m *metrics) requestMetrics() {
 		Name: "maitred_rejections_total",
 		Help: "Requests the door rejected before any backend work, by model and reason.",
 	}, []string{"model", "reason"})
+	m.prefixHit = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "maitred_prefix_hit_tokens_total",
+		Help: "Prompt tokens the precise pick expected its backend to hold in its prefix cache (routing: precise), by model.",
+	}, []string{"model"})
+	m.prefixPrompt = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "maitred_prefix_prompt_tokens_total",
+		Help: "Prompt tokens of the requests precise routing scored, by model: maitred_prefix_hit_tokens_total over it is the expected hit rate.",
+	}, []string{"model"})
 	m.uncounted = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "maitred_admission_uncounted_total",
 		Help: "Requests forwarded without an exact prompt count (vLLM decides), by model and reason.",

@@ -154,6 +154,9 @@ func (g *Gateway) pipeline(a *api) handlerFunc {
 		if a.affinity && rt.affinity > 0 {
 			t.Affinity = prefixHash(rt, ep, dec)
 		}
+		if a.affinity {
+			defer releaseQuery(preciseTicket(rt, ep, dec, &t)) // routing: precise (prefix.go)
+		}
 		dec.Rendered = "" // hashed: the request need not hold a second copy of its prompt
 		t.Exclude = exclude
 		err = g.queueAndForward(w, r, x, t, className, dec.Body)

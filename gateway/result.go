@@ -238,6 +238,9 @@ func requestFields(fields []zap.Field, x *exchange) []zap.Field {
 	}
 	if a := x.att; a != nil {
 		fields = append(fields, zap.String("backend", a.backend.URL.Host))
+		if a.scored {
+			fields = append(fields, zap.Int("cached_tokens", a.cached))
+		}
 		if a.upstreamID != "" {
 			fields = append(fields, zap.String("upstream_request_id", a.upstreamID))
 		}

@@ -167,6 +167,9 @@ type modelMetrics struct {
 	ttft, tpot    prometheus.ObserverVec // backend
 	failures      *prometheus.CounterVec // layer
 	flowWait      prometheus.ObserverVec // flow
+	// prefixHit and prefixPrompt: the cached-prefix tokens the precise
+	// pick expected, and the prompt tokens of the requests it scored.
+	prefixHit, prefixPrompt prometheus.Counter
 	// The children every admitted request touches, resolved once: each
 	// phase's observer (in phaseNames' order) and the admitted count.
 	phaseOf  []prometheus.Observer
@@ -192,6 +195,7 @@ func (m *metrics) forModel(name string) modelMetrics {
 		flowWait:      m.flowWait.MustCurryWith(l),
 	}
 	if name != "" {
+		mm.prefixHit, mm.prefixPrompt = m.prefixHit.WithLabelValues(name), m.prefixPrompt.WithLabelValues(name)
 		mm.inFlight = m.inFlight.WithLabelValues(name)
 		mm.admitted = mm.admissions.WithLabelValues(admission.Admitted.String())
 		mm.phaseOf = make([]prometheus.Observer, len(phaseNames))

@@ -148,6 +148,12 @@ func (g *Gateway) statusPage(w http.ResponseWriter, r *http.Request, _ *exchange
 			if st.State != fleet.Ready && sb.Notes == "" {
 				sb.Notes = "no traffic"
 			}
+			if ki := kvIndexOf(rt, b.URL.Host); ki != nil { // routing: precise
+				sb.Notes += fmt.Sprintf(" kv index %s (%d blocks)", ki.State, ki.Blocks)
+				if ki.Reason != "" {
+					sb.Notes += ": " + ki.Reason
+				}
+			}
 			sm.Backends = append(sm.Backends, sb)
 		}
 		d.Models = append(d.Models, sm)

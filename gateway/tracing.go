@@ -209,6 +209,9 @@ func (t *tracer) queued(x *exchange, since time.Time, o admission.Outcome, lease
 	sp.String("maitred.queue.outcome", queueLabel(o))
 	if lease != nil {
 		sp.String("maitred.queue.policy", lease.Policy)
+		if lease.Policy == "precise" || lease.Cached > 0 {
+			sp.Int("maitred.prefix.cached_tokens", int64(lease.Cached))
+		}
 	}
 	if o != admission.Admitted {
 		sp.Fail(queueLabel(o))

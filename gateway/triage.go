@@ -130,6 +130,9 @@ type backendRecord struct {
 	// uncounted (its chat template did not compile: which, the line and
 	// the reason; or no tokenizer).
 	Uncounted string `json:"uncounted,omitempty"`
+	// KVIndex is the backend's prefix-cache index (routing: precise):
+	// its state, why it is not live, what cleared it last.
+	KVIndex *kvIndexRecord `json:"kv_index,omitempty"`
 }
 
 // debugBackends answers GET /debug/backends: each backend's record taken at
@@ -154,7 +157,7 @@ func (g *Gateway) debugBackends(w http.ResponseWriter, r *http.Request, _ *excha
 				TokenBudget: sl.Budget, InFlightTokens: sl.Tokens, Ejected: sl.Ejected,
 				Ejections: sl.Ejections, Failures: sl.Failures,
 				GaugesState: sl.GaugesState.String(), ScrapeErrors: sl.ScrapeErrors, LastScrapeError: sl.LastScrapeError,
-				SlowPathFallback: slow[rt.name+"/"+b.URL.Host], Uncounted: rt.uncountedWhy}
+				SlowPathFallback: slow[rt.name+"/"+b.URL.Host], Uncounted: rt.uncountedWhy, KVIndex: kvIndexOf(rt, b.URL.Host)}
 			if sl.Ejected {
 				until := sl.EjectedUntil.UTC()
 				rec.EjectedUntil = &until

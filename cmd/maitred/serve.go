@@ -142,6 +142,7 @@ func runGateway(ctx context.Context, cfg config.Config, log *zap.Logger, o runOp
 		})
 	}
 	wg.Go(func() { fl.RunScraper(fctx, cfg.ScrapeInterval.D(), gw.ObserveScrape) })
+	wg.Go(func() { fl.RunEvents(fctx) })   // KV events of the models routed by them (routing: precise)
 	wg.Go(func() { gw.WatchKeys(fctx) })   // returns at once without auth.keys_file
 	wg.Go(func() { gw.RunFlowSync(fctx) }) // returns at once without a store
 	if o.configPath != "" {
