@@ -396,6 +396,8 @@ type gatewayExtras struct {
 	shared     gateway.SharedStore
 	tokenizers map[string]*tokenize.Model
 	registry   *prometheus.Registry
+	// kvEvents runs the fleet's KV-event subscribers (routing: precise).
+	kvEvents bool
 }
 
 // serveGatewayWith is serveGateway with extras: the gateway counts each
@@ -424,7 +426,14 @@ func serveGatewayWith(cfg config.Config, log *zap.Logger, x gatewayExtras) (stri
 	}
 	srv := gw.Server()
 	go servingAs("maitred", func() { srv.Serve(gw.Listener(ln)) })
-	return "http://" + ln.Addr().String(), tr, func() { srv.Close(); tr.CloseIdleConnections(); gw.Close() }, nil
+	ectx, stopEvents := context.WithCancel(context.Background())
+	events := make(chan struct{})
+	if x.kvEvents {
+		go func() { defer close(events); fl.RunEvents(ectx) }()
+	} else {
+		close(events)
+	}
+	return "http://" + ln.Addr().String(), tr, func() { srv.Close(); tr.CloseIdleConnections(); gw.Close(); stopEvents(); <-events }, nil
 }
 
 func poolTransport() *http.Transport {

@@ -87,9 +87,10 @@ var prefixPolicyTable = map[string]prefixPolicy{
 			return best
 		})
 	},
-	// "precise" (maitred's routing from the simulators' KV events) comes
-	// with branch kvindex: a gateway(0) whose model has routing: precise
-	// and each backend's kv_events endpoints (w.sims[i].KVEventsEndpoints).
+	// precise is maitred's routing from the simulators' KV events: its
+	// model has routing: precise and each backend the kv_events
+	// endpoints its simulator bound.
+	"precise": func(w *prefixWorld) (string, func(), error) { return w.gatewayPrecise() },
 }
 
 // prefixWorld is one run's simulators (fresh caches for every policy).
@@ -102,12 +103,23 @@ type prefixWorld struct {
 
 func scaled(d time.Duration) time.Duration { return time.Duration(float64(d) / *prefixScale) }
 
-func newPrefixWorld(tok *tokenize.Model) (*prefixWorld, error) {
+func newPrefixWorld(tok *tokenize.Model, kvEvents bool) (*prefixWorld, error) {
 	w := &prefixWorld{tok: tok}
 	for range pxServers {
-		s := sim.New(sim.Config{Model: "demo", MaxModelLen: 2 * pxMaxHistory, OutputTokens: pxOutputTokens,
+		cfg := sim.Config{Model: "demo", MaxModelLen: 2 * pxMaxHistory, OutputTokens: pxOutputTokens,
 			MaxNumSeqs: pxMaxSeqs, KVTokens: pxKVTokens, TTFT: scaled(pxTTFT), ITL: scaled(pxITL),
-			PrefillPerToken: scaled(pxPrefill), PrefixCaching: true}, zap.NewNop())
+			PrefillPerToken: scaled(pxPrefill), PrefixCaching: true}
+		if kvEvents {
+			cfg.KVEvents = &sim.KVEventsConfig{Endpoint: "tcp://*:0", ReplayEndpoint: "tcp://*:0", Topic: "kv"}
+		}
+		s := sim.New(cfg, zap.NewNop())
+		if kvEvents {
+			if err := s.StartKVEvents(); err != nil {
+				s.Close()
+				w.close()
+				return nil, err
+			}
+		}
 		u, stop, err := serve(s.Handler())
 		if err != nil {
 			w.close()
@@ -163,6 +175,26 @@ func (w *prefixWorld) gateway(affinity int) (string, func(), error) {
 	return u, stop, err
 }
 
+// gatewayPrecise serves maitred routing by the simulators' KV events
+// (routing: precise), each backend subscribed to its simulator's
+// publisher and replay sockets.
+func (w *prefixWorld) gatewayPrecise() (string, func(), error) {
+	cfg := config.Default()
+	m := config.ModelConfig{Name: "demo", TokenizerCheck: "off", Routing: "precise",
+		QueueSize: 4 * pxUsers, QueueTimeout: config.Duration(time.Hour)}
+	for i, u := range w.urls {
+		pub, rep := w.sims[i].KVEventsEndpoints()
+		m.Backends = append(m.Backends, config.BackendConfig{URL: u, MaxInFlight: pxMaxSeqs,
+			KVEvents: &config.KVEventsConfig{Endpoint: pub, ReplayEndpoint: rep, Topic: "kv"}})
+	}
+	cfg.Models = []config.ModelConfig{m}
+	if err := cfg.Validate(); err != nil {
+		return "", nil, err
+	}
+	u, _, stop, err := serveGatewayWith(cfg, zap.NewNop(), gatewayExtras{tokenizers: map[string]*tokenize.Model{"demo": w.tok}, kvEvents: true})
+	return u, stop, err
+}
+
 // prefixResult is one policy's figures, in simulated time.
 type prefixResult struct {
 	policy                string
@@ -188,7 +220,7 @@ func prefix() error {
 		if !ok {
 			return fmt.Errorf("prefix: unknown policy %q", name)
 		}
-		w, err := newPrefixWorld(tok)
+		w, err := newPrefixWorld(tok, name == "precise")
 		if err != nil {
 			return err
 		}
