@@ -110,6 +110,9 @@ func newPrefixWorld(tok *tokenize.Model, kvEvents bool) (*prefixWorld, error) {
 			MaxNumSeqs: pxMaxSeqs, KVTokens: pxKVTokens, TTFT: scaled(pxTTFT), ITL: scaled(pxITL),
 			PrefillPerToken: scaled(pxPrefill), PrefixCaching: true}
 		if kvEvents {
+			// The blocks' token ids must be those maitred's door computes
+			// (as vLLM's are with the model's own tokenizer).
+			cfg.Tokenizer = sim.ModelTokenizer(tok)
 			cfg.KVEvents = &sim.KVEventsConfig{Endpoint: "tcp://*:0", ReplayEndpoint: "tcp://*:0", Topic: "kv"}
 		}
 		s := sim.New(cfg, zap.NewNop())
