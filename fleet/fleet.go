@@ -262,6 +262,13 @@ func (f *Fleet) ReportSuccess(b *Backend) {
 
 func (f *Fleet) transitioned(m *Model, b *Backend, from State) {
 	st := b.Status()
+	if idx := m.Index(); idx != nil && from == Ready && st.State != Ready {
+		// A backend that stops answering may come back as a new process
+		// with an empty cache, whose events' seq can pass the old one's
+		// before the subscriber reconnects (read as a gap, not a restart):
+		// what the index held of it is no longer known.
+		idx.Clear(b.URL.Host)
+	}
 	f.log.Info("backend state", zap.String("model", m.Name), zap.String("backend", b.URL.String()),
 		zap.Stringer("from", from), zap.Stringer("state", st.State), zap.String("reason", st.Reason))
 	for _, fn := range f.observers {

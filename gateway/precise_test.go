@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/maitred-dev/maitred/config"
+	"github.com/maitred-dev/maitred/fleet"
 	"github.com/maitred-dev/maitred/internal/fixtures"
 	"github.com/maitred-dev/maitred/internal/ojson"
 	"github.com/maitred-dev/maitred/prefixindex"
@@ -47,7 +48,7 @@ var qwen3Tok = struct {
 func qwen3Once(t *testing.T) *tokenize.Model {
 	t.Helper()
 	dir := fixtures.ModelDir(t, "qwen3")
-	qwen3Tok.once.Do(func() { qwen3Tok.tok, qwen3Tok.err = tokenize.LoadDir(dir, tokenize.LoadOptions{}) })
+	qwen3Tok.once.Do(func() { qwen3Tok.tok, qwen3Tok.err = fixtureLoader.LoadDir(dir, tokenize.LoadOptions{}) })
 	if qwen3Tok.err != nil {
 		t.Fatal(qwen3Tok.err)
 	}
@@ -285,4 +286,28 @@ func TestPreciseRoutingFallsBack(t *testing.T) {
 	if page := rec.Body.String(); !strings.Contains(page, "kv index stale (0 blocks): events endpoint unreachable") || !strings.Contains(page, "kv index live") {
 		t.Fatalf("the status page does not show the index states:\n%s", page)
 	}
+}
+
+// TestPreciseIndexClearedWhenBackendStopsAnswering: a backend that leaves
+// Ready (its /health fails: a crash, a restart) may come back as a new
+// process with an empty cache whose events cannot be told from a gap, so
+// the index forgets what it held of it.
+func TestPreciseIndexClearedWhenBackendStopsAnswering(t *testing.T) {
+	pf := startPreciseFleet(t, 1, nil)
+	idx := pf.index(t)
+	host := pf.tg.Fleet.Models()[0].Backends()[0].URL.Host
+	system := "You answer briefly. " + strings.Repeat("The quick brown fox jumps over the lazy dog. ", 40)
+	if _, err := pf.sdk.Chat.Completions.New(t.Context(), chatTurn(system, []string{"Hi"})); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the conversation's blocks in the index", func() bool {
+		st, _ := idx.Status(host)
+		return st.Blocks > 0
+	})
+	pf.sims[0].Update(func(c *sim.Config) { c.FailHealth = true })
+	eventually(t, "the backend out of Ready and its blocks forgotten", func() bool {
+		pf.tg.Fleet.ProbeAll(t.Context())
+		st, _ := idx.Status(host)
+		return pf.tg.Fleet.Models()[0].Backends()[0].Status().State != fleet.Ready && st.Blocks == 0
+	})
 }
