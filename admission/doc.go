@@ -94,8 +94,11 @@
 // active ones (VTC). The input is charged at the grant (Ticket.Prompt),
 // the output as it streams (Lease.Charge), both corrected to the usage at
 // the end (Lease.SettleInput, SettleOutput); SyncFlows shares the flows'
-// service with other replicas through a FlowSync (package store). Routing is power of two choices on
-// outstanding tokens, or prefix affinity by consistent hashing with a load
+// service with other replicas through a FlowSync (package store).
+// Routing is power of two choices on outstanding tokens (past 16 slots
+// the two are drawn at random among the slots that can take the request
+// instead of listing them: a grant costs the same at 512 backends as at
+// 8; pool_select.go), or prefix affinity by consistent hashing with a load
 // bound; backends failing EjectAfter times in a row are ejected for
 // EjectFor, at most MaxEjectionPercent of the ready ones at once (at least
 // one) and never the last ready backend in rotation: an ejection that would

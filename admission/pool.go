@@ -137,6 +137,11 @@ type Pool struct {
 	rnd       *rand.Rand
 	ring      []ringPoint
 	decisions map[string]int
+	// ejected counts the slots with an ejection in force (ejectedUntil
+	// set), so that a grant reconciles ejections only when there are some.
+	ejected int
+	// cands is the grant's scratch list of candidate slots.
+	cands []*Slot
 	// names and cached: the precise pick's scratch (pool_prefix.go).
 	names  []string
 	cached []int
@@ -193,6 +198,12 @@ func (p *Pool) setSlotsLocked(slots []SlotConfig) {
 		s.removed = true
 	}
 	p.slots = next
+	p.ejected = 0
+	for _, s := range next {
+		if !s.ejectedUntil.IsZero() {
+			p.ejected++
+		}
+	}
 	p.buildRingLocked()
 }
 

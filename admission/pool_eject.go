@@ -31,20 +31,27 @@ func (p *Pool) countLocked() (ready, ejected int) {
 // rotation may have turned unready since): ejection moves traffic to a
 // backend's peers, and without peers there is nowhere to move it.
 func (p *Pool) reconcileLocked(now time.Time) {
+	if p.ejected == 0 {
+		return // nothing to end: a grant stays O(1) in the slots
+	}
 	for _, s := range p.slots {
 		if !s.ejectedUntil.IsZero() && !now.Before(s.ejectedUntil) {
-			s.ejectedUntil = time.Time{}
-			p.emitLocked(Event{Kind: EjectionEnded, Slot: s.Name, Reason: "eject_for elapsed"})
+			p.endEjectionLocked(s, "eject_for elapsed")
 		}
 	}
 	if ready, ejected := p.countLocked(); ejected > 0 && ejected == ready {
 		for _, s := range p.slots {
 			if !s.ejectedUntil.IsZero() && s.cfg.Ready() {
-				s.ejectedUntil = time.Time{}
-				p.emitLocked(Event{Kind: EjectionEnded, Slot: s.Name, Reason: "no other ready backend left in rotation"})
+				p.endEjectionLocked(s, "no other ready backend left in rotation")
 			}
 		}
 	}
+}
+
+func (p *Pool) endEjectionLocked(s *Slot, why string) {
+	s.ejectedUntil = time.Time{}
+	p.ejected--
+	p.emitLocked(Event{Kind: EjectionEnded, Slot: s.Name, Reason: why})
 }
 
 // mayEjectLocked applies the ejection bound to one more ejection.
@@ -89,6 +96,7 @@ func (p *Pool) recordResultLocked(s *Slot, r Result, now time.Time) {
 			switch {
 			case p.mayEjectLocked():
 				s.ejectedUntil = now.Add(p.cfg.EjectFor)
+				p.ejected++
 				s.ejections++
 				p.emitLocked(Event{Kind: Ejected, Slot: s.Name, Failures: s.fails, Until: s.ejectedUntil})
 				s.fails, s.heldReported = 0, false

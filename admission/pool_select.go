@@ -73,12 +73,22 @@ func (s *Slot) load() float64 {
 func (p *Pool) grantLocked(t Ticket) *Lease {
 	now := p.now()
 	p.reconcileLocked(now)
-	var cands []*Slot
+	if t.Prefix == nil && t.Affinity == 0 {
+		if a, b := p.sampleTwoLocked(&t, now); b != nil {
+			pick := a
+			if b.load() < a.load() {
+				pick = b
+			}
+			return p.leaseLocked(pick, &t, "p2c", 0)
+		}
+	}
+	cands := p.cands[:0]
 	for _, s := range p.slots {
 		if t.allows(s) && p.eligibleLocked(s, now) && p.fitsLocked(s, t.Tokens) {
 			cands = append(cands, s)
 		}
 	}
+	p.cands = cands[:0]
 	if len(cands) == 0 {
 		return nil
 	}
@@ -107,8 +117,46 @@ func (p *Pool) grantLocked(t Ticket) *Lease {
 	if pick == nil {
 		pick = cands[0]
 	}
+	clear(cands) // the scratch holds no slot past the grant
+	return p.leaseLocked(pick, &t, policy, cached)
+}
+
+func (p *Pool) leaseLocked(pick *Slot, t *Ticket, policy string, cached int) *Lease {
 	pick.inFlight++
 	pick.tokens += t.Tokens
 	p.decisions[policy]++
 	return &Lease{Slot: pick, Policy: policy, Cached: cached, pool: p, tokens: t.Tokens, maxIn: pick.cfg.MaxInFlight, budget: pick.budget(), wakes: pick.wakes, at: p.now()}
+}
+
+// sampleMin is the number of slots from which a p2c grant samples its two
+// candidates instead of listing every slot that could take the request;
+// sampleTries bounds the draws before it lists them after all.
+const (
+	sampleMin   = 16
+	sampleTries = 8
+)
+
+// sampleTwoLocked draws slots at random until two distinct ones can take
+// t (power of two choices without listing the candidates: a grant's cost
+// stays flat in the number of backends). It gives up (b nil) below
+// sampleMin slots, where listing is as cheap and keeps the choice among
+// all candidates, and after sampleTries draws (most slots full, ejected
+// or not allowed): the caller lists the candidates then.
+func (p *Pool) sampleTwoLocked(t *Ticket, now time.Time) (a, b *Slot) {
+	n := len(p.slots)
+	if n < sampleMin {
+		return nil, nil
+	}
+	for range sampleTries {
+		s := p.slots[p.rnd.IntN(n)]
+		if s == a || !t.allows(s) || !p.eligibleLocked(s, now) || !p.fitsLocked(s, t.Tokens) {
+			continue
+		}
+		if a == nil {
+			a = s
+			continue
+		}
+		return a, s
+	}
+	return nil, nil
 }
