@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -53,9 +54,20 @@ type apiKey struct {
 	// perMinute: the key has a per-minute limit, reported in OpenAI's
 	// x-ratelimit-* headers on every answer.
 	perMinute bool
-	metrics   keyMetrics
 	// weight is the key's share under a model's fairness tokens.
 	weight float64
+	// The key's metric children, made at its first request (metrics):
+	// a keys_file of 100k keys costs no series, and no memory for them,
+	// until they are used.
+	reg       *metrics
+	mOnce     sync.Once
+	mChildren keyMetrics
+}
+
+// metrics is the key's metric children, made on first use.
+func (k *apiKey) metrics() *keyMetrics {
+	k.mOnce.Do(func() { k.mChildren = k.reg.forKey(k.name) })
+	return &k.mChildren
 }
 
 // allows reports whether the key may use the model the client named.
@@ -76,7 +88,7 @@ func (g *Gateway) buildKeys(keys []config.KeyConfig) (*keyTable, error) {
 			return nil, fmt.Errorf("key %q: %w", kc.Name, err)
 		}
 		l := kc.Limits
-		k := &apiKey{name: kc.Name, metrics: g.metrics.forKey(kc.Name), limits: quota.Limits{
+		k := &apiKey{name: kc.Name, reg: g.metrics, limits: quota.Limits{
 			RequestsPerMinute: l.RequestsPerMinute, TokensPerMinute: l.TokensPerMinute,
 			TokensPerDay: l.TokensPerDay, MaxConcurrent: l.MaxConcurrent,
 		}}
@@ -192,9 +204,10 @@ func (g *Gateway) keyed(h handlerFunc, xAPIKey, reserves bool) handlerFunc {
 			return g.rejected(x, invalidKey(r, xAPIKey))
 		}
 		x.key = k
-		k.metrics.requests.Inc()
-		k.metrics.inFlight.Inc()
-		defer k.metrics.inFlight.Dec()
+		km := k.metrics()
+		km.requests.Inc()
+		km.inFlight.Inc()
+		defer km.inFlight.Dec()
 		if !reserves {
 			// A local handler's request counts against the key's
 			// request limits before anything is read (reserveLocal).

@@ -87,6 +87,7 @@ func TestKeysUnauthorizedIsTyped(t *testing.T) {
 	t.Cleanup(func() { s.Close(); srv.Close() })
 	tg := startGatewayFull(t, nil, extras{log: zap.New(core)}, withKeys(
 		config.KeyConfig{Name: "team-a", SHA256: digestOf("sk-a"), Models: []string{"*"}},
+		config.KeyConfig{Name: "team-idle", SHA256: digestOf("sk-idle"), Models: []string{"*"}},
 	), srv.URL)
 
 	for _, key := range []string{"", "sk-wrong"} {
@@ -209,6 +210,11 @@ func TestKeysUnauthorizedIsTyped(t *testing.T) {
 		if !strings.Contains(text, want) {
 			t.Errorf("metrics lack %s", want)
 		}
+	}
+	// A key's series are made at its first request: a keys_file of 100k
+	// keys costs no series until they are used.
+	if strings.Contains(text, `key="team-idle"`) {
+		t.Error("a key that sent nothing has series")
 	}
 }
 

@@ -91,7 +91,7 @@ func (g *Gateway) take(w http.ResponseWriter, x *exchange, lim quota.Limits, ask
 		}
 		rateHeaders(w.Header(), d.Status)
 		x.rateSet = true
-		k.metrics.rateLimited.WithLabelValues(string(d.Kind)).Inc()
+		k.metrics().rateLimited.WithLabelValues(string(d.Kind)).Inc()
 		return rateLimited(w, d)
 	}
 	x.res = res
@@ -118,7 +118,7 @@ func (g *Gateway) settle(x *exchange) {
 	}
 	// The door's exact prompt count splits the usage; without one the
 	// split is not known.
-	tokens := x.key.metrics.tokens
+	tokens := x.key.metrics().tokens
 	if p := int64(x.promptTokens); x.uncounted == "" && p > 0 && p <= used {
 		tokens.WithLabelValues("prompt").Add(float64(p))
 		tokens.WithLabelValues("completion").Add(float64(used - p))

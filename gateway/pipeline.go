@@ -186,7 +186,7 @@ func (g *Gateway) check(ep admission.Endpoint, body []byte, x *exchange) (admiss
 func (g *Gateway) rejected(x *exchange, e *Error) error {
 	g.metricsOf(x).rejections.WithLabelValues(e.outcome()).Inc()
 	if x.key != nil {
-		x.key.metrics.rejections.WithLabelValues(e.outcome()).Inc()
+		x.key.metrics().rejections.WithLabelValues(e.outcome()).Inc()
 	}
 	if x.tr.on() {
 		x.tr.rejection = e.outcome()
