@@ -155,12 +155,9 @@ func startFairEnv(bin string) (*fairEnv, error) {
 	}
 	e := &fairEnv{bin: bin, dir: dir}
 	if e.bin == "" {
-		e.bin = filepath.Join(dir, "maitred")
-		build := exec.Command("go", "build", "-o", e.bin, "./cmd/maitred")
-		build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
+		if e.bin, err = buildMaitred(dir, false); err != nil {
 			os.RemoveAll(dir)
-			return nil, fmt.Errorf("fairness: go build: %w", err)
+			return nil, fmt.Errorf("fairness: %w", err)
 		}
 	}
 	e.simAddr = freeAddr()

@@ -43,11 +43,8 @@ func localWork(bin string, n, size int) error {
 	}
 	defer os.RemoveAll(dir)
 	if bin == "" {
-		bin = filepath.Join(dir, "maitred")
-		build := exec.Command("go", "build", "-o", bin, "./cmd/maitred")
-		build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
-			return fmt.Errorf("localwork: go build: %w", err)
+		if bin, err = buildMaitred(dir, false); err != nil {
+			return fmt.Errorf("localwork: %w", err)
 		}
 	}
 	simAddr, gwAddr := freeAddr(), freeAddr()

@@ -604,27 +604,7 @@ func streamDelays(c *http.Client, paths []path, book *stampBook, model string, r
 }
 
 // readEvents returns the time each SSE event ("\n\n"-terminated) was read.
-func readEvents(r io.Reader) []time.Time {
-	var times []time.Time
-	buf := make([]byte, 64<<10)
-	var pending []byte
-	for {
-		n, err := r.Read(buf)
-		now := time.Now()
-		pending = append(pending, buf[:n]...)
-		for {
-			i := bytes.Index(pending, []byte("\n\n"))
-			if i < 0 {
-				break
-			}
-			times = append(times, now)
-			pending = pending[i+2:]
-		}
-		if err != nil {
-			return times
-		}
-	}
-}
+func readEvents(r io.Reader) []time.Time { return readEventsNotify(r, 64<<10, nil) }
 
 // throughputAll measures each path's closed-loop throughput with workers
 // clients for d in all, run as rounds slices of d/rounds, the paths

@@ -76,11 +76,8 @@ func modelsScenario(bin, baseline string, runs int) error {
 	}
 	defer os.RemoveAll(dir)
 	if bin == "" {
-		bin = filepath.Join(dir, "maitred")
-		build := exec.Command("go", "build", "-o", bin, "./cmd/maitred")
-		build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
-			return fmt.Errorf("models: go build: %w", err)
+		if bin, err = buildMaitred(dir, false); err != nil {
+			return fmt.Errorf("models: %w", err)
 		}
 	}
 	copies, err := tokenizerCopies(tokDir, filepath.Join(dir, "copies"), 10)

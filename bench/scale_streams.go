@@ -130,7 +130,7 @@ func holdSlowStreams(base string, n int, book *stampBook, gw *proc) (streamsFigu
 				return
 			}
 			defer res.Body.Close()
-			recv := readEventsNotify(res.Body, func() { started.Add(1) })
+			recv := readEventsNotify(res.Body, 4<<10, func() { started.Add(1) })
 			sent := book.take(id)
 			d := eventDelays(sent, recv, 100*time.Millisecond)
 			mu.Lock()
@@ -201,13 +201,14 @@ func raiseOpenFiles(want uint64) uint64 {
 	return l.Cur
 }
 
-// readEventsNotify is readEvents that calls first once, at the first
-// event (or at the end, when there was none).
-func readEventsNotify(r io.Reader, first func()) []time.Time {
+// readEventsNotify returns the time each SSE event ("\n\n"-terminated)
+// was read, reading bufSize bytes at a time, and calls first (when not
+// nil) once, at the first event or at the end when there was none.
+func readEventsNotify(r io.Reader, bufSize int, first func()) []time.Time {
 	var times []time.Time
-	buf := make([]byte, 4<<10)
+	buf := make([]byte, bufSize)
 	var pending []byte
-	notified := false
+	notified := first == nil
 	defer func() {
 		if !notified {
 			first()

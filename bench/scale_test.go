@@ -181,3 +181,21 @@ func TestSumMetric(t *testing.T) {
 		t.Error("an absent metric: no error")
 	}
 }
+
+// TestReadEventsNotify: every "\n\n"-terminated event is timed, across
+// reads that split it, and first is called once (at the first event, or
+// at the end when none came).
+func TestReadEventsNotify(t *testing.T) {
+	stream := "data: a\n\ndata: b\n\ndata: c\n\n"
+	calls := 0
+	if got := readEventsNotify(strings.NewReader(stream), 3, func() { calls++ }); len(got) != 3 || calls != 1 {
+		t.Errorf("%d events, first called %d times; want 3 and 1", len(got), calls)
+	}
+	calls = 0
+	if got := readEventsNotify(strings.NewReader("data: partial"), 64, func() { calls++ }); len(got) != 0 || calls != 1 {
+		t.Errorf("%d events, first called %d times; want 0 and 1", len(got), calls)
+	}
+	if got := readEvents(strings.NewReader(stream)); len(got) != 3 {
+		t.Errorf("readEvents: %d events, want 3", len(got))
+	}
+}
