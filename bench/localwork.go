@@ -14,8 +14,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/maitred-dev/maitred/internal/fixtures"
 )
 
 // localWork measures issue 26's figure for the gateway's local work: n
@@ -29,24 +27,11 @@ import (
 // /proc/PID/stat) in total and per request, and each answer's status and
 // time. The same is then done for POST /detokenize with 3.9 million ids.
 func localWork(bin string, n, size int) error {
-	root := fixtures.Root()
-	if root == "" {
-		return fmt.Errorf("localwork: run from the repository (the qwen3 fixture is read from .fixtures)")
-	}
-	tokDir := filepath.Join(root, ".fixtures", "models", "qwen3")
-	if _, err := os.Stat(filepath.Join(tokDir, "tokenizer.json")); err != nil {
-		return fmt.Errorf("localwork: the qwen3 fixture is missing (make fixtures): %w", err)
-	}
-	dir, err := os.MkdirTemp("", "maitred-localwork-")
+	tokDir, dir, bin, err := qwen3Workspace("localwork", bin)
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	if bin == "" {
-		if bin, err = buildMaitred(dir, false); err != nil {
-			return fmt.Errorf("localwork: %w", err)
-		}
-	}
 	simAddr, gwAddr := freeAddr(), freeAddr()
 	cfg := fmt.Sprintf("listen: %s\nmodels:\n  - name: qwen3\n    tokenizer: %s\n    backends:\n      - url: http://%s\n", gwAddr, tokDir, simAddr)
 	cfgPath := filepath.Join(dir, "maitred.yaml")

@@ -12,8 +12,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/maitred-dev/maitred/internal/fixtures"
 )
 
 // The models scenario's own flags (-maitred is the binary under test, as
@@ -62,24 +60,11 @@ type modelsResult struct {
 // answer, and the VmRSS each model beyond the first adds; -baseline runs
 // a second binary (e.g. main's) on the same cases, side by side.
 func modelsScenario(bin, baseline string, runs int) error {
-	root := fixtures.Root()
-	if root == "" {
-		return fmt.Errorf("models: run from the repository (the qwen3 fixture is read from .fixtures)")
-	}
-	tokDir := filepath.Join(root, ".fixtures", "models", "qwen3")
-	if _, err := os.Stat(filepath.Join(tokDir, "tokenizer.json")); err != nil {
-		return fmt.Errorf("models: the qwen3 fixture is missing (make fixtures): %w", err)
-	}
-	dir, err := os.MkdirTemp("", "maitred-models-")
+	tokDir, dir, bin, err := qwen3Workspace("models", bin)
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	if bin == "" {
-		if bin, err = buildMaitred(dir, false); err != nil {
-			return fmt.Errorf("models: %w", err)
-		}
-	}
 	copies, err := tokenizerCopies(tokDir, filepath.Join(dir, "copies"), 10)
 	if err != nil {
 		return err

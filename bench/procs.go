@@ -43,6 +43,30 @@ func init() {
 }
 `
 
+// qwen3Workspace is what a scenario on the qwen3 fixture starts from:
+// the fixture's folder, a temporary dir (the caller removes it) and the
+// maitred binary: bin, or one built into dir when bin is "".
+func qwen3Workspace(scenario, bin string) (tokDir, dir, maitred string, err error) {
+	root := fixtures.Root()
+	if root == "" {
+		return "", "", "", fmt.Errorf("%s: run from the repository (the qwen3 fixture is read from .fixtures)", scenario)
+	}
+	tokDir = filepath.Join(root, ".fixtures", "models", "qwen3")
+	if _, err := os.Stat(filepath.Join(tokDir, "tokenizer.json")); err != nil {
+		return "", "", "", fmt.Errorf("%s: the qwen3 fixture is missing (make fixtures): %w", scenario, err)
+	}
+	if dir, err = os.MkdirTemp("", "maitred-"+scenario+"-"); err != nil {
+		return "", "", "", err
+	}
+	if maitred = bin; maitred == "" {
+		if maitred, err = buildMaitred(dir, false); err != nil {
+			os.RemoveAll(dir)
+			return "", "", "", fmt.Errorf("%s: %w", scenario, err)
+		}
+	}
+	return tokDir, dir, maitred, nil
+}
+
 // buildMaitred builds ./cmd/maitred into dir and returns the binary's path.
 // withPprof adds pprofOverlay.
 func buildMaitred(dir string, withPprof bool) (string, error) {
