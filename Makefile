@@ -51,7 +51,9 @@ FUZZ_TARGETS := \
 	./tokenize:FuzzPretokenize:10000x \
 	./tokenize:FuzzBPE:7000x \
 	./tokenize:FuzzCountChat:50000x \
-	./tokenize:FuzzOwnedDifferential:5000x
+	./tokenize:FuzzOwnedDifferential:5000x \
+	./kvevents:FuzzDecode:20000x \
+	./kvevents:FuzzDecodeMatchesMsgpackLibrary:20000x
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

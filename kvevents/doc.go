@@ -8,7 +8,10 @@
 // msgpack.go is a small msgpack reader of its own: every length read from
 // the wire is checked against the bytes left before anything is sized
 // from it, nesting is bounded, so garbage is an error, never a panic nor a
-// large allocation (FuzzDecode; seeds in testdata/fuzz). batch.go and
+// large allocation (FuzzDecode; seeds in testdata/fuzz), and what a
+// reference encoder writes it reads back exactly
+// (FuzzDecodeMatchesMsgpackLibrary: batches encoded by
+// vmihailenco/msgpack in both layouts, a test-only dependency). batch.go and
 // event.go decode a batch in both of vLLM's encodings: the older
 // array_like one ([ts, events, dp_rank], each event [tag, fields...]) and
 // the current map one (each event a map with its class name under
