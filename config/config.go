@@ -194,9 +194,11 @@ func Load(path string) (Config, error) {
 		if !filepath.IsAbs(a.KeysFile) {
 			a.KeysFile = filepath.Join(filepath.Dir(path), a.KeysFile)
 		}
-		if _, err := LoadKeys(a.KeysFile, &cfg); err != nil {
+		lk, err := loadKeysFile(a.KeysFile, &cfg)
+		if err != nil {
 			return Config{}, fmt.Errorf("%s: auth.keys_file: %w", path, err)
 		}
+		a.file = lk
 	}
 	return cfg, nil
 }

@@ -2,6 +2,7 @@ package config
 
 import (
 	"bufio"
+	"crypto/sha256"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -234,6 +235,15 @@ func TestAuthConfig(t *testing.T) {
 	a := cfg.Auth
 	if a == nil || len(a.Keys) != 2 || a.KeysFile != filepath.Join("..", "configs", "keys.yaml") {
 		t.Fatalf("auth = %+v", a)
+	}
+	// Load keeps the keys_file as it read and validated it, with the
+	// digest of its bytes, so that the gateway does not parse it again.
+	data, err := os.ReadFile(a.KeysFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lk := a.LoadedKeysFile(); lk == nil || len(lk.Keys) != 1 || lk.Keys[0].Name != "team-b" || lk.Sum != sha256.Sum256(data) {
+		t.Errorf("the keys_file as loaded: %+v", lk)
 	}
 	k := a.Keys[0]
 	if k.Name != "team-a" || k.Priority != "interactive" || k.Limits.TokensPerMinute != 200000 || k.Limits.MaxConcurrent != 32 || k.Models[0] != AllModels {

@@ -25,7 +25,23 @@ type AuthConfig struct {
 	// restart and without cutting streams. A relative path is read from
 	// the config file's folder.
 	KeysFile string `yaml:"keys_file"`
+
+	// file is the keys_file as Load read and validated it, so that the
+	// gateway puts in force what was checked without parsing it again (a
+	// 100k-key file is most of a start's work); nil when not loaded.
+	file *LoadedKeys
 }
+
+// LoadedKeys is a keys_file's keys as Load read them, with the SHA-256 of
+// the bytes they came from.
+type LoadedKeys struct {
+	Keys []KeyConfig
+	Sum  [32]byte
+}
+
+// LoadedKeysFile is the keys_file as Load read it (nil: not read by Load,
+// e.g. a config built in code).
+func (a *AuthConfig) LoadedKeysFile() *LoadedKeys { return a.file }
 
 // KeyConfig is one API key: a tenant (a team, an application).
 type KeyConfig struct {
@@ -205,6 +221,14 @@ func ParseKeys(data []byte, cfg *Config) ([]KeyConfig, error) {
 
 // LoadKeys reads and checks a keys_file (ParseKeys).
 func LoadKeys(path string, cfg *Config) ([]KeyConfig, error) {
+	lk, err := loadKeysFile(path, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return lk.Keys, nil
+}
+
+func loadKeysFile(path string, cfg *Config) (*LoadedKeys, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -213,7 +237,7 @@ func LoadKeys(path string, cfg *Config) ([]KeyConfig, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return keys, nil
+	return &LoadedKeys{Keys: keys, Sum: sha256.Sum256(data)}, nil
 }
 
 func sha256Sum(s string) [32]byte { return sha256.Sum256([]byte(s)) }

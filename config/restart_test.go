@@ -63,6 +63,9 @@ func leaves(v reflect.Value, path string, steps []int, out *[]leaf, declared map
 	t := v.Type()
 	for i := range t.NumField() {
 		f := t.Field(i)
+		if !f.IsExported() {
+			continue // not a key: what Load derived (AuthConfig's keys_file as read)
+		}
 		name, opt, _ := strings.Cut(f.Tag.Get("yaml"), ",")
 		p := path + name
 		if opt == "inline" {

@@ -139,18 +139,9 @@ func (g *Gateway) initKeys() error {
 		return nil
 	}
 	g.noKey = g.metrics.forKey("")
-	keys := a.Keys
-	if a.KeysFile != "" {
-		data, err := os.ReadFile(a.KeysFile)
-		if err != nil {
-			return fmt.Errorf("auth.keys_file: %w", err)
-		}
-		fileKeys, err := config.ParseKeys(data, g.conf())
-		if err != nil {
-			return fmt.Errorf("auth.keys_file %s: %w", a.KeysFile, err)
-		}
-		g.keysFile = fileState{sum: sha256.Sum256(data)}
-		keys = append(append([]config.KeyConfig(nil), a.Keys...), fileKeys...)
+	keys, err := g.authKeys(a)
+	if err != nil {
+		return err
 	}
 	if err := g.setKeys(keys); err != nil {
 		return err
@@ -160,27 +151,42 @@ func (g *Gateway) initKeys() error {
 }
 
 // reloadAuth puts a reloaded config's auth section in force: its keys and
-// its keys_file's, read now (config.Load has validated both). The keys_file
+// its keys_file's (as config.Load read and validated them). The keys_file
 // watcher follows the file the new section names.
 func (g *Gateway) reloadAuth() error {
 	g.keysMu.Lock()
 	defer g.keysMu.Unlock()
-	a := g.conf().Auth
-	keys := a.Keys
+	keys, err := g.authKeys(g.conf().Auth)
+	if err != nil {
+		return err
+	}
+	return g.setKeys(keys)
+}
+
+// authKeys is the auth section's keys and its keys_file's, and notes the
+// file's digest for the keys_file watcher. The keys_file is taken as
+// config.Load read and validated it (one parse, not two: a 100k-key file
+// is most of a start's or reload's work), or read now for a config built
+// in code.
+func (g *Gateway) authKeys(a *config.AuthConfig) ([]config.KeyConfig, error) {
 	g.keysFile = fileState{}
-	if a.KeysFile != "" {
+	if a.KeysFile == "" {
+		return a.Keys, nil
+	}
+	lk := a.LoadedKeysFile()
+	if lk == nil {
 		data, err := os.ReadFile(a.KeysFile)
 		if err != nil {
-			return fmt.Errorf("auth.keys_file: %w", err)
+			return nil, fmt.Errorf("auth.keys_file: %w", err)
 		}
 		fileKeys, err := config.ParseKeys(data, g.conf())
 		if err != nil {
-			return fmt.Errorf("auth.keys_file %s: %w", a.KeysFile, err)
+			return nil, fmt.Errorf("auth.keys_file %s: %w", a.KeysFile, err)
 		}
-		g.keysFile.sum = sha256.Sum256(data)
-		keys = append(append([]config.KeyConfig(nil), a.Keys...), fileKeys...)
+		lk = &config.LoadedKeys{Keys: fileKeys, Sum: sha256.Sum256(data)}
 	}
-	return g.setKeys(keys)
+	g.keysFile.sum = lk.Sum
+	return append(append([]config.KeyConfig(nil), a.Keys...), lk.Keys...), nil
 }
 
 // keyed runs h for a request that must carry an API key when auth is
