@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -54,7 +53,7 @@ func localWork(bin string, n, size int) error {
 		return err
 	}
 	defer func() { gwCmd.Process.Kill(); gwCmd.Wait() }()
-	if err := awaitReady("http://" + gwAddr + "/readyz"); err != nil {
+	if err := awaitStatus200("http://"+gwAddr+"/readyz", time.Minute); err != nil {
 		return err
 	}
 	pid := gwCmd.Process.Pid
@@ -177,24 +176,4 @@ func freeAddr() string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
-}
-
-// awaitReady polls the gateway's /readyz until it answers 200.
-func awaitReady(url string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if res, err := http.DefaultClient.Do(req); err == nil {
-			res.Body.Close()
-			if res.StatusCode == 200 {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("localwork: the gateway was not ready within a minute (%s)", url)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
 }

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -187,27 +185,6 @@ func startModels(bin, dir, simAddr string, dirs []string) (modelsResult, error) 
 	}
 	res.hwm, err = procStatus(pid, "VmHWM:")
 	return res, err
-}
-
-// awaitStatus200 polls url every 5 ms until it answers 200, for at most
-// limit.
-func awaitStatus200(url string, limit time.Duration) error {
-	ctx, cancel := context.WithTimeout(context.Background(), limit)
-	defer cancel()
-	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if res, err := http.DefaultClient.Do(req); err == nil {
-			res.Body.Close()
-			if res.StatusCode == 200 {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s did not answer 200 within %s", url, limit)
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
 }
 
 // lastLine is the last line of a log file, for an error.

@@ -176,6 +176,28 @@ func (p *proc) awaitHTTP(url string) error {
 	}
 }
 
+// awaitStatus200 polls url every 5 ms until it answers 200, for at most
+// limit: the readiness wait of a process started without proc (its start
+// time measured to the poll).
+func awaitStatus200(url string, limit time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if res, err := http.DefaultClient.Do(req); err == nil {
+			res.Body.Close()
+			if res.StatusCode == 200 {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s did not answer 200 within %s", url, limit)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
 // tail is the last lines of the process's log.
 func (p *proc) tail() string {
 	if p.log == "" {

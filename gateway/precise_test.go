@@ -37,27 +37,9 @@ type preciseFleet struct {
 	tok  *tokenize.Model
 }
 
-// qwen3Tok is the qwen3 fixture, loaded once for the tests that share it
-// (read only: a Model is safe for concurrent use).
-var qwen3Tok = struct {
-	once sync.Once
-	tok  *tokenize.Model
-	err  error
-}{}
-
-func qwen3Once(t *testing.T) *tokenize.Model {
-	t.Helper()
-	dir := fixtures.ModelDir(t, "qwen3")
-	qwen3Tok.once.Do(func() { qwen3Tok.tok, qwen3Tok.err = fixtureLoader.LoadDir(dir, tokenize.LoadOptions{}) })
-	if qwen3Tok.err != nil {
-		t.Fatal(qwen3Tok.err)
-	}
-	return qwen3Tok.tok
-}
-
 func startPreciseFleet(t *testing.T, n int, events func(i int, kc *config.KVEventsConfig) *config.KVEventsConfig) *preciseFleet {
 	t.Helper()
-	tok := qwen3Once(t)
+	tok := loadTok(t, "qwen3")
 	pf := &preciseFleet{tok: tok}
 	var backends []config.BackendConfig
 	for i := range n {
