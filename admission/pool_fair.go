@@ -3,6 +3,7 @@ package admission
 import (
 	"slices"
 	"sync/atomic"
+	"time"
 )
 
 // Fairness is how a pool shares its backends between flows (API keys)
@@ -70,6 +71,15 @@ type fairQueue struct {
 	// a flow becoming active is lifted to when no other waits.
 	lastLeft float64
 	pass     uint64
+	// remote is the other replicas' claims as the last sync read them
+	// (nil: none; pool_fair_sync.go). A grant is held back for a flow
+	// waiting there with a counter lower by more than margin (the
+	// largest weighted prompt granted here), from holdFrom (the first
+	// grant held back since the last grant) for at most hold.
+	remote   []remoteFlows
+	margin   float64
+	holdFrom time.Time
+	hold     time.Duration
 }
 
 func (fq *fairQueue) init(classes int) {
@@ -124,13 +134,15 @@ func (p *Pool) chargeLocked(f *flow, in, out int64) {
 
 // liftLocked lifts f, becoming active, to the least counter of the
 // active flows (or of the last one to leave the queue when none is), so
-// that a flow's idle time is not banked as a claim on the backends.
+// that a flow's idle time is not banked as a claim on the backends. A
+// flow that waits on another replica is not becoming active in the
+// fleet: it is lifted to where it stands there (liftTargetLocked).
 func (p *Pool) liftLocked(f *flow) {
 	least, any := 0.0, false
 	if p.depth == 0 {
 		// Nobody waits: no scan.
-		if c := p.counterLocked(f); c < p.fair.lastLeft {
-			f.vtc = p.fair.lastLeft
+		if t := p.liftTargetLocked(f, p.fair.lastLeft); p.counterLocked(f) < t {
+			f.vtc = t
 		}
 		return
 	}
@@ -144,8 +156,8 @@ func (p *Pool) liftLocked(f *flow) {
 	if !any {
 		least = p.fair.lastLeft
 	}
-	if c := p.counterLocked(f); c < least {
-		f.vtc = least
+	if t := p.liftTargetLocked(f, least); p.counterLocked(f) < t {
+		f.vtc = t
 	}
 }
 
@@ -232,7 +244,7 @@ func (p *Pool) grantFairLocked(c int) bool {
 		}
 		w := f.queues[c][0]
 		l := p.grantLocked(w.t)
-		if l == nil {
+		if l == nil || p.holdBackLocked(l, &w.t) {
 			f.blocked = p.fair.pass
 			continue
 		}
@@ -251,6 +263,9 @@ func (p *Pool) chargeGrantLocked(l *Lease, f *flow, t *Ticket) {
 	l.flow = f
 	l.chargedIn = int64(t.Prompt)
 	f.inFlight++
+	if m := float64(t.Prompt) * p.fair.wIn; m > p.fair.margin {
+		p.fair.margin = m
+	}
 	p.chargeLocked(f, l.chargedIn, 0)
 }
 
@@ -338,6 +353,7 @@ func (p *Pool) setFairnessLocked(f Fairness, wIn, wOut float64) {
 		byClass[c] = ws
 	}
 	p.fair.on = on
+	p.fair.remote = nil
 	for c, ws := range byClass {
 		for _, w := range ws {
 			if on {

@@ -1,32 +1,77 @@
 package admission
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
-// FlowSync shares the flows' service between the replicas of a gateway
-// (package store keeps it in Redis or Valkey): SyncFlows adds deltas, the
+// FlowSync shares the flows between the replicas of a gateway (package
+// store keeps them in Redis or Valkey). SyncFlows adds deltas, the
 // weighted token service each flow of model was charged on this replica
-// since its last call, to the model's totals over every replica, and
-// returns every flow's total.
+// since its last call, to the model's totals over every replica, puts
+// claims in place of this replica's last ones, and returns every flow's
+// total and the other live replicas' claims. A replica's claims vanish
+// a short time after its last sync (a replica that died claims nothing).
 type FlowSync interface {
-	SyncFlows(ctx context.Context, model string, deltas map[string]float64) (map[string]float64, error)
+	SyncFlows(ctx context.Context, model string, deltas map[string]float64, claims []FlowClaim) (FlowView, error)
 }
 
-// SyncFlows shares the pool's flows' service with the other replicas
-// under Tokens fairness: it pushes what this replica charged each flow
-// since the last sync and adds to each flow's counter what the others
-// charged it meanwhile (the total's growth beyond this replica's own
-// push), over its weight. A flow's first sync only takes the total as
-// its base: service from before this replica knew the flow is not
-// charged again. Called by one goroutine at a time, every sync interval;
-// the counters of two replicas then differ by at most the service the
-// others charged in one interval (and a round trip). When fs fails, the
-// deltas stay for the next sync.
-func (p *Pool) SyncFlows(ctx context.Context, fs FlowSync) error {
+// FlowClaim is one flow active on a replica: its counter there (on that
+// replica's scale: lifts are each replica's own) and, Waiting, that a
+// request of it waits in Class there. A flow waiting in several classes
+// has a claim per class; a flow only in flight there has one with Waiting
+// false, so that the others know its counter on that scale.
+type FlowClaim struct {
+	Flow    string
+	Counter float64
+	Class   int
+	Waiting bool
+}
+
+// FlowView is what SyncFlows answers: every flow's service over every
+// replica (Totals) and the other live replicas' claims, by replica.
+type FlowView struct {
+	Totals map[string]float64
+	Others map[string][]FlowClaim
+}
+
+// remoteFlows is another replica's claims as the last sync read them:
+// its flows' counters, and those of them waiting.
+type remoteFlows struct {
+	counters map[string]float64
+	waiting  []FlowClaim
+}
+
+// SyncFlows shares the pool's flows with the other replicas under Tokens
+// fairness. It pushes what this replica charged each flow since the last
+// sync and adds to each flow's counter what the others charged it
+// meanwhile (the total's growth beyond this replica's own push), over its
+// weight; a flow's first sync only takes the total as its base: service
+// from before this replica knew the flow is not charged again. The
+// counters of two replicas then differ by at most the service the others
+// charged in one interval (and a round trip).
+//
+// It also publishes this replica's active flows (claims) and reads the
+// other replicas': from then on a grant to flow X is held back while
+// another replica has a flow Y waiting in the same class whose counter is
+// lower than X's there by more than the largest weighted prompt granted
+// here (holdBackLocked), for at most hold from the first grant held
+// back, so that the replica holding Y takes the freed slot; then the
+// grant goes ahead (work-conserving: a slot idles at most hold plus one
+// sync interval when the other replica cannot use it). It grants again
+// at its end (the claims changed, a hold may have run out). contended:
+// a flow waits here or on another replica; the caller syncs more often
+// then. Called by one goroutine at a time, every sync interval. When fs
+// fails, the deltas stay for the next sync and the claims read before
+// are dropped (each replica schedules on its own).
+func (p *Pool) SyncFlows(ctx context.Context, fs FlowSync, hold time.Duration) (contended bool, err error) {
 	p.mu.Lock()
 	if !p.fair.on {
+		p.fair.remote = nil
 		p.unlock()
-		return nil
+		return false, nil
 	}
+	p.fair.hold = hold
 	var deltas map[string]float64
 	for name, f := range p.fair.flows {
 		p.counterLocked(f) // folds the output charged since
@@ -38,17 +83,19 @@ func (p *Pool) SyncFlows(ctx context.Context, fs FlowSync) error {
 			f.unpushed = 0
 		}
 	}
+	claims := p.claimsLocked()
 	p.unlock()
-	totals, err := fs.SyncFlows(ctx, p.name, deltas)
+	view, err := fs.SyncFlows(ctx, p.name, deltas, claims)
 	p.mu.Lock()
 	defer p.unlock()
 	if err != nil {
 		for name, d := range deltas {
 			p.fair.flows[name].unpushed += d
 		}
-		return err
+		p.fair.remote = nil
+		return p.depth > 0, err
 	}
-	for name, total := range totals {
+	for name, total := range view.Totals {
 		f := p.fair.flows[name]
 		if f == nil {
 			continue // not active here yet: based at its first sync
@@ -60,5 +107,136 @@ func (p *Pool) SyncFlows(ctx context.Context, fs FlowSync) error {
 		}
 		f.seen, f.synced = total, true
 	}
-	return nil
+	had := p.fair.remote != nil
+	p.fair.remote = remoteOf(view.Others)
+	waiting := false
+	for _, r := range p.fair.remote {
+		waiting = waiting || len(r.waiting) > 0
+	}
+	if (had || p.fair.remote != nil) && p.depth > 0 {
+		p.grantWaitingLocked()
+	}
+	return p.depth > 0 || waiting, nil
+}
+
+// claimsLocked lists the pool's active flows (waiting or in flight) with
+// their counters: what the other replicas weigh their grants against.
+func (p *Pool) claimsLocked() []FlowClaim {
+	var out []FlowClaim
+	for name, f := range p.fair.flows {
+		if f.waiting == 0 && f.inFlight == 0 {
+			continue
+		}
+		c := p.counterLocked(f)
+		n := len(out)
+		for class, q := range f.queues {
+			if len(q) > 0 {
+				out = append(out, FlowClaim{Flow: name, Counter: c, Class: class, Waiting: true})
+			}
+		}
+		if len(out) == n {
+			out = append(out, FlowClaim{Flow: name, Counter: c})
+		}
+	}
+	return out
+}
+
+// remoteOf is the other replicas' claims as the pool looks them up (nil:
+// none).
+func remoteOf(others map[string][]FlowClaim) []remoteFlows {
+	var out []remoteFlows
+	for _, claims := range others {
+		if len(claims) == 0 {
+			continue
+		}
+		r := remoteFlows{counters: make(map[string]float64, len(claims))}
+		for _, c := range claims {
+			r.counters[c.Flow] = c.Counter
+			if c.Waiting {
+				r.waiting = append(r.waiting, c)
+			}
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// holdBackLocked decides a grant l just picked for t against the other
+// replicas' claims: held back (the pick undone) while some replica has a
+// flow waiting in t's class whose counter there is lower than t's flow's
+// by more than the margin, and less than hold has passed since the first
+// grant held back since the last grant. Without other replicas' claims
+// (one replica, no store) it costs one comparison.
+func (p *Pool) holdBackLocked(l *Lease, t *Ticket) bool {
+	if p.fair.remote == nil {
+		return false
+	}
+	if !p.remoteAheadLocked(t) {
+		p.fair.holdFrom = time.Time{}
+		return false
+	}
+	now := p.now()
+	if p.fair.holdFrom.IsZero() {
+		p.fair.holdFrom = now
+	}
+	if now.Sub(p.fair.holdFrom) >= p.fair.hold {
+		p.fair.holdFrom = time.Time{}
+		return false
+	}
+	s := l.Slot
+	s.inFlight--
+	s.tokens -= l.tokens
+	p.decisions[l.Policy]--
+	return true
+}
+
+// remoteAheadLocked: another replica has a flow waiting in t's class
+// whose counter there is lower than t's flow's by more than the margin.
+// A replica on which t's flow is not active (no counter there) is not
+// weighed.
+func (p *Pool) remoteAheadLocked(t *Ticket) bool {
+	for i := range p.fair.remote {
+		r := &p.fair.remote[i]
+		cx, ok := r.counters[t.Flow]
+		if !ok {
+			continue
+		}
+		for _, y := range r.waiting {
+			if y.Class == t.Class && y.Flow != t.Flow && y.Counter+p.fair.margin < cx {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// liftTargetLocked is what f, becoming active here, is lifted to: least,
+// the least counter of the flows waiting here, unless f waits on another
+// replica with other flows: there it stands some lag below (or above) the
+// least of theirs, and it is lifted to least less that lag (the largest
+// over the replicas where it waits), so that a flow backlogged in the
+// fleet keeps its place when its requests reach another replica, as VTC
+// lifts only a flow that was idle. One comparison without other
+// replicas' claims.
+func (p *Pool) liftTargetLocked(f *flow, least float64) float64 {
+	if p.fair.remote == nil {
+		return least
+	}
+	lag, any := 0.0, false
+	for i := range p.fair.remote {
+		var cf, floor float64
+		waits, others := false, false
+		for _, y := range p.fair.remote[i].waiting {
+			switch {
+			case y.Flow == f.name:
+				cf, waits = y.Counter, true
+			case !others || y.Counter < floor:
+				floor, others = y.Counter, true
+			}
+		}
+		if d := floor - cf; waits && others && (!any || d > lag) {
+			lag, any = d, true
+		}
+	}
+	return least - lag
 }

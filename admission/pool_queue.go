@@ -185,7 +185,7 @@ func (p *Pool) acquireLocal(ctx context.Context, t Ticket, q *queued, again bool
 		ahead = t.Class > 0 && p.waitingAtOrAboveLocked(t.Class-1)
 	}
 	if !ahead {
-		if l := p.grantLocked(t); l != nil {
+		if l := p.grantLocked(t); l != nil && !p.holdBackLocked(l, &t) {
 			if p.fair.on {
 				f := p.flowLocked(&t)
 				if f.waiting == 0 {

@@ -25,22 +25,31 @@ const noFlow = "-"
 // to the shared store and reads the others': the counters of two
 // replicas differ by at most the service the others charged a flow in
 // one interval (and a round trip), which adds to VTC's bound across
-// replicas (docs/fairness.md).
-const FlowSyncInterval = 100 * time.Millisecond
+// replicas (docs/fairness.md). While flows are contended (a request
+// waits on this replica, or another replica claims a waiting flow) it
+// syncs every FlowSyncContended instead, so that a flow waiting on one
+// replica is seen soon by the others, which hold their grants back for it
+// for at most FlowHoldBack (admission.Pool.SyncFlows).
+const (
+	FlowSyncInterval  = 100 * time.Millisecond
+	FlowSyncContended = 25 * time.Millisecond
+	FlowHoldBack      = FlowSyncInterval
+)
 
-// RunFlowSync shares the flows' service of every model under fairness
-// tokens with the other replicas, every FlowSyncInterval, until ctx is
-// done; it returns at once without a FlowSync. A failed sync keeps the
-// deltas for the next (the store's own state says it is down).
+// RunFlowSync shares the flows of every model under fairness tokens with
+// the other replicas, every FlowSyncInterval (FlowSyncContended while
+// contended), until ctx is done; it returns at once without a FlowSync.
+// A failed sync keeps the deltas for the next (the store's own state says
+// it is down).
 func (g *Gateway) RunFlowSync(ctx context.Context) {
-	g.runFlowSync(ctx, FlowSyncInterval)
+	g.runFlowSync(ctx, FlowSyncInterval, FlowSyncContended, FlowHoldBack)
 }
 
-func (g *Gateway) runFlowSync(ctx context.Context, every time.Duration) {
+func (g *Gateway) runFlowSync(ctx context.Context, every, contended, hold time.Duration) {
 	if g.flowSync == nil {
 		return
 	}
-	t := time.NewTicker(every)
+	t := time.NewTimer(every)
 	defer t.Stop()
 	for {
 		select {
@@ -48,10 +57,17 @@ func (g *Gateway) runFlowSync(ctx context.Context, every time.Duration) {
 			return
 		case <-t.C:
 		}
+		busy := false
 		for _, rt := range g.live().models {
 			if rt.fair {
-				_ = rt.pool.SyncFlows(ctx, g.flowSync)
+				c, _ := rt.pool.SyncFlows(ctx, g.flowSync, hold)
+				busy = busy || c
 			}
+		}
+		if busy {
+			t.Reset(contended)
+		} else {
+			t.Reset(every)
 		}
 	}
 }

@@ -51,7 +51,7 @@ func TestFlowsSharedBetweenReplicas(t *testing.T) {
 			p *admission.Pool
 			s *replica
 		}{{p1, r1}, {p2, r2}} {
-			if err := c.p.SyncFlows(ctx, c.s); err != nil {
+			if _, err := c.p.SyncFlows(ctx, c.s, time.Second); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -105,5 +105,66 @@ func awaitDepth(t *testing.T, p *admission.Pool, n int) {
 			t.Fatalf("depth %v, want %d", p.Stats().Depth, n)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestFlowClaimsHoldGrantAcrossReplicas: through a real redis-server,
+// replica 1 holds back a grant to flow a while replica 2 claims b waiting
+// there far below a; once replica 2 stops syncing (it died), its claims
+// end FlowClaimsTTL after its last sync, on the store's clock, and
+// replica 1's next sync grants a.
+func TestFlowClaimsHoldGrantAcrossReplicas(t *testing.T) {
+	srv := redistest.Start(t)
+	r1 := startReplica(t, srv, "r1", 10*time.Second, time.Second)
+	r2 := startReplica(t, srv, "r2", 10*time.Second, time.Second)
+	p1, p2 := fairPool(), fairPool()
+	ctx := t.Context()
+	acquire := func(p *admission.Pool, flow string, prompt int) <-chan *admission.Lease {
+		ch := make(chan *admission.Lease, 1)
+		go func() {
+			if l, o := p.Acquire(ctx, admission.Ticket{Tokens: 1, Exact: true, Flow: flow, Prompt: prompt}); o == admission.Admitted {
+				ch <- l
+			}
+		}()
+		return ch
+	}
+	<-acquire(p2, "a", 1000) // a runs on replica 2, charged 1000
+	acquire(p2, "b", 10)     // b waits there, at 0
+	awaitDepth(t, p2, 1)
+	l1 := <-acquire(p1, "a", 100)
+	a2 := acquire(p1, "a", 100)
+	awaitDepth(t, p1, 1)
+	for _, c := range []struct {
+		p *admission.Pool
+		s *replica
+	}{{p2, r2}, {p1, r1}} {
+		if _, err := c.p.SyncFlows(ctx, c.s, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l1.Release(admission.Succeeded)
+	if d := p1.Stats().Depth[0]; d != 1 {
+		t.Fatalf("replica 1 granted a at once (depth %d) while b, 1000 below a, waits on replica 2", d)
+	}
+	r2.stop()
+	deadline := time.Now().Add(20 * time.Second) // within the queue's timeout
+	for granted := false; !granted; {
+		select {
+		case l := <-a2:
+			l.Release(admission.Succeeded)
+			granted = true
+			continue
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("replica 1 still holds a back 20 s after replica 2 stopped syncing")
+		}
+		if _, err := p1.SyncFlows(ctx, r1, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n, err := srv.Do("HLEN", claimsKey("m")); err != nil || n != ":1" {
+		t.Errorf("claims hash holds %q replicas (%v), want replica 1's alone: replica 2's dropped", n, err)
 	}
 }

@@ -1,0 +1,277 @@
+package admission
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// flowStore is a store of flows in memory for the replicas of a test:
+// the totals of service and each replica's claims, which end claimsTTL
+// after the replica's last sync (on the clock: a synctest bubble's).
+type flowStore struct {
+	mu     sync.Mutex
+	totals map[string]float64
+	claims map[string]flowClaims
+}
+
+type flowClaims struct {
+	claims []FlowClaim
+	until  time.Time
+}
+
+const claimsTTL = 500 * time.Millisecond
+
+func newFlowStore() *flowStore {
+	return &flowStore{totals: map[string]float64{}, claims: map[string]flowClaims{}}
+}
+
+// flowReplica is one replica's FlowSync on a flowStore.
+type flowReplica struct {
+	s    *flowStore
+	name string
+}
+
+func (r flowReplica) SyncFlows(_ context.Context, _ string, deltas map[string]float64, claims []FlowClaim) (FlowView, error) {
+	s := r.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	for f, d := range deltas {
+		s.totals[f] += d
+	}
+	s.claims[r.name] = flowClaims{claims, now.Add(claimsTTL)}
+	v := FlowView{Totals: map[string]float64{}, Others: map[string][]FlowClaim{}}
+	for f, t := range s.totals {
+		v.Totals[f] = t
+	}
+	for name, c := range s.claims {
+		if name != r.name && now.Before(c.until) {
+			v.Others[name] = c.claims
+		}
+	}
+	return v, nil
+}
+
+// acquireAsync asks p for a slot for flow in a goroutine; the lease comes
+// on the channel once granted.
+func acquireAsync(t *testing.T, p *Pool, flow string, prompt int) chan *Lease {
+	ch := make(chan *Lease, 1)
+	go func() {
+		l, o := p.Acquire(t.Context(), Ticket{Tokens: 1, Exact: true, Flow: flow, Prompt: prompt})
+		if o == Admitted {
+			ch <- l
+		}
+	}()
+	synctest.Wait()
+	return ch
+}
+
+func mustAcquire(t *testing.T, p *Pool, flow string, prompt int) *Lease {
+	t.Helper()
+	l, o := p.Acquire(t.Context(), Ticket{Tokens: 1, Exact: true, Flow: flow, Prompt: prompt})
+	if o != Admitted {
+		t.Fatalf("%s: %s", flow, o)
+	}
+	return l
+}
+
+func granted(ch chan *Lease) *Lease {
+	synctest.Wait()
+	select {
+	case l := <-ch:
+		return l
+	default:
+		return nil
+	}
+}
+
+// twoReplicas: replica 1 (p1) runs a request of flow a and has another of
+// a's waiting; replica 2 (p2) runs one of a's, charged far more, and has
+// one of b's waiting, so that there b's counter is below a's by more than
+// the margin (the largest prompt p1 granted). Both synced: p1 holds b's
+// claim.
+func twoReplicas(t *testing.T, hold time.Duration) (p1, p2 *Pool, r1, r2 flowReplica, l1 *Lease, a2 chan *Lease) {
+	fs := newFlowStore()
+	r1, r2 = flowReplica{fs, "r1"}, flowReplica{fs, "r2"}
+	mk := func() *Pool { return testPool(one(1, 0), func(c *PoolConfig) { c.Fairness = Tokens }) }
+	p1, p2 = mk(), mk()
+	mustAcquire(t, p2, "a", 1000)
+	if granted(acquireAsync(t, p2, "b", 10)) != nil {
+		t.Fatal("b granted on a full backend")
+	}
+	l1 = mustAcquire(t, p1, "a", 100)
+	a2 = acquireAsync(t, p1, "a", 100)
+	for _, s := range []struct {
+		p *Pool
+		r flowReplica
+	}{{p2, r2}, {p1, r1}} {
+		if _, err := s.p.SyncFlows(t.Context(), s.r, hold); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return p1, p2, r1, r2, l1, a2
+}
+
+// TestFairSyncHoldsGrantForLowerFlowElsewhere: a slot freed on replica 1,
+// where only a waits, is not granted to a at once while b, far below a on
+// replica 2, waits there: replica 1 holds the grant back, for at most
+// hold (from the first grant held back), then grants it (work-conserving).
+func TestFairSyncHoldsGrantForLowerFlowElsewhere(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const hold = 100 * time.Millisecond
+		p1, p2, r1, r2, l1, a2 := twoReplicas(t, hold)
+		l1.Release(Succeeded)
+		if granted(a2) != nil {
+			t.Fatal("replica 1 granted a at once while b, below a by more than the margin, waits on replica 2")
+		}
+		if d := p1.Stats().Depth[0]; d != 1 {
+			t.Fatalf("replica 1's depth %d, want a's request waiting", d)
+		}
+		// Half the hold later both sync again: still held.
+		time.Sleep(hold / 2)
+		for _, s := range []struct {
+			p *Pool
+			r flowReplica
+		}{{p2, r2}, {p1, r1}} {
+			if _, err := s.p.SyncFlows(t.Context(), s.r, hold); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if granted(a2) != nil {
+			t.Fatal("replica 1 granted a before the hold ran out")
+		}
+		// The hold runs out: the next sync grants (the slot idled at
+		// most hold and one sync interval).
+		time.Sleep(hold / 2)
+		contended, err := p1.SyncFlows(t.Context(), r1, hold)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !contended {
+			t.Error("replica 1 not contended while b waits on replica 2")
+		}
+		if granted(a2) == nil {
+			t.Fatal("replica 1 did not grant a once the hold ran out")
+		}
+	})
+}
+
+// TestFairSyncNoHoldWithinMargin: a grant is not held back for a flow on
+// another replica whose counter there is not below the granted flow's by
+// more than the margin (nor for the granted flow's own requests there).
+func TestFairSyncNoHoldWithinMargin(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fs := newFlowStore()
+		r1, r2 := flowReplica{fs, "r1"}, flowReplica{fs, "r2"}
+		mk := func() *Pool { return testPool(one(1, 0), func(c *PoolConfig) { c.Fairness = Tokens }) }
+		p1, p2 := mk(), mk()
+		mustAcquire(t, p2, "a", 50) // a, 50 above b there: within the margin
+		acquireAsync(t, p2, "b", 10)
+		acquireAsync(t, p2, "a", 10)
+		l1 := mustAcquire(t, p1, "a", 100)
+		a2 := acquireAsync(t, p1, "a", 100)
+		for _, s := range []struct {
+			p *Pool
+			r flowReplica
+		}{{p2, r2}, {p1, r1}} {
+			if _, err := s.p.SyncFlows(t.Context(), s.r, time.Hour); err != nil {
+				t.Fatal(err)
+			}
+		}
+		l1.Release(Succeeded)
+		if granted(a2) == nil {
+			t.Fatal("replica 1 held a back for b, within the margin of a on replica 2")
+		}
+	})
+}
+
+// TestFairSyncDeadReplicaClaimsEnd: replica 2 stops syncing (it died);
+// its claims end claimsTTL after its last sync, and from replica 1's next
+// sync its slots are granted at once again, not held back for a flow
+// nobody will serve.
+func TestFairSyncDeadReplicaClaimsEnd(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p1, _, r1, _, l1, a2 := twoReplicas(t, time.Hour)
+		l1.Release(Succeeded)
+		if granted(a2) != nil {
+			t.Fatal("replica 1 granted a at once while b waits on replica 2")
+		}
+		// Replica 2 is dead from here. Within the claims' life, replica 1
+		// keeps holding (its hold is an hour here).
+		time.Sleep(claimsTTL / 2)
+		if _, err := p1.SyncFlows(t.Context(), r1, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		if granted(a2) != nil {
+			t.Fatal("replica 1 stopped holding while replica 2's claims live")
+		}
+		time.Sleep(claimsTTL / 2)
+		contended, err := p1.SyncFlows(t.Context(), r1, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := granted(a2)
+		if l == nil {
+			t.Fatal("replica 1 still holds back for a dead replica's claims")
+		}
+		if contended {
+			t.Error("replica 1 contended with nobody waiting anywhere")
+		}
+		// A new request is granted at once when the slot frees.
+		a3 := acquireAsync(t, p1, "a", 100)
+		l.Release(Succeeded)
+		if granted(a3) == nil {
+			t.Fatal("a's next request not granted at once after the dead replica's claims ended")
+		}
+	})
+}
+
+// TestFairSyncBackloggedFlowNotLiftedElsewhere: b waits on replica 2
+// 1000 below a there; its request that reaches replica 1 (where a waits)
+// is not a flow becoming active (VTC's lift to the least counter waiting)
+// but one backlogged in the fleet: it keeps its lag below a, and replica
+// 1 grants it before a's older request.
+func TestFairSyncBackloggedFlowNotLiftedElsewhere(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fs := newFlowStore()
+		r1, r2 := flowReplica{fs, "r1"}, flowReplica{fs, "r2"}
+		mk := func() *Pool { return testPool(one(1, 0), func(c *PoolConfig) { c.Fairness = Tokens }) }
+		p1, p2 := mk(), mk()
+		mustAcquire(t, p2, "a", 1000)
+		acquireAsync(t, p2, "b", 10)
+		acquireAsync(t, p2, "a", 10)
+		l1 := mustAcquire(t, p1, "a", 100)
+		a2 := acquireAsync(t, p1, "a", 100)
+		for _, s := range []struct {
+			p *Pool
+			r flowReplica
+		}{{p2, r2}, {p1, r1}} {
+			if _, err := s.p.SyncFlows(t.Context(), s.r, time.Hour); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b1 := acquireAsync(t, p1, "b", 10)
+		ca, cb := -1.0, -1.0
+		for _, f := range p1.Flows() {
+			switch f.Name {
+			case "a":
+				ca = f.Counter
+			case "b":
+				cb = f.Counter
+			}
+		}
+		if cb >= ca {
+			t.Errorf("on replica 1 b's counter is %v, a's %v: b, backlogged 1000 below a on replica 2, was lifted as a flow becoming active", cb, ca)
+		}
+		l1.Release(Succeeded)
+		if granted(b1) == nil {
+			t.Fatalf("replica 1 did not grant b first (flows %+v)", p1.Flows())
+		}
+		if granted(a2) != nil {
+			t.Fatal("replica 1 granted a too")
+		}
+	})
+}
