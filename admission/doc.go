@@ -94,7 +94,12 @@
 // active ones (VTC). The input is charged at the grant (Ticket.Prompt),
 // the output as it streams (Lease.Charge), both corrected to the usage at
 // the end (Lease.SettleInput, SettleOutput); SyncFlows shares the flows'
-// service with other replicas through a FlowSync (package store).
+// service with other replicas through a FlowSync (package store), and
+// their claims (each replica's active flows and counters): a grant is held
+// back, for at most the hold SyncFlows is given, while another replica
+// has a flow waiting whose counter there is lower than the granted flow's
+// by more than the largest weighted prompt granted, and a flow waiting on
+// another replica keeps its lag there rather than being lifted.
 // Routing is power of two choices on outstanding tokens (past 16 slots
 // the two are drawn at random among the slots that can take the request
 // instead of listing them: a grant costs the same at 512 backends as at

@@ -86,10 +86,14 @@
 // Under a model's fairness tokens, each replica's pools push the weighted
 // token service they charged each flow (API key) and read every flow's
 // total back (SyncFlows, flows.go: admission.FlowSync), every
-// gateway.FlowSyncInterval: one transaction on a hash per model (flow ->
-// service, a float; HINCRBYFLOAT, EXPIRE FlowsTTL, HGETALL). While the
-// store is down a pool keeps its deltas for the next sync and schedules on
-// its own service meanwhile.
+// gateway.FlowSyncInterval (FlowSyncContended while flows wait): one
+// script on a hash per model of totals (flow -> service, a float;
+// HINCRBYFLOAT, EXPIRE FlowsTTL) and a hash per model of claims (replica
+// -> its end on the store's clock and its active flows' counters as JSON,
+// each ending FlowClaimsTTL after its replica's last sync, dropped by the
+// next sync that finds it ended), answering the totals and the other
+// replicas' live claims. While the store is down a pool keeps its deltas
+// for the next sync and schedules on its own service meanwhile.
 //
 // # Concurrency
 //
