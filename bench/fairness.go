@@ -1,18 +1,14 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/maitred-dev/maitred/internal/fixtures"
@@ -137,7 +133,7 @@ var errNoFairness = errors.New("this maitred build refuses `fairness: tokens`")
 // redis-server once item 4 asks for it.
 type fairEnv struct {
 	bin, dir, simAddr string
-	sim               *fairProc
+	sim               *proc
 	redis             string
 	stopRedis         func()
 	dbs               int
@@ -161,10 +157,10 @@ func startFairEnv(bin string) (*fairEnv, error) {
 		}
 	}
 	e.simAddr = freeAddr()
-	e.sim, err = startFairProc(e.bin, nil, "sim", "--listen", e.simAddr, "--model", "demo", "--tokenizer", "builtin:demo",
+	e.sim, err = startProc(filepath.Join(dir, "sim.log"), nil, e.bin, "sim", "--listen", e.simAddr, "--model", "demo", "--tokenizer", "builtin:demo",
 		"--ttft", fairTTFT.String(), "--itl", fairITL.String(), "--max-num-seqs", "256", "--kv-tokens", "1000000", "--log-level", "warn")
 	if err == nil {
-		err = e.sim.awaitReady("http://" + e.simAddr + "/health")
+		err = e.sim.awaitHTTP("http://" + e.simAddr + "/health")
 	}
 	if err != nil {
 		e.close()
@@ -175,9 +171,7 @@ func startFairEnv(bin string) (*fairEnv, error) {
 
 func (e *fairEnv) close() {
 	e.once.Do(func() {
-		if e.sim != nil {
-			e.sim.stop()
-		}
+		e.sim.stop()
 		if e.stopRedis != nil {
 			e.stopRedis()
 		}
@@ -203,7 +197,7 @@ func (e *fairEnv) startGateways(policy string, weights [2]float64, n int) ([]str
 		store = fmt.Sprintf("redis://%s/%d", e.redis, e.dbs)
 	}
 	keyEnv := []string{fairKeyEnv[0] + "=sk-bench-tenant-a", fairKeyEnv[1] + "=sk-bench-tenant-b"}
-	var procs []*fairProc
+	var procs []*proc
 	stop := func() {
 		var wg sync.WaitGroup
 		for _, p := range procs {
@@ -219,10 +213,10 @@ func (e *fairEnv) startGateways(policy string, weights [2]float64, n int) ([]str
 			stop()
 			return nil, nil, err
 		}
-		p, err := startFairProc(e.bin, keyEnv, "serve", "--config", path, "--log-level", "warn")
+		p, err := startProc(strings.TrimSuffix(path, ".yaml")+".log", keyEnv, e.bin, "serve", "--config", path, "--log-level", "warn")
 		if err == nil {
 			procs = append(procs, p)
-			err = p.awaitReady("http://" + addr + "/readyz")
+			err = p.awaitHTTP("http://" + addr + "/readyz")
 		}
 		if err != nil {
 			stop()
@@ -259,83 +253,4 @@ func fairConfig(listen, simAddr, policy string, weights [2]float64, store string
 		}
 	}
 	return b.String()
-}
-
-// fairProc is a child process of the scenario, its output's tail kept for
-// errors.
-type fairProc struct {
-	cmd    *exec.Cmd
-	exited chan struct{}
-	out    *tailWriter
-}
-
-func startFairProc(bin string, env []string, args ...string) (*fairProc, error) {
-	p := &fairProc{cmd: exec.Command(bin, args...), exited: make(chan struct{}), out: &tailWriter{max: 4 << 10}}
-	p.cmd.SysProcAttr = childAttr()
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	p.cmd.Env = append(os.Environ(), env...)
-	if err := p.cmd.Start(); err != nil {
-		return nil, err
-	}
-	go func() { p.cmd.Wait(); close(p.exited) }()
-	return p, nil
-}
-
-// stop asks the process to end (SIGTERM: a gateway drains, releasing what
-// it holds in the store) and kills it after 5 s.
-func (p *fairProc) stop() {
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-	case <-time.After(5 * time.Second):
-		p.cmd.Process.Kill()
-		<-p.exited
-	}
-}
-
-// awaitReady polls url until it answers 200, the process exits, or a
-// minute has passed.
-func (p *fairProc) awaitReady(url string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if res, err := http.DefaultClient.Do(req); err == nil {
-			io.Copy(io.Discard, res.Body)
-			res.Body.Close()
-			if res.StatusCode == 200 {
-				return nil
-			}
-		}
-		select {
-		case <-p.exited:
-			return fmt.Errorf("exited: %s", strings.TrimSpace(p.out.String()))
-		case <-ctx.Done():
-			return fmt.Errorf("not ready within a minute (%s): %s", url, strings.TrimSpace(p.out.String()))
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
-// tailWriter keeps the last max bytes written to it.
-type tailWriter struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-func (t *tailWriter) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.b = append(t.b, p...)
-	if over := len(t.b) - t.max; over > 0 {
-		t.b = append(t.b[:0], t.b[over:]...)
-	}
-	return len(p), nil
-}
-
-func (t *tailWriter) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.b)
 }
