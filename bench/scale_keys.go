@@ -73,11 +73,11 @@ func (a authTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // the "keys_file loaded" log line, which includes up to the 500 ms poll;
 // and maitred's CPU over it, idle otherwise) written as JSON and as YAML,
 // and the requests during a third reload (JSON): p99 and slowest, against
-// direct's then. The file at start is JSON.
+// direct's then and both p99s just before it. The file at start is JSON.
 func scaleKeysRun(e *scaleEnv, ns []int) (*curve, error) {
 	c := &curve{dim: "API keys (built maitred, keys_file of n sha256 keys with limits; simulator in this process)",
 		note:  "target: key check and limits at 100k keys <= 1.5x at 1 key; <= 1 KB per idle key; a 100k-key reload <= 1 s with no request delayed by more than 10 ms",
-		xName: "keys", cols: []string{"direct p50 us", "maitred +p50 us", "RSS MiB", "B/key RSS", "B/key heap", "reload ms", "reload CPU ms", "YAML reload ms", "YAML CPU ms", "p99 ms reload", "direct p99 ms", "max ms reload", "direct max ms"},
+		xName: "keys", cols: []string{"direct p50 us", "maitred +p50 us", "RSS MiB", "B/key RSS", "B/key heap", "reload ms", "reload CPU ms", "YAML reload ms", "YAML CPU ms", "p99 ms reload", "direct p99 ms", "p99 ms before", "direct p99 before", "max ms reload", "direct max ms"},
 		charts: []chartSpec{
 			{file: "keys-latency.svg", title: "direct p50 and maitred's added p50 by API keys", yLabel: "us", cols: []string{"direct p50 us", "maitred +p50 us"}},
 			{file: "keys-reload.svg", title: "keys_file reload by API keys", yLabel: "ms", cols: []string{"reload ms", "reload CPU ms", "YAML reload ms", "p99 ms reload", "direct p99 ms"}},
@@ -103,7 +103,7 @@ func scaleKeysRun(e *scaleEnv, ns []int) (*curve, error) {
 			perHeap = (r.heap - baseHeap) / float64(n-baseN)
 		}
 		c.add(n, r.directP50, r.addedP50, r.rss/(1<<20), perRSS, perHeap, r.reloadMs, r.reloadCPUms, r.yamlReloadMs, r.yamlCPUms,
-			r.p99DuringMs, r.directP99Ms, r.maxDuringMs, r.directMaxMs)
+			r.p99DuringMs, r.directP99Ms, r.p99BeforeMs, r.directP99BeforeMs, r.maxDuringMs, r.directMaxMs)
 	}
 	return c, nil
 }
@@ -113,6 +113,7 @@ type keysFigures struct {
 	reloadMs, reloadCPUms          float64
 	yamlReloadMs, yamlCPUms        float64
 	p99DuringMs, directP99Ms       float64
+	p99BeforeMs, directP99BeforeMs float64
 	maxDuringMs, directMaxMs       float64
 }
 
@@ -152,8 +153,9 @@ func keysPoint(e *scaleEnv, n int, simURL string) (keysFigures, error) {
 	// A reload under load: the requests while it ran.
 	d, err := requestsDuringReload(client, simURL, gw, keysPath, keysFileJSON(n, 3))
 	f.p99DuringMs, f.directP99Ms, f.maxDuringMs, f.directMaxMs = d.p99, d.directP99, d.max, d.directMax
-	fmt.Fprintf(os.Stderr, "  %d keys: reload %.0f ms (CPU %.0f ms; YAML %.0f ms, CPU %.0f ms), requests during a reload p99 %.1f ms, slowest %.1f ms (direct %.1f, %.1f)\n",
-		n, f.reloadMs, f.reloadCPUms, f.yamlReloadMs, f.yamlCPUms, d.p99, d.max, d.directP99, d.directMax)
+	f.p99BeforeMs, f.directP99BeforeMs = d.p99Before, d.directP99Before
+	fmt.Fprintf(os.Stderr, "  %d keys: reload %.0f ms (CPU %.0f ms; YAML %.0f ms, CPU %.0f ms), requests during a reload p99 %.1f ms, slowest %.1f ms (direct %.1f, %.1f; before it %.1f, direct %.1f); %d reads refused (a file read while written)\n",
+		n, f.reloadMs, f.reloadCPUms, f.yamlReloadMs, f.yamlCPUms, d.p99, d.max, d.directP99, d.directMax, d.p99Before, d.directP99Before, countLogLines(gw.log, `"keys_file refused"`))
 	return f, err
 }
 
@@ -166,7 +168,7 @@ func timedReload(gw *proc, path string, content []byte) (wallMs, cpuMs float64, 
 		return 0, 0, err
 	}
 	c1, _ := procCPU(gw.pid)
-	return float64(took.Microseconds()) / 1e3, float64((c1-c0).Microseconds()) / 1e3, nil
+	return float64(took.Microseconds()) / 1e3, float64((c1 - c0).Microseconds()) / 1e3, nil
 }
 
 // reloadKeysWith rewrites the keys_file with content and waits for
@@ -221,16 +223,24 @@ func nthLogTime(path, substr string, n int) (time.Time, bool) {
 	return time.Time{}, false
 }
 
-// duringReload is the latencies of requests around a reload, in ms.
-type duringReload struct{ p99, directP99, max, directMax float64 }
+// duringReload is the latencies of requests around a reload, in ms: of
+// those sent while it ran (from the write to the log line), and of those
+// sent in the 300 ms before the write.
+type duringReload struct{ p99, directP99, max, directMax, p99Before, directP99Before float64 }
 
 // requestsDuringReload sends a request to maitred and one to direct every
-// 5 ms while the keys_file is reloaded with content, from 300 ms before
-// the write until 300 ms after the log says it is loaded, and returns the
-// p99 and the slowest of each path's answers in that window.
+// 5 ms from 300 ms before the keys_file is rewritten with content until
+// 300 ms after the log says it is loaded, and returns the p99 and the
+// slowest of each path's requests sent while the reload ran, and the p99
+// of those sent before it.
 func requestsDuringReload(c *http.Client, direct string, gw *proc, path string, content []byte) (duringReload, error) {
+	type sample struct {
+		at     time.Time
+		lat    time.Duration
+		direct bool
+	}
 	var mu sync.Mutex
-	var mLat, dLat []time.Duration
+	var samples []sample
 	var failed error
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -245,23 +255,21 @@ func requestsDuringReload(c *http.Client, direct string, gw *proc, path string, 
 			}
 			for _, p := range []string{gw.url, direct} {
 				wg.Go(func() {
+					at := time.Now()
 					lat, err := doChat(c, p)
 					mu.Lock()
 					defer mu.Unlock()
-					switch {
-					case err != nil:
+					if err != nil {
 						failed = err
-					case p == direct:
-						dLat = append(dLat, lat)
-					default:
-						mLat = append(mLat, lat)
 					}
+					samples = append(samples, sample{at, lat, p == direct})
 				})
 			}
 		}
 	})
 	time.Sleep(300 * time.Millisecond)
-	_, err := reloadKeysWith(gw, path, content)
+	written := time.Now()
+	took, err := reloadKeysWith(gw, path, content)
 	time.Sleep(300 * time.Millisecond)
 	close(stop)
 	wg.Wait()
@@ -271,8 +279,27 @@ func requestsDuringReload(c *http.Client, direct string, gw *proc, path string, 
 	if err != nil {
 		return duringReload{}, err
 	}
-	slices.Sort(mLat)
-	slices.Sort(dLat)
+	var during, before [2][]time.Duration // [maitred, direct]
+	for _, x := range samples {
+		i := 0
+		if x.direct {
+			i = 1
+		}
+		switch {
+		case x.at.Before(written):
+			before[i] = append(before[i], x.lat)
+		case x.at.Before(written.Add(took)):
+			during[i] = append(during[i], x.lat)
+		}
+	}
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
-	return duringReload{p99: ms(quantile(mLat, .99)), directP99: ms(quantile(dLat, .99)), max: ms(mLat[len(mLat)-1]), directMax: ms(dLat[len(dLat)-1])}, nil
+	for _, l := range [][]time.Duration{during[0], during[1], before[0], before[1]} {
+		if len(l) == 0 {
+			return duringReload{}, fmt.Errorf("no requests in a window of the reload (took %v)", took)
+		}
+		slices.Sort(l)
+	}
+	return duringReload{p99: ms(quantile(during[0], .99)), directP99: ms(quantile(during[1], .99)),
+		max: ms(during[0][len(during[0])-1]), directMax: ms(during[1][len(during[1])-1]),
+		p99Before: ms(quantile(before[0], .99)), directP99Before: ms(quantile(before[1], .99))}, nil
 }

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"bytes"
 	"runtime"
 	"strconv"
 )
@@ -193,7 +194,9 @@ func (s *jsonScanner) keyList() ([]KeyConfig, bool) {
 	if !s.lit('[') {
 		return nil, false
 	}
-	keys := []KeyConfig{}
+	// Sized by the names in the file (a hint: an append grows it), so
+	// that 100k keys are not copied over and over as the list grows.
+	keys := make([]KeyConfig, 0, bytes.Count(s.b[s.i:], []byte(`"name"`)))
 	if s.lit(']') {
 		return keys, true
 	}
