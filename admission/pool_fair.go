@@ -231,7 +231,7 @@ func (p *Pool) grantFairLocked(c int) bool {
 			return false
 		}
 		w := f.queues[c][0]
-		l := p.grantLocked(w.t)
+		l := p.grantLocked(&w.t)
 		if l == nil {
 			f.blocked = p.fair.pass
 			continue

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -143,4 +144,29 @@ func checkKeysJSON(t *testing.T, data []byte) bool {
 		t.Fatalf("ParseKeys = %+v, %v; with yaml.v3 alone %+v, %v", keys, err, want, wantErr)
 	}
 	return fast
+}
+
+// TestKeysJSONExample: configs/keys.json, configs/keys.yaml written as
+// JSON, holds the same keys, and the JSON decoder reads it.
+func TestKeysJSONExample(t *testing.T) {
+	t.Setenv("MAITRED_BATCH_KEY", "sk-batch")
+	cfg, err := Load("../configs/auth.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromYAML, err := LoadKeys("../configs/keys.yaml", &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromJSON, err := LoadKeys("../configs/keys.json", &cfg)
+	if err != nil || !reflect.DeepEqual(fromJSON, fromYAML) {
+		t.Fatalf("keys.json reads %+v, %v; want keys.yaml's %+v", fromJSON, err, fromYAML)
+	}
+	data, err := os.ReadFile("../configs/keys.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !checkKeysJSON(t, data) {
+		t.Error("the JSON decoder left configs/keys.json to yaml.v3")
+	}
 }
