@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"reflect"
+	"sync/atomic"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -26,9 +27,13 @@ type AuthConfig struct {
 
 	// file is the keys_file as Load read and validated it, so that the
 	// gateway puts in force what was checked without parsing it again (a
-	// 100k-key file is most of a start's work); nil when not loaded.
-	file *LoadedKeys
+	// 100k-key file is most of a start's work); nil when not loaded. A
+	// pointer to the holder: copies of the section share it, and what
+	// one takes (TakeLoadedKeysFile) is gone for all.
+	file *loadedKeysHolder
 }
+
+type loadedKeysHolder struct{ keys atomic.Pointer[LoadedKeys] }
 
 // LoadedKeys is a keys_file's keys as Load read them, with the SHA-256 of
 // the bytes they came from.
@@ -39,7 +44,23 @@ type LoadedKeys struct {
 
 // LoadedKeysFile is the keys_file as Load read it (nil: not read by Load,
 // e.g. a config built in code).
-func (a *AuthConfig) LoadedKeysFile() *LoadedKeys { return a.file }
+func (a *AuthConfig) LoadedKeysFile() *LoadedKeys {
+	if a.file == nil {
+		return nil
+	}
+	return a.file.keys.Load()
+}
+
+// TakeLoadedKeysFile is LoadedKeysFile, once: the config lets go of the
+// keys, so that they are not held twice (a 100k-key file is ~20 MB as
+// KeyConfigs) by a gateway that keeps them in a table of its own; later
+// calls get nil (and a gateway reads the file again).
+func (a *AuthConfig) TakeLoadedKeysFile() *LoadedKeys {
+	if a.file == nil {
+		return nil
+	}
+	return a.file.keys.Swap(nil)
+}
 
 // KeyConfig is one API key: a tenant (a team, an application).
 type KeyConfig struct {

@@ -229,14 +229,15 @@ func (g *Gateway) reloadAuth() error {
 // authKeys is the auth section's keys and its keys_file's, and notes the
 // file's digest for the keys_file watcher. The keys_file is taken as
 // config.Load read and validated it (one parse, not two: a 100k-key file
-// is most of a start's or reload's work), or read now for a config built
-// in code.
+// is most of a start's or reload's work; the config lets go of it, so
+// that it is not held twice), or read now for a config built in code or
+// whose keys were taken already.
 func (g *Gateway) authKeys(a *config.AuthConfig) (keys, fileKeys []config.KeyConfig, err error) {
 	g.keysFile = fileState{}
 	if a.KeysFile == "" {
 		return a.Keys, nil, nil
 	}
-	lk := a.LoadedKeysFile()
+	lk := a.TakeLoadedKeysFile()
 	if lk == nil {
 		data, err := os.ReadFile(a.KeysFile)
 		if err != nil {
