@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -95,6 +96,10 @@ type keyTable struct {
 	byDigest map[[32]byte]int32
 	keys     []apiKey
 }
+
+// largeKeyTable is the number of keys from which the gateway frees the
+// memory its start used to read them (initKeys).
+const largeKeyTable = 10000
 
 // keyBuildYield is how many keys buildKeys makes between yields to the
 // scheduler: a reload of a large keys_file runs beside requests.
@@ -208,6 +213,13 @@ func (g *Gateway) initKeys() error {
 	}
 	if err := g.setKeys(keys, fileKeys); err != nil {
 		return err
+	}
+	if len(keys)+len(fileKeys) >= largeKeyTable {
+		// The file's reading is garbage now (a 100k-key file: ~50 MB,
+		// most of the process), and an idle gateway would keep it until
+		// the runtime's forced collection and scavenging, minutes later:
+		// freed at start, when no request is in flight.
+		debug.FreeOSMemory()
 	}
 	g.log.Info("API keys required", zap.Int("keys", len(keys)+len(fileKeys)), zap.String("keys_file", a.KeysFile))
 	return nil
