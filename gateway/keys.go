@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 
@@ -141,23 +142,40 @@ func (g *Gateway) buildKeys(keys, more []config.KeyConfig) (*keyTable, error) {
 	return t, nil
 }
 
-// profileKey tells keys' profiles apart: their models (joined), priority,
-// limits and weight.
+// profileKey tells keys' profiles apart: their models (how many, and
+// each prefixed by its length, so that no two lists read the same),
+// priority, limits and weight.
 type profileKey struct {
+	n                int // models
 	models, priority string
 	limits           config.KeyLimits
 	weight           float64
 }
 
+func profileKeyOf(kc *config.KeyConfig) profileKey {
+	return profileKey{n: len(kc.Models), models: modelsKey(kc.Models), priority: kc.Priority, limits: kc.Limits, weight: kc.WeightOrDefault()}
+}
+
+// modelsKey is a key's models as one string for profileKey: the name
+// itself for one model (no allocation: the usual case), else each name
+// after its length.
+func modelsKey(models []string) string {
+	if len(models) == 1 {
+		return models[0]
+	}
+	var b strings.Builder
+	for _, m := range models {
+		b.WriteString(strconv.Itoa(len(m)))
+		b.WriteByte(':')
+		b.WriteString(m)
+	}
+	return b.String()
+}
+
 // profileOf is kc's profile, shared with the keys in profiles that have
 // the same one.
 func (g *Gateway) profileOf(kc *config.KeyConfig, profiles map[profileKey]*keyProfile) *keyProfile {
-	pk := profileKey{priority: kc.Priority, limits: kc.Limits, weight: kc.WeightOrDefault()}
-	if len(kc.Models) == 1 {
-		pk.models = kc.Models[0]
-	} else {
-		pk.models = strings.Join(kc.Models, "\x00")
-	}
+	pk := profileKeyOf(kc)
 	if p, ok := profiles[pk]; ok {
 		return p
 	}
