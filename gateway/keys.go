@@ -47,7 +47,7 @@ var (
 // what it shares with every key of the same models, priority, limits and
 // weight (keyProfile), and its metric children, made at its first request
 // (metrics): a keys_file of 100k keys costs no series, and no memory for
-// them, until they are used. 24 bytes and a name per key.
+// them, until they are used. 32 bytes and the name's bytes per key.
 type apiKey struct {
 	name string
 	*keyProfile
