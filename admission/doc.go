@@ -165,5 +165,9 @@
 //
 // A Door holds only its Catalog and is safe for concurrent use; the
 // tokenizers it calls are too. A Pool guards its queue and slots with one
-// mutex; waiters block on their own channel and timer, never under the lock.
+// mutex; waiters block on their own channel (and their context's), never
+// under the lock; a waiter's queue_timeout is a callback timer that takes
+// it out of the queue under the lock and wakes it (pool_queue.go: expire).
+// A waiter parks in Acquire itself, so that the frames above it fit a
+// goroutine's first stack.
 package admission

@@ -243,7 +243,7 @@ func (p *Pool) grantFairLocked(c int) bool {
 			return false
 		}
 		w := f.queues[c][0]
-		l := p.grantLocked(w.t)
+		l := p.grantLocked(&w.t)
 		if l == nil || p.holdBackLocked(l, &w.t) {
 			f.blocked = p.fair.pass
 			continue

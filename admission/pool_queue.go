@@ -105,14 +105,19 @@ type Lease struct {
 	settled               uint8
 }
 
+// waiter is a request in the queue: what a waiting request holds beyond
+// its goroutine (with the channel it is woken on, its timer and their
+// runtime records: 0.5 KB).
 type waiter struct {
 	t       Ticket
-	ch      chan *Lease // buffered 1
+	ch      chan *Lease // buffered 1: its grant, or nil (timed out, flushed)
 	order   uint64      // arrival order, kept over tries
-	since   time.Time
 	granted *Lease
 	gone    bool
-	f       *flow // its flow under Tokens fairness
+	// timedOut: its queue_timeout ran out and expire took it out of the
+	// queue (the nil it is woken with means that).
+	timedOut bool
+	f        *flow // its flow under Tokens fairness
 }
 
 // Acquire waits for a backend slot for t, or returns why not. The context
@@ -125,7 +130,12 @@ func (p *Pool) Acquire(ctx context.Context, t Ticket) (*Lease, Outcome) {
 	var q queued
 	defer q.stop()
 	for again := false; ; again = true {
-		l, o := p.acquireLocal(ctx, t, &q, again)
+		l, w, o := p.acquireLocal(&t, &q, again)
+		if w != nil {
+			// Parked here, not deeper: the stack a waiting request
+			// holds is the frames above this one.
+			l, o = p.await(ctx, w, &q)
+		}
 		if o != Admitted || p.cfg.Shared == nil {
 			return l, o
 		}
@@ -139,11 +149,13 @@ func (p *Pool) Acquire(ctx context.Context, t Ticket) (*Lease, Outcome) {
 	}
 }
 
-// queued is a request's time in the queue, over its tries.
+// queued is a request's time in the queue, over its tries: its timer
+// runs out at deadline (queue_timeout after its first try queued).
 type queued struct {
-	since time.Time
-	order uint64
-	timer *time.Timer
+	since    time.Time
+	order    uint64
+	deadline time.Time
+	timer    *time.Timer
 }
 
 func (q *queued) stop() {
@@ -152,15 +164,43 @@ func (q *queued) stop() {
 	}
 }
 
-// acquireLocal is one try of Acquire on this pool's own account. again: a
-// try after the shared account refused the last grant; the request keeps
-// its place (the head of its class) and is not counted against the queue
-// size again.
-func (p *Pool) acquireLocal(ctx context.Context, t Ticket, q *queued, again bool) (*Lease, Outcome) {
+// arm sets q's timer to take w out of the queue at q's deadline (expire):
+// a timer that calls back rather than one with a channel, so that the
+// waiter parks on one channel (and its context's) and holds no timer
+// channel. A try after the first arms it again for the waiter it queued.
+func (q *queued) arm(p *Pool, w *waiter) {
+	if q.timer == nil {
+		q.deadline = time.Now().Add(p.cfg.QueueTimeout)
+	} else {
+		q.timer.Stop()
+	}
+	q.timer = time.AfterFunc(time.Until(q.deadline), func() { p.expire(w) })
+}
+
+// expire takes w out of the queue when its time there ran out, and wakes
+// it (timedOut); a waiter already granted, gone or flushed is left as it
+// is.
+func (p *Pool) expire(w *waiter) {
+	p.mu.Lock()
+	if w.granted != nil || w.gone || !p.removeLocked(w) {
+		p.unlock()
+		return
+	}
+	w.gone, w.timedOut = true, true
+	p.unlock()
+	w.ch <- nil
+}
+
+// acquireLocal is one try of Acquire on this pool's own account: a grant,
+// a refusal, or w, queued, for the caller to await. again: a try after
+// the shared account refused the last grant; the request keeps its place
+// (the head of its class) and is not counted against the queue size
+// again.
+func (p *Pool) acquireLocal(t *Ticket, q *queued, again bool) (*Lease, *waiter, Outcome) {
 	p.mu.Lock()
 	if p.closed {
 		p.unlock()
-		return nil, ModelRemoved
+		return nil, nil, ModelRemoved
 	}
 	if q.order == 0 {
 		p.arrivals++
@@ -168,15 +208,15 @@ func (p *Pool) acquireLocal(ctx context.Context, t Ticket, q *queued, again bool
 	}
 	if p.draining {
 		p.unlock()
-		return nil, Draining
+		return nil, nil, Draining
 	}
-	if !p.anyReadyLocked(&t) {
+	if !p.anyReadyLocked(t) {
 		p.unlock()
-		return nil, NoBackend
+		return nil, nil, NoBackend
 	}
-	if t.Exact && p.tooLargeLocked(&t) {
+	if t.Exact && p.tooLargeLocked(t) {
 		p.unlock()
-		return nil, OverBudget
+		return nil, nil, OverBudget
 	}
 	// Only when nobody of the same or a higher class waits, so FIFO holds
 	// (a request tried again was ahead of its class already).
@@ -185,39 +225,39 @@ func (p *Pool) acquireLocal(ctx context.Context, t Ticket, q *queued, again bool
 		ahead = t.Class > 0 && p.waitingAtOrAboveLocked(t.Class-1)
 	}
 	if !ahead {
-		if l := p.grantLocked(t); l != nil && !p.holdBackLocked(l, &t) {
+		if l := p.grantLocked(t); l != nil && !p.holdBackLocked(l, t) {
 			if p.fair.on {
-				f := p.flowLocked(&t)
+				f := p.flowLocked(t)
 				if f.waiting == 0 {
 					p.liftLocked(f)
 				}
-				p.chargeGrantLocked(l, f, &t)
+				p.chargeGrantLocked(l, f, t)
 			}
 			p.unlock()
 			if !q.since.IsZero() {
 				l.Waited = p.now().Sub(q.since)
 			}
-			return l, Admitted
+			return l, nil, Admitted
 		}
 	}
 	if !again && p.depth >= p.cfg.QueueSize {
 		p.unlock()
-		return nil, QueueFull
+		return nil, nil, QueueFull
 	}
 	if q.since.IsZero() {
 		q.since = p.now()
 	}
-	w := &waiter{t: t, ch: make(chan *Lease, 1), since: q.since, order: q.order}
+	w := &waiter{t: *t, ch: make(chan *Lease, 1), order: q.order}
 	switch {
 	case p.fair.on:
-		w.f = p.flowLocked(&t)
+		w.f = p.flowLocked(t)
 		p.enqueueFairLocked(w, again)
 		p.depth++
 		// A flow with a smaller counter, or whose head fits where the
 		// others' do not, may go before those waiting.
 		p.grantWaitingLocked()
 		p.unlock()
-		return p.await(ctx, w, q)
+		return nil, w, Admitted
 	case again:
 		// Back to its place: ahead of every later arrival (several
 		// refused at once go back in their order).
@@ -232,33 +272,30 @@ func (p *Pool) acquireLocal(ctx context.Context, t Ticket, q *queued, again bool
 	}
 	p.depth++
 	p.unlock()
-	return p.await(ctx, w, q)
+	return nil, w, Admitted
 }
 
 // await waits for w's grant, its client leaving or its time in the queue
-// (QueueTimeout, from its first try) running out.
+// (QueueTimeout, from its first try) running out (expire).
 func (p *Pool) await(ctx context.Context, w *waiter, q *queued) (*Lease, Outcome) {
-	if q.timer == nil {
-		q.timer = time.NewTimer(p.cfg.QueueTimeout)
-	}
-	var why Outcome
+	q.arm(p, w)
 	select {
 	case l := <-w.ch:
-		if l == nil {
-			p.mu.Lock()
-			closed := p.closed
-			p.mu.Unlock()
-			if closed {
-				return nil, ModelRemoved
-			}
-			return nil, Draining
+		if l != nil {
+			l.Waited = p.now().Sub(q.since)
+			return l, Admitted
 		}
-		l.Waited = p.now().Sub(w.since)
-		return l, Admitted
+		if w.timedOut {
+			return nil, QueueTimeout
+		}
+		p.mu.Lock()
+		closed := p.closed
+		p.mu.Unlock()
+		if closed {
+			return nil, ModelRemoved
+		}
+		return nil, Draining
 	case <-ctx.Done():
-		why = ClientGone
-	case <-q.timer.C:
-		why = QueueTimeout
 	}
 	p.mu.Lock()
 	if w.granted != nil {
@@ -266,12 +303,12 @@ func (p *Pool) await(ctx context.Context, w *waiter, q *queued) (*Lease, Outcome
 		l := w.granted
 		p.unlock()
 		l.release(Abandoned, false)
-		return nil, why
+		return nil, ClientGone
 	}
 	w.gone = true
 	p.removeLocked(w)
 	p.unlock()
-	return nil, why
+	return nil, ClientGone
 }
 
 func (p *Pool) waitingAtOrAboveLocked(class int) bool {
@@ -283,18 +320,22 @@ func (p *Pool) waitingAtOrAboveLocked(class int) bool {
 	return false
 }
 
-func (p *Pool) removeLocked(w *waiter) {
+// removeLocked takes w out of the queue; false: it was not in it.
+func (p *Pool) removeLocked(w *waiter) bool {
 	if w.f != nil {
 		if p.dequeueFairLocked(w) {
 			p.depth--
+			return true
 		}
-		return
+		return false
 	}
 	q := p.queue[w.t.Class]
 	if i := slices.Index(q, w); i >= 0 {
 		p.queue[w.t.Class] = slices.Delete(q, i, i+1)
 		p.depth--
+		return true
 	}
+	return false
 }
 
 // anyReadyLocked: some ready backend t may go to and has not tried yet.
@@ -335,7 +376,7 @@ func (p *Pool) grantWaitingLocked() {
 		}
 		for len(p.queue[c]) > 0 {
 			w := p.queue[c][0]
-			l := p.grantLocked(w.t)
+			l := p.grantLocked(&w.t)
 			if l == nil {
 				return
 			}

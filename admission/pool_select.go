@@ -70,16 +70,16 @@ func (s *Slot) load() float64 {
 // grantLocked picks a slot for t or returns nil: by prefix affinity when the
 // ticket has one and its backend is within the load bound, else the less
 // loaded of two random candidates with room.
-func (p *Pool) grantLocked(t Ticket) *Lease {
+func (p *Pool) grantLocked(t *Ticket) *Lease {
 	now := p.now()
 	p.reconcileLocked(now)
 	if t.Prefix == nil && t.Affinity == 0 {
-		if a, b := p.sampleTwoLocked(&t, now); b != nil {
+		if a, b := p.sampleTwoLocked(t, now); b != nil {
 			pick := a
 			if b.load() < a.load() {
 				pick = b
 			}
-			return p.leaseLocked(pick, &t, "p2c", 0)
+			return p.leaseLocked(pick, t, "p2c", 0)
 		}
 	}
 	cands := p.cands[:0]
@@ -95,7 +95,7 @@ func (p *Pool) grantLocked(t Ticket) *Lease {
 	var pick *Slot
 	policy, cached := "only", 0
 	if t.Prefix != nil {
-		if pick, cached = p.preciseLocked(&t, cands); pick != nil && len(cands) > 1 {
+		if pick, cached = p.preciseLocked(t, cands); pick != nil && len(cands) > 1 {
 			policy = "precise"
 		}
 	}
@@ -118,7 +118,7 @@ func (p *Pool) grantLocked(t Ticket) *Lease {
 		pick = cands[0]
 	}
 	clear(cands) // the scratch holds no slot past the grant
-	return p.leaseLocked(pick, &t, policy, cached)
+	return p.leaseLocked(pick, t, policy, cached)
 }
 
 func (p *Pool) leaseLocked(pick *Slot, t *Ticket, policy string, cached int) *Lease {

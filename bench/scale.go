@@ -172,7 +172,7 @@ type scaleDim struct {
 // scale runs the dimensions o names, in a fixed order.
 func scale(o scaleOptions) error {
 	runs := []scaleDim{
-		{"waiting", func(e *scaleEnv) (*curve, error) { return scaleWaitingRun(o.waiting), nil }},
+		{"waiting", func(e *scaleEnv) (*curve, error) { return scaleWaitingRun(e, o.waiting) }},
 		{"backends", func(e *scaleEnv) (*curve, error) { return scaleBackendsRun(e, o.backends, o.idle) }},
 		{"keys", func(e *scaleEnv) (*curve, error) { return scaleKeysRun(e, o.keys) }},
 		{"streams", func(e *scaleEnv) (*curve, error) { return scaleStreamsRun(e, o.streams) }},

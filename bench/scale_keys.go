@@ -37,6 +37,22 @@ func keysFileYAML(n, gen int) []byte {
 	return b.Bytes()
 }
 
+// keysFileJSON is keysFileYAML's keys written as JSON, one key a line.
+func keysFileJSON(n, gen int) []byte {
+	var b bytes.Buffer
+	b.WriteString("{\"keys\": [\n")
+	for i := range n {
+		d := sha256.Sum256([]byte(benchKey(i)))
+		sep := ","
+		if i == n-1 {
+			sep = ""
+		}
+		fmt.Fprintf(&b, `  {"name": "k%d-%d", "sha256": "%s", "models": ["*"], "limits": {"requests_per_minute": 100000000, "max_concurrent": 100000}}%s`+"\n", i, gen, hex.EncodeToString(d[:]), sep)
+	}
+	b.WriteString("]}\n")
+	return b.Bytes()
+}
+
 // authTransport sets one API key on every request.
 type authTransport struct {
 	key string
@@ -55,15 +71,16 @@ func (a authTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // its limits, end to end), RSS and heap in use, both per key above the
 // first point, the keys_file's reload (rewritten whole: from the write to
 // the "keys_file loaded" log line, which includes up to the 500 ms poll;
-// and maitred's CPU over it, idle otherwise), and the slowest request
-// during a second reload, against the slowest direct one then.
+// and maitred's CPU over it, idle otherwise) written as JSON and as YAML,
+// and the requests during a third reload (JSON): p99 and slowest, against
+// direct's then and both p99s just before it. The file at start is JSON.
 func scaleKeysRun(e *scaleEnv, ns []int) (*curve, error) {
 	c := &curve{dim: "API keys (built maitred, keys_file of n sha256 keys with limits; simulator in this process)",
 		note:  "target: key check and limits at 100k keys <= 1.5x at 1 key; <= 1 KB per idle key; a 100k-key reload <= 1 s with no request delayed by more than 10 ms",
-		xName: "keys", cols: []string{"direct p50 us", "maitred +p50 us", "RSS MiB", "B/key RSS", "B/key heap", "reload ms", "reload CPU ms", "max ms reload", "direct max ms"},
+		xName: "keys", cols: []string{"direct p50 us", "maitred +p50 us", "RSS MiB", "B/key RSS", "B/key heap", "reload ms", "reload CPU ms", "YAML reload ms", "YAML CPU ms", "p99 ms reload", "direct p99 ms", "p99 ms before", "direct p99 before", "max ms reload", "direct max ms"},
 		charts: []chartSpec{
 			{file: "keys-latency.svg", title: "direct p50 and maitred's added p50 by API keys", yLabel: "us", cols: []string{"direct p50 us", "maitred +p50 us"}},
-			{file: "keys-reload.svg", title: "keys_file reload by API keys", yLabel: "ms", cols: []string{"reload ms", "reload CPU ms", "max ms reload", "direct max ms"}},
+			{file: "keys-reload.svg", title: "keys_file reload by API keys", yLabel: "ms", cols: []string{"reload ms", "reload CPU ms", "YAML reload ms", "p99 ms reload", "direct p99 ms"}},
 		}}
 	backend := sim.New(sim.Config{Model: "demo", MaxModelLen: 4096, OutputTokens: 8, MaxNumSeqs: 1 << 20, KVTokens: 1 << 30}, zap.NewNop())
 	simURL, stopSim, err := serve(backend.Handler())
@@ -85,7 +102,8 @@ func scaleKeysRun(e *scaleEnv, ns []int) (*curve, error) {
 			perRSS = (r.rss - baseRSS) / float64(n-baseN)
 			perHeap = (r.heap - baseHeap) / float64(n-baseN)
 		}
-		c.add(n, r.directP50, r.addedP50, r.rss/(1<<20), perRSS, perHeap, r.reloadMs, r.reloadCPUms, r.maxDuringMs, r.directMaxMs)
+		c.add(n, r.directP50, r.addedP50, r.rss/(1<<20), perRSS, perHeap, r.reloadMs, r.reloadCPUms, r.yamlReloadMs, r.yamlCPUms,
+			r.p99DuringMs, r.directP99Ms, r.p99BeforeMs, r.directP99BeforeMs, r.maxDuringMs, r.directMaxMs)
 	}
 	return c, nil
 }
@@ -93,6 +111,9 @@ func scaleKeysRun(e *scaleEnv, ns []int) (*curve, error) {
 type keysFigures struct {
 	directP50, addedP50, rss, heap float64
 	reloadMs, reloadCPUms          float64
+	yamlReloadMs, yamlCPUms        float64
+	p99DuringMs, directP99Ms       float64
+	p99BeforeMs, directP99BeforeMs float64
 	maxDuringMs, directMaxMs       float64
 }
 
@@ -103,7 +124,7 @@ func keysPoint(e *scaleEnv, n int, simURL string) (keysFigures, error) {
 		return f, err
 	}
 	keysPath := filepath.Join(dir, "keys.yaml")
-	if err := os.WriteFile(keysPath, keysFileYAML(n, 0), 0o644); err != nil {
+	if err := os.WriteFile(keysPath, keysFileJSON(n, 0), 0o644); err != nil {
 		return f, err
 	}
 	admin := freeAddr()
@@ -121,28 +142,38 @@ func keysPoint(e *scaleEnv, n int, simURL string) (keysFigures, error) {
 	time.Sleep(2 * time.Second)
 	f.rss = float64(procRSS(gw.pid))
 	f.heap, _ = scrapeMetric("http://"+admin+"/metrics", "go_memstats_heap_inuse_bytes")
-	// A reload with nothing else running: its wall time and CPU.
-	c0, _ := procCPU(gw.pid)
-	took, err := reloadKeys(gw, keysPath, n, 1)
-	if err != nil {
+	// Reloads with nothing else running: their wall time and CPU, the
+	// file written as YAML, then as JSON.
+	if f.yamlReloadMs, f.yamlCPUms, err = timedReload(gw, keysPath, keysFileYAML(n, 1)); err != nil {
 		return f, err
 	}
-	c1, _ := procCPU(gw.pid)
-	f.reloadMs, f.reloadCPUms = float64(took.Microseconds())/1e3, float64((c1-c0).Microseconds())/1e3
-	// A reload under load: the slowest request while it ran.
-	f.maxDuringMs, f.directMaxMs, err = slowestDuringReload(client, simURL, gw, keysPath, n)
-	fmt.Fprintf(os.Stderr, "  %d keys: reload %.0f ms (CPU %.0f ms), slowest request during a reload %.1f ms (direct %.1f)\n", n, f.reloadMs, f.reloadCPUms, f.maxDuringMs, f.directMaxMs)
+	if f.reloadMs, f.reloadCPUms, err = timedReload(gw, keysPath, keysFileJSON(n, 2)); err != nil {
+		return f, err
+	}
+	// A reload under load: the requests while it ran.
+	d, err := requestsDuringReload(client, simURL, gw, keysPath, keysFileJSON(n, 3))
+	f.p99DuringMs, f.directP99Ms, f.maxDuringMs, f.directMaxMs = d.p99, d.directP99, d.max, d.directMax
+	f.p99BeforeMs, f.directP99BeforeMs = d.p99Before, d.directP99Before
+	fmt.Fprintf(os.Stderr, "  %d keys: reload %.0f ms (CPU %.0f ms; YAML %.0f ms, CPU %.0f ms), requests during a reload p99 %.1f ms, slowest %.1f ms (direct %.1f, %.1f; before it %.1f, direct %.1f); %d reads refused (a file read while written)\n",
+		n, f.reloadMs, f.reloadCPUms, f.yamlReloadMs, f.yamlCPUms, d.p99, d.max, d.directP99, d.directMax, d.p99Before, d.directP99Before, countLogLines(gw.log, `"keys_file refused"`))
 	return f, err
 }
 
-// reloadKeys rewrites the keys_file (generation gen) and waits for
-// maitred's log to say it is loaded: the time from the write to the
-// log line's timestamp.
-func reloadKeys(gw *proc, path string, n, gen int) (time.Duration, error) {
-	return reloadKeysWith(gw, path, keysFileYAML(n, gen))
+// timedReload rewrites the keys_file with content and returns the time
+// to "keys_file loaded" and maitred's CPU over it, in ms.
+func timedReload(gw *proc, path string, content []byte) (wallMs, cpuMs float64, err error) {
+	c0, _ := procCPU(gw.pid)
+	took, err := reloadKeysWith(gw, path, content)
+	if err != nil {
+		return 0, 0, err
+	}
+	c1, _ := procCPU(gw.pid)
+	return float64(took.Microseconds()) / 1e3, float64((c1 - c0).Microseconds()) / 1e3, nil
 }
 
-// reloadKeysWith is reloadKeys with the file's content made beforehand.
+// reloadKeysWith rewrites the keys_file with content and waits for
+// maitred's log to say it is loaded: the time from the write to the log
+// line's timestamp.
 func reloadKeysWith(gw *proc, path string, content []byte) (time.Duration, error) {
 	seen := countLogLines(gw.log, `"keys_file loaded"`)
 	t0 := time.Now()
@@ -192,16 +223,26 @@ func nthLogTime(path, substr string, n int) (time.Time, bool) {
 	return time.Time{}, false
 }
 
-// slowestDuringReload sends a request to maitred and one to direct every
-// 5 ms while the keys_file is reloaded (generation 2), from 300 ms before
-// the write until 300 ms after the log says it is loaded, and returns the
-// slowest of each path's answers in that window, in ms.
-func slowestDuringReload(c *http.Client, direct string, gw *proc, path string, n int) (float64, float64, error) {
+// duringReload is the latencies of requests around a reload, in ms: of
+// those sent while it ran (from the write to the log line), and of those
+// sent in the 300 ms before the write.
+type duringReload struct{ p99, directP99, max, directMax, p99Before, directP99Before float64 }
+
+// requestsDuringReload sends a request to maitred and one to direct every
+// 5 ms from 300 ms before the keys_file is rewritten with content until
+// 300 ms after the log says it is loaded, and returns the p99 and the
+// slowest of each path's requests sent while the reload ran, and the p99
+// of those sent before it.
+func requestsDuringReload(c *http.Client, direct string, gw *proc, path string, content []byte) (duringReload, error) {
+	type sample struct {
+		at     time.Time
+		lat    time.Duration
+		direct bool
+	}
 	var mu sync.Mutex
-	var mLat, dLat []time.Duration
+	var samples []sample
 	var failed error
 	stop := make(chan struct{})
-	content := keysFileYAML(n, 2) // made before the load starts
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		t := time.NewTicker(5 * time.Millisecond)
@@ -214,31 +255,51 @@ func slowestDuringReload(c *http.Client, direct string, gw *proc, path string, n
 			}
 			for _, p := range []string{gw.url, direct} {
 				wg.Go(func() {
+					at := time.Now()
 					lat, err := doChat(c, p)
 					mu.Lock()
 					defer mu.Unlock()
-					switch {
-					case err != nil:
+					if err != nil {
 						failed = err
-					case p == direct:
-						dLat = append(dLat, lat)
-					default:
-						mLat = append(mLat, lat)
 					}
+					samples = append(samples, sample{at, lat, p == direct})
 				})
 			}
 		}
 	})
 	time.Sleep(300 * time.Millisecond)
-	_, err := reloadKeysWith(gw, path, content)
+	written := time.Now()
+	took, err := reloadKeysWith(gw, path, content)
 	time.Sleep(300 * time.Millisecond)
 	close(stop)
 	wg.Wait()
+	if err == nil {
+		err = failed
+	}
 	if err != nil {
-		return 0, 0, err
+		return duringReload{}, err
 	}
-	if failed != nil {
-		return 0, 0, failed
+	var during, before [2][]time.Duration // [maitred, direct]
+	for _, x := range samples {
+		i := 0
+		if x.direct {
+			i = 1
+		}
+		switch {
+		case x.at.Before(written):
+			before[i] = append(before[i], x.lat)
+		case x.at.Before(written.Add(took)):
+			during[i] = append(during[i], x.lat)
+		}
 	}
-	return float64(slices.Max(mLat).Microseconds()) / 1e3, float64(slices.Max(dLat).Microseconds()) / 1e3, nil
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
+	for _, l := range [][]time.Duration{during[0], during[1], before[0], before[1]} {
+		if len(l) == 0 {
+			return duringReload{}, fmt.Errorf("no requests in a window of the reload (took %v)", took)
+		}
+		slices.Sort(l)
+	}
+	return duringReload{p99: ms(quantile(during[0], .99)), directP99: ms(quantile(during[1], .99)),
+		max: ms(during[0][len(during[0])-1]), directMax: ms(during[1][len(during[1])-1]),
+		p99Before: ms(quantile(before[0], .99)), directP99Before: ms(quantile(before[1], .99))}, nil
 }

@@ -47,19 +47,27 @@ func pickCost(n int) float64 {
 	return float64(r.NsPerOp())
 }
 
+// heapStack is the heap and the goroutine stacks in use, after a GC.
+func heapStack() (heap, stack int64) {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapInuse), int64(m.StackInuse)
+}
+
 // waitingFigures queues n requests behind one backend with room for one
 // (its lease held), then releases it: each grant's holder releases at
 // once, so the queue drains one grant at a time. It returns the memory
 // per waiting request (heap and stacks in use, after a GC, with all n
 // queued, less before), the time to drain, and the drain per grant.
-func waitingFigures(n int) (bytesPerWaiter float64, drain time.Duration) {
+func waitingFigures(n int) (heapPerWaiter, stackPerWaiter float64, drain time.Duration) {
 	p := benchPool(1, 1)
 	ctx := context.Background()
 	first, o := p.Acquire(ctx, admission.Ticket{Tokens: 1})
 	if o != admission.Admitted {
 		panic(o)
 	}
-	before := inUse()
+	heap0, stack0 := heapStack()
 	done := make(chan struct{}, n)
 	for range n {
 		go func() {
@@ -73,13 +81,14 @@ func waitingFigures(n int) (bytesPerWaiter float64, drain time.Duration) {
 	for depth(p) < n {
 		time.Sleep(time.Millisecond)
 	}
-	bytesPerWaiter = float64(int64(inUse())-int64(before)) / float64(n)
+	heap1, stack1 := heapStack()
+	heapPerWaiter, stackPerWaiter = float64(heap1-heap0)/float64(n), float64(stack1-stack0)/float64(n)
 	t0 := time.Now()
 	first.Release(admission.Succeeded)
 	for range n {
 		<-done
 	}
-	return bytesPerWaiter, time.Since(t0)
+	return heapPerWaiter, stackPerWaiter, time.Since(t0)
 }
 
 func depth(p *admission.Pool) int {
@@ -116,37 +125,58 @@ func parkedFigure(n int) float64 {
 }
 
 // scaleWaitingRun is the waiting dimension: grant cost per request (drain
-// time / waiters, the median of repeated drains for small queues), memory per waiting request and time to drain, with the
-// smallest point as the baseline of the ratio column.
-func scaleWaitingRun(ns []int) *curve {
-	c := &curve{dim: "waiting requests (in-process admission.Pool: one backend with room for one, n queued, then drained)",
+// time / waiters, the median of repeated drains for small queues), memory
+// per waiting request (heap and stack apart) and time to drain, with the
+// smallest point as the baseline of the ratio column; and, in the built
+// maitred (scale_waiting.go), stack and heap per waiting request beyond
+// an idle connection's.
+func scaleWaitingRun(e *scaleEnv, ns []int) (*curve, error) {
+	c := &curve{dim: "waiting requests (in-process admission.Pool: one backend with room for one, n queued, then drained; maitred: the built binary, n chats waiting, beyond an idle connection each)",
 		note:  "target: grant cost at 10k waiters <= 2x its cost at 10; <= 2 KB per waiting request beyond its body (bytes/waiter: its goroutine and the pool's waiter; parked: a goroutine parked on a channel, the baseline)",
-		xName: "waiters", cols: []string{"grant us", "grant/base", "bytes/waiter", "parked B/gor", "waiter-parked B", "drain ms"},
+		xName: "waiters", cols: []string{"grant us", "grant/base", "bytes/waiter", "heap B/waiter", "stack B/waiter", "parked B/gor", "waiter-parked B", "drain ms", "maitred stack B/req", "maitred heap B/req"},
 		charts: []chartSpec{{file: "waiting-grant.svg", title: "grant cost per request by waiting requests (in-process)", yLabel: "us per grant", cols: []string{"grant us"}},
 			{file: "waiting-memory.svg", title: "memory per waiting request (in-process, incl. its goroutine)", yLabel: "bytes", cols: []string{"bytes/waiter", "parked B/gor"}}}}
 	base := math.NaN()
 	for _, n := range ns {
 		// Small queues drain in microseconds: repeated, the median.
 		reps := min(max(1, 10000/n), 100)
+		// n goroutines made once beforehand: neither figure then counts
+		// the runtime's goroutine records, made once and reused.
+		parkedFigure(n)
 		var drains []time.Duration
-		var pers []float64
+		var heaps, stacks []float64
 		for range min(reps, 20) {
-			p, d := waitingFigures(n)
-			pers, drains = append(pers, p), append(drains, d)
+			h, st, d := waitingFigures(n)
+			heaps, stacks, drains = append(heaps, h), append(stacks, st), append(drains, d)
 		}
 		slices.Sort(drains)
-		slices.Sort(pers)
-		drain, per := quantile(drains, .5), quantile(pers, .5)
+		slices.Sort(heaps)
+		slices.Sort(stacks)
+		drain, heap, stack := quantile(drains, .5), quantile(heaps, .5), quantile(stacks, .5)
+		per := heap + stack
 		grant := float64(drain.Nanoseconds()) / 1e3 / float64(n)
 		if math.IsNaN(base) {
 			base = grant
 		}
 		parked := parkedFigure(n)
-		c.add(n, grant, grant/base, per, parked, per-parked, float64(drain.Microseconds())/1e3)
+		// As users run it (the built maitred), up to 1000 waiting: each
+		// is a connection on both sides, and the open files are limited.
+		mStack, mHeap := math.NaN(), math.NaN()
+		if n <= maxBuiltWaiting {
+			var err error
+			if mStack, mHeap, err = waitingBuiltFigures(e, n); err != nil {
+				return nil, fmt.Errorf("%d waiting in the built maitred: %w", n, err)
+			}
+		}
+		c.add(n, grant, grant/base, per, heap, stack, parked, per-parked, float64(drain.Microseconds())/1e3, mStack, mHeap)
 		runtime.GC()
 	}
-	return c
+	return c, nil
 }
+
+// maxBuiltWaiting is the most waiting requests measured in the built
+// maitred.
+const maxBuiltWaiting = 1000
 
 // pickLine is the backends dimension's in-process pick figures.
 func pickLine(ns []int) map[int]float64 {

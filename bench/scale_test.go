@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/xml"
 	"math"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -117,12 +118,16 @@ func TestEventDelays(t *testing.T) {
 }
 
 // A generated keys_file is valid as maitred reads it, with n keys whose
-// digests are those of benchKey, and a new generation differs.
+// digests are those of benchKey, and a new generation differs; written
+// as JSON, it holds the same keys.
 func TestKeysFileYAML(t *testing.T) {
 	cfg := config.Default()
 	keys, err := config.ParseKeys(keysFileYAML(3, 0), &cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if fromJSON, err := config.ParseKeys(keysFileJSON(3, 0), &cfg); err != nil || !reflect.DeepEqual(fromJSON, keys) {
+		t.Errorf("the JSON keys_file reads %+v, %v; want the YAML one's %+v", fromJSON, err, keys)
 	}
 	if len(keys) != 3 {
 		t.Fatalf("%d keys, want 3", len(keys))

@@ -198,7 +198,8 @@ func Load(path string) (Config, error) {
 		if err != nil {
 			return Config{}, fmt.Errorf("%s: auth.keys_file: %w", path, err)
 		}
-		a.file = lk
+		a.file = &loadedKeysHolder{}
+		a.file.keys.Store(lk)
 	}
 	return cfg, nil
 }

@@ -32,7 +32,10 @@
 // The auth section (keys.go) lists API keys; its keys_file holds more,
 // in the same shape, which ParseKeys decodes and validates on its own
 // (with key paths into the file) so that the gateway can re-read it while
-// it runs. config only reads files and the environment; watching the file
+// it runs. A keys_file written as JSON is read by a decoder of that one
+// shape (keys_json.go), held to yaml.v3's reading of the same bytes by a
+// differential test; anything it does not read exactly as yaml.v3 does
+// goes to yaml.v3. config only reads files and the environment; watching the file
 // is the gateway's.
 //
 // config imports no other maitred package and no network code (a test in

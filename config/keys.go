@@ -3,13 +3,12 @@ package config
 import (
 	"bytes"
 	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"reflect"
-	"strings"
+	"sync/atomic"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -28,9 +27,13 @@ type AuthConfig struct {
 
 	// file is the keys_file as Load read and validated it, so that the
 	// gateway puts in force what was checked without parsing it again (a
-	// 100k-key file is most of a start's work); nil when not loaded.
-	file *LoadedKeys
+	// 100k-key file is most of a start's work); nil when not loaded. A
+	// pointer to the holder: copies of the section share it, and what
+	// one takes (TakeLoadedKeysFile) is gone for all.
+	file *loadedKeysHolder
 }
+
+type loadedKeysHolder struct{ keys atomic.Pointer[LoadedKeys] }
 
 // LoadedKeys is a keys_file's keys as Load read them, with the SHA-256 of
 // the bytes they came from.
@@ -41,7 +44,23 @@ type LoadedKeys struct {
 
 // LoadedKeysFile is the keys_file as Load read it (nil: not read by Load,
 // e.g. a config built in code).
-func (a *AuthConfig) LoadedKeysFile() *LoadedKeys { return a.file }
+func (a *AuthConfig) LoadedKeysFile() *LoadedKeys {
+	if a.file == nil {
+		return nil
+	}
+	return a.file.keys.Load()
+}
+
+// TakeLoadedKeysFile is LoadedKeysFile, once: the config lets go of the
+// keys, so that they are not held twice (a 100k-key file is ~20 MB as
+// KeyConfigs) by a gateway that keeps them in a table of its own; later
+// calls get nil (and a gateway reads the file again).
+func (a *AuthConfig) TakeLoadedKeysFile() *LoadedKeys {
+	if a.file == nil {
+		return nil
+	}
+	return a.file.keys.Swap(nil)
+}
 
 // KeyConfig is one API key: a tenant (a team, an application).
 type KeyConfig struct {
@@ -101,80 +120,124 @@ func (k *KeyConfig) Digest() ([32]byte, error) {
 		}
 		return sha256Sum(v), nil
 	}
-	b, err := hex.DecodeString(strings.ToLower(k.SHA256))
-	if err != nil || len(b) != 32 {
+	if !decodeHex32(&d, k.SHA256) {
 		return d, fmt.Errorf("want 64 hex digits, got %q", k.SHA256)
 	}
-	copy(d[:], b)
 	return d, nil
 }
 
+// decodeHex32 decodes 64 hex digits (either case) into d, without
+// allocating: it runs for every key of a keys_file, twice per reload.
+func decodeHex32(d *[32]byte, s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := range d {
+		hi, ok1 := unhex(s[2*i])
+		lo, ok2 := unhex(s[2*i+1])
+		if !ok1 || !ok2 {
+			return false
+		}
+		d[i] = hi<<4 | lo
+	}
+	return true
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0', true
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10, true
+	case c >= 'A' && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}
+
 func (a *AuthConfig) validate(c *Config) []error {
-	errs := validateKeys(a.Keys, func(i int) string { return fmt.Sprintf("auth.keys[%d]", i) }, c)
+	errs := validateKeys(a.Keys, nil, func(i int) string { return fmt.Sprintf("auth.keys[%d]", i) }, c)
 	if len(a.Keys) == 0 && a.KeysFile == "" {
 		errs = append(errs, &FieldError{Path: "auth", Msg: "want keys or keys_file (an auth section with no keys would refuse every request)"})
 	}
 	return errs
 }
 
-// validateKeys checks a list of keys, naming each problem by its key path
-// (pathOf(i): auth.keys[i], or keys[i] in a keys_file).
-func validateKeys(keys []KeyConfig, pathOf func(i int) string, c *Config) []error {
+// validateKeys checks a list of keys (keys then more, as one list: the
+// config's and a keys_file's), naming each problem by its key path
+// (pathOf(i): auth.keys[i], or keys[i] in a keys_file). Paths are made
+// only for problems: a 100k-key file that is fine costs no formatting.
+func validateKeys(keys, more []KeyConfig, pathOf func(i int) string, c *Config) []error {
 	var errs []error
-	add := func(path, format string, args ...any) {
-		errs = append(errs, &FieldError{Path: path, Msg: fmt.Sprintf(format, args...)})
+	add := func(i int, field, format string, args ...any) {
+		errs = append(errs, &FieldError{Path: pathOf(i) + field, Msg: fmt.Sprintf(format, args...)})
 	}
 	classes := map[string]bool{}
 	for _, pc := range c.PriorityClasses {
 		classes[pc] = true
 	}
-	names := map[string]int{}
-	digests := map[[32]byte]int{}
-	for i, k := range keys {
-		p := pathOf(i)
+	n := len(keys) + len(more)
+	names := make(map[string]int, n)
+	digests := make(map[[32]byte]int, n)
+	for i := range n {
+		k := keyAt(keys, more, i)
 		if k.Name == "" {
-			add(p+".name", "is required")
+			add(i, ".name", "is required")
 		} else if j, dup := names[k.Name]; dup {
-			add(p+".name", "%q is already %s.name", k.Name, pathOf(j))
+			add(i, ".name", "%q is already %s.name", k.Name, pathOf(j))
 		} else {
 			names[k.Name] = i
 		}
 		switch {
 		case (k.SHA256 == "") == (k.Env == ""):
-			add(p, "want exactly one of sha256 and env")
+			add(i, "", "want exactly one of sha256 and env")
 		case k.Env != "":
 			if v, ok := os.LookupEnv(k.Env); !ok || v == "" {
-				add(p+".env", "environment variable %s is not set", k.Env)
+				add(i, ".env", "environment variable %s is not set", k.Env)
 			}
 		}
 		if d, err := k.Digest(); err == nil {
 			if j, dup := digests[d]; dup {
-				add(p, "the same key as %s", pathOf(j))
+				add(i, "", "the same key as %s", pathOf(j))
 			}
 			digests[d] = i
 		} else if k.SHA256 != "" {
-			add(p+".sha256", "%v", err)
+			add(i, ".sha256", "%v", err)
 		}
-		if len(k.Models) == 0 {
-			add(p+".models", `at least one model is required ("*" for all)`)
-		}
-		for j, m := range k.Models {
-			if m == "" {
-				add(fmt.Sprintf("%s.models[%d]", p, j), "must not be empty")
-			}
-		}
-		if k.Priority != "" && !classes[k.Priority] {
-			add(p+".priority", "%q is not one of priority_classes %v", k.Priority, c.PriorityClasses)
-		}
-		if k.Weight != nil && !positiveNumber(*k.Weight) {
-			add(p+".weight", "want a positive number, got %v", *k.Weight)
-		}
-		l := k.Limits
-		if l.RequestsPerMinute < 0 || l.TokensPerMinute < 0 || l.MaxConcurrent < 0 || l.TokensPerDay < 0 {
-			add(p+".limits", "must not be negative (0: no limit)")
-		}
+		validateKeyFields(k, i, add, classes, c)
 	}
 	return errs
+}
+
+// keyAt is the i-th key of keys then more.
+func keyAt(keys, more []KeyConfig, i int) *KeyConfig {
+	if i < len(keys) {
+		return &keys[i]
+	}
+	return &more[i-len(keys)]
+}
+
+// validateKeyFields checks what one key holds on its own: its models,
+// priority, weight and limits.
+func validateKeyFields(k *KeyConfig, i int, add func(i int, field, format string, args ...any), classes map[string]bool, c *Config) {
+	if len(k.Models) == 0 {
+		add(i, ".models", `at least one model is required ("*" for all)`)
+	}
+	for j, m := range k.Models {
+		if m == "" {
+			add(i, fmt.Sprintf(".models[%d]", j), "must not be empty")
+		}
+	}
+	if k.Priority != "" && !classes[k.Priority] {
+		add(i, ".priority", "%q is not one of priority_classes %v", k.Priority, c.PriorityClasses)
+	}
+	if k.Weight != nil && !positiveNumber(*k.Weight) {
+		add(i, ".weight", "want a positive number, got %v", *k.Weight)
+	}
+	l := k.Limits
+	if l.RequestsPerMinute < 0 || l.TokensPerMinute < 0 || l.MaxConcurrent < 0 || l.TokensPerDay < 0 {
+		add(i, ".limits", "must not be negative (0: no limit)")
+	}
 }
 
 // keysFile is the shape of a keys_file.
@@ -182,11 +245,45 @@ type keysFile struct {
 	Keys []KeyConfig `yaml:"keys"`
 }
 
-// ParseKeys decodes a keys_file's content (`keys: [...]`) strictly and
-// validates it against cfg (its priority classes, and the names and keys
-// of auth.keys, which must not repeat). Errors name key paths
-// ("keys[2].sha256").
+// ParseKeys decodes a keys_file's content (`keys: [...]`, in YAML or as
+// JSON) strictly and validates it against cfg (its priority classes, and
+// the names and keys of auth.keys, which must not repeat). Errors name
+// key paths ("keys[2].sha256").
 func ParseKeys(data []byte, cfg *Config) ([]KeyConfig, error) {
+	fileKeys, ok := decodeKeysJSON(data)
+	if !ok {
+		var err error
+		if fileKeys, err = decodeKeysYAML(data); err != nil {
+			return nil, err
+		}
+	}
+	return validateFileKeys(fileKeys, cfg)
+}
+
+// validateFileKeys validates a keys_file's decoded keys (ParseKeys).
+func validateFileKeys(fileKeys []KeyConfig, cfg *Config) ([]KeyConfig, error) {
+	var inline []KeyConfig
+	if cfg.Auth != nil {
+		inline = cfg.Auth.Keys
+	}
+	// Checked together with the config's own keys, so that a name or a key
+	// given in both is refused; the file's problems are reported under
+	// keys[i], the config's under auth.keys[i].
+	pathOf := func(i int) string {
+		if i < len(inline) {
+			return fmt.Sprintf("auth.keys[%d]", i)
+		}
+		return fmt.Sprintf("keys[%d]", i-len(inline))
+	}
+	if err := errors.Join(validateKeys(inline, fileKeys, pathOf, cfg)...); err != nil {
+		return nil, err
+	}
+	return fileKeys, nil
+}
+
+// decodeKeysYAML decodes a keys_file with yaml.v3 and decodeStrict: what
+// a keys_file means, and its errors with key paths and lines.
+func decodeKeysYAML(data []byte) ([]KeyConfig, error) {
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&doc); err != nil {
@@ -197,23 +294,6 @@ func ParseKeys(data []byte, cfg *Config) ([]KeyConfig, error) {
 	}
 	var kf keysFile
 	if err := decodeStrict(doc.Content[0], reflect.ValueOf(&kf).Elem(), ""); err != nil {
-		return nil, err
-	}
-	var inline []KeyConfig
-	if cfg.Auth != nil {
-		inline = cfg.Auth.Keys
-	}
-	// Checked together with the config's own keys, so that a name or a key
-	// given in both is refused; the file's problems are reported under
-	// keys[i], the config's under auth.keys[i].
-	all := append(append([]KeyConfig(nil), inline...), kf.Keys...)
-	pathOf := func(i int) string {
-		if i < len(inline) {
-			return fmt.Sprintf("auth.keys[%d]", i)
-		}
-		return fmt.Sprintf("keys[%d]", i-len(inline))
-	}
-	if err := errors.Join(validateKeys(all, pathOf, cfg)...); err != nil {
 		return nil, err
 	}
 	return kf.Keys, nil

@@ -161,7 +161,9 @@
 // the response) runs behind keyed (keys.go): the
 // key is found by the SHA-256 digest of what the client presents, in a
 // table swapped atomically when the keys_file changes (WatchKeys,
-// keys_watch.go), and the
+// keys_watch.go; the table is built off the request path, a slice of small
+// keys sharing profiles of models, priority, limits and weight, indexed by
+// digest), and the
 // request carries its *apiKey from then on. A key's allow-list is the
 // door's catalog as the key sees it (keyCatalog), so a model it may not
 // use is answered with the unknown model's very 404, before any counting.

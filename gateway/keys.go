@@ -5,8 +5,12 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strconv"
 	"strings"
-	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -39,9 +43,21 @@ var (
 	outcomeRateLimited     = admission.RateLimited.String()
 )
 
-// apiKey is one configured key as the request path uses it.
+// apiKey is one configured key as the request path uses it: its name,
+// what it shares with every key of the same models, priority, limits and
+// weight (keyProfile), and its metric children, made at its first request
+// (metrics): a keys_file of 100k keys costs no series, and no memory for
+// them, until they are used. 32 bytes and the name's bytes per key.
 type apiKey struct {
 	name string
+	*keyProfile
+	m atomic.Pointer[keyMetrics]
+}
+
+// keyProfile is what keys with the same models, priority, limits and
+// weight share: one per distinct combination in a key table, not one per
+// key.
+type keyProfile struct {
 	// all: models "*"; else models is the allow-list, by the name the
 	// client sends.
 	all    bool
@@ -56,73 +72,143 @@ type apiKey struct {
 	perMinute bool
 	// weight is the key's share under a model's fairness tokens.
 	weight float64
-	// The key's metric children, made at its first request (metrics):
-	// a keys_file of 100k keys costs no series, and no memory for them,
-	// until they are used.
-	reg       *metrics
-	mOnce     sync.Once
-	mChildren keyMetrics
+	reg    *metrics
 }
 
-// metrics is the key's metric children, made on first use.
+// metrics is the key's metric children, made on first use (two first
+// requests at once make the same children: a vector's With is the same
+// child for the same labels).
 func (k *apiKey) metrics() *keyMetrics {
-	k.mOnce.Do(func() { k.mChildren = k.reg.forKey(k.name) })
-	return &k.mChildren
+	if m := k.m.Load(); m != nil {
+		return m
+	}
+	m := k.reg.forKey(k.name)
+	k.m.CompareAndSwap(nil, &m)
+	return k.m.Load()
 }
 
 // allows reports whether the key may use the model the client named.
 func (k *apiKey) allows(name string) bool { return k.all || k.models[name] }
 
-// keyTable is the keys in force: immutable once built.
+// keyTable is the keys in force: immutable once built. byDigest indexes
+// keys by digest; neither holds a pointer per key but the names, so that
+// the garbage collector has little to walk in a table of 100k keys.
 type keyTable struct {
-	byDigest map[[32]byte]*apiKey
+	byDigest map[[32]byte]int32
+	keys     []apiKey
 }
 
-// buildKeys builds the table of keys (the config's and the keys_file's).
-func (g *Gateway) buildKeys(keys []config.KeyConfig) (*keyTable, error) {
-	t := &keyTable{byDigest: make(map[[32]byte]*apiKey, len(keys))}
-	for i := range keys {
-		kc := &keys[i]
-		d, err := kc.Digest()
-		if err != nil {
-			return nil, fmt.Errorf("key %q: %w", kc.Name, err)
+// largeKeyTable is the number of keys from which the gateway frees the
+// memory its start used to read them (initKeys).
+const largeKeyTable = 10000
+
+// keyBuildYield is how many keys buildKeys makes between yields to the
+// scheduler: a reload of a large keys_file runs beside requests.
+const keyBuildYield = 4096
+
+// buildKeys builds the table of keys: the config's, then the keys_file's
+// (more).
+// It runs off the request path (at New, and in the keys_file watcher or
+// a reload) and holds no lock a request takes; requests keep the table
+// in force until it is swapped in whole (setKeys).
+func (g *Gateway) buildKeys(keys, more []config.KeyConfig) (*keyTable, error) {
+	n := len(keys) + len(more)
+	t := &keyTable{byDigest: make(map[[32]byte]int32, n), keys: make([]apiKey, 0, n)}
+	profiles := map[profileKey]*keyProfile{}
+	// The names in one string: one allocation, not one per key.
+	var arena strings.Builder
+	for _, list := range [][]config.KeyConfig{keys, more} {
+		for i := range list {
+			arena.WriteString(list[i].Name)
 		}
-		l := kc.Limits
-		k := &apiKey{name: kc.Name, reg: g.metrics, limits: quota.Limits{
-			RequestsPerMinute: l.RequestsPerMinute, TokensPerMinute: l.TokensPerMinute,
-			TokensPerDay: l.TokensPerDay, MaxConcurrent: l.MaxConcurrent,
-		}}
-		k.perMinute = l.RequestsPerMinute > 0 || l.TokensPerMinute > 0
-		k.weight = kc.WeightOrDefault()
-		for _, m := range kc.Models {
-			if m == config.AllModels {
-				k.all = true
+	}
+	names := arena.String()
+	for _, list := range [][]config.KeyConfig{keys, more} {
+		for i := range list {
+			kc := &list[i]
+			d, err := kc.Digest()
+			if err != nil {
+				return nil, fmt.Errorf("key %q: %w", kc.Name, err)
+			}
+			name := names[:len(kc.Name)]
+			names = names[len(kc.Name):]
+			t.byDigest[d] = int32(len(t.keys))
+			t.keys = append(t.keys, apiKey{name: name, keyProfile: g.profileOf(kc, profiles)})
+			if len(t.keys)%keyBuildYield == 0 {
+				runtime.Gosched()
 			}
 		}
-		if !k.all {
-			k.models = make(map[string]bool, len(kc.Models))
-			for _, m := range kc.Models {
-				k.models[m] = true
-			}
-		}
-		prio := kc.Priority
-		if prio == "" {
-			prio = g.conf().DefaultPriority
-		}
-		for ci, c := range g.conf().PriorityClasses {
-			if c == prio {
-				k.class, k.className = ci, c
-			}
-		}
-		t.byDigest[d] = k
 	}
 	return t, nil
 }
 
+// profileKey tells keys' profiles apart: their models (how many, and
+// each prefixed by its length, so that no two lists read the same),
+// priority, limits and weight.
+type profileKey struct {
+	n                int // models
+	models, priority string
+	limits           config.KeyLimits
+	weight           float64
+}
+
+func profileKeyOf(kc *config.KeyConfig) profileKey {
+	return profileKey{n: len(kc.Models), models: modelsKey(kc.Models), priority: kc.Priority, limits: kc.Limits, weight: kc.WeightOrDefault()}
+}
+
+// modelsKey is a key's models as one string for profileKey: the name
+// itself for one model (no allocation: the usual case), else each name
+// after its length.
+func modelsKey(models []string) string {
+	if len(models) == 1 {
+		return models[0]
+	}
+	var b strings.Builder
+	for _, m := range models {
+		b.WriteString(strconv.Itoa(len(m)))
+		b.WriteByte(':')
+		b.WriteString(m)
+	}
+	return b.String()
+}
+
+// profileOf is kc's profile, shared with the keys in profiles that have
+// the same one.
+func (g *Gateway) profileOf(kc *config.KeyConfig, profiles map[profileKey]*keyProfile) *keyProfile {
+	pk := profileKeyOf(kc)
+	if p, ok := profiles[pk]; ok {
+		return p
+	}
+	l := kc.Limits
+	p := &keyProfile{reg: g.metrics, weight: pk.weight, limits: quota.Limits{
+		RequestsPerMinute: l.RequestsPerMinute, TokensPerMinute: l.TokensPerMinute,
+		TokensPerDay: l.TokensPerDay, MaxConcurrent: l.MaxConcurrent,
+	}}
+	p.perMinute = l.RequestsPerMinute > 0 || l.TokensPerMinute > 0
+	p.all = slices.Contains(kc.Models, config.AllModels)
+	if !p.all {
+		p.models = make(map[string]bool, len(kc.Models))
+		for _, m := range kc.Models {
+			p.models[m] = true
+		}
+	}
+	prio := kc.Priority
+	if prio == "" {
+		prio = g.conf().DefaultPriority
+	}
+	for ci, c := range g.conf().PriorityClasses {
+		if c == prio {
+			p.class, p.className = ci, c
+		}
+	}
+	profiles[pk] = p
+	return p
+}
+
 // setKeys puts keys in force; requests already admitted keep the key they
 // were admitted with.
-func (g *Gateway) setKeys(keys []config.KeyConfig) error {
-	t, err := g.buildKeys(keys)
+func (g *Gateway) setKeys(keys, more []config.KeyConfig) error {
+	t, err := g.buildKeys(keys, more)
 	if err != nil {
 		return err
 	}
@@ -139,14 +225,21 @@ func (g *Gateway) initKeys() error {
 		return nil
 	}
 	g.noKey = g.metrics.forKey("")
-	keys, err := g.authKeys(a)
+	keys, fileKeys, err := g.authKeys(a)
 	if err != nil {
 		return err
 	}
-	if err := g.setKeys(keys); err != nil {
+	if err := g.setKeys(keys, fileKeys); err != nil {
 		return err
 	}
-	g.log.Info("API keys required", zap.Int("keys", len(keys)), zap.String("keys_file", a.KeysFile))
+	if len(keys)+len(fileKeys) >= largeKeyTable {
+		// The file's reading is garbage now (a 100k-key file: ~50 MB,
+		// most of the process), and an idle gateway would keep it until
+		// the runtime's forced collection and scavenging, minutes later:
+		// freed at start, when no request is in flight.
+		debug.FreeOSMemory()
+	}
+	g.log.Info("API keys required", zap.Int("keys", len(keys)+len(fileKeys)), zap.String("keys_file", a.KeysFile))
 	return nil
 }
 
@@ -156,37 +249,38 @@ func (g *Gateway) initKeys() error {
 func (g *Gateway) reloadAuth() error {
 	g.keysMu.Lock()
 	defer g.keysMu.Unlock()
-	keys, err := g.authKeys(g.conf().Auth)
+	keys, fileKeys, err := g.authKeys(g.conf().Auth)
 	if err != nil {
 		return err
 	}
-	return g.setKeys(keys)
+	return g.setKeys(keys, fileKeys)
 }
 
 // authKeys is the auth section's keys and its keys_file's, and notes the
 // file's digest for the keys_file watcher. The keys_file is taken as
 // config.Load read and validated it (one parse, not two: a 100k-key file
-// is most of a start's or reload's work), or read now for a config built
-// in code.
-func (g *Gateway) authKeys(a *config.AuthConfig) ([]config.KeyConfig, error) {
+// is most of a start's or reload's work; the config lets go of it, so
+// that it is not held twice), or read now for a config built in code or
+// whose keys were taken already.
+func (g *Gateway) authKeys(a *config.AuthConfig) (keys, fileKeys []config.KeyConfig, err error) {
 	g.keysFile = fileState{}
 	if a.KeysFile == "" {
-		return a.Keys, nil
+		return a.Keys, nil, nil
 	}
-	lk := a.LoadedKeysFile()
+	lk := a.TakeLoadedKeysFile()
 	if lk == nil {
 		data, err := os.ReadFile(a.KeysFile)
 		if err != nil {
-			return nil, fmt.Errorf("auth.keys_file: %w", err)
+			return nil, nil, fmt.Errorf("auth.keys_file: %w", err)
 		}
 		fileKeys, err := config.ParseKeys(data, g.conf())
 		if err != nil {
-			return nil, fmt.Errorf("auth.keys_file %s: %w", a.KeysFile, err)
+			return nil, nil, fmt.Errorf("auth.keys_file %s: %w", a.KeysFile, err)
 		}
 		lk = &config.LoadedKeys{Keys: fileKeys, Sum: sha256.Sum256(data)}
 	}
 	g.keysFile.sum = lk.Sum
-	return append(append([]config.KeyConfig(nil), a.Keys...), lk.Keys...), nil
+	return a.Keys, lk.Keys, nil
 }
 
 // keyed runs h for a request that must carry an API key when auth is
@@ -239,7 +333,11 @@ func (t *keyTable) lookup(presented string) *apiKey {
 	if presented == "" {
 		return nil
 	}
-	return t.byDigest[sha256.Sum256([]byte(presented))]
+	i, ok := t.byDigest[sha256.Sum256([]byte(presented))]
+	if !ok {
+		return nil
+	}
+	return &t.keys[i]
 }
 
 // presentedKey is the key a request carries: the Bearer token of its

@@ -374,7 +374,7 @@ func keyEntry(name, key string) string {
 // ConfigMap-style symlink swap) takes effect while 100 streams are open,
 // none of which is cut, not even those of the removed key; a file that
 // fails validation is refused with a log naming the key path, and the keys
-// in force keep serving.
+// in force keep serving; a file written as JSON is read too.
 func TestKeysFileRotation(t *testing.T) {
 	dir := t.TempDir()
 	path := writeKeysFile(t, dir, "keys:\n"+keyEntry("b", "sk-b"))
@@ -459,6 +459,11 @@ func TestKeysFileRotation(t *testing.T) {
 	if status("sk-c") != 200 || status("sk-d") != 401 {
 		t.Error("a refused keys_file changed the keys in force")
 	}
+
+	// The same file written as JSON (what a generator of many keys
+	// writes: read by the keys_file's JSON decoder) rotates c out, e in.
+	writeKeysFile(t, dir, `{"keys": [{"name": "e", "sha256": "`+digestOf("sk-e")+`", "models": ["*"], "limits": {"max_concurrent": 8}}]}`)
+	eventually(t, "the JSON keys_file in force", func() bool { return status("sk-e") == 200 && status("sk-c") == 401 })
 
 	// Every stream runs to its end.
 	close(gate)

@@ -116,7 +116,7 @@ func (g *Gateway) reloadKeys() {
 	}
 	fileKeys, err := config.ParseKeys(data, g.conf())
 	if err == nil {
-		err = g.setKeys(append(append([]config.KeyConfig(nil), a.Keys...), fileKeys...))
+		err = g.setKeys(a.Keys, fileKeys)
 	}
 	if err != nil {
 		g.metrics.keyReloads.WithLabelValues("refused").Inc()

@@ -1,0 +1,337 @@
+package config
+
+import (
+	"bytes"
+	"runtime"
+	"strconv"
+)
+
+// A keys_file written as JSON (a file whose first byte past whitespace is
+// `{`) is read by decodeKeysJSON, a decoder of that one shape: yaml.v3
+// builds a node per value before decodeStrict walks them, which at 100k
+// keys is seconds of a reload (issue 30), where this reads the bytes once.
+//
+// JSON is YAML, so the file means what yaml.v3 reads it as. The decoder
+// only ever accepts: anything it does not read exactly as yaml.v3 does
+// (an escape in a string, a byte outside printable ASCII, null, true or
+// false, a number that is not a plain integer where one is wanted, an
+// unknown or repeated key, anything after the closing brace) makes it
+// give up, and the file goes to yaml.v3 and decodeStrict, which refuse it
+// (or read it) with their key paths and lines. A differential test holds
+// it to yaml.v3's result on the same files, good and bad.
+
+// jsonYieldEvery is how many keys the decoder reads between yields to the
+// scheduler, so that a large file read while the gateway serves does not
+// hold a core away from requests for a whole scheduler slice.
+const jsonYieldEvery = 4096
+
+// decodeKeysJSON decodes a keys_file written as JSON; ok is false when it
+// is not one this decoder reads exactly as yaml.v3 would (see above).
+func decodeKeysJSON(data []byte) (keys []KeyConfig, ok bool) {
+	s := jsonScanner{b: data, models: map[string][]string{}}
+	if !s.lit('{') {
+		return nil, false
+	}
+	if s.lit('}') {
+		return nil, s.end()
+	}
+	if name, ok := s.rawString(); !ok || string(name) != "keys" || !s.lit(':') {
+		return nil, false
+	}
+	if keys, ok = s.keyList(); !ok || !s.lit('}') {
+		return nil, false
+	}
+	return keys, s.end()
+}
+
+// jsonScanner reads one JSON document from b; i is the next byte. models
+// interns the keys' model lists by their text, so that keys allowing the
+// same models share one list.
+type jsonScanner struct {
+	b      []byte
+	i      int
+	models map[string][]string
+}
+
+func (s *jsonScanner) ws() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+// lit consumes c (after whitespace) when it is next.
+func (s *jsonScanner) lit(c byte) bool {
+	s.ws()
+	if s.i < len(s.b) && s.b[s.i] == c {
+		s.i++
+		return true
+	}
+	return false
+}
+
+// end: nothing but whitespace is left.
+func (s *jsonScanner) end() bool {
+	s.ws()
+	return s.i == len(s.b)
+}
+
+// rawString reads a string of printable ASCII without escapes and returns
+// its bytes (aliasing b).
+func (s *jsonScanner) rawString() ([]byte, bool) {
+	if !s.lit('"') {
+		return nil, false
+	}
+	start := s.i
+	for s.i < len(s.b) {
+		c := s.b[s.i]
+		switch {
+		case c == '"':
+			s.i++
+			return s.b[start : s.i-1], true
+		case c == '\\' || c < 0x20 || c > 0x7e:
+			return nil, false
+		}
+		s.i++
+	}
+	return nil, false
+}
+
+func (s *jsonScanner) str() (string, bool) {
+	b, ok := s.rawString()
+	return string(b), ok
+}
+
+// number reads the bytes that may make a number (after whitespace).
+func (s *jsonScanner) number() ([]byte, bool) {
+	s.ws()
+	start := s.i
+	for s.i < len(s.b) && isNumberByte(s.b[s.i]) {
+		s.i++
+	}
+	return s.b[start:s.i], s.i > start
+}
+
+func isNumberByte(c byte) bool {
+	return c >= '0' && c <= '9' || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E'
+}
+
+// integer reads a plain JSON integer (no fraction, no exponent, no
+// leading zero) that fits an int64.
+func (s *jsonScanner) integer() (int64, bool) {
+	b, ok := s.number()
+	if !ok {
+		return 0, false
+	}
+	digits := b
+	if digits[0] == '-' {
+		digits = digits[1:]
+	}
+	if len(digits) == 0 || (digits[0] == '0' && len(digits) > 1) {
+		return 0, false
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+	}
+	v, err := strconv.ParseInt(string(b), 10, 64)
+	return v, err == nil
+}
+
+// float reads a JSON number.
+func (s *jsonScanner) float() (float64, bool) {
+	b, ok := s.number()
+	if !ok || !jsonNumber(b) {
+		return 0, false
+	}
+	v, err := strconv.ParseFloat(string(b), 64)
+	return v, err == nil
+}
+
+// jsonNumber: b is a number by JSON's grammar,
+// -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?.
+func jsonNumber(b []byte) bool {
+	i := 0
+	digits := func() int {
+		n := 0
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i, n = i+1, n+1
+		}
+		return n
+	}
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	start := i
+	if n := digits(); n == 0 || (b[start] == '0' && n > 1) {
+		return false
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		if digits() == 0 {
+			return false
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if digits() == 0 {
+			return false
+		}
+	}
+	return i == len(b)
+}
+
+// keyList reads the keys list: [] or [{...}, ...].
+func (s *jsonScanner) keyList() ([]KeyConfig, bool) {
+	if !s.lit('[') {
+		return nil, false
+	}
+	// Sized by the names in the file (a hint: an append grows it), so
+	// that 100k keys are not copied over and over as the list grows.
+	keys := make([]KeyConfig, 0, bytes.Count(s.b[s.i:], []byte(`"name"`)))
+	if s.lit(']') {
+		return keys, true
+	}
+	for {
+		var k KeyConfig
+		if !s.keyConfig(&k) {
+			return nil, false
+		}
+		keys = append(keys, k)
+		if len(keys)%jsonYieldEvery == 0 {
+			runtime.Gosched()
+		}
+		if s.lit(']') {
+			return keys, true
+		}
+		if !s.lit(',') {
+			return nil, false
+		}
+	}
+}
+
+// object reads {"field": value, ...}, calling field for each value; a
+// field read twice, or one field refuses (an unknown one, or a value it
+// does not read), gives up. field returns the field's bit, to tell a
+// field repeated.
+func (s *jsonScanner) object(field func(name []byte) (bit uint, ok bool)) bool {
+	if !s.lit('{') {
+		return false
+	}
+	if s.lit('}') {
+		return true
+	}
+	var seen uint
+	for {
+		name, ok := s.rawString()
+		if !ok || !s.lit(':') {
+			return false
+		}
+		bit, ok := field(name)
+		if !ok || seen&bit != 0 {
+			return false
+		}
+		seen |= bit
+		if s.lit('}') {
+			return true
+		}
+		if !s.lit(',') {
+			return false
+		}
+	}
+}
+
+// keyConfig reads one key's object.
+func (s *jsonScanner) keyConfig(k *KeyConfig) bool {
+	return s.object(func(name []byte) (uint, bool) {
+		var ok bool
+		switch string(name) {
+		case "name":
+			k.Name, ok = s.str()
+			return 1 << 0, ok
+		case "sha256":
+			k.SHA256, ok = s.str()
+			return 1 << 1, ok
+		case "env":
+			k.Env, ok = s.str()
+			return 1 << 2, ok
+		case "models":
+			k.Models, ok = s.modelList()
+			return 1 << 3, ok
+		case "priority":
+			k.Priority, ok = s.str()
+			return 1 << 4, ok
+		case "limits":
+			return 1 << 5, s.limits(&k.Limits)
+		case "weight":
+			var w float64
+			w, ok = s.float()
+			k.Weight = &w
+			return 1 << 6, ok
+		}
+		return 0, false
+	})
+}
+
+// modelList reads a list of model names; identical lists (by their text)
+// share one slice.
+func (s *jsonScanner) modelList() ([]string, bool) {
+	s.ws()
+	start := s.i
+	if !s.lit('[') {
+		return nil, false
+	}
+	models := []string{}
+	if !s.lit(']') {
+		for {
+			m, ok := s.str()
+			if !ok {
+				return nil, false
+			}
+			models = append(models, m)
+			if s.lit(']') {
+				break
+			}
+			if !s.lit(',') {
+				return nil, false
+			}
+		}
+	}
+	text := s.b[start:s.i]
+	if shared, ok := s.models[string(text)]; ok {
+		return shared, true
+	}
+	s.models[string(text)] = models
+	return models, true
+}
+
+// limits reads a key's limits object.
+func (s *jsonScanner) limits(l *KeyLimits) bool {
+	return s.object(func(name []byte) (uint, bool) {
+		var dst *int64
+		var bit uint
+		switch string(name) {
+		case "requests_per_minute":
+			dst, bit = &l.RequestsPerMinute, 1<<0
+		case "tokens_per_minute":
+			dst, bit = &l.TokensPerMinute, 1<<1
+		case "max_concurrent":
+			dst, bit = &l.MaxConcurrent, 1<<2
+		case "tokens_per_day":
+			dst, bit = &l.TokensPerDay, 1<<3
+		default:
+			return 0, false
+		}
+		v, ok := s.integer()
+		*dst = v
+		return bit, ok
+	})
+}
