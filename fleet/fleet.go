@@ -36,6 +36,9 @@ type Fleet struct {
 	adapterWatchers []func(m *Model, b *Backend, adapters []Adapter)
 	memberWatchers  []func(m *Model)
 	busy            func(m *Model, b *Backend) bool
+	// lineBufs are the scrapes' line buffers (*bufio.Reader of maxLine
+	// bytes), kept from one scrape to the next.
+	lineBufs sync.Pool
 }
 
 // New builds the fleet described by its section of the config
