@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"time"
@@ -293,15 +294,30 @@ func labels(b []byte, fn func(k, v []byte)) ([]byte, error) {
 // that is not ready is passed with ErrNotReady instead, so that its state
 // is still sampled. Gauges go stale on their own when scrapes fail; fn
 // decides what stale means.
+//
+// Each backend's scrapes keep their own phase, drawn at random within the
+// interval: a fleet's scrapes are spread evenly over it, not sent all at
+// once every interval (512 backends at 250 ms: a burst of 512 requests
+// four times a second). A backend's first scrape comes within one
+// interval of its start, as before.
 func (f *Fleet) RunScraper(ctx context.Context, interval time.Duration, fn func(m *Model, b *Backend, g Gauges, err error)) {
 	f.each(ctx, func(ctx context.Context, m *Model, b *Backend) {
+		phase := time.NewTimer(rand.N(interval))
+		select {
+		case <-ctx.Done():
+			phase.Stop()
+			return
+		case <-phase.C:
+		}
 		t := time.NewTicker(interval)
 		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
+		for first := true; ; first = false {
+			if !first {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
 			}
 			if !b.Ready() {
 				fn(m, b, Gauges{}, ErrNotReady)

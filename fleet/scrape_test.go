@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -10,7 +11,9 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
@@ -268,4 +271,61 @@ func TestScrapeKeepsItsLineBuffer(t *testing.T) {
 	if per := (m1.TotalAlloc - m0.TotalAlloc) / n; per >= 3*maxLine/4 {
 		t.Errorf("a scrape of a %d-byte page allocates %d bytes (client and server); want well under the %d-byte line buffer", len(page), per, maxLine)
 	}
+}
+
+// TestScrapesSpreadOverTheInterval: a fleet's scrapes are spread over the
+// interval, each backend at its own phase, not sent all at once: the
+// first round of 64 backends' scrapes (not ready here, so each is a call
+// of fn without a request) falls at many instants within the first
+// interval. Before, every backend's ticker started together: 64 at once,
+// every interval.
+func TestScrapesSpreadOverTheInterval(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const n, interval = 64, 250 * time.Millisecond
+		cfg := config.Default()
+		mc := config.ModelConfig{Name: "m"}
+		for i := range n {
+			mc.Backends = append(mc.Backends, config.BackendConfig{URL: fmt.Sprintf("http://10.0.0.%d:8000", i+1)})
+		}
+		cfg.Models = []config.ModelConfig{mc}
+		if err := cfg.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		f, err := New(cfg.Fleet(), &http.Client{}, zap.NewNop(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		var mu sync.Mutex
+		first := map[*Backend]time.Duration{}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() {
+			f.RunScraper(ctx, interval, func(_ *Model, b *Backend, _ Gauges, err error) {
+				if !errors.Is(err, ErrNotReady) {
+					t.Errorf("%s: %v, want ErrNotReady", b.URL.Host, err)
+				}
+				mu.Lock()
+				if _, ok := first[b]; !ok {
+					first[b] = time.Since(start)
+				}
+				mu.Unlock()
+			})
+			close(done)
+		}()
+		time.Sleep(interval)
+		synctest.Wait()
+		cancel()
+		<-done
+		instants := map[time.Duration]bool{}
+		for _, d := range first {
+			if d >= interval {
+				t.Errorf("a first scrape came %v after the start; want within the interval (%v)", d, interval)
+			}
+			instants[d] = true
+		}
+		if len(first) != n || len(instants) < n/2 {
+			t.Errorf("%d backends' first scrapes fell at %d instants; want all %d, spread over the interval", len(first), len(instants), n)
+		}
+	})
 }
