@@ -7,9 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 )
 
@@ -293,31 +293,21 @@ func labels(b []byte, fn func(k, v []byte)) ([]byte, error) {
 // passing each result (or the failure, a *ScrapeError) to fn; a backend
 // that is not ready is passed with ErrNotReady instead, so that its state
 // is still sampled. Gauges go stale on their own when scrapes fail; fn
-// decides what stale means.
-//
-// Each backend's scrapes keep their own phase, drawn at random within the
-// interval: a fleet's scrapes are spread evenly over it, not sent all at
-// once every interval (512 backends at 250 ms: a burst of 512 requests
-// four times a second). A backend's first scrape comes within one
-// interval of its start, as before.
+// decides what stale means. Every backend's scrape of a round starts at
+// the same beat (beat.go), the first within one interval of its start.
 func (f *Fleet) RunScraper(ctx context.Context, interval time.Duration, fn func(m *Model, b *Backend, g Gauges, err error)) {
+	bt := newBeat()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	bctx, stop := context.WithCancel(ctx)
+	defer stop()
+	wg.Go(func() { bt.run(bctx, interval) })
 	f.each(ctx, func(ctx context.Context, m *Model, b *Backend) {
-		phase := time.NewTimer(rand.N(interval))
-		select {
-		case <-ctx.Done():
-			phase.Stop()
-			return
-		case <-phase.C:
-		}
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for first := true; ; first = false {
-			if !first {
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-				}
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-bt.next():
 			}
 			if !b.Ready() {
 				fn(m, b, Gauges{}, ErrNotReady)

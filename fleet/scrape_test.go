@@ -273,13 +273,13 @@ func TestScrapeKeepsItsLineBuffer(t *testing.T) {
 	}
 }
 
-// TestScrapesSpreadOverTheInterval: a fleet's scrapes are spread over the
-// interval, each backend at its own phase, not sent all at once: the
-// first round of 64 backends' scrapes (not ready here, so each is a call
-// of fn without a request) falls at many instants within the first
-// interval. Before, every backend's ticker started together: 64 at once,
-// every interval.
-func TestScrapesSpreadOverTheInterval(t *testing.T) {
+// TestScrapesOfARoundStartTogether: every backend's scrape of a round
+// starts at the same instant, one beat every interval, a backend that
+// joins later (a reload adds it) included: one wake-up of the process a
+// round, not one per backend. Before, each backend's ticker kept the
+// phase of its start, so a backend added 100 ms in was scraped at its own
+// instants.
+func TestScrapesOfARoundStartTogether(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const n, interval = 64, 250 * time.Millisecond
 		cfg := config.Default()
@@ -297,7 +297,7 @@ func TestScrapesSpreadOverTheInterval(t *testing.T) {
 		}
 		start := time.Now()
 		var mu sync.Mutex
-		first := map[*Backend]time.Duration{}
+		at := map[time.Duration]int{} // scrapes (not ready here: calls of fn without a request) by instant
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan struct{})
 		go func() {
@@ -306,26 +306,23 @@ func TestScrapesSpreadOverTheInterval(t *testing.T) {
 					t.Errorf("%s: %v, want ErrNotReady", b.URL.Host, err)
 				}
 				mu.Lock()
-				if _, ok := first[b]; !ok {
-					first[b] = time.Since(start)
-				}
+				at[time.Since(start)]++
 				mu.Unlock()
 			})
 			close(done)
 		}()
-		time.Sleep(interval)
+		time.Sleep(100 * time.Millisecond)
+		cfg.Models[0].Backends = append(cfg.Models[0].Backends, config.BackendConfig{URL: "http://10.0.1.1:8000"})
+		if err := f.Apply(cfg.Fleet(), nil); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(4*interval - 100*time.Millisecond + time.Millisecond)
 		synctest.Wait()
 		cancel()
 		<-done
-		instants := map[time.Duration]bool{}
-		for _, d := range first {
-			if d >= interval {
-				t.Errorf("a first scrape came %v after the start; want within the interval (%v)", d, interval)
-			}
-			instants[d] = true
-		}
-		if len(first) != n || len(instants) < n/2 {
-			t.Errorf("%d backends' first scrapes fell at %d instants; want all %d, spread over the interval", len(first), len(instants), n)
+		want := map[time.Duration]int{interval: n + 1, 2 * interval: n + 1, 3 * interval: n + 1, 4 * interval: n + 1}
+		if fmt.Sprint(at) != fmt.Sprint(want) {
+			t.Errorf("scrapes by instant %v; want %v: every backend's at each beat", at, want)
 		}
 	})
 }
