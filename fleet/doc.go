@@ -118,7 +118,8 @@
 // list of backends are replaced whole (under the Fleet's mutex, read
 // through atomics), so readers keep what they got; Run and RunScraper
 // start a goroutine per backend (and per dns or srv entry) that joins and
-// cancel those of backends forgotten. Lock order: Fleet, then a caller's
-// (the gateway's pool, from OnMembers), then Backend. fleet uses net/http
-// only as a client, and net's resolver.
+// cancel those of backends forgotten, and each one more for its beat.
+// Lock order: Fleet, then a caller's (the gateway's pool, from
+// OnMembers), then Backend. fleet uses net/http only as a client, and
+// net's resolver.
 package fleet
