@@ -51,14 +51,33 @@ func (p *Pool) Stats() PoolStats {
 	now := p.now()
 	p.reconcileLocked(now)
 	for _, s := range p.slots {
-		st.Slots = append(st.Slots, SlotStats{Name: s.Name, InFlight: s.inFlight, Tokens: s.tokens, Budget: s.budget(),
-			Gauges: s.gauges, Ejected: !s.ejectedUntil.IsZero(), EjectedUntil: s.ejectedUntil, Ejections: s.ejections, Failures: s.fails,
-			GaugesState: p.gaugesLocked(s, now), ScrapeErrors: s.scrapeErrors, LastScrapeError: s.lastScrapeErr})
+		st.Slots = append(st.Slots, p.slotStatsLocked(s, now))
 	}
 	for k, v := range p.decisions {
 		st.Decisions[k] = v
 	}
 	return st
+}
+
+// Slot returns the snapshot of the slot named name, as Stats lists it,
+// without building the others': a backend's scrape asks for its own slot
+// only, so the work per scrape stays flat in the number of backends.
+func (p *Pool) Slot(name string) (SlotStats, bool) {
+	p.mu.Lock()
+	defer p.unlock()
+	now := p.now()
+	p.reconcileLocked(now)
+	s := p.slotLocked(name)
+	if s == nil {
+		return SlotStats{}, false
+	}
+	return p.slotStatsLocked(s, now), true
+}
+
+func (p *Pool) slotStatsLocked(s *Slot, now time.Time) SlotStats {
+	return SlotStats{Name: s.Name, InFlight: s.inFlight, Tokens: s.tokens, Budget: s.budget(),
+		Gauges: s.gauges, Ejected: !s.ejectedUntil.IsZero(), EjectedUntil: s.ejectedUntil, Ejections: s.ejections, Failures: s.fails,
+		GaugesState: p.gaugesLocked(s, now), ScrapeErrors: s.scrapeErrors, LastScrapeError: s.lastScrapeErr}
 }
 
 // Blockage says why a model's backends take no more work: each backend

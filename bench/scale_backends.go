@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"math"
 	"net/http"
@@ -14,6 +15,11 @@ import (
 	"github.com/maitred-dev/maitred/sim"
 )
 
+// backendsBaseline is a maitred binary measured beside the built one at
+// each point of the backends dimension (its idle CPU, on the same
+// simulators, right after): before and after a change in one run.
+var backendsBaseline = flag.String("backends-baseline", "", "scale: a maitred binary (e.g. built from an earlier commit) whose idle CPU the backends dimension measures beside the built one's at each point, on the same simulators")
+
 // scaleBackendsRun is the backends dimension: for each n, n simulated
 // backends (one simulator served on n loopback ports in this process)
 // behind one model of the built maitred at the default probe and scrape
@@ -25,10 +31,10 @@ import (
 func scaleBackendsRun(e *scaleEnv, ns []int, idle time.Duration) (*curve, error) {
 	c := &curve{dim: "backends per model (built maitred; n simulators on n ports of this process; probes every 1s, scrapes every 250ms: the defaults)",
 		note:  "target: pick <= 2 us per request at 512 backends; probes and scrapes of 512 backends <= 5% of one core. pick: in-process admission.Pool Acquire+Release",
-		xName: "backends", cols: []string{"pick us", "direct p50 us", "maitred +p50 us", "queue p50 us", "idle CPU %", "RSS MiB", "KiB/backend"},
+		xName: "backends", cols: []string{"pick us", "direct p50 us", "maitred +p50 us", "queue p50 us", "idle CPU %", "baseline CPU %", "RSS MiB", "KiB/backend"},
 		charts: []chartSpec{
 			{file: "backends-pick.svg", title: "pick cost per request by backends (in-process Pool)", yLabel: "us", cols: []string{"pick us"}},
-			{file: "backends-cpu.svg", title: "maitred's idle CPU (probes and scrapes) by backends", yLabel: "% of one core", cols: []string{"idle CPU %"}},
+			{file: "backends-cpu.svg", title: "maitred's idle CPU (probes and scrapes) by backends, and -backends-baseline's", yLabel: "% of one core", cols: []string{"idle CPU %", "baseline CPU %"}},
 			{file: "backends-latency.svg", title: "direct p50 and maitred's added p50 by backends", yLabel: "us", cols: []string{"direct p50 us", "maitred +p50 us"}},
 		}}
 	picks := pickLine(ns)
@@ -44,13 +50,13 @@ func scaleBackendsRun(e *scaleEnv, ns []int, idle time.Duration) (*curve, error)
 		} else {
 			perBackend = (r.rss - baseRSS) / float64(n-baseN) / 1024
 		}
-		c.add(n, picks[n], r.directP50, r.addedP50, r.queueP50, r.cpuPct, r.rss/(1<<20), perBackend)
+		c.add(n, picks[n], r.directP50, r.addedP50, r.queueP50, r.cpuPct, r.baselinePct, r.rss/(1<<20), perBackend)
 	}
 	return c, nil
 }
 
 type backendsFigures struct {
-	directP50, addedP50, queueP50, cpuPct, rss float64
+	directP50, addedP50, queueP50, cpuPct, baselinePct, rss float64
 }
 
 func backendsPoint(e *scaleEnv, n int, idle time.Duration) (backendsFigures, error) {
@@ -90,15 +96,42 @@ func backendsPoint(e *scaleEnv, n int, idle time.Duration) (backendsFigures, err
 	}
 	time.Sleep(2 * time.Second) // the requests' garbage collected, connections idle
 	f.rss = float64(procRSS(gw.pid))
-	c0, err := procCPU(gw.pid)
-	if err != nil {
+	if f.cpuPct, err = idleCPU(gw, idle); err != nil {
 		return f, err
 	}
-	time.Sleep(idle)
-	c1, _ := procCPU(gw.pid)
-	f.cpuPct = 100 * float64(c1-c0) / float64(idle)
 	fmt.Fprintf(os.Stderr, "  %d backends: idle CPU %.2f%%, RSS %.1f MiB\n", n, f.cpuPct, f.rss/(1<<20))
+	f.baselinePct = math.NaN()
+	if *backendsBaseline != "" {
+		gw.stop()
+		base, err := startMaitred(*backendsBaseline, dir, cfg.String(), "")
+		if err != nil {
+			return f, fmt.Errorf("baseline: %w", err)
+		}
+		defer base.stop()
+		if err := awaitMetric(base.url+"/metrics", "maitred_model_ready_backends", float64(n), time.Minute); err != nil {
+			return f, fmt.Errorf("baseline: %w", err)
+		}
+		time.Sleep(2 * time.Second)
+		if f.baselinePct, err = idleCPU(base, idle); err != nil {
+			return f, err
+		}
+		fmt.Fprintf(os.Stderr, "  %d backends: baseline's idle CPU %.2f%%\n", n, f.baselinePct)
+	}
 	return f, nil
+}
+
+// idleCPU is p's CPU over idle, in % of one core.
+func idleCPU(p *proc, idle time.Duration) (float64, error) {
+	c0, err := procCPU(p.pid)
+	if err != nil {
+		return 0, err
+	}
+	time.Sleep(idle)
+	c1, err := procCPU(p.pid)
+	if err != nil {
+		return 0, err
+	}
+	return 100 * float64(c1-c0) / float64(idle), nil
 }
 
 // alternatingP50 sends up to k short chats one at a time (for at most

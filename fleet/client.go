@@ -7,9 +7,32 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
+	"time"
 )
+
+// NewTransport returns the transport for the fleet's own requests to the
+// backends (probes, scrapes, warm-ups): keep-alive connections kept idle
+// between rounds, two a backend (its prober's and its scraper's, which
+// may be in flight at once), with no cap on the total. net/http's default
+// keeps 100 idle connections in all and gateway.NewTransport 1,024: past
+// 50 or 512 backends every round would close some and dial again, a TCP
+// handshake each (TestIdleConnsKeptFor600Backends). The idle timeout is
+// longer than any probe or scrape interval, so a connection in use every
+// round is never closed as idle. No transparent compression: the pages
+// are read as they come.
+func NewTransport(dialTimeout time.Duration) *http.Transport {
+	return &http.Transport{
+		Proxy:               nil, // backends are addressed directly
+		DialContext:         (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        0, // no cap: two a backend
+		MaxIdleConnsPerHost: 2,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+	}
+}
 
 type modelCard struct {
 	Created     int64 `json:"created"`
@@ -25,7 +48,7 @@ func (f *Fleet) listModels(ctx context.Context, b *Backend) (map[string]modelCar
 	if err != nil {
 		return nil, errors.New(describeDialError(err))
 	}
-	defer res.Body.Close()
+	defer release(res)
 	if res.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("answered %d", res.StatusCode)
 	}
@@ -50,7 +73,7 @@ func (f *Fleet) version(ctx context.Context, b *Backend) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer res.Body.Close()
+	defer release(res)
 	var v struct {
 		Version string `json:"version"`
 	}
@@ -91,6 +114,16 @@ func (f *Fleet) do(ctx context.Context, b *Backend, method, path string, body []
 		req.Header.Set("Authorization", "Bearer "+b.Key)
 	}
 	return f.client.Do(req)
+}
+
+// release reads what is left of res's body (up to 64 KB) and closes it.
+// net/http keeps a connection for the next request only when its answer
+// was read to the end, and a JSON decoder stops at the end of its value:
+// a trailing newline, or a chunked answer's last chunk, left unread would
+// cost the next probe a new connection.
+func release(res *http.Response) {
+	io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10))
+	res.Body.Close()
 }
 
 func snippet(b []byte) string {

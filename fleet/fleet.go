@@ -36,6 +36,9 @@ type Fleet struct {
 	adapterWatchers []func(m *Model, b *Backend, adapters []Adapter)
 	memberWatchers  []func(m *Model)
 	busy            func(m *Model, b *Backend) bool
+	// lineBufs are the scrapes' line buffers (*bufio.Reader of maxLine
+	// bytes), kept from one scrape to the next.
+	lineBufs sync.Pool
 }
 
 // New builds the fleet described by its section of the config
@@ -122,8 +125,14 @@ func (f *Fleet) HoldDrain(fn func(m *Model, b *Backend) bool) { f.busy = fn }
 // delay the others; backends that join get theirs, and those forgotten
 // lose it.
 func (f *Fleet) Run(ctx context.Context) {
+	bt := newBeat() // every backend's probes of a round start together
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	bctx, stop := context.WithCancel(ctx)
+	defer stop()
+	wg.Go(func() { bt.run(bctx, f.health.Interval.D()) })
 	f.each(ctx,
-		func(ctx context.Context, m *Model, b *Backend) { f.runBackend(ctx, m, b) },
+		func(ctx context.Context, m *Model, b *Backend) { f.runBackend(ctx, m, b, bt) },
 		func(ctx context.Context, m *Model, s *source) { f.discover(ctx, m, s) })
 }
 
@@ -184,11 +193,10 @@ func (f *Fleet) each(ctx context.Context, perBackend func(context.Context, *Mode
 	}
 }
 
-// runBackend is b's prober: a probe every health.interval, the adapter
-// listings asked for, and once b drains, the check that forgets it.
-func (f *Fleet) runBackend(ctx context.Context, m *Model, b *Backend) {
-	t := time.NewTicker(f.health.Interval.D())
-	defer t.Stop()
+// runBackend is b's prober: a probe at every beat of bt (every
+// health.interval), the adapter listings asked for, and once b drains,
+// the check that forgets it.
+func (f *Fleet) runBackend(ctx context.Context, m *Model, b *Backend, bt *beat) {
 	if !b.Draining() {
 		f.probe(ctx, m, b)
 	}
@@ -196,7 +204,7 @@ func (f *Fleet) runBackend(ctx context.Context, m *Model, b *Backend) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-bt.next():
 			if b.Draining() {
 				if f.forget(m, b) {
 					return

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 )
 
@@ -60,7 +61,16 @@ func (f *Fleet) Scrape(ctx context.Context, b *Backend) (Gauges, error) {
 		io.Copy(io.Discard, io.LimitReader(res.Body, 4096))
 		return Gauges{}, &ScrapeError{Answered: true, Err: fmt.Errorf("/metrics answered %d", res.StatusCode)}
 	}
-	g, err := parseMetrics(res.Body, b.Served, MaxMetricsBytes)
+	// The line buffer is kept for the next scrape: with hundreds of
+	// backends scraped four times a second, a fresh 32 KB each was most
+	// of the scraper's garbage.
+	br, _ := f.lineBufs.Get().(*bufio.Reader)
+	if br == nil {
+		br = bufio.NewReaderSize(nil, maxLine)
+	}
+	g, err := parseMetricsBuf(br, res.Body, b.Served, MaxMetricsBytes)
+	br.Reset(nil)
+	f.lineBufs.Put(br)
 	if err != nil {
 		var se *ScrapeError
 		if !errors.As(err, &se) {
@@ -92,8 +102,18 @@ const (
 // fails the scrape; other lines are not validated. A page without
 // vllm:num_requests_running or vllm:num_requests_waiting is not vLLM's.
 func parseMetrics(r io.Reader, served string, limit int64) (Gauges, error) {
+	return parseMetricsBuf(bufio.NewReaderSize(nil, maxLine), r, served, limit)
+}
+
+// maxLine is the longest line parseMetrics reads whole (the size of its
+// line buffer).
+const maxLine = 32 << 10
+
+// parseMetricsBuf is parseMetrics reading through br (of size maxLine),
+// reset onto r.
+func parseMetricsBuf(br *bufio.Reader, r io.Reader, served string, limit int64) (Gauges, error) {
 	lr := &io.LimitedReader{R: r, N: limit + 1}
-	br := bufio.NewReaderSize(lr, 32<<10)
+	br.Reset(lr)
 	var g Gauges
 	seen := false
 	for n := 1; ; n++ {
@@ -273,16 +293,21 @@ func labels(b []byte, fn func(k, v []byte)) ([]byte, error) {
 // passing each result (or the failure, a *ScrapeError) to fn; a backend
 // that is not ready is passed with ErrNotReady instead, so that its state
 // is still sampled. Gauges go stale on their own when scrapes fail; fn
-// decides what stale means.
+// decides what stale means. Every backend's scrape of a round starts at
+// the same beat (beat.go), the first within one interval of its start.
 func (f *Fleet) RunScraper(ctx context.Context, interval time.Duration, fn func(m *Model, b *Backend, g Gauges, err error)) {
+	bt := newBeat()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	bctx, stop := context.WithCancel(ctx)
+	defer stop()
+	wg.Go(func() { bt.run(bctx, interval) })
 	f.each(ctx, func(ctx context.Context, m *Model, b *Backend) {
-		t := time.NewTicker(interval)
-		defer t.Stop()
 		for {
 			select {
 			case <-ctx.Done():
 				return
-			case <-t.C:
+			case <-bt.next():
 			}
 			if !b.Ready() {
 				fn(m, b, Gauges{}, ErrNotReady)

@@ -78,7 +78,7 @@ func (g *Gateway) sampleBackend(rt *modelRuntime, b *fleet.Backend, gs *fleet.Ga
 			smp.Time = gs.At
 		}
 	}
-	if slot, ok := rt.slotStats()[b.URL.Host]; ok {
+	if slot, ok := rt.pool.Slot(b.URL.Host); ok { // this backend's slot only: flat in the number of backends
 		smp.GaugesState = slot.GaugesState.String()
 		if slot.Ejected {
 			smp.Ejected = true

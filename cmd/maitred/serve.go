@@ -76,7 +76,7 @@ type runOptions struct {
 // drains.
 func runGateway(ctx context.Context, cfg config.Config, log *zap.Logger, o runOptions) error {
 	reg := prometheus.NewRegistry()
-	probeClient := &http.Client{Transport: gateway.NewTransport(cfg)}
+	probeClient := &http.Client{Transport: fleet.NewTransport(cfg.BackendDialTimeout.D())}
 	tokenizers := newModelTokenizers()
 	toks, err := tokenizers.load(cfg, log)
 	if err != nil {
