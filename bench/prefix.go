@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/maitred-dev/maitred/config"
@@ -26,7 +27,7 @@ var (
 	prefixScale    = flag.Float64("prefix-scale", 5, "prefix: simulated seconds per real second (the simulators' times are divided by it)")
 	prefixLoad     = flag.Float64("prefix-load", 0.7, "prefix: offered load, a share of the fleet's capacity")
 	prefixAffinity = flag.Int("prefix-affinity-tokens", 1024, "prefix: maitred's prefix_affinity_tokens in the affinity run")
-	prefixPolicies = flag.String("prefix-policies", "round-robin,least-load,affinity,oracle", "prefix: the policies to run, in order")
+	prefixPolicies = flag.String("prefix-policies", "round-robin,least-load,affinity,precise,oracle", "prefix: the policies to run, in order")
 )
 
 // The prefix scenario's world, in simulated units (divided by -prefix-scale
@@ -71,7 +72,7 @@ var prefixPolicyTable = map[string]prefixPolicy{
 	// prefix of the prompt, the fewest tokens in flight among equals.
 	"oracle": func(w *prefixWorld) (string, func(), error) {
 		return w.proxy(func(body []byte) int {
-			ids, err := sim.Approx{}.ChatTokenIDs(body) // the simulators' tokenizer, once
+			ids, err := w.ider.ChatTokenIDs(body) // the simulators' tokenizer, once for all four
 			if err != nil {
 				return 0
 			}
@@ -99,20 +100,26 @@ type prefixWorld struct {
 	urls  []string
 	stops []func()
 	tok   *tokenize.Model
+	// ider is the simulators' tokenizer: maitred's (the blocks' ids are
+	// those the door computes, as vLLM's are with the model's own
+	// tokenizer), in every run, so that every policy and the oracle see
+	// the same prompts.
+	ider sim.ChatTokenIDer
+	// reg is the gateway's registry (nil for the policies without one):
+	// the run's evidence is read from it.
+	reg *prometheus.Registry
 }
 
 func scaled(d time.Duration) time.Duration { return time.Duration(float64(d) / *prefixScale) }
 
 func newPrefixWorld(tok *tokenize.Model, kvEvents bool) (*prefixWorld, error) {
-	w := &prefixWorld{tok: tok}
+	ider := sim.ModelTokenizer(tok).(sim.ChatTokenIDer)
+	w := &prefixWorld{tok: tok, ider: ider}
 	for range pxServers {
 		cfg := sim.Config{Model: "demo", MaxModelLen: 2 * pxMaxHistory, OutputTokens: pxOutputTokens,
 			MaxNumSeqs: pxMaxSeqs, KVTokens: pxKVTokens, TTFT: scaled(pxTTFT), ITL: scaled(pxITL),
-			PrefillPerToken: scaled(pxPrefill), PrefixCaching: true}
+			PrefillPerToken: scaled(pxPrefill), PrefixCaching: true, Tokenizer: sim.ModelTokenizer(tok)}
 		if kvEvents {
-			// The blocks' token ids must be those maitred's door computes
-			// (as vLLM's are with the model's own tokenizer).
-			cfg.Tokenizer = sim.ModelTokenizer(tok)
 			cfg.KVEvents = &sim.KVEventsConfig{Endpoint: "tcp://*:0", ReplayEndpoint: "tcp://*:0", Topic: "kv"}
 		}
 		s := sim.New(cfg, zap.NewNop())
@@ -163,8 +170,7 @@ func (w *prefixWorld) proxy(pick func(body []byte) int) (string, func(), error) 
 }
 
 // gateway serves maitred in front of the simulators, counting with the
-// built-in demo tokenizer (the simulators count with their cheap Approx,
-// so that their tokenizing does not eat the clock); affinity > 0 turns
+// built-in demo tokenizer (the simulators' too); affinity > 0 turns
 // prefix affinity on.
 func (w *prefixWorld) gateway(affinity int) (string, func(), error) {
 	cfg := config.Default()
@@ -174,7 +180,8 @@ func (w *prefixWorld) gateway(affinity int) (string, func(), error) {
 		m.Backends = append(m.Backends, config.BackendConfig{URL: u, MaxInFlight: pxMaxSeqs})
 	}
 	cfg.Models = []config.ModelConfig{m}
-	u, _, stop, err := serveGatewayWith(cfg, zap.NewNop(), gatewayExtras{tokenizers: map[string]*tokenize.Model{"demo": w.tok}})
+	w.reg = prometheus.NewRegistry()
+	u, _, stop, err := serveGatewayWith(cfg, zap.NewNop(), gatewayExtras{tokenizers: map[string]*tokenize.Model{"demo": w.tok}, registry: w.reg})
 	return u, stop, err
 }
 
@@ -194,7 +201,8 @@ func (w *prefixWorld) gatewayPrecise() (string, func(), error) {
 	if err := cfg.Validate(); err != nil {
 		return "", nil, err
 	}
-	u, _, stop, err := serveGatewayWith(cfg, zap.NewNop(), gatewayExtras{tokenizers: map[string]*tokenize.Model{"demo": w.tok}, kvEvents: true})
+	w.reg = prometheus.NewRegistry()
+	u, _, stop, err := serveGatewayWith(cfg, zap.NewNop(), gatewayExtras{tokenizers: map[string]*tokenize.Model{"demo": w.tok}, registry: w.reg, kvEvents: true})
 	return u, stop, err
 }
 
@@ -207,6 +215,7 @@ type prefixResult struct {
 	ttftP50, ttftP99      float64 // seconds
 	throughput, tokPerSec float64
 	imbalance             float64 // max over mean of the servers' mean tokens in flight
+	evidence              string  // the gateway's routing evidence (prefixEvidence)
 }
 
 func prefix() error {
@@ -234,10 +243,11 @@ func prefix() error {
 		}
 		r := runPrefix(w, target, rate)
 		r.policy = name
+		r.evidence = prefixEvidence(w.reg)
 		stop()
 		w.close()
 		results = append(results, r)
-		fmt.Fprintf(os.Stderr, "prefix: %s done\n", name)
+		fmt.Fprintf(os.Stderr, "prefix: %s done\n%s", name, r.evidence)
 	}
 	fmt.Printf("%-12s %9s %10s %10s %11s %11s %9s %8s %8s %8s\n", "policy", "hit rate", "TTFT p50", "TTFT p99", "req/s", "prompt t/s", "imbal.", "done", "failed", "skipped")
 	for _, r := range results {
