@@ -10,6 +10,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -92,6 +93,10 @@ var prefixPolicyTable = map[string]prefixPolicy{
 	// model has routing: precise and each backend the kv_events
 	// endpoints its simulator bound.
 	"precise": func(w *prefixWorld) (string, func(), error) { return w.gatewayPrecise() },
+	// precise-3 is precise with three maitred replicas (one shared
+	// store), each subscribed to every simulator, the clients' requests
+	// spread round robin across them.
+	"precise-3": func(w *prefixWorld) (string, func(), error) { return w.gatewayPreciseReplicas() },
 }
 
 // prefixWorld is one run's simulators (fresh caches for every policy).
@@ -103,22 +108,21 @@ type prefixWorld struct {
 	// ider is the simulators' tokenizer: maitred's (the blocks' ids are
 	// those the door computes, as vLLM's are with the model's own
 	// tokenizer), in every run, so that every policy and the oracle see
-	// the same prompts.
-	ider sim.ChatTokenIDer
-	// reg is the gateway's registry (nil for the policies without one):
-	// the run's evidence is read from it.
-	reg *prometheus.Registry
+	// the same prompts (pxTokenizer).
+	ider *pxTokenizer
+	// regs are the gateways' registries (none for the policies without
+	// one): the run's evidence is read from them.
+	regs []*prometheus.Registry
 }
 
 func scaled(d time.Duration) time.Duration { return time.Duration(float64(d) / *prefixScale) }
 
 func newPrefixWorld(tok *tokenize.Model, kvEvents bool) (*prefixWorld, error) {
-	ider := sim.ModelTokenizer(tok).(sim.ChatTokenIDer)
-	w := &prefixWorld{tok: tok, ider: ider}
+	w := &prefixWorld{tok: tok, ider: newPxTokenizer(tok)}
 	for range pxServers {
 		cfg := sim.Config{Model: "demo", MaxModelLen: 2 * pxMaxHistory, OutputTokens: pxOutputTokens,
 			MaxNumSeqs: pxMaxSeqs, KVTokens: pxKVTokens, TTFT: scaled(pxTTFT), ITL: scaled(pxITL),
-			PrefillPerToken: scaled(pxPrefill), PrefixCaching: true, Tokenizer: sim.ModelTokenizer(tok)}
+			PrefillPerToken: scaled(pxPrefill), PrefixCaching: true, Tokenizer: w.ider}
 		if kvEvents {
 			cfg.KVEvents = &sim.KVEventsConfig{Endpoint: "tcp://*:0", ReplayEndpoint: "tcp://*:0", Topic: "kv"}
 		}
@@ -180,8 +184,9 @@ func (w *prefixWorld) gateway(affinity int) (string, func(), error) {
 		m.Backends = append(m.Backends, config.BackendConfig{URL: u, MaxInFlight: pxMaxSeqs})
 	}
 	cfg.Models = []config.ModelConfig{m}
-	w.reg = prometheus.NewRegistry()
-	u, _, stop, err := serveGatewayWith(cfg, zap.NewNop(), gatewayExtras{tokenizers: map[string]*tokenize.Model{"demo": w.tok}, registry: w.reg})
+	reg := prometheus.NewRegistry()
+	w.regs = append(w.regs, reg)
+	u, _, stop, err := serveGatewayWith(cfg, zap.NewNop(), gatewayExtras{tokenizers: map[string]*tokenize.Model{"demo": w.tok}, registry: reg})
 	return u, stop, err
 }
 
@@ -189,20 +194,13 @@ func (w *prefixWorld) gateway(affinity int) (string, func(), error) {
 // (routing: precise), each backend subscribed to its simulator's
 // publisher and replay sockets.
 func (w *prefixWorld) gatewayPrecise() (string, func(), error) {
-	cfg := config.Default()
-	m := config.ModelConfig{Name: "demo", TokenizerCheck: "off", Routing: "precise",
-		QueueSize: 4 * pxUsers, QueueTimeout: config.Duration(time.Hour)}
-	for i, u := range w.urls {
-		pub, rep := w.sims[i].KVEventsEndpoints()
-		m.Backends = append(m.Backends, config.BackendConfig{URL: u, MaxInFlight: pxMaxSeqs,
-			KVEvents: &config.KVEventsConfig{Endpoint: pub, ReplayEndpoint: rep, Topic: "kv"}})
-	}
-	cfg.Models = []config.ModelConfig{m}
+	cfg := w.preciseConfig()
 	if err := cfg.Validate(); err != nil {
 		return "", nil, err
 	}
-	w.reg = prometheus.NewRegistry()
-	u, _, stop, err := serveGatewayWith(cfg, zap.NewNop(), gatewayExtras{tokenizers: map[string]*tokenize.Model{"demo": w.tok}, registry: w.reg, kvEvents: true})
+	reg := prometheus.NewRegistry()
+	w.regs = append(w.regs, reg)
+	u, _, stop, err := serveGatewayWith(cfg, zap.NewNop(), gatewayExtras{tokenizers: map[string]*tokenize.Model{"demo": w.tok}, registry: reg, kvEvents: true})
 	return u, stop, err
 }
 
@@ -232,7 +230,7 @@ func prefix() error {
 		if !ok {
 			return fmt.Errorf("prefix: unknown policy %q", name)
 		}
-		w, err := newPrefixWorld(tok, name == "precise")
+		w, err := newPrefixWorld(tok, strings.HasPrefix(name, "precise"))
 		if err != nil {
 			return err
 		}
@@ -243,7 +241,21 @@ func prefix() error {
 		}
 		r := runPrefix(w, target, rate)
 		r.policy = name
-		r.evidence = prefixEvidence(w.reg)
+		if len(w.regs) > 0 {
+			// The simulators' own block counts, beside the index's.
+			var parts []string
+			for i, s := range w.sims {
+				parts = append(parts, fmt.Sprintf("%s=%d", strings.TrimPrefix(w.urls[i], "http://"), s.PrefixCacheBlocks()))
+			}
+			slices.Sort(parts)
+			r.evidence += "  simulator blocks: " + strings.Join(parts, " ") + "\n"
+		}
+		for i, reg := range w.regs {
+			if len(w.regs) > 1 {
+				r.evidence += fmt.Sprintf("  replica %d:\n", i)
+			}
+			r.evidence += prefixEvidence(reg)
+		}
 		stop()
 		w.close()
 		results = append(results, r)
