@@ -24,11 +24,15 @@ import (
 )
 
 var (
-	prefixDur      = flag.Duration("prefix-duration", 10*time.Minute, "prefix: simulated time each policy runs")
-	prefixScale    = flag.Float64("prefix-scale", 5, "prefix: simulated seconds per real second (the simulators' times are divided by it)")
+	prefixDur = flag.Duration("prefix-duration", 10*time.Minute, "prefix: simulated time each policy runs")
+	// At 5x on the 2-core machine shared with other work, the
+	// simulators' and the gateway's CPU (tens of ms a turn) showed in the
+	// simulated TTFTs; at 2x it shows half as much.
+	prefixScale    = flag.Float64("prefix-scale", 2, "prefix: simulated seconds per real second (the simulators' times are divided by it)")
 	prefixLoad     = flag.Float64("prefix-load", 0.7, "prefix: offered load, a share of the fleet's capacity")
 	prefixAffinity = flag.Int("prefix-affinity-tokens", 1024, "prefix: maitred's prefix_affinity_tokens in the affinity run")
-	prefixPolicies = flag.String("prefix-policies", "round-robin,least-load,affinity,precise,oracle", "prefix: the policies to run, in order")
+	prefixPolicies = flag.String("prefix-policies", "round-robin,least-load,affinity,precise,precise-3,oracle", "prefix: the policies to run, in order")
+	prefixWeights  = flag.String("prefix-weights", "", "prefix: precise_routing's cache_weight,load_weight in the precise runs (empty: the defaults)")
 )
 
 // The prefix scenario's world, in simulated units (divided by -prefix-scale
@@ -113,6 +117,9 @@ type prefixWorld struct {
 	// regs are the gateways' registries (none for the policies without
 	// one): the run's evidence is read from them.
 	regs []*prometheus.Registry
+	// weights are precise_routing's cache_weight and load_weight (zero:
+	// the defaults).
+	weights [2]float64
 }
 
 func scaled(d time.Duration) time.Duration { return time.Duration(float64(d) / *prefixScale) }
@@ -221,6 +228,12 @@ func prefix() error {
 	if err != nil {
 		return err
 	}
+	var weights [2]float64
+	if *prefixWeights != "" {
+		if _, err := fmt.Sscanf(*prefixWeights, "%g,%g", &weights[0], &weights[1]); err != nil {
+			return fmt.Errorf("-prefix-weights %q: want cache_weight,load_weight: %w", *prefixWeights, err)
+		}
+	}
 	rate := *prefixLoad * pxCapacity()
 	fmt.Fprintf(os.Stderr, "prefix: %d servers (KV %d tokens, %d seqs), %d users, %d system prompts; capacity %.1f req/s, offered %.1f req/s; %s simulated per policy at %gx\n",
 		pxServers, pxKVTokens, pxMaxSeqs, pxUsers, pxSystems, pxCapacity(), rate, *prefixDur, *prefixScale)
@@ -234,6 +247,7 @@ func prefix() error {
 		if err != nil {
 			return err
 		}
+		w.weights = weights
 		target, stop, err := policy(w)
 		if err != nil {
 			w.close()
@@ -254,7 +268,7 @@ func prefix() error {
 			if len(w.regs) > 1 {
 				r.evidence += fmt.Sprintf("  replica %d:\n", i)
 			}
-			r.evidence += prefixEvidence(reg)
+			r.evidence += prefixEvidence(reg, i == 0)
 		}
 		stop()
 		w.close()

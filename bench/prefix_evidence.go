@@ -14,8 +14,9 @@ import (
 // routing: precise is a fallback), the precise fallbacks by reason, the
 // hit tokens it expected against the prompt tokens it scored, and each
 // backend's KV-event index (live, blocks, events, gaps, replays, clears,
-// decode errors). One line per family, for the scenario's report.
-func prefixEvidence(reg *prometheus.Registry) string {
+// decode errors; withIndex). One line per family, for the scenario's
+// report.
+func prefixEvidence(reg *prometheus.Registry, withIndex bool) string {
 	if reg == nil {
 		return ""
 	}
@@ -44,6 +45,9 @@ func prefixEvidence(reg *prometheus.Registry) string {
 	labelled("precise fallbacks", "maitred_precise_fallbacks_total", "reason")
 	if h, p := byName["maitred_prefix_hit_tokens_total"], byName["maitred_prefix_prompt_tokens_total"]; h != nil && p != nil && sum(p) > 0 {
 		fmt.Fprintf(&b, "  expected hit tokens: %.1f%% of %.0f prompt tokens scored\n", 100*sum(h)/sum(p), sum(p))
+	}
+	if !withIndex {
+		return b.String()
 	}
 	for _, k := range []struct{ title, family string }{{"index live", "maitred_kv_index_live"}, {"index blocks", "maitred_kv_index_blocks"},
 		{"events", "maitred_kv_events_total"}, {"gaps", "maitred_kv_event_gaps_total"}, {"replays", "maitred_kv_event_replays_total"},

@@ -99,6 +99,7 @@ func (w *prefixWorld) preciseConfig() config.Config {
 		m.Backends = append(m.Backends, config.BackendConfig{URL: u, MaxInFlight: pxMaxSeqs,
 			KVEvents: &config.KVEventsConfig{Endpoint: pub, ReplayEndpoint: rep, Topic: "kv"}})
 	}
+	m.Precise.CacheWeight, m.Precise.LoadWeight = w.weights[0], w.weights[1]
 	cfg.Models = []config.ModelConfig{m}
 	return cfg
 }
