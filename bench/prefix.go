@@ -213,14 +213,18 @@ func (w *prefixWorld) gatewayPrecise() (string, func(), error) {
 
 // prefixResult is one policy's figures, in simulated time.
 type prefixResult struct {
-	policy                string
-	sent, done, failed    int
-	skipped               int // arrivals that found every user waiting
-	hitRate               float64
-	ttftP50, ttftP99      float64 // seconds
-	throughput, tokPerSec float64
-	imbalance             float64 // max over mean of the servers' mean tokens in flight
-	evidence              string  // the gateway's routing evidence (prefixEvidence)
+	policy             string
+	sent, done, failed int
+	skipped            int // arrivals that found every user waiting
+	hitRate            float64
+	ttftP50, ttftP99   float64 // seconds
+	// prefillP50 and prefillP99 are the TTFTs the simulators' model
+	// gives the prompts' uncached tokens (fixed part + prefill), without
+	// queueing and without the CPU of the machine running it all.
+	prefillP50, prefillP99 float64
+	throughput, tokPerSec  float64
+	imbalance              float64 // max over mean of the servers' mean tokens in flight
+	evidence               string  // the gateway's routing evidence (prefixEvidence)
 }
 
 func prefix() error {
@@ -275,10 +279,10 @@ func prefix() error {
 		results = append(results, r)
 		fmt.Fprintf(os.Stderr, "prefix: %s done\n%s", name, r.evidence)
 	}
-	fmt.Printf("%-12s %9s %10s %10s %11s %11s %9s %8s %8s %8s\n", "policy", "hit rate", "TTFT p50", "TTFT p99", "req/s", "prompt t/s", "imbal.", "done", "failed", "skipped")
+	fmt.Printf("%-12s %9s %10s %10s %11s %11s %9s %8s %8s %8s %12s %12s\n", "policy", "hit rate", "TTFT p50", "TTFT p99", "req/s", "prompt t/s", "imbal.", "done", "failed", "skipped", "prefill p50", "prefill p99")
 	for _, r := range results {
-		fmt.Printf("%-12s %8.1f%% %9.3fs %9.3fs %11.2f %11.0f %9.2f %8d %8d %8d\n", r.policy, 100*r.hitRate, r.ttftP50, r.ttftP99,
-			r.throughput, r.tokPerSec, r.imbalance, r.done, r.failed, r.skipped)
+		fmt.Printf("%-12s %8.1f%% %9.3fs %9.3fs %11.2f %11.0f %9.2f %8d %8d %8d %11.3fs %11.3fs\n", r.policy, 100*r.hitRate, r.ttftP50, r.ttftP99,
+			r.throughput, r.tokPerSec, r.imbalance, r.done, r.failed, r.skipped, r.prefillP50, r.prefillP99)
 	}
 	return nil
 }
