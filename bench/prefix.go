@@ -129,7 +129,7 @@ func newPrefixWorld(tok *tokenize.Model, kvEvents bool) (*prefixWorld, error) {
 	for range pxServers {
 		cfg := sim.Config{Model: "demo", MaxModelLen: 2 * pxMaxHistory, OutputTokens: pxOutputTokens,
 			MaxNumSeqs: pxMaxSeqs, KVTokens: pxKVTokens, TTFT: scaled(pxTTFT), ITL: scaled(pxITL),
-			PrefillPerToken: scaled(pxPrefill), PrefixCaching: true, Tokenizer: w.ider}
+			PrefillPerToken: scaled(pxPrefill), PrefixCaching: true, PromptTokensDetails: true, Tokenizer: w.ider}
 		if kvEvents {
 			cfg.KVEvents = &sim.KVEventsConfig{Endpoint: "tcp://*:0", ReplayEndpoint: "tcp://*:0", Topic: "kv"}
 		}
