@@ -130,7 +130,8 @@
 // pick (routing: precise): a ticket with a PrefixMatcher goes to the
 // candidate maximizing Cache x cached share of the prompt - Load x load,
 // or, when the matcher cannot answer for every candidate or none holds
-// any of the prompt, as without (affinity, power of two choices).
+// any of the prompt, as without (affinity, power of two choices), the
+// fallback counted by its reason (PoolStats.PreciseFallbacks).
 //
 // A backend's gauges are fresh (checked against the saturation levels),
 // stale when the last good scrape is older than StaleAfter (held back: a

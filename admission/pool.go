@@ -137,6 +137,9 @@ type Pool struct {
 	rnd       *rand.Rand
 	ring      []ringPoint
 	decisions map[string]int
+	// fallbacks counts the precise picks that routed as without, by
+	// reason (pool_prefix.go).
+	fallbacks map[string]int
 	// ejected counts the slots with an ejection in force (ejectedUntil
 	// set), so that a grant reconciles ejections only when there are some.
 	ejected int
@@ -159,7 +162,7 @@ func NewPool(name string, cfg PoolConfig, slots []SlotConfig, now func() time.Ti
 	if now == nil {
 		now = time.Now
 	}
-	p := &Pool{name: name, cfg: cfg, now: now, queue: make([][]*waiter, cfg.Classes), rnd: rand.New(rand.NewPCG(1, 2)), decisions: map[string]int{}}
+	p := &Pool{name: name, cfg: cfg, now: now, queue: make([][]*waiter, cfg.Classes), rnd: rand.New(rand.NewPCG(1, 2)), decisions: map[string]int{}, fallbacks: map[string]int{}}
 	p.fair.init(cfg.Classes)
 	p.setFairnessLocked(cfg.Fairness, cfg.InputWeight, cfg.OutputWeight)
 	p.setSlotsLocked(slots)

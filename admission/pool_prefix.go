@@ -20,6 +20,19 @@ type PrefixWeights struct {
 	Cache, Load float64
 }
 
+// Why a request scored for precise routing was routed as without it
+// (PoolStats.PreciseFallbacks; the metric's reason label).
+const (
+	// FallbackNotLive: a candidate's index cannot answer (no events yet,
+	// its event stream unreachable or out of sequence).
+	FallbackNotLive = "not_live"
+	// FallbackNothingCached: no candidate holds a block of the prompt.
+	FallbackNothingCached = "nothing_cached"
+)
+
+// PreciseFallbackReasons lists the fallback reasons, for metrics.
+func PreciseFallbackReasons() []string { return []string{FallbackNotLive, FallbackNothingCached} }
+
 // preciseLocked picks among cands by the ticket's prefix matcher: the
 // candidate maximizing
 //
@@ -27,17 +40,21 @@ type PrefixWeights struct {
 //
 // where cached(b) is its cached-prefix tokens and load(b) its outstanding
 // tokens over its budget (Slot.load); ties go to the less loaded. It
-// returns nil, and the caller routes as without, when the matcher cannot
-// answer for every candidate or no candidate holds any of the prompt.
-// The expected cached tokens of every candidate are left in p.cached.
-func (p *Pool) preciseLocked(t *Ticket, cands []*Slot) (*Slot, int) {
+// returns nil and why (a Fallback reason), and the caller routes as
+// without, when the matcher cannot answer for every candidate or no
+// candidate holds any of the prompt. The expected cached tokens of every
+// candidate are left in p.cached.
+func (p *Pool) preciseLocked(t *Ticket, cands []*Slot) (*Slot, int, string) {
 	p.names, p.cached = p.names[:0], p.cached[:0]
 	for _, s := range cands {
 		p.names = append(p.names, s.Name)
 		p.cached = append(p.cached, 0)
 	}
-	if t.PromptTokens <= 0 || !t.Prefix.Match(p.names, p.cached) {
-		return nil, 0
+	if t.PromptTokens <= 0 {
+		return nil, 0, FallbackNothingCached
+	}
+	if !t.Prefix.Match(p.names, p.cached) {
+		return nil, 0, FallbackNotLive
 	}
 	var pick *Slot
 	best, bestCached, bestLoad := 0.0, 0, 0.0
@@ -50,9 +67,9 @@ func (p *Pool) preciseLocked(t *Ticket, cands []*Slot) (*Slot, int) {
 		}
 	}
 	if slicesAllZero(p.cached) {
-		return nil, 0 // nothing cached anywhere: spread as without
+		return nil, 0, FallbackNothingCached // spread as without
 	}
-	return pick, bestCached
+	return pick, bestCached, ""
 }
 
 func slicesAllZero(xs []int) bool {

@@ -69,11 +69,17 @@ func TestPreciseFallsBack(t *testing.T) {
 	} else {
 		l.Release(Succeeded)
 	}
+	if got := p.Stats().PreciseFallbacks; got[FallbackNothingCached] != 1 || got[FallbackNotLive] != 0 {
+		t.Fatalf("fallbacks = %v, want one nothing_cached", got)
+	}
 	// One backend's index not live (its events unreachable): as without.
 	x.SetState("b0", 0, false, "events endpoint unreachable")
 	if l, _ := p.Acquire(t.Context(), preciseTicket(x, prompt, w)); l.Policy != "p2c" || l.Cached != 0 {
 		t.Fatalf("lease = %+v, want p2c", l)
 	} else {
 		l.Release(Succeeded)
+	}
+	if got := p.Stats().PreciseFallbacks; got[FallbackNothingCached] != 1 || got[FallbackNotLive] != 1 {
+		t.Fatalf("fallbacks = %v, want one of each", got)
 	}
 }

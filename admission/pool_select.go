@@ -95,8 +95,11 @@ func (p *Pool) grantLocked(t *Ticket) *Lease {
 	var pick *Slot
 	policy, cached := "only", 0
 	if t.Prefix != nil {
-		if pick, cached = p.preciseLocked(t, cands); pick != nil && len(cands) > 1 {
+		var why string
+		if pick, cached, why = p.preciseLocked(t, cands); pick != nil && len(cands) > 1 {
 			policy = "precise"
+		} else if pick == nil {
+			p.fallbacks[why]++
 		}
 	}
 	if pick == nil && t.Affinity != 0 && len(cands) > 1 {

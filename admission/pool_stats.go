@@ -30,6 +30,9 @@ type PoolStats struct {
 	Depth     []int // per class
 	Slots     []SlotStats
 	Decisions map[string]int
+	// PreciseFallbacks counts the requests scored for precise routing
+	// that were routed as without it, by reason (PreciseFallbackReasons).
+	PreciseFallbacks map[string]int
 	// Fairness is the queue's policy; Flows its flows under Tokens, by
 	// name (nil under FIFO).
 	Fairness Fairness
@@ -40,7 +43,7 @@ type PoolStats struct {
 func (p *Pool) Stats() PoolStats {
 	p.mu.Lock()
 	defer p.unlock()
-	st := PoolStats{Depth: make([]int, len(p.queue)), Decisions: map[string]int{}}
+	st := PoolStats{Depth: make([]int, len(p.queue)), Decisions: map[string]int{}, PreciseFallbacks: map[string]int{}}
 	for c, q := range p.queue {
 		st.Depth[c] = len(q) + p.fair.n[c]
 	}
@@ -55,6 +58,9 @@ func (p *Pool) Stats() PoolStats {
 	}
 	for k, v := range p.decisions {
 		st.Decisions[k] = v
+	}
+	for k, v := range p.fallbacks {
+		st.PreciseFallbacks[k] = v
 	}
 	return st
 }

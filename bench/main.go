@@ -56,7 +56,7 @@
 //	go run ./bench -scenario quota [-quota-clients 50] [-quota-tpm 20000] [-quota-duration 2m]
 //	go run ./bench -scenario store [-rate 300] [-duration 20s]
 //	go run ./bench -scenario localwork [-maitred BIN] [-local-requests 8] [-local-bytes 7000000]
-//	go run ./bench -scenario prefix [-prefix-duration 10m] [-prefix-scale 5] [-prefix-load 0.7] [-prefix-policies round-robin,least-load,affinity,oracle]
+//	go run ./bench -scenario prefix [-prefix-duration 10m] [-prefix-scale 2] [-prefix-load 0.7] [-prefix-policies round-robin,least-load,affinity,precise,precise-3,oracle] [-prefix-weights 1,1]
 //	go run ./bench -scenario fairness [-maitred BIN] [-fair-duration 20s] [-fair-long 1m] [-fair-idle 1m] [-fair-backlog 8,16] [-fair-items 1,2,3,4]
 package main
 

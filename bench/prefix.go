@@ -10,10 +10,12 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/maitred-dev/maitred/config"
@@ -22,11 +24,15 @@ import (
 )
 
 var (
-	prefixDur      = flag.Duration("prefix-duration", 10*time.Minute, "prefix: simulated time each policy runs")
-	prefixScale    = flag.Float64("prefix-scale", 5, "prefix: simulated seconds per real second (the simulators' times are divided by it)")
+	prefixDur = flag.Duration("prefix-duration", 10*time.Minute, "prefix: simulated time each policy runs")
+	// At 5x on the 2-core machine shared with other work, the
+	// simulators' and the gateway's CPU (tens of ms a turn) showed in the
+	// simulated TTFTs; at 2x it shows half as much.
+	prefixScale    = flag.Float64("prefix-scale", 2, "prefix: simulated seconds per real second (the simulators' times are divided by it)")
 	prefixLoad     = flag.Float64("prefix-load", 0.7, "prefix: offered load, a share of the fleet's capacity")
 	prefixAffinity = flag.Int("prefix-affinity-tokens", 1024, "prefix: maitred's prefix_affinity_tokens in the affinity run")
-	prefixPolicies = flag.String("prefix-policies", "round-robin,least-load,affinity,oracle", "prefix: the policies to run, in order")
+	prefixPolicies = flag.String("prefix-policies", "round-robin,least-load,affinity,precise,precise-3,oracle", "prefix: the policies to run, in order")
+	prefixWeights  = flag.String("prefix-weights", "", "prefix: precise_routing's cache_weight,load_weight in the precise runs (empty: the defaults)")
 )
 
 // The prefix scenario's world, in simulated units (divided by -prefix-scale
@@ -71,7 +77,7 @@ var prefixPolicyTable = map[string]prefixPolicy{
 	// prefix of the prompt, the fewest tokens in flight among equals.
 	"oracle": func(w *prefixWorld) (string, func(), error) {
 		return w.proxy(func(body []byte) int {
-			ids, err := sim.Approx{}.ChatTokenIDs(body) // the simulators' tokenizer, once
+			ids, err := w.ider.ChatTokenIDs(body) // the simulators' tokenizer, once for all four
 			if err != nil {
 				return 0
 			}
@@ -91,6 +97,10 @@ var prefixPolicyTable = map[string]prefixPolicy{
 	// model has routing: precise and each backend the kv_events
 	// endpoints its simulator bound.
 	"precise": func(w *prefixWorld) (string, func(), error) { return w.gatewayPrecise() },
+	// precise-3 is precise with three maitred replicas (one shared
+	// store), each subscribed to every simulator, the clients' requests
+	// spread round robin across them.
+	"precise-3": func(w *prefixWorld) (string, func(), error) { return w.gatewayPreciseReplicas() },
 }
 
 // prefixWorld is one run's simulators (fresh caches for every policy).
@@ -99,20 +109,28 @@ type prefixWorld struct {
 	urls  []string
 	stops []func()
 	tok   *tokenize.Model
+	// ider is the simulators' tokenizer: maitred's (the blocks' ids are
+	// those the door computes, as vLLM's are with the model's own
+	// tokenizer), in every run, so that every policy and the oracle see
+	// the same prompts (pxTokenizer).
+	ider *pxTokenizer
+	// regs are the gateways' registries (none for the policies without
+	// one): the run's evidence is read from them.
+	regs []*prometheus.Registry
+	// weights are precise_routing's cache_weight and load_weight (zero:
+	// the defaults).
+	weights [2]float64
 }
 
 func scaled(d time.Duration) time.Duration { return time.Duration(float64(d) / *prefixScale) }
 
 func newPrefixWorld(tok *tokenize.Model, kvEvents bool) (*prefixWorld, error) {
-	w := &prefixWorld{tok: tok}
+	w := &prefixWorld{tok: tok, ider: newPxTokenizer(tok)}
 	for range pxServers {
 		cfg := sim.Config{Model: "demo", MaxModelLen: 2 * pxMaxHistory, OutputTokens: pxOutputTokens,
 			MaxNumSeqs: pxMaxSeqs, KVTokens: pxKVTokens, TTFT: scaled(pxTTFT), ITL: scaled(pxITL),
-			PrefillPerToken: scaled(pxPrefill), PrefixCaching: true}
+			PrefillPerToken: scaled(pxPrefill), PrefixCaching: true, PromptTokensDetails: true, Tokenizer: w.ider}
 		if kvEvents {
-			// The blocks' token ids must be those maitred's door computes
-			// (as vLLM's are with the model's own tokenizer).
-			cfg.Tokenizer = sim.ModelTokenizer(tok)
 			cfg.KVEvents = &sim.KVEventsConfig{Endpoint: "tcp://*:0", ReplayEndpoint: "tcp://*:0", Topic: "kv"}
 		}
 		s := sim.New(cfg, zap.NewNop())
@@ -163,8 +181,7 @@ func (w *prefixWorld) proxy(pick func(body []byte) int) (string, func(), error) 
 }
 
 // gateway serves maitred in front of the simulators, counting with the
-// built-in demo tokenizer (the simulators count with their cheap Approx,
-// so that their tokenizing does not eat the clock); affinity > 0 turns
+// built-in demo tokenizer (the simulators' too); affinity > 0 turns
 // prefix affinity on.
 func (w *prefixWorld) gateway(affinity int) (string, func(), error) {
 	cfg := config.Default()
@@ -174,7 +191,9 @@ func (w *prefixWorld) gateway(affinity int) (string, func(), error) {
 		m.Backends = append(m.Backends, config.BackendConfig{URL: u, MaxInFlight: pxMaxSeqs})
 	}
 	cfg.Models = []config.ModelConfig{m}
-	u, _, stop, err := serveGatewayWith(cfg, zap.NewNop(), gatewayExtras{tokenizers: map[string]*tokenize.Model{"demo": w.tok}})
+	reg := prometheus.NewRegistry()
+	w.regs = append(w.regs, reg)
+	u, _, stop, err := serveGatewayWith(cfg, zap.NewNop(), gatewayExtras{tokenizers: map[string]*tokenize.Model{"demo": w.tok}, registry: reg})
 	return u, stop, err
 }
 
@@ -182,37 +201,42 @@ func (w *prefixWorld) gateway(affinity int) (string, func(), error) {
 // (routing: precise), each backend subscribed to its simulator's
 // publisher and replay sockets.
 func (w *prefixWorld) gatewayPrecise() (string, func(), error) {
-	cfg := config.Default()
-	m := config.ModelConfig{Name: "demo", TokenizerCheck: "off", Routing: "precise",
-		QueueSize: 4 * pxUsers, QueueTimeout: config.Duration(time.Hour)}
-	for i, u := range w.urls {
-		pub, rep := w.sims[i].KVEventsEndpoints()
-		m.Backends = append(m.Backends, config.BackendConfig{URL: u, MaxInFlight: pxMaxSeqs,
-			KVEvents: &config.KVEventsConfig{Endpoint: pub, ReplayEndpoint: rep, Topic: "kv"}})
-	}
-	cfg.Models = []config.ModelConfig{m}
+	cfg := w.preciseConfig()
 	if err := cfg.Validate(); err != nil {
 		return "", nil, err
 	}
-	u, _, stop, err := serveGatewayWith(cfg, zap.NewNop(), gatewayExtras{tokenizers: map[string]*tokenize.Model{"demo": w.tok}, kvEvents: true})
+	reg := prometheus.NewRegistry()
+	w.regs = append(w.regs, reg)
+	u, _, stop, err := serveGatewayWith(cfg, zap.NewNop(), gatewayExtras{tokenizers: map[string]*tokenize.Model{"demo": w.tok}, registry: reg, kvEvents: true})
 	return u, stop, err
 }
 
 // prefixResult is one policy's figures, in simulated time.
 type prefixResult struct {
-	policy                string
-	sent, done, failed    int
-	skipped               int // arrivals that found every user waiting
-	hitRate               float64
-	ttftP50, ttftP99      float64 // seconds
-	throughput, tokPerSec float64
-	imbalance             float64 // max over mean of the servers' mean tokens in flight
+	policy             string
+	sent, done, failed int
+	skipped            int // arrivals that found every user waiting
+	hitRate            float64
+	ttftP50, ttftP99   float64 // seconds
+	// prefillP50 and prefillP99 are the TTFTs the simulators' model
+	// gives the prompts' uncached tokens (fixed part + prefill), without
+	// queueing and without the CPU of the machine running it all.
+	prefillP50, prefillP99 float64
+	throughput, tokPerSec  float64
+	imbalance              float64 // max over mean of the servers' mean tokens in flight
+	evidence               string  // the gateway's routing evidence (prefixEvidence)
 }
 
 func prefix() error {
 	tok, err := tokenize.Builtin("demo")
 	if err != nil {
 		return err
+	}
+	var weights [2]float64
+	if *prefixWeights != "" {
+		if _, err := fmt.Sscanf(*prefixWeights, "%g,%g", &weights[0], &weights[1]); err != nil {
+			return fmt.Errorf("-prefix-weights %q: want cache_weight,load_weight: %w", *prefixWeights, err)
+		}
 	}
 	rate := *prefixLoad * pxCapacity()
 	fmt.Fprintf(os.Stderr, "prefix: %d servers (KV %d tokens, %d seqs), %d users, %d system prompts; capacity %.1f req/s, offered %.1f req/s; %s simulated per policy at %gx\n",
@@ -223,10 +247,11 @@ func prefix() error {
 		if !ok {
 			return fmt.Errorf("prefix: unknown policy %q", name)
 		}
-		w, err := newPrefixWorld(tok, name == "precise")
+		w, err := newPrefixWorld(tok, strings.HasPrefix(name, "precise"))
 		if err != nil {
 			return err
 		}
+		w.weights = weights
 		target, stop, err := policy(w)
 		if err != nil {
 			w.close()
@@ -234,15 +259,30 @@ func prefix() error {
 		}
 		r := runPrefix(w, target, rate)
 		r.policy = name
+		if len(w.regs) > 0 {
+			// The simulators' own block counts, beside the index's.
+			var parts []string
+			for i, s := range w.sims {
+				parts = append(parts, fmt.Sprintf("%s=%d", strings.TrimPrefix(w.urls[i], "http://"), s.PrefixCacheBlocks()))
+			}
+			slices.Sort(parts)
+			r.evidence += "  simulator blocks: " + strings.Join(parts, " ") + "\n"
+		}
+		for i, reg := range w.regs {
+			if len(w.regs) > 1 {
+				r.evidence += fmt.Sprintf("  replica %d:\n", i)
+			}
+			r.evidence += prefixEvidence(reg, i == 0)
+		}
 		stop()
 		w.close()
 		results = append(results, r)
-		fmt.Fprintf(os.Stderr, "prefix: %s done\n", name)
+		fmt.Fprintf(os.Stderr, "prefix: %s done\n%s", name, r.evidence)
 	}
-	fmt.Printf("%-12s %9s %10s %10s %11s %11s %9s %8s %8s %8s\n", "policy", "hit rate", "TTFT p50", "TTFT p99", "req/s", "prompt t/s", "imbal.", "done", "failed", "skipped")
+	fmt.Printf("%-12s %9s %10s %10s %11s %11s %9s %8s %8s %8s %12s %12s\n", "policy", "hit rate", "TTFT p50", "TTFT p99", "req/s", "prompt t/s", "imbal.", "done", "failed", "skipped", "prefill p50", "prefill p99")
 	for _, r := range results {
-		fmt.Printf("%-12s %8.1f%% %9.3fs %9.3fs %11.2f %11.0f %9.2f %8d %8d %8d\n", r.policy, 100*r.hitRate, r.ttftP50, r.ttftP99,
-			r.throughput, r.tokPerSec, r.imbalance, r.done, r.failed, r.skipped)
+		fmt.Printf("%-12s %8.1f%% %9.3fs %9.3fs %11.2f %11.0f %9.2f %8d %8d %8d %11.3fs %11.3fs\n", r.policy, 100*r.hitRate, r.ttftP50, r.ttftP99,
+			r.throughput, r.tokPerSec, r.imbalance, r.done, r.failed, r.skipped, r.prefillP50, r.prefillP99)
 	}
 	return nil
 }

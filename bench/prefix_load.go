@@ -62,7 +62,7 @@ func runPrefix(w *prefixWorld, target string, rate float64) prefixResult {
 	}
 	var mu sync.Mutex // guards users, res and ttfts
 	var res prefixResult
-	var ttfts []float64
+	var ttfts, prefills []float64
 	var prompt int
 	client := &http.Client{Transport: poolTransport()}
 	stopSample := make(chan struct{})
@@ -102,7 +102,7 @@ func runPrefix(w *prefixWorld, target string, rate float64) prefixResult {
 		req.StreamOptions.IncludeUsage = true
 		mu.Unlock()
 		wg.Go(func() {
-			ttft, answer, promptTokens, err := pxPost(client, target, req)
+			ttft, answer, promptTokens, cached, err := pxPost(client, target, req)
 			mu.Lock()
 			defer mu.Unlock()
 			u.busy = false
@@ -113,6 +113,7 @@ func runPrefix(w *prefixWorld, target string, rate float64) prefixResult {
 			res.done++
 			prompt += promptTokens
 			ttfts = append(ttfts, ttft.Seconds()**prefixScale)
+			prefills = append(prefills, (pxTTFT + time.Duration(promptTokens-cached)*pxPrefill).Seconds())
 			u.msgs = append(req.Messages, chatMessage{"assistant", answer})
 			if promptTokens+2*pxUserTurn+pxOutputTokens > pxMaxHistory {
 				u.msgs = nil // a new conversation
@@ -132,6 +133,8 @@ func runPrefix(w *prefixWorld, target string, rate float64) prefixResult {
 	}
 	slices.Sort(ttfts)
 	res.ttftP50, res.ttftP99 = quantile(ttfts, .5), quantile(ttfts, .99)
+	slices.Sort(prefills)
+	res.prefillP50, res.prefillP99 = quantile(prefills, .5), quantile(prefills, .99)
 	res.throughput, res.tokPerSec = float64(res.done)/simSeconds, float64(prompt)/simSeconds
 	res.imbalance = <-loads
 	return res
@@ -171,24 +174,25 @@ func sampleLoads(w *prefixWorld, stop chan struct{}) chan float64 {
 }
 
 // pxPost posts a streaming chat and returns the time to its first content
-// chunk, the answer's text and the prompt tokens the usage chunk reports.
-func pxPost(c *http.Client, base string, req pxStreamRequest) (time.Duration, string, int, error) {
+// chunk, the answer's text and the prompt tokens and cached prompt tokens
+// the usage chunk reports.
+func pxPost(c *http.Client, base string, req pxStreamRequest) (time.Duration, string, int, int, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
-		return 0, "", 0, err
+		return 0, "", 0, 0, err
 	}
 	start := time.Now()
 	res, err := c.Post(base+"/v1/chat/completions", "application/json", bytes.NewReader(body))
 	if err != nil {
-		return 0, "", 0, err
+		return 0, "", 0, 0, err
 	}
 	defer res.Body.Close()
 	if res.StatusCode != http.StatusOK {
-		return 0, "", 0, &statusError{res.StatusCode}
+		return 0, "", 0, 0, &statusError{res.StatusCode}
 	}
 	var ttft time.Duration
 	var answer strings.Builder
-	prompt := 0
+	prompt, cached := 0, 0
 	sc := bufio.NewScanner(res.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -204,13 +208,19 @@ func pxPost(c *http.Client, base string, req pxStreamRequest) (time.Duration, st
 			} `json:"choices"`
 			Usage *struct {
 				PromptTokens int `json:"prompt_tokens"`
+				Details      *struct {
+					CachedTokens int `json:"cached_tokens"`
+				} `json:"prompt_tokens_details"`
 			} `json:"usage"`
 		}
 		if err := json.Unmarshal([]byte(data), &chunk); err != nil {
-			return 0, "", 0, err
+			return 0, "", 0, 0, err
 		}
 		if chunk.Usage != nil {
 			prompt = chunk.Usage.PromptTokens
+			if chunk.Usage.Details != nil {
+				cached = chunk.Usage.Details.CachedTokens
+			}
 		}
 		for _, ch := range chunk.Choices {
 			if ch.Delta.Content != "" && ttft == 0 {
@@ -219,7 +229,7 @@ func pxPost(c *http.Client, base string, req pxStreamRequest) (time.Duration, st
 			answer.WriteString(ch.Delta.Content)
 		}
 	}
-	return ttft, answer.String(), prompt, sc.Err()
+	return ttft, answer.String(), prompt, cached, sc.Err()
 }
 
 type statusError struct{ code int }

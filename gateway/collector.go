@@ -27,10 +27,11 @@ var (
 	scrapeErrDesc   = prometheus.NewDesc("maitred_backend_scrape_errors_total", "Failed scrapes of a backend's /metrics.", []string{"model", "backend"}, nil)
 	ejectionsDesc   = prometheus.NewDesc("maitred_backend_ejections_total", "Outlier ejections per backend.", []string{"model", "backend"}, nil)
 	routingDesc     = prometheus.NewDesc("maitred_routing_decisions_total", "Backend choices by policy: p2c (power of two choices), affinity (prefix), precise (the backends' cached prefixes, routing: precise), only (one candidate).", []string{"model", "policy"}, nil)
+	fallbackDesc    = prometheus.NewDesc("maitred_precise_fallbacks_total", "Requests scored for precise routing (routing: precise) that were routed as without it, by reason: not_live (a candidate's KV-event index is not live), nothing_cached (no candidate holds a block of the prompt).", []string{"model", "reason"}, nil)
 )
 
 func (c poolCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{queueDepthDesc, inflightTokDesc, budgetDesc, inflightDesc, vllmWaitDesc, vllmRunDesc, vllmKVDesc, ejectedDesc, ejectionsDesc, routingDesc, gaugesStateDesc, scrapeErrDesc, mismatchDesc} {
+	for _, d := range []*prometheus.Desc{queueDepthDesc, inflightTokDesc, budgetDesc, inflightDesc, vllmWaitDesc, vllmRunDesc, vllmKVDesc, ejectedDesc, ejectionsDesc, routingDesc, fallbackDesc, gaugesStateDesc, scrapeErrDesc, mismatchDesc} {
 		ch <- d
 	}
 }
@@ -73,6 +74,11 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		for policy, n := range st.Decisions {
 			ch <- prometheus.MustNewConstMetric(routingDesc, prometheus.CounterValue, float64(n), name, policy)
+		}
+		if rt.fm.Index() != nil {
+			for _, why := range admission.PreciseFallbackReasons() {
+				ch <- prometheus.MustNewConstMetric(fallbackDesc, prometheus.CounterValue, float64(st.PreciseFallbacks[why]), name, why)
+			}
 		}
 	}
 }

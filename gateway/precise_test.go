@@ -245,6 +245,9 @@ func TestPreciseRoutingFallsBack(t *testing.T) {
 	if v := metricValue(t, text, `maitred_routing_decisions_total{model="m",policy="precise"}`); v > 0 {
 		t.Fatalf("precise decisions = %v with a backend's events unreachable", v)
 	}
+	if v := metricValue(t, text, `maitred_precise_fallbacks_total{model="m",reason="not_live"}`); v != 2 {
+		t.Fatalf("precise fallbacks (not_live) = %v, want the 2 requests", v)
+	}
 	if v := metricValue(t, text, fmt.Sprintf(`maitred_kv_index_live{backend=%q,model="m"}`, host)); v != 0 {
 		t.Fatalf("maitred_kv_index_live = %v for the unreachable backend", v)
 	}

@@ -100,19 +100,35 @@ func (e *specialSplitter) next(s string) (int, string) {
 }
 
 func (e *specialSplitter) Encode(text string, _ bool) []int {
-	var ids []int
+	return e.AppendEncode(nil, text, false)
+}
+
+// AppendEncode appends text's ids to dst: the door's precise routing
+// (routing: precise) encodes a prompt into a pooled buffer this way, and
+// an encoder without it is not routed precisely.
+func (e *specialSplitter) AppendEncode(dst []int, text string, _ bool) []int {
 	for text != "" {
 		i, tok := e.next(text)
+		seg := text
+		if i >= 0 {
+			seg = text[:i]
+		}
+		if seg != "" {
+			if a, ok := e.inner.(interface {
+				AppendEncode(dst []int, text string, addSpecial bool) []int
+			}); ok {
+				dst = a.AppendEncode(dst, seg, false)
+			} else {
+				dst = append(dst, e.inner.Encode(seg, false)...)
+			}
+		}
 		if i < 0 {
-			return append(ids, e.inner.Encode(text, false)...)
+			break
 		}
-		if i > 0 {
-			ids = append(ids, e.inner.Encode(text[:i], false)...)
-		}
-		ids = append(ids, e.specials[tok])
+		dst = append(dst, e.specials[tok])
 		text = text[i+len(tok):]
 	}
-	return ids
+	return dst
 }
 
 func (e *specialSplitter) Count(text string, _ bool, limit int) (int, bool) {

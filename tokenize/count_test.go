@@ -48,6 +48,30 @@ func TestBuiltinDemo(t *testing.T) {
 	}
 }
 
+// TestBuiltinDemoAppendEncode: the demo model's encoder appends ids to a
+// caller's buffer (the door's precise routing needs it: without it a
+// routing: precise model on the demo tokenizer routed every request by
+// p2c), the same ids as Encode.
+func TestBuiltinDemoAppendEncode(t *testing.T) {
+	m, err := Builtin("demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, ok := m.Encoder().(interface {
+		AppendEncode(dst []int, text string, addSpecial bool) []int
+	})
+	if !ok {
+		t.Fatalf("the demo encoder %T has no AppendEncode", m.Encoder())
+	}
+	for _, text := range []string{"", "plain words only", "<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n", "<|im_end|><|im_start|>"} {
+		want := m.Encoder().Encode(text, false)
+		got := a.AppendEncode([]int{7}, text, false)
+		if len(got) != len(want)+1 || got[0] != 7 || !slices.Equal(got[1:], want) {
+			t.Fatalf("AppendEncode(%q) = %v, want [7] + %v", text, got, want)
+		}
+	}
+}
+
 func TestCountChatErrors(t *testing.T) {
 	m, err := Builtin("demo")
 	if err != nil {
