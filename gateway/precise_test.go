@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -281,14 +282,27 @@ func TestPreciseIndexClearedWhenBackendStopsAnswering(t *testing.T) {
 	pf := startPreciseFleet(t, 1, nil)
 	idx := pf.index(t)
 	host := pf.tg.Fleet.Models()[0].Backends()[0].URL.Host
-	system := "You answer briefly. " + strings.Repeat("The quick brown fox jumps over the lazy dog. ", 40)
-	if _, err := pf.sdk.Chat.Completions.New(t.Context(), chatTurn(system, []string{"Hi"})); err != nil {
-		t.Fatal(err)
+	// A conversation's blocks reach the index. Each try is a new
+	// conversation: events published before the subscription took hold
+	// (ZeroMQ drops them) or blocks forgotten while a busy machine failed
+	// a probe are not sent again for a prompt already cached.
+	deadline := time.Now().Add(30 * time.Second)
+	for try := 0; ; try++ {
+		system := fmt.Sprintf("Conversation %d. You answer briefly. ", try) + strings.Repeat("The quick brown fox jumps over the lazy dog. ", 40)
+		if _, err := pf.sdk.Chat.Completions.New(t.Context(), chatTurn(system, []string{"Hi"})); err != nil {
+			t.Fatal(err)
+		}
+		indexed := func() bool { st, _ := idx.Status(host); return st.Blocks > 0 }
+		for wait := time.Now().Add(2 * time.Second); !indexed() && time.Now().Before(wait); {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if indexed() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no conversation's blocks in the index after %d tries", try+1)
+		}
 	}
-	eventually(t, "the conversation's blocks in the index", func() bool {
-		st, _ := idx.Status(host)
-		return st.Blocks > 0
-	})
 	pf.sims[0].Update(func(c *sim.Config) { c.FailHealth = true })
 	eventually(t, "the backend out of Ready and its blocks forgotten", func() bool {
 		pf.tg.Fleet.ProbeAll(t.Context())
