@@ -6,8 +6,10 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -32,7 +34,7 @@ const streamTokens = 12
 func scaleStreamsRun(e *scaleEnv, ns []int) (*curve, error) {
 	c := &curve{dim: fmt.Sprintf("open streams (built maitred; slow streams of %d tokens, one a second; simulator and clients in this process)", streamTokens),
 		note:  "target: 10k slow streams with <= 32 KiB each above direct, no goroutine growth per idle second, added event delay p99 <= 5 ms",
-		xName: "streams", cols: []string{"KiB/stream", "goroutines/stream", "goroutines +/s", "direct p99 ms", "maitred p99 ms", "added p99 ms"},
+		xName: "streams", cols: []string{"KiB/stream", "heap KiB/stream", "stack KiB/stream", "goroutines/stream", "goroutines +/s", "direct p99 ms", "maitred p99 ms", "added p99 ms"},
 		charts: []chartSpec{
 			{file: "streams-memory.svg", title: "maitred's memory per open stream", yLabel: "KiB per stream", cols: []string{"KiB/stream"}},
 			{file: "streams-delay.svg", title: "event delay p99, direct and through maitred", yLabel: "ms", cols: []string{"direct p99 ms", "maitred p99 ms"}},
@@ -60,7 +62,15 @@ func scaleStreamsRun(e *scaleEnv, ns []int) (*curve, error) {
 			return nil, err
 		}
 		cfg := fmt.Sprintf("max_connections: %d\nmodels:\n  - name: demo\n    tokenizer: builtin:demo\n    tokenizer_check: off\n    queue_size: %d\n    backends:\n      - url: %s\n", 2*n+100, n, simURL)
-		gw, err := e.startIn(dir, cfg)
+		pp := ""
+		if *pprofOn {
+			pp = freeAddr()
+			// Every 512th byte sampled: the per-stream allocations show
+			// one by one (the default samples one in 512 KiB).
+			os.Setenv("GODEBUG", "memprofilerate=512")
+			fmt.Fprintf(os.Stderr, "  streams-%d: maitred serves pprof at http://%s/debug/pprof/ (heap profile saved with every stream open)\n", n, pp)
+		}
+		gw, err := startMaitred(e.bin, dir, cfg, pp)
 		if err != nil {
 			return nil, err
 		}
@@ -69,38 +79,44 @@ func scaleStreamsRun(e *scaleEnv, ns []int) (*curve, error) {
 			gw.stop()
 			return nil, fmt.Errorf("%d streams direct: %w", n, err)
 		}
-		through, err := holdSlowStreams(gw.url, n, stamps, gw)
+		var heapOut string
+		if pp != "" {
+			heapOut = filepath.Join(*scaleOut, fmt.Sprintf("streams-%d-heap.pb.gz", n))
+		}
+		through, err := holdSlowStreams(gw.url, n, stamps, &streamsProbe{gw: gw, pprof: pp, heapOut: heapOut})
 		gw.stop()
 		if err != nil {
 			return nil, fmt.Errorf("%d streams through maitred: %w", n, err)
 		}
-		kib := (through.rssOpen - through.rssIdle) / float64(n) / 1024
+		per := func(open, idle float64) float64 { return (open - idle) / float64(n) / 1024 }
+		kib, heap, stack := per(through.rssOpen, through.rssIdle), per(through.heapOpen, through.heapIdle), per(through.stackOpen, through.stackIdle)
 		gor := (through.gorOpen - through.gorIdle) / float64(n)
-		c.add(n, kib, gor, through.gorGrowth, direct.p99ms, through.p99ms, through.p99ms-direct.p99ms)
-		fmt.Fprintf(os.Stderr, "  %d streams: %.1f KiB and %.2f goroutines each, event delay p99 %.2f ms direct, %.2f through maitred (%d events)\n",
-			n, kib, gor, direct.p99ms, through.p99ms, through.events)
+		c.add(n, kib, heap, stack, gor, through.gorGrowth, direct.p99ms, through.p99ms, through.p99ms-direct.p99ms)
+		fmt.Fprintf(os.Stderr, "  %d streams: %.1f KiB RSS (heap %.1f, stacks %.1f) and %.2f goroutines each, event delay p99 %.2f ms direct, %.2f through maitred (%d events)\n",
+			n, kib, heap, stack, gor, direct.p99ms, through.p99ms, through.events)
 	}
 	return c, nil
 }
 
 type streamsFigures struct {
 	rssIdle, rssOpen, gorIdle, gorOpen, gorGrowth float64
+	heapIdle, heapOpen, stackIdle, stackOpen      float64
 	p99ms                                         float64
 	events                                        int
 }
 
 // holdSlowStreams opens n slow streams to base, in batches (a listen
 // backlog is finite), and reads each to its end, recording each event's
-// delay. gw, when set, is maitred: its memory and goroutines are read
-// idle, then with every stream open, and again 3 s later.
-func holdSlowStreams(base string, n int, book *stampBook, gw *proc) (streamsFigures, error) {
+// delay. gw, when set, is maitred: its memory (RSS, and the Go runtime's
+// heap and stacks in use from its /metrics) and goroutines are read idle,
+// then with every stream open, and the goroutines again 3 s later.
+func holdSlowStreams(base string, n int, book *stampBook, gw *streamsProbe) (streamsFigures, error) {
 	var f streamsFigures
 	tr := poolTransport()
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr}
 	if gw != nil {
-		f.rssIdle = float64(procRSS(gw.pid))
-		f.gorIdle, _ = scrapeMetric(gw.url+"/metrics", "go_goroutines")
+		f.rssIdle, f.heapIdle, f.stackIdle, f.gorIdle = gw.read()
 	}
 	body := fmt.Appendf(nil, `{"model":"demo","messages":[{"role":"user","content":"Count."}],"max_tokens":%d,"stream":true}`, streamTokens)
 	var mu sync.Mutex
@@ -143,10 +159,10 @@ func holdSlowStreams(base string, n int, book *stampBook, gw *proc) (streamsFigu
 	}
 	if gw != nil {
 		time.Sleep(time.Second)
-		f.rssOpen = float64(procRSS(gw.pid))
-		f.gorOpen, _ = scrapeMetric(gw.url+"/metrics", "go_goroutines")
+		f.rssOpen, f.heapOpen, f.stackOpen, f.gorOpen = gw.read()
+		gw.saveHeap()
 		time.Sleep(3 * time.Second)
-		later, _ := scrapeMetric(gw.url+"/metrics", "go_goroutines")
+		later, _ := scrapeMetric(gw.gw.url+"/metrics", "go_goroutines")
 		f.gorGrowth = (later - f.gorOpen) / 3
 	}
 	wg.Wait()
@@ -157,6 +173,55 @@ func holdSlowStreams(base string, n int, book *stampBook, gw *proc) (streamsFigu
 	f.p99ms = float64(quantile(delays, .99).Microseconds()) / 1e3
 	f.events = len(delays)
 	return f, nil
+}
+
+// streamsProbe is the built maitred under a streams point: where it
+// serves its metrics and, when built with -pprof, its profiles (heapOut,
+// when not "", is where its heap profile goes with every stream open).
+type streamsProbe struct {
+	gw             *proc
+	pprof, heapOut string
+}
+
+// read returns maitred's RSS, the Go heap and stacks in use, and its
+// goroutines.
+func (p *streamsProbe) read() (rss, heap, stack, goroutines float64) {
+	rss = float64(procRSS(p.gw.pid))
+	heap, _ = scrapeMetric(p.gw.url+"/metrics", "go_memstats_heap_inuse_bytes")
+	stack, _ = scrapeMetric(p.gw.url+"/metrics", "go_memstats_stack_inuse_bytes")
+	goroutines, _ = scrapeMetric(p.gw.url+"/metrics", "go_goroutines")
+	return
+}
+
+// saveHeap writes maitred's heap profile to heapOut (go tool pprof
+// -sample_index=inuse_space reads it), when asked for.
+func (p *streamsProbe) saveHeap() {
+	if p.heapOut == "" {
+		return
+	}
+	res, err := http.Get("http://" + p.pprof + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "  heap profile:", err)
+		return
+	}
+	defer res.Body.Close()
+	f, err := os.Create(p.heapOut)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "  heap profile:", err)
+		return
+	}
+	defer f.Close()
+	if _, err := io.Copy(f, res.Body); err == nil {
+		fmt.Fprintln(os.Stderr, "  heap profile:", p.heapOut)
+	}
+	// The goroutines' stacks (where each waits) beside it.
+	if res, err := http.Get("http://" + p.pprof + "/debug/pprof/goroutine?debug=1"); err == nil {
+		defer res.Body.Close()
+		if g, err := os.Create(strings.TrimSuffix(p.heapOut, "-heap.pb.gz") + "-goroutines.txt"); err == nil {
+			defer g.Close()
+			io.Copy(g, res.Body)
+		}
+	}
 }
 
 // eventDelays matches each event read (recv) to the simulator's last

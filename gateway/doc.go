@@ -132,7 +132,10 @@
 // message_stop, no terminating chunk (HTTP/1.1 closes the connection,
 // HTTP/2 resets the stream), so that a client reading only the text sees
 // a failure too. Its idle clock runs only while it
-// waits on the backend for a complete event. Any other answer is wrapped in
+// waits on the backend for a complete event. An open stream waiting for
+// its next event holds no relay buffer: the guard waits for the backend's
+// next byte with none and the copy gives its own back first (awaitData);
+// both buffers are pooled and taken while an event passes through. Any other answer is wrapped in
 // a bodyGuard that bounds each read the same way and aborts the client's
 // connection when the body stalls or ends short. Each write to the client
 // gets stream_idle_timeout too: a client that stops reading ends its own

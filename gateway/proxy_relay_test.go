@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"slices"
 	"strings"
@@ -212,5 +213,58 @@ func TestRelayPassesTrailersAndDropsHopByHop(t *testing.T) {
 	}
 	if res.Header.Get("X-Backend") != "yes" || res.Header.Get("X-Conn-Only") != "" || res.Header.Get("Keep-Alive") != "" {
 		t.Errorf("headers %v", res.Header)
+	}
+}
+
+// awaitingBody is a stream body (as the usage meter over a stream's
+// guard): awaitData calls onAwait, Read returns its pieces one at a time.
+type awaitingBody struct {
+	chunks
+	onAwait func()
+	awaits  int
+}
+
+func (b *awaitingBody) awaitData() bool {
+	b.awaits++
+	b.onAwait()
+	return true
+}
+
+// The copy gives its buffer back before it waits on a stream's next
+// bytes, so that an open stream between events holds none; an answer
+// that cannot wait so keeps one buffer for its whole copy.
+func TestCopyAnswerWaitsOnAStreamHoldingNoBuffer(t *testing.T) {
+	bufs := newBufferPool(64)
+	body := &awaitingBody{chunks: chunks{pieces: []string{"data: 1\n\n", "data: 2\n\n", "data: [DONE]\n\n"}, err: io.EOF}}
+	var heldAtWait []int64
+	body.onAwait = func() { heldAtWait = append(heldAtWait, bufs.held.Load()) }
+	rec := httptest.NewRecorder()
+	if err := copyAnswer(rec, body, bufs); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := rec.Body.String(), "data: 1\n\ndata: 2\n\ndata: [DONE]\n\n"; got != want {
+		t.Fatalf("copied %q, want %q", got, want)
+	}
+	if body.awaits != 4 { // before each event and before the end
+		t.Fatalf("awaitData called %d times, want 4", body.awaits)
+	}
+	for i, h := range heldAtWait {
+		if h != 0 {
+			t.Errorf("wait %d: %d copy buffers held, want none", i, h)
+		}
+	}
+	if h := bufs.held.Load(); h != 0 {
+		t.Errorf("after the copy %d buffers held, want none", h)
+	}
+
+	// A plain body: one buffer, held while it is read.
+	var heldAtRead []int64
+	plain := &probedBody{chunks: chunks{pieces: []string{"{\"a\":", "1}"}, err: io.EOF}}
+	plain.probe = func([]byte) { heldAtRead = append(heldAtRead, bufs.held.Load()) }
+	if err := copyAnswer(httptest.NewRecorder(), plain, bufs); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(heldAtRead, []int64{1, 1, 1}) || bufs.held.Load() != 0 {
+		t.Errorf("plain body: buffers held at each read %v, after %d; want 1 each and 0 after", heldAtRead, bufs.held.Load())
 	}
 }
