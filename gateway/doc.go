@@ -107,7 +107,9 @@
 // its model's admission.Pool for a backend with room, and its original bytes are forwarded unchanged by
 // the gateway's own reverse proxy (relay, proxy_relay.go: one request value
 // built per attempt, the body the door read sent with its headers in one
-// write, each write to the client flushed). GET /version (to a ready
+// write, each write to the client flushed; the body is let go once an
+// answer's headers came, so an open stream holds no copy of its request,
+// nor, unless it was sampled for the tokenizer check, its decision). GET /version (to a ready
 // backend that answered /version at its warm-up, of any model; version.go)
 // and the uncountable /tokenize pass through to a ready backend outside
 // the queue (passthrough.go). A

@@ -140,6 +140,45 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, in *http.Req
 	return relayResult{}
 }
 
+// sentBody is an attempt's request body as the transport reads it: from
+// the attempt (a.body), so that the bytes have one holder, which drops
+// them once the answer's headers came (dropBody), however long the
+// answer then takes. The transport's rewind for a retry on a fresh
+// connection (bodyAgain) reads them from the start again.
+type sentBody struct {
+	a    *attempt
+	off  int
+	done bool
+}
+
+func (b *sentBody) Read(p []byte) (int, error) {
+	if b.done {
+		return 0, io.EOF
+	}
+	n := copy(p, b.a.body[b.off:])
+	b.off += n
+	if b.off == len(b.a.body) {
+		b.done = true
+		b.a.bodyRead.Store(true)
+	}
+	return n, nil
+}
+
+func (b *sentBody) Close() error { return nil }
+
+// bodyAgain is the request's GetBody: the body from its start.
+func (a *attempt) bodyAgain() (io.ReadCloser, error) { return &sentBody{a: a}, nil }
+
+// dropBody lets go of the request body once the answer's headers came
+// (no attempt follows one that was answered) and the transport has read
+// it all (a backend may answer before it has read the request). The
+// exchange drops it too: an open stream holds no copy of its request.
+func (a *attempt) dropBody() {
+	if a.bodyRead.Load() {
+		a.body, a.x.body = nil, nil
+	}
+}
+
 // relayResult is how a relay ended: failed, a transport failure before
 // any response header (nothing was written); cut, the copy of the answer
 // failing after its headers went out; neither, the answer relayed whole.
@@ -312,6 +351,7 @@ func joinSlash(a, b string) string {
 func (g *Gateway) onResponse(res *http.Response, a *attempt) (flushHeaders bool) {
 	x := a.x
 	a.firstByte.Stop()
+	a.dropBody()
 	a.upstreamStatus = res.StatusCode
 	a.headersAt = time.Now()
 	// Server-Timing: the phases known before the headers go out.

@@ -9,8 +9,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/maitred-dev/maitred/config"
@@ -266,5 +268,63 @@ func TestCopyAnswerWaitsOnAStreamHoldingNoBuffer(t *testing.T) {
 	}
 	if !slices.Equal(heldAtRead, []int64{1, 1, 1}) || bufs.held.Load() != 0 {
 		t.Errorf("plain body: buffers held at each read %v, after %d; want 1 each and 0 after", heldAtRead, bufs.held.Load())
+	}
+}
+
+// An open stream holds no copy of its request: once the answer's headers
+// came, the body (and the door's parse of it) is let go, however long the
+// answer then streams. Six streams of 2 MB requests are held open, each
+// after its first event; the heap must not hold their bodies.
+func TestOpenStreamsHoldNoRequestBody(t *testing.T) {
+	const streams, size = 6, 2 << 20
+	release := make(chan struct{})
+	var sent sync.WaitGroup
+	sent.Add(streams)
+	fb := newFakeBackend(t, "m", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n")
+		w.(http.Flusher).Flush()
+		sent.Done()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		io.WriteString(w, "data: [DONE]\n\n")
+	})
+	fb.forget = true // the backend keeps nothing it read
+	tg := startGateway(t, nil, fb.URL)
+	body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}],"user":"` + strings.Repeat("u", size) + `"}`
+
+	heap := func() int64 {
+		runtime.GC()
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return int64(ms.HeapAlloc)
+	}
+	before := heap()
+	var answers []*http.Response
+	for range streams {
+		res := tg.post(t, "/v1/chat/completions", body)
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("status %d: %s", res.StatusCode, readBodyT(t, res))
+		}
+		answers = append(answers, res)
+	}
+	sent.Wait()
+	for _, res := range answers { // each client has its first event
+		line, err := bufio.NewReader(res.Body).ReadString('\n')
+		if err != nil || !strings.HasPrefix(line, "data: ") {
+			t.Fatalf("first event: %q, %v", line, err)
+		}
+	}
+	grew := heap() - before
+	close(release)
+	for _, res := range answers {
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+	}
+	if grew > streams*size/2 {
+		t.Errorf("the heap grew %d KiB with %d open streams of %d KiB requests: their bodies are held", grew>>10, streams, size>>10)
 	}
 }
