@@ -29,7 +29,8 @@ const streamTokens = 12
 // scaleStreamsRun is the open-streams dimension: for each n, n slow
 // streams (one token a second, streamTokens of them) held open at once,
 // first straight to the simulator (in this process, stamping each event
-// as it flushes it), then through the built maitred. Figures: maitred's
+// as it flushes it), then through the built maitred and, with
+// -streams-baseline, through that revision's. Figures: maitred's
 // RSS and goroutines (its /metrics go_goroutines) per open stream above
 // its idle level, the goroutines' growth over 3 idle seconds with every
 // stream open, and each event's delay (simulator flush to client read),
