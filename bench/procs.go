@@ -74,6 +74,11 @@ func buildMaitred(dir string, withPprof bool) (string, error) {
 	if root == "" {
 		return "", fmt.Errorf("run from the repository: the maitred binary is built from ./cmd/maitred")
 	}
+	return buildMaitredFrom(root, dir, withPprof)
+}
+
+// buildMaitredFrom is buildMaitred from the source tree at root.
+func buildMaitredFrom(root, dir string, withPprof bool) (string, error) {
 	bin := filepath.Join(dir, "maitred")
 	args := []string{"build", "-o", bin}
 	if withPprof {

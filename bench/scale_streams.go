@@ -2,12 +2,16 @@ package main
 
 import (
 	"bytes"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -15,6 +19,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/maitred-dev/maitred/internal/fixtures"
 	"github.com/maitred-dev/maitred/sim"
 )
 
@@ -24,19 +29,37 @@ const streamTokens = 12
 // scaleStreamsRun is the open-streams dimension: for each n, n slow
 // streams (one token a second, streamTokens of them) held open at once,
 // first straight to the simulator (in this process, stamping each event
-// as it flushes it), then through the built maitred. Figures: maitred's
+// as it flushes it), then through the built maitred and, with
+// -streams-baseline, through that revision's. Figures: maitred's
 // RSS and goroutines (its /metrics go_goroutines) per open stream above
 // its idle level, the goroutines' growth over 3 idle seconds with every
 // stream open, and each event's delay (simulator flush to client read),
 // p99 direct and through maitred.
 func scaleStreamsRun(e *scaleEnv, ns []int) (*curve, error) {
-	c := &curve{dim: fmt.Sprintf("open streams (built maitred; slow streams of %d tokens, one a second; simulator and clients in this process)", streamTokens),
+	bins := []streamsBinary{{name: "maitred", path: e.bin}}
+	if *streamsBaseline != "" {
+		bin, err := buildRevision(e.dir, *streamsBaseline)
+		if err != nil {
+			return nil, fmt.Errorf("-streams-baseline: %w", err)
+		}
+		bins = append(bins, streamsBinary{name: "baseline", path: bin})
+	}
+	c := &curve{dim: fmt.Sprintf("open streams (built maitred; slow streams of %d tokens, one a second, started evenly over %s; simulator and clients in this process)", streamTokens, streamsSpread),
 		note:  "target: 10k slow streams with <= 32 KiB each above direct, no goroutine growth per idle second, added event delay p99 <= 5 ms",
-		xName: "streams", cols: []string{"KiB/stream", "goroutines/stream", "goroutines +/s", "direct p99 ms", "maitred p99 ms", "added p99 ms"},
+		xName: "streams", cols: []string{"direct p99 ms", "direct open p99 ms"},
 		charts: []chartSpec{
-			{file: "streams-memory.svg", title: "maitred's memory per open stream", yLabel: "KiB per stream", cols: []string{"KiB/stream"}},
-			{file: "streams-delay.svg", title: "event delay p99, direct and through maitred", yLabel: "ms", cols: []string{"direct p99 ms", "maitred p99 ms"}},
+			{file: "streams-memory.svg", title: "maitred's memory per open stream", yLabel: "KiB per stream"},
+			{file: "streams-delay.svg", title: "event delay p99, direct and through maitred", yLabel: "ms", cols: []string{"direct p99 ms"}},
 		}}
+	for _, b := range bins {
+		pre := ""
+		if b.name != "maitred" {
+			pre = b.name + " "
+		}
+		c.cols = append(c.cols, pre+"KiB/stream", pre+"heap KiB/stream", pre+"stack KiB/stream", pre+"goroutines/stream", pre+"goroutines +/s", pre+"maitred p99 ms", pre+"added p99 ms", pre+"open added p99 ms")
+		c.charts[0].cols = append(c.charts[0].cols, pre+"KiB/stream")
+		c.charts[1].cols = append(c.charts[1].cols, pre+"maitred p99 ms")
+	}
 	limit := raiseOpenFiles(uint64(5*slicesMax(ns) + 1000))
 	// Each stream through maitred holds two sockets in maitred and,
 	// direct, two in this process (client and simulator).
@@ -55,63 +78,148 @@ func scaleStreamsRun(e *scaleEnv, ns []int) (*curve, error) {
 	}
 	defer stopSim()
 	for _, n := range ns {
-		dir, err := e.pointDir(fmt.Sprintf("streams-%d", n))
-		if err != nil {
-			return nil, err
-		}
 		cfg := fmt.Sprintf("max_connections: %d\nmodels:\n  - name: demo\n    tokenizer: builtin:demo\n    tokenizer_check: off\n    queue_size: %d\n    backends:\n      - url: %s\n", 2*n+100, n, simURL)
-		gw, err := e.startIn(dir, cfg)
-		if err != nil {
-			return nil, err
-		}
 		direct, err := holdSlowStreams(simURL, n, stamps, nil)
 		if err != nil {
-			gw.stop()
 			return nil, fmt.Errorf("%d streams direct: %w", n, err)
 		}
-		through, err := holdSlowStreams(gw.url, n, stamps, gw)
-		gw.stop()
-		if err != nil {
-			return nil, fmt.Errorf("%d streams through maitred: %w", n, err)
+		row := []float64{direct.p99ms, direct.steadyP99ms}
+		for _, b := range bins {
+			f, err := streamsThrough(b, n, cfg, simURL, stamps)
+			if err != nil {
+				return nil, err
+			}
+			row = append(row, f.kib, f.heap, f.stack, f.gor, f.gorGrowth, f.p99ms, f.p99ms-direct.p99ms, f.steadyP99ms-direct.steadyP99ms)
+			fmt.Fprintf(os.Stderr, "  %d streams, %s: %.1f KiB RSS (heap %.1f, stacks %.1f) and %.2f goroutines each; event delay p99 %.2f ms direct, %.2f through it (%d events); once all are open %.2f and %.2f\n",
+				n, b.name, f.kib, f.heap, f.stack, f.gor, direct.p99ms, f.p99ms, f.events, direct.steadyP99ms, f.steadyP99ms)
 		}
-		kib := (through.rssOpen - through.rssIdle) / float64(n) / 1024
-		gor := (through.gorOpen - through.gorIdle) / float64(n)
-		c.add(n, kib, gor, through.gorGrowth, direct.p99ms, through.p99ms, through.p99ms-direct.p99ms)
-		fmt.Fprintf(os.Stderr, "  %d streams: %.1f KiB and %.2f goroutines each, event delay p99 %.2f ms direct, %.2f through maitred (%d events)\n",
-			n, kib, gor, direct.p99ms, through.p99ms, through.events)
+		c.add(n, row...)
 	}
 	return c, nil
 }
 
-type streamsFigures struct {
-	rssIdle, rssOpen, gorIdle, gorOpen, gorGrowth float64
-	p99ms                                         float64
-	events                                        int
+// streamsBinary is a maitred binary a streams point runs through: the
+// one built from this tree and, with -streams-baseline, another (say,
+// built from an earlier commit) measured beside it in the same run.
+type streamsBinary struct{ name, path string }
+
+var streamsBaseline = flag.String("streams-baseline", "", "scale: a git revision (say HEAD~3) whose maitred is built and measured beside this tree's at each streams point")
+
+// buildRevision builds maitred as it was at the git revision rev (its
+// tree exported into a folder under dir), with the pprof overlay when
+// -pprof is set, and returns the binary's path.
+func buildRevision(dir, rev string) (string, error) {
+	root := fixtures.Root()
+	if root == "" {
+		return "", fmt.Errorf("run from the repository")
+	}
+	src, err := os.MkdirTemp(dir, "baseline-")
+	if err != nil {
+		return "", err
+	}
+	archive := exec.Command("git", "-C", root, "archive", rev)
+	untar := exec.Command("tar", "-x", "-C", src)
+	pipe, err := archive.StdoutPipe()
+	if err != nil {
+		return "", err
+	}
+	untar.Stdin, archive.Stderr, untar.Stderr = pipe, os.Stderr, os.Stderr
+	if err := untar.Start(); err != nil {
+		return "", err
+	}
+	if err := archive.Run(); err != nil {
+		untar.Wait()
+		return "", fmt.Errorf("git archive %s: %w", rev, err)
+	}
+	if err := untar.Wait(); err != nil {
+		return "", fmt.Errorf("tar: %w", err)
+	}
+	fmt.Fprintf(os.Stderr, "scale: building maitred at %s\n", rev)
+	return buildMaitredFrom(src, src, *pprofOn)
 }
 
-// holdSlowStreams opens n slow streams to base, in batches (a listen
-// backlog is finite), and reads each to its end, recording each event's
-// delay. gw, when set, is maitred: its memory and goroutines are read
-// idle, then with every stream open, and again 3 s later.
-func holdSlowStreams(base string, n int, book *stampBook, gw *proc) (streamsFigures, error) {
+// streamsSpread is how long a point takes to open its streams: evenly
+// over more than a second, so that their events (one a second each) come
+// evenly too, not in bursts of every stream at once.
+const streamsSpread = 1500 * time.Millisecond
+
+// streamsThrough runs one point through binary b: n slow streams held
+// open through it, its memory and goroutines read with every stream open.
+func streamsThrough(b streamsBinary, n int, cfg, simURL string, stamps *stampBook) (streamsResult, error) {
+	dir, err := os.MkdirTemp("", fmt.Sprintf("streams-%d-%s-", n, b.name))
+	if err != nil {
+		return streamsResult{}, err
+	}
+	defer os.RemoveAll(dir)
+	pp := ""
+	if *pprofOn {
+		// To see the per-stream allocations one by one in the profile,
+		// run with GODEBUG=memprofilerate=512 (the child inherits it).
+		pp = freeAddr()
+		fmt.Fprintf(os.Stderr, "  streams-%d %s: pprof at http://%s/debug/pprof/ (heap profile saved with every stream open)\n", n, b.name, pp)
+	}
+	gw, err := startMaitred(b.path, dir, cfg, pp)
+	if err != nil {
+		return streamsResult{}, err
+	}
+	var heapOut string
+	if pp != "" {
+		heapOut = filepath.Join(*scaleOut, fmt.Sprintf("streams-%d-%s-heap.pb.gz", n, b.name))
+	}
+	f, err := holdSlowStreams(gw.url, n, stamps, &streamsProbe{gw: gw, pprof: pp, heapOut: heapOut})
+	gw.stop()
+	if err != nil {
+		return streamsResult{}, fmt.Errorf("%d streams through %s: %w", n, b.name, err)
+	}
+	per := func(open, idle float64) float64 { return (open - idle) / float64(n) / 1024 }
+	return streamsResult{streamsFigures: f,
+		kib: per(f.rssOpen, f.rssIdle), heap: per(f.heapOpen, f.heapIdle), stack: per(f.stackOpen, f.stackIdle),
+		gor: (f.gorOpen - f.gorIdle) / float64(n)}, nil
+}
+
+// streamsResult is a point's figures through one binary, per stream.
+type streamsResult struct {
+	streamsFigures
+	kib, heap, stack, gor float64
+}
+
+type streamsFigures struct {
+	rssIdle, rssOpen, gorIdle, gorOpen, gorGrowth float64
+	heapIdle, heapOpen, stackIdle, stackOpen      float64
+	p99ms                                         float64
+	// steadyP99ms is the p99 of the events read once every stream was
+	// open (a second after the last one's first event): the delay of
+	// an idle replica's open streams, without the door work of opening.
+	steadyP99ms float64
+	events      int
+}
+
+// holdSlowStreams opens n slow streams to base, evenly over
+// streamsSpread (a listen backlog is finite, and events a second apart
+// then come evenly), and reads each to its end, recording each event's
+// delay. gw, when set, is maitred: its memory (RSS, and the Go runtime's
+// heap and stacks in use from its /metrics) and goroutines are read idle,
+// then with every stream open, and the goroutines again 3 s later.
+func holdSlowStreams(base string, n int, book *stampBook, gw *streamsProbe) (streamsFigures, error) {
 	var f streamsFigures
 	tr := poolTransport()
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr}
 	if gw != nil {
-		f.rssIdle = float64(procRSS(gw.pid))
-		f.gorIdle, _ = scrapeMetric(gw.url+"/metrics", "go_goroutines")
+		f.rssIdle, f.heapIdle, f.stackIdle, f.gorIdle = gw.read()
 	}
 	body := fmt.Appendf(nil, `{"model":"demo","messages":[{"role":"user","content":"Count."}],"max_tokens":%d,"stream":true}`, streamTokens)
 	var mu sync.Mutex
-	var delays []time.Duration
+	var delays, steady []time.Duration
+	var steadyFrom atomic.Int64 // unix ns; set once every stream is open
 	var started atomic.Int64
 	var failed atomic.Int64
 	var firstErr atomic.Value
 	var wg sync.WaitGroup
+	t0 := time.Now()
 	for i := range n {
-		if i%500 == 499 {
-			time.Sleep(50 * time.Millisecond)
+		if due := t0.Add(streamsSpread * time.Duration(i) / time.Duration(n)); time.Until(due) > time.Millisecond {
+			time.Sleep(time.Until(due))
 		}
 		wg.Go(func() {
 			id := "s" + strconv.FormatInt(benchID.Add(1), 10)
@@ -133,20 +241,28 @@ func holdSlowStreams(base string, n int, book *stampBook, gw *proc) (streamsFigu
 			recv := readEventsNotify(res.Body, 4<<10, func() { started.Add(1) })
 			sent := book.take(id)
 			d := eventDelays(sent, recv, 100*time.Millisecond)
+			from := time.Unix(0, steadyFrom.Load())
+			late := slices.IndexFunc(recv, func(r time.Time) bool { return r.After(from) })
+			var ds []time.Duration
+			if late >= 0 {
+				ds = eventDelays(sent, recv[late:], 100*time.Millisecond)
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			delays = append(delays, d...)
+			steady = append(steady, ds...)
 		})
 	}
 	for started.Load() < int64(n) {
 		time.Sleep(10 * time.Millisecond)
 	}
+	steadyFrom.Store(time.Now().Add(time.Second).UnixNano())
 	if gw != nil {
 		time.Sleep(time.Second)
-		f.rssOpen = float64(procRSS(gw.pid))
-		f.gorOpen, _ = scrapeMetric(gw.url+"/metrics", "go_goroutines")
+		f.rssOpen, f.heapOpen, f.stackOpen, f.gorOpen = gw.read()
+		gw.saveHeap()
 		time.Sleep(3 * time.Second)
-		later, _ := scrapeMetric(gw.url+"/metrics", "go_goroutines")
+		later, _ := scrapeMetric(gw.gw.url+"/metrics", "go_goroutines")
 		f.gorGrowth = (later - f.gorOpen) / 3
 	}
 	wg.Wait()
@@ -155,8 +271,70 @@ func holdSlowStreams(base string, n int, book *stampBook, gw *proc) (streamsFigu
 	}
 	slices.Sort(delays)
 	f.p99ms = float64(quantile(delays, .99).Microseconds()) / 1e3
+	slices.Sort(steady)
+	f.steadyP99ms = float64(quantile(steady, .99).Microseconds()) / 1e3
 	f.events = len(delays)
 	return f, nil
+}
+
+// streamsProbe is the built maitred under a streams point: where it
+// serves its metrics and, when built with -pprof, its profiles (heapOut,
+// when not "", is where its heap profile goes with every stream open).
+type streamsProbe struct {
+	gw             *proc
+	pprof, heapOut string
+}
+
+// read returns maitred's RSS, the Go heap and stacks in use, and its
+// goroutines; with -pprof, right after a collection.
+func (p *streamsProbe) read() (rss, heap, stack, goroutines float64) {
+	if p.pprof != "" {
+		// Two collections first (the heap profile's gc=1), so that the
+		// heap is what is live, not the garbage of whenever the last one
+		// ran nor the pools' spares (a sync.Pool keeps them one more).
+		for range 2 {
+			if res, err := http.Get("http://" + p.pprof + "/debug/pprof/heap?gc=1"); err == nil {
+				io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+			}
+		}
+	}
+	rss = float64(procRSS(p.gw.pid))
+	heap, _ = scrapeMetric(p.gw.url+"/metrics", "go_memstats_heap_inuse_bytes")
+	stack, _ = scrapeMetric(p.gw.url+"/metrics", "go_memstats_stack_inuse_bytes")
+	goroutines, _ = scrapeMetric(p.gw.url+"/metrics", "go_goroutines")
+	return
+}
+
+// saveHeap writes maitred's heap profile to heapOut (go tool pprof
+// -sample_index=inuse_space reads it), when asked for.
+func (p *streamsProbe) saveHeap() {
+	if p.heapOut == "" {
+		return
+	}
+	res, err := http.Get("http://" + p.pprof + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "  heap profile:", err)
+		return
+	}
+	defer res.Body.Close()
+	f, err := os.Create(p.heapOut)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "  heap profile:", err)
+		return
+	}
+	defer f.Close()
+	if _, err := io.Copy(f, res.Body); err == nil {
+		fmt.Fprintln(os.Stderr, "  heap profile:", p.heapOut)
+	}
+	// The goroutines' stacks (where each waits) beside it.
+	if res, err := http.Get("http://" + p.pprof + "/debug/pprof/goroutine?debug=1"); err == nil {
+		defer res.Body.Close()
+		if g, err := os.Create(strings.TrimSuffix(p.heapOut, "-heap.pb.gz") + "-goroutines.txt"); err == nil {
+			defer g.Close()
+			io.Copy(g, res.Body)
+		}
+	}
 }
 
 // eventDelays matches each event read (recv) to the simulator's last

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -28,6 +27,11 @@ import (
 type attempt struct {
 	x       *exchange // the request it belongs to (read only)
 	backend *fleet.Backend
+	// body is the request body it sends (sentBody reads it), until the
+	// answer's headers came and it was all read (dropBody); bodyRead
+	// is set, by the transport's writer, once it was.
+	body     []byte
+	bodyRead atomic.Bool
 	// cancel cancels the upstream request only.
 	cancel    context.CancelFunc
 	firstByte *time.Timer
@@ -137,11 +141,12 @@ func (a *attempt) poolResult(res attemptResult) admission.Result {
 }
 
 // queueAndForward waits in the model's queue for a backend with room,
-// then forwards body to it, one attempt per lease. A backend that cannot
+// then forwards x.body to it, one attempt per lease. A backend that cannot
 // be connected to has received nothing, so the request goes back for
 // another backend (the retry rule, retry.go); once it has reached one it
-// is never sent again.
-func (g *Gateway) queueAndForward(w http.ResponseWriter, r *http.Request, x *exchange, t admission.Ticket, class string, body []byte) error {
+// is never sent again, and its body is dropped once the answer's headers
+// came (sentBody): an open stream does not hold its request.
+func (g *Gateway) queueAndForward(w http.ResponseWriter, r *http.Request, x *exchange, t admission.Ticket, class string) error {
 	rt := x.rt
 	var lastErr error
 	for {
@@ -179,7 +184,7 @@ func (g *Gateway) queueAndForward(w http.ResponseWriter, r *http.Request, x *exc
 			rt.metrics.prefixHit.Add(float64(lease.Cached))
 			rt.metrics.prefixPrompt.Add(float64(t.PromptTokens))
 		}
-		res := g.forwardLeased(w, r, a, lease, body)
+		res := g.forwardLeased(w, r, a, lease)
 		if x.adapter != "" && a.upstreamStatus == http.StatusNotFound && !res.cut {
 			// The backend no longer has the adapter (unloaded since it was
 			// last listed): its 404 passes through, and its adapters are
@@ -203,10 +208,10 @@ func (g *Gateway) queueAndForward(w http.ResponseWriter, r *http.Request, x *exc
 // forwardLeased forwards attempt a while holding its lease and its
 // backend's in-flight count, and releases both with what the attempt
 // says about the backend.
-func (g *Gateway) forwardLeased(w http.ResponseWriter, r *http.Request, a *attempt, lease *admission.Lease, body []byte) attemptResult {
+func (g *Gateway) forwardLeased(w http.ResponseWriter, r *http.Request, a *attempt, lease *admission.Lease) attemptResult {
 	release := a.backend.Acquire()
 	a.lease = lease
-	res := g.forward(w, r, a, body)
+	res := g.forward(w, r, a, a.x.body)
 	if lease.Charges() {
 		a.settleFlow(res)
 	}
@@ -257,8 +262,8 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, a *attempt, bo
 	case x.upload != nil:
 		out, getBody, length = x.upload.attach()
 	case len(body) > 0:
-		out = io.NopCloser(bytes.NewReader(body))
-		getBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+		a.body = body
+		out, getBody = &sentBody{a: a}, a.bodyAgain
 	}
 	rr := g.relay(ctx, w, r, a, out, length, getBody)
 	switch {

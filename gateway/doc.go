@@ -107,7 +107,9 @@
 // its model's admission.Pool for a backend with room, and its original bytes are forwarded unchanged by
 // the gateway's own reverse proxy (relay, proxy_relay.go: one request value
 // built per attempt, the body the door read sent with its headers in one
-// write, each write to the client flushed). GET /version (to a ready
+// write, each write to the client flushed; the body is let go once an
+// answer's headers came, so an open stream holds no copy of its request,
+// nor, unless it was sampled for the tokenizer check, its decision). GET /version (to a ready
 // backend that answered /version at its warm-up, of any model; version.go)
 // and the uncountable /tokenize pass through to a ready backend outside
 // the queue (passthrough.go). A
@@ -132,7 +134,10 @@
 // message_stop, no terminating chunk (HTTP/1.1 closes the connection,
 // HTTP/2 resets the stream), so that a client reading only the text sees
 // a failure too. Its idle clock runs only while it
-// waits on the backend for a complete event. Any other answer is wrapped in
+// waits on the backend for a complete event. An open stream waiting for
+// its next event holds no relay buffer: the guard waits for the backend's
+// next byte with none and the copy gives its own back first (awaitData);
+// both buffers are pooled and taken while an event passes through. Any other answer is wrapped in
 // a bodyGuard that bounds each read the same way and aborts the client's
 // connection when the body stalls or ends short. Each write to the client
 // gets stream_idle_timeout too: a client that stops reading ends its own

@@ -235,9 +235,11 @@ func NewTransport(cfg config.Config) *http.Transport {
 			KeepAlive: 30 * time.Second,
 		}).DialContext,
 		// A request whose headers and body fit goes out in one write (the
-		// body is in memory; the default 4 KiB splits a 1,000-token chat
-		// in two); 16 KiB a backend connection.
-		WriteBufferSize:       16 << 10,
+		// body is in memory; the default 4 KiB splits a 1,000-token chat,
+		// about 5 KiB with its headers, in two). The buffer lives as long
+		// as the connection, so an open stream pays it while it only
+		// reads: 8 KiB, not more.
+		WriteBufferSize:       8 << 10,
 		MaxIdleConns:          1024,
 		MaxIdleConnsPerHost:   256,
 		IdleConnTimeout:       90 * time.Second,

@@ -157,11 +157,21 @@ func (g *Gateway) pipeline(a *api) handlerFunc {
 		if a.affinity {
 			defer releaseQuery(preciseTicket(rt, ep, dec, &t)) // routing: precise (prefix.go)
 		}
-		dec.Rendered = "" // hashed: the request need not hold a second copy of its prompt
 		t.Exclude = exclude
-		err = g.queueAndForward(w, r, x, t, className, dec.Body)
-		if err == nil && a.tokenizeCheck && dec.Uncounted == admission.Counted {
-			g.checker.maybeCheck(rt, x.att.backend, ep, dec)
+		// While the answer streams, the request holds neither its body
+		// (x.body, dropped once the answer's headers came) nor its parse:
+		// only a request sampled for the tokenizer check keeps its
+		// decision for after it.
+		var checked admission.Decision
+		check := a.tokenizeCheck && dec.Uncounted == admission.Counted && g.checker.sampled(rt)
+		if check {
+			checked = dec
+		}
+		x.body = dec.Body
+		dec = admission.Decision{}
+		err = g.queueAndForward(w, r, x, t, className)
+		if err == nil && check {
+			g.checker.maybeStart(rt, x.att.backend, ep, checked)
 		}
 		return err
 	}

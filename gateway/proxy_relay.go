@@ -13,13 +13,43 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
-// copyBufferPool holds the proxy's copy buffers: 8 KiB, because a stream
-// holds its buffer for as long as it is open (an SSE event is far
-// smaller), and pooled, because a short answer gives it back at once.
-var copyBufferPool = sync.Pool{New: func() any { b := make([]byte, 8<<10); return &b }}
+// copyBuffers are the proxy's copy buffers: 8 KiB (an SSE event is far
+// smaller), pooled, because a short answer gives its buffer back at once
+// and a stream gives it back whenever it waits on its backend.
+var copyBuffers = newBufferPool(8 << 10)
+
+// bufferPool is a pool of byte buffers of one size that counts those
+// out of it (held): what the open answers hold at once.
+type bufferPool struct {
+	pool sync.Pool
+	held atomic.Int64
+}
+
+func newBufferPool(size int) *bufferPool {
+	p := &bufferPool{}
+	p.pool.New = func() any { b := make([]byte, size); return &b }
+	return p
+}
+
+func (p *bufferPool) get() *[]byte {
+	p.held.Add(1)
+	return p.pool.Get().(*[]byte)
+}
+
+func (p *bufferPool) put(b *[]byte) {
+	p.held.Add(-1)
+	p.pool.Put(b)
+}
+
+// dataAwaiter is a body that can wait for its next bytes holding no
+// buffer (a stream's guard, through the usage meter): awaitData returns
+// once a Read has something to return, or false at once when the body
+// cannot wait so (the copy then keeps its buffer).
+type dataAwaiter interface{ awaitData() bool }
 
 // clientOnlyHeaders never reach a backend: the client's credentials
 // (Authorization, API-key headers, cookies), the client's claim to an
@@ -99,7 +129,7 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, in *http.Req
 		// of known length sends them with its first bytes.
 		flush(w)
 	}
-	if err := copyAnswer(w, res.Body); err != nil {
+	if err := copyAnswer(w, res.Body, copyBuffers); err != nil {
 		res.Body.Close()
 		return relayResult{cut: err}
 	}
@@ -108,6 +138,45 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, in *http.Req
 		h[http.TrailerPrefix+k] = vs
 	}
 	return relayResult{}
+}
+
+// sentBody is an attempt's request body as the transport reads it: from
+// the attempt (a.body), so that the bytes have one holder, which drops
+// them once the answer's headers came (dropBody), however long the
+// answer then takes. The transport's rewind for a retry on a fresh
+// connection (bodyAgain) reads them from the start again.
+type sentBody struct {
+	a    *attempt
+	off  int
+	done bool
+}
+
+func (b *sentBody) Read(p []byte) (int, error) {
+	if b.done {
+		return 0, io.EOF
+	}
+	n := copy(p, b.a.body[b.off:])
+	b.off += n
+	if b.off == len(b.a.body) {
+		b.done = true
+		b.a.bodyRead.Store(true)
+	}
+	return n, nil
+}
+
+func (b *sentBody) Close() error { return nil }
+
+// bodyAgain is the request's GetBody: the body from its start.
+func (a *attempt) bodyAgain() (io.ReadCloser, error) { return &sentBody{a: a}, nil }
+
+// dropBody lets go of the request body once the answer's headers came
+// (no attempt follows one that was answered) and the transport has read
+// it all (a backend may answer before it has read the request). The
+// exchange drops it too: an open stream holds no copy of its request.
+func (a *attempt) dropBody() {
+	if a.bodyRead.Load() {
+		a.body, a.x.body = nil, nil
+	}
 }
 
 // relayResult is how a relay ended: failed, a transport failure before
@@ -282,6 +351,7 @@ func joinSlash(a, b string) string {
 func (g *Gateway) onResponse(res *http.Response, a *attempt) (flushHeaders bool) {
 	x := a.x
 	a.firstByte.Stop()
+	a.dropBody()
 	a.upstreamStatus = res.StatusCode
 	a.headersAt = time.Now()
 	// Server-Timing: the phases known before the headers go out.
@@ -323,19 +393,37 @@ func (a *attempt) clockEvents(n int, at time.Time) {
 	}
 }
 
-// copyAnswer copies a backend's body to the client through a pooled
-// buffer, flushing each write: what the backend sent is the client's at
+// copyAnswer copies a backend's body to the client through a buffer from
+// bufs, flushing each write: what the backend sent is the client's at
 // once, and a body the backend cuts short reaches the client as far as it
-// came, after its status line. It returns the first read error (other
+// came, after its status line. A body that awaits its data (a stream)
+// is awaited with the buffer given back, so that an open stream waiting
+// for its next event holds none. It returns the first read error (other
 // than EOF) or write error.
-func copyAnswer(w http.ResponseWriter, body io.Reader) error {
-	bp := copyBufferPool.Get().(*[]byte)
-	defer copyBufferPool.Put(bp)
-	buf := *bp
+func copyAnswer(w http.ResponseWriter, body io.Reader, bufs *bufferPool) error {
+	aw, _ := body.(dataAwaiter)
+	var bp *[]byte
+	defer func() {
+		if bp != nil {
+			bufs.put(bp)
+		}
+	}()
 	for {
-		n, rerr := body.Read(buf)
+		if aw != nil {
+			if bp != nil {
+				bufs.put(bp)
+				bp = nil
+			}
+			if !aw.awaitData() {
+				aw = nil
+			}
+		}
+		if bp == nil {
+			bp = bufs.get()
+		}
+		n, rerr := body.Read(*bp)
 		if n > 0 {
-			m, werr := w.Write(buf[:n])
+			m, werr := w.Write((*bp)[:n])
 			if werr == nil && m < n {
 				werr = io.ErrShortWrite
 			}

@@ -7,9 +7,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/maitred-dev/maitred/config"
@@ -212,5 +215,116 @@ func TestRelayPassesTrailersAndDropsHopByHop(t *testing.T) {
 	}
 	if res.Header.Get("X-Backend") != "yes" || res.Header.Get("X-Conn-Only") != "" || res.Header.Get("Keep-Alive") != "" {
 		t.Errorf("headers %v", res.Header)
+	}
+}
+
+// awaitingBody is a stream body (as the usage meter over a stream's
+// guard): awaitData calls onAwait, Read returns its pieces one at a time.
+type awaitingBody struct {
+	chunks
+	onAwait func()
+	awaits  int
+}
+
+func (b *awaitingBody) awaitData() bool {
+	b.awaits++
+	b.onAwait()
+	return true
+}
+
+// The copy gives its buffer back before it waits on a stream's next
+// bytes, so that an open stream between events holds none; an answer
+// that cannot wait so keeps one buffer for its whole copy.
+func TestCopyAnswerWaitsOnAStreamHoldingNoBuffer(t *testing.T) {
+	bufs := newBufferPool(64)
+	body := &awaitingBody{chunks: chunks{pieces: []string{"data: 1\n\n", "data: 2\n\n", "data: [DONE]\n\n"}, err: io.EOF}}
+	var heldAtWait []int64
+	body.onAwait = func() { heldAtWait = append(heldAtWait, bufs.held.Load()) }
+	rec := httptest.NewRecorder()
+	if err := copyAnswer(rec, body, bufs); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := rec.Body.String(), "data: 1\n\ndata: 2\n\ndata: [DONE]\n\n"; got != want {
+		t.Fatalf("copied %q, want %q", got, want)
+	}
+	if body.awaits != 4 { // before each event and before the end
+		t.Fatalf("awaitData called %d times, want 4", body.awaits)
+	}
+	for i, h := range heldAtWait {
+		if h != 0 {
+			t.Errorf("wait %d: %d copy buffers held, want none", i, h)
+		}
+	}
+	if h := bufs.held.Load(); h != 0 {
+		t.Errorf("after the copy %d buffers held, want none", h)
+	}
+
+	// A plain body: one buffer, held while it is read.
+	var heldAtRead []int64
+	plain := &probedBody{chunks: chunks{pieces: []string{"{\"a\":", "1}"}, err: io.EOF}}
+	plain.probe = func([]byte) { heldAtRead = append(heldAtRead, bufs.held.Load()) }
+	if err := copyAnswer(httptest.NewRecorder(), plain, bufs); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(heldAtRead, []int64{1, 1, 1}) || bufs.held.Load() != 0 {
+		t.Errorf("plain body: buffers held at each read %v, after %d; want 1 each and 0 after", heldAtRead, bufs.held.Load())
+	}
+}
+
+// An open stream holds no copy of its request: once the answer's headers
+// came, the body (and the door's parse of it) is let go, however long the
+// answer then streams. Six streams of 2 MB requests are held open, each
+// after its first event; the heap must not hold their bodies.
+func TestOpenStreamsHoldNoRequestBody(t *testing.T) {
+	const streams, size = 6, 2 << 20
+	release := make(chan struct{})
+	var sent sync.WaitGroup
+	sent.Add(streams)
+	fb := newFakeBackend(t, "m", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n")
+		w.(http.Flusher).Flush()
+		sent.Done()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		io.WriteString(w, "data: [DONE]\n\n")
+	})
+	fb.forget = true // the backend keeps nothing it read
+	tg := startGateway(t, nil, fb.URL)
+	body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}],"user":"` + strings.Repeat("u", size) + `"}`
+
+	heap := func() int64 {
+		runtime.GC()
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return int64(ms.HeapAlloc)
+	}
+	before := heap()
+	var answers []*http.Response
+	for range streams {
+		res := tg.post(t, "/v1/chat/completions", body)
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("status %d: %s", res.StatusCode, readBodyT(t, res))
+		}
+		answers = append(answers, res)
+	}
+	sent.Wait()
+	for _, res := range answers { // each client has its first event
+		line, err := bufio.NewReader(res.Body).ReadString('\n')
+		if err != nil || !strings.HasPrefix(line, "data: ") {
+			t.Fatalf("first event: %q, %v", line, err)
+		}
+	}
+	grew := heap() - before
+	close(release)
+	for _, res := range answers {
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+	}
+	if grew > streams*size/2 {
+		t.Errorf("the heap grew %d KiB with %d open streams of %d KiB requests: their bodies are held", grew>>10, streams, size>>10)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"sync"
 	"time"
 )
 
@@ -12,6 +13,16 @@ import (
 // holds back. vLLM writes whole events, so in practice it holds nothing; an
 // event larger than this passes through in pieces.
 const maxPartialEvent = 1 << 20
+
+// streamBufSize is a stream guard's working buffer: it holds several vLLM
+// events and grows for larger ones.
+const streamBufSize = 4 << 10
+
+// streamBufs are the guards' working buffers. A guard holds one only
+// while it has bytes in hand (an event on its way to the client, or the
+// start of one); a stream waiting on its backend holds none, so an idle
+// open stream costs no buffer here.
+var streamBufs = sync.Pool{New: func() any { b := make([]byte, 0, streamBufSize); return &b }}
 
 // doneData is the data of the event that ends an OpenAI stream.
 var doneData = []byte("[DONE]")
@@ -36,10 +47,17 @@ type streamGuard struct {
 	ctx     context.Context
 	onBreak func(cause error) []byte
 
-	buf     []byte // read from the backend, not yet returned
-	ready   int    // buf[:ready] holds complete events
-	partial bool   // buf[:ready] ends inside an event (a piece of an oversized one)
+	buf     []byte  // read from the backend, not yet returned; nil when none
+	bufp    *[]byte // buf's pooled storage (streamBufs), while held
+	ready   int     // buf[:ready] holds complete events
+	partial bool    // buf[:ready] ends inside an event (a piece of an oversized one)
 	sawDone bool
+	// one and its read's outcome: the byte a guard with nothing in hand
+	// waits for (awaitData, or a Read), so that the wait holds no buffer.
+	one      [1]byte
+	oneN     int
+	oneErr   error
+	oneTaken bool // one's read happened and is not yet consumed
 	// isEnd reports whether complete events hold the stream's last
 	// event (the API's streamShape.end); nil: OpenAI's [DONE].
 	isEnd func(events []byte) bool
@@ -48,8 +66,8 @@ type streamGuard struct {
 	cut   bool // ended by a break: the last Read fails with errStreamCut
 
 	// The idle clock runs only while the guard waits on the backend for a
-	// complete event: it starts when a Read has no complete event to hand
-	// out and stops when the Read returns. Time the proxy spends writing to
+	// complete event: it starts when a Read (or awaitData) has no complete
+	// event to hand out and stops when the Read returns. Time the proxy spends writing to
 	// the client is never counted against the backend, and bytes that do
 	// not complete an event do not restart it.
 	idle    time.Duration
@@ -70,9 +88,78 @@ func (g *streamGuard) watchIdle(d time.Duration, onIdle func()) {
 }
 
 func newStreamGuard(body io.ReadCloser, ctx context.Context, onBreak func(error) []byte) *streamGuard {
-	// 4 KiB holds several vLLM events; the buffer grows for larger ones.
-	// It lives as long as the stream, so its size is paid per open stream.
-	return &streamGuard{body: body, ctx: ctx, onBreak: onBreak, buf: make([]byte, 0, 4<<10)}
+	return &streamGuard{body: body, ctx: ctx, onBreak: onBreak}
+}
+
+// awaitData waits until the guard has something to hand out: when it
+// holds nothing, it reads the backend's next byte into one (the idle clock
+// running, as for a Read), without a buffer. The next Read goes on from
+// there. The copy calls it before it takes its own buffer, so that a
+// stream waiting for its next event holds neither (copyAnswer).
+func (g *streamGuard) awaitData() bool {
+	if g.ready == 0 && g.tail == nil && !g.ended && len(g.buf) == 0 && !g.oneTaken {
+		g.startIdle()
+		g.readOne()
+	}
+	return true
+}
+
+// readOne reads the backend's next byte into one.
+func (g *streamGuard) readOne() {
+	g.oneN, g.oneErr = g.body.Read(g.one[:])
+	g.oneTaken = true
+}
+
+// startIdle starts the idle clock unless it runs.
+func (g *streamGuard) startIdle() {
+	if g.timer != nil && !g.waiting {
+		g.timer.Reset(g.idle)
+		g.waiting = true
+	}
+}
+
+// fill reads what the backend has next onto buf's end: the byte
+// awaitData read, or, with nothing in hand, the next byte (a wait that
+// holds no buffer), or, after bytes, as much as buf holds. It takes buf
+// from streamBufs when it has none. It returns the bytes added.
+func (g *streamGuard) fill() (int, error) {
+	if len(g.buf) == 0 && !g.oneTaken {
+		g.readOne()
+	}
+	if g.oneTaken {
+		g.oneTaken = false
+		if g.oneN == 0 {
+			return 0, g.oneErr
+		}
+		g.take()
+		g.buf = append(g.buf, g.one[0])
+		return 1, g.oneErr
+	}
+	g.take()
+	if len(g.buf) == cap(g.buf) {
+		g.buf = append(g.buf, 0)[:len(g.buf)]
+	}
+	n, err := g.body.Read(g.buf[len(g.buf):cap(g.buf)])
+	g.buf = g.buf[:len(g.buf)+n]
+	return n, err
+}
+
+// take gives the guard a buffer from streamBufs when it has none.
+func (g *streamGuard) take() {
+	if g.buf == nil {
+		g.bufp = streamBufs.Get().(*[]byte)
+		g.buf = (*g.bufp)[:0]
+	}
+}
+
+// release gives an empty buf back to streamBufs (a grown one is dropped;
+// its pooled storage goes back).
+func (g *streamGuard) release() {
+	if len(g.buf) > 0 || g.bufp == nil {
+		return
+	}
+	streamBufs.Put(g.bufp)
+	g.buf, g.bufp = nil, nil
 }
 
 // Read hands out complete events, waiting on the backend only when it
@@ -92,6 +179,7 @@ func (g *streamGuard) read(p []byte) (int, error) {
 			n := copy(p, g.buf[:g.ready])
 			g.buf = g.buf[:copy(g.buf, g.buf[n:])]
 			g.ready -= n
+			g.release()
 			return n, nil
 		}
 		if g.tail != nil {
@@ -109,18 +197,10 @@ func (g *streamGuard) read(p []byte) (int, error) {
 			}
 			return 0, io.EOF
 		}
-		if len(g.buf) == cap(g.buf) {
-			g.buf = append(g.buf, 0)[:len(g.buf)]
-		}
-		if g.timer != nil && !g.waiting {
-			g.timer.Reset(g.idle)
-			g.waiting = true
-		}
-		n, err := g.body.Read(g.buf[len(g.buf):cap(g.buf)])
-		start := len(g.buf)
-		g.buf = g.buf[:start+n]
+		g.startIdle()
+		n, err := g.fill()
 		if n > 0 {
-			g.scan(start)
+			g.scan(len(g.buf) - n)
 		}
 		if err == nil {
 			continue

@@ -250,3 +250,61 @@ func FuzzStreamGuard(f *testing.F) {
 		}
 	})
 }
+
+// probedBody is a backend body that returns its pieces one Read at a
+// time, calling probe with each Read's buffer first.
+type probedBody struct {
+	chunks
+	probe func(p []byte)
+}
+
+func (b *probedBody) Read(p []byte) (int, error) {
+	b.probe(p)
+	return b.chunks.Read(p)
+}
+
+// A guard with nothing in hand waits on its backend for one byte and holds
+// no buffer meanwhile: an open stream between two events costs no buffer.
+// Once it has bytes, it reads into its pooled buffer, and gives the buffer
+// back when it has handed them all out.
+func TestStreamGuardWaitsHoldingNoBuffer(t *testing.T) {
+	var g *streamGuard
+	type wait struct {
+		size int
+		held bool
+	}
+	var waits []wait
+	body := &probedBody{chunks: chunks{pieces: []string{"data: 1\n\n", "data: 2\n\ndata: [DONE]\n\n"}, err: io.EOF}}
+	body.probe = func(p []byte) {
+		if len(g.buf) == 0 {
+			waits = append(waits, wait{size: len(p), held: g.buf != nil})
+		}
+	}
+	g = newStreamGuard(body, context.Background(), func(error) []byte { t.Fatal("unexpected break"); return nil })
+	g.awaitData() // as the copy does before it takes its own buffer
+	if g.buf != nil || !g.oneTaken {
+		t.Fatalf("after awaitData: buf %v, waited byte taken %v; want no buffer and the byte read", g.buf != nil, g.oneTaken)
+	}
+	got, reads, err := readAll(t, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "data: 1\n\ndata: 2\n\ndata: [DONE]\n\n"; got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	if want := []string{"data: 1\n\n", "data: 2\n\ndata: [DONE]\n\n"}; strings.Join(reads, "|") != strings.Join(want, "|") {
+		t.Errorf("reads = %q, want %q (each event handed on by the Read that completes it)", reads, want)
+	}
+	// The waits with nothing in hand: before each event and at the end.
+	if len(waits) != 3 {
+		t.Fatalf("waits with nothing in hand = %+v, want 3", waits)
+	}
+	for i, w := range waits {
+		if w.size != 1 || w.held {
+			t.Errorf("wait %d with nothing in hand read %d bytes holding a buffer: %v; want 1 byte and no buffer", i, w.size, w.held)
+		}
+	}
+	if g.buf != nil || g.bufp != nil {
+		t.Errorf("after the stream the guard still holds its buffer")
+	}
+}

@@ -123,6 +123,13 @@ func (m *usageMeter) Read(p []byte) (int, error) {
 
 func (m *usageMeter) Close() error { return m.body.Close() }
 
+// awaitData is its body's (a stream's guard), when it has one: the
+// meter only reads what a Read returns.
+func (m *usageMeter) awaitData() bool {
+	a, ok := m.body.(dataAwaiter)
+	return ok && a.awaitData()
+}
+
 // Used reports the tokens the answer used, prompt + completion, and
 // whether that is known. An answer refused by the backend (4xx) used
 // none; one that failed (5xx), or a non-streamed answer without a usage

@@ -43,6 +43,9 @@ type exchange struct {
 	// the first. retries counts the attempts before it.
 	att     *attempt
 	retries int
+	// body is what its attempts send (the door's bytes), dropped once an
+	// answer's headers came (attempt.dropBody): no attempt follows.
+	body []byte
 	// tr is the request's tracing (tracing.go); tr.on() is false when the
 	// gateway does not trace.
 	tr spans

@@ -144,11 +144,17 @@ var (
 	completionTokenizeKeys = []string{"prompt", "add_special_tokens"}
 )
 
-func (c *tokenizeChecker) maybeCheck(rt *modelRuntime, b *fleet.Backend, ep admission.Endpoint, dec admission.Decision) {
+// sampled draws whether a request of rt's is checked (check_rate),
+// before it is forwarded: only a sampled request keeps its decision
+// while its answer streams (the pipeline).
+func (c *tokenizeChecker) sampled(rt *modelRuntime) bool {
 	rate := rt.checkRate
-	if rate <= 0 || rand.Float64() >= rate {
-		return
-	}
+	return rate > 0 && rand.Float64() < rate
+}
+
+// maybeStart starts a sampled request's check, unless as many as may run
+// at once already do.
+func (c *tokenizeChecker) maybeStart(rt *modelRuntime, b *fleet.Backend, ep admission.Endpoint, dec admission.Decision) {
 	select {
 	case c.sem <- struct{}{}:
 	default:
@@ -157,7 +163,7 @@ func (c *tokenizeChecker) maybeCheck(rt *modelRuntime, b *fleet.Backend, ep admi
 	c.start(rt, b, ep, dec)
 }
 
-// start runs one sampled check in the background. Apart from maybeCheck,
+// start runs one sampled check in the background. Apart from maybeStart,
 // so that only a sampled request's decision moves to the heap.
 func (c *tokenizeChecker) start(rt *modelRuntime, b *fleet.Backend, ep admission.Endpoint, dec admission.Decision) {
 	c.wg.Go(func() {
