@@ -285,6 +285,7 @@ type countScratch struct {
 	bounds []int
 	keys   []nodeKey
 	counts []int32
+	ends   []int
 	sum    []byte
 	h      hash.Hash
 }
@@ -430,7 +431,7 @@ func (c *CountCache) lookup(keys []nodeKey) (int, int, int32) {
 // insert adds nodes for keys with their counts, in order; lastTip marks the
 // last as the end of a text counted in full. links, when not nil, are the
 // nodes' block-key links (keyed counts, countcache_keys.go), one a key.
-func (c *CountCache) insert(keys []nodeKey, counts []int32, lastTip bool, links []*chainLink) {
+func (c *CountCache) insert(keys []nodeKey, counts []int32, lastTip bool, links []chainLink) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for k, key := range keys {
@@ -444,8 +445,8 @@ func (c *CountCache) insert(keys []nodeKey, counts []int32, lastTip bool, links 
 		c.nodes[i] = cacheNode{key: key, count: counts[k], tip: tip, prev: -1, next: -1}
 		c.index[key] = i
 		c.pushFront(i)
-		if links != nil && links[k] != nil {
-			c.setLink(i, links[k])
+		if links != nil {
+			c.setLink(i, &links[k])
 		}
 	}
 	// Links take room too: evict until nodes and links fit the budget.

@@ -53,8 +53,9 @@ type PromptKeys struct {
 	// Keys are the keys of the prompt's full blocks, in order, chained
 	// from Root(Scope).
 	Keys []uint64
-	// Scope is the chain's scope.
-	Scope string
+	// Scope is the chain's scope, BlockSize the tokens of a block.
+	Scope     string
+	BlockSize int
 	// Tokens is the number of the prompt's ids (the count, with the
 	// post-processor's tokens when the count adds them).
 	Tokens int
@@ -73,7 +74,7 @@ func (pk *PromptKeys) Release() {
 	if pk == nil {
 		return
 	}
-	pk.Keys, pk.Scope, pk.Tokens, pk.ids, pk.pend = pk.Keys[:0], "", 0, pk.ids[:0], pk.pend[:0]
+	pk.Keys, pk.Scope, pk.BlockSize, pk.Tokens, pk.ids, pk.pend = pk.Keys[:0], "", 0, 0, pk.ids[:0], pk.pend[:0]
 	if cap(pk.Keys) > 16<<10 || cap(pk.ids) > 256<<10 {
 		pk.Keys, pk.ids = nil, nil
 	}
@@ -159,7 +160,7 @@ func (c *CountCache) CountChatKeys(m *Model, body *ojson.Value, limit int, kr Bl
 	if err != nil {
 		return notExact(err)
 	}
-	pk.Keys, pk.Scope, pk.Tokens, pk.pend = pk.Keys[:0], scope, 0, pk.pend[:0]
+	pk.Keys, pk.Scope, pk.BlockSize, pk.Tokens, pk.pend = pk.Keys[:0], scope, kr.BlockSize(), 0, pk.pend[:0]
 	n, exact, keyed := c.countKeys(cm, text, addSpecial, limit, kr, pk)
 	cnt = Count{Tokens: n, Exact: true, Truncated: !exact, Rendered: text}
 	if keyed && exact {
@@ -246,7 +247,11 @@ func (c *CountCache) countKeys(cm *cacheModel, text string, addSpecial bool, lim
 
 	// Tokenize and key the rest, segment by segment.
 	sc.counts = sc.counts[:0]
-	var links []*chainLink
+	// The new boundaries' links: one allocation for them, one for their
+	// trailing ids (sc.ends: where each link's end in tails).
+	links := make([]chainLink, 0, len(sc.bounds)-(from+1))
+	var tails []int32
+	sc.ends = sc.ends[:0]
 	for i := from + 1; i <= len(sc.bounds); i++ {
 		end := len(text)
 		if i < len(sc.bounds) {
@@ -268,7 +273,11 @@ func (c *CountCache) countKeys(cm *cacheModel, text string, addSpecial bool, lim
 			break
 		}
 		sc.counts = append(sc.counts, int32(total-fixed))
-		links = append(links, &chainLink{nkeys: int32(len(pk.Keys)), tail: int32s(pk.pend)})
+		links = append(links, chainLink{nkeys: int32(len(pk.Keys))})
+		for _, id := range pk.pend {
+			tails = append(tails, int32(id))
+		}
+		sc.ends = append(sc.ends, len(tails))
 	}
 	if addSpecial {
 		total += cm.suf
@@ -279,6 +288,11 @@ func (c *CountCache) countKeys(cm *cacheModel, text string, addSpecial bool, lim
 		return n, exact, false
 	}
 	if len(links) > 0 {
+		prev := 0
+		for k, end := range sc.ends {
+			links[k].tail = tails[prev:end:end]
+			prev = end
+		}
 		c.chain(links, fromLink, pk.Keys[:links[len(links)-1].nkeys], fromKeys)
 		c.insert(sc.keys[from+1:from+1+len(links)], sc.counts, true, links)
 	}
@@ -306,7 +320,7 @@ func (c *CountCache) encodeWhole(cm *cacheModel, text string, addSpecial bool, l
 // chain makes the chunk of a count's new keys (all keys from fromKeys on,
 // keys holding the prompt's keys up to its last new boundary) and points
 // links to it; the last link is charged for it.
-func (c *CountCache) chain(links []*chainLink, from *chainLink, keys []uint64, fromKeys int) {
+func (c *CountCache) chain(links []chainLink, from *chainLink, keys []uint64, fromKeys int) {
 	ch := &keyChunk{start: int32(fromKeys), depth: 1}
 	if from != nil && from.chunk != nil {
 		ch.prev, ch.depth = from.chunk, from.chunk.depth+1
@@ -315,9 +329,9 @@ func (c *CountCache) chain(links []*chainLink, from *chainLink, keys []uint64, f
 		ch.prev, ch.start, ch.depth, fromKeys = nil, 0, 1, 0
 	}
 	ch.keys = append([]uint64(nil), keys[fromKeys:]...)
-	for _, l := range links {
-		l.chunk = ch
-		l.slots = int32(linkSlots(48 + 4*len(l.tail)))
+	for k := range links {
+		links[k].chunk = ch
+		links[k].slots = int32(linkSlots(48 + 4*len(links[k].tail)))
 	}
 	links[len(links)-1].slots += int32(linkSlots(48 + 8*len(ch.keys)))
 }
@@ -350,12 +364,4 @@ func growKeys(keys []uint64, n int) []uint64 {
 		return make([]uint64, n, n+n/4)
 	}
 	return keys[:n]
-}
-
-func int32s(ids []int) []int32 {
-	out := make([]int32, len(ids))
-	for i, id := range ids {
-		out[i] = int32(id)
-	}
-	return out
 }
