@@ -116,20 +116,26 @@ func BenchmarkDoorPrecise(b *testing.B) {
 			b.Run(fmt.Sprintf("%dk/%s/off", size/1000, kind), func(b *testing.B) {
 				b.ReportMetric(float64(n), "prompt_tokens")
 				b.ReportAllocs()
+				var cpu threadCPU
 				for b.Loop() {
 					b.StopTimer()
 					body := turn(kind == "first")
 					b.StartTimer()
+					cpu.start()
 					check(off, body)
+					cpu.stop()
 				}
+				cpu.report(b)
 			})
 			b.Run(fmt.Sprintf("%dk/%s/on", size/1000, kind), func(b *testing.B) {
 				b.ReportMetric(float64(n), "prompt_tokens")
 				b.ReportAllocs()
+				var cpu threadCPU
 				for b.Loop() {
 					b.StopTimer()
 					body := turn(kind == "first")
 					b.StartTimer()
+					cpu.start()
 					dec := check(on, body)
 					var t admission.Ticket
 					q := preciseTicket(rt, admission.Chat, dec, &t)
@@ -137,7 +143,9 @@ func BenchmarkDoorPrecise(b *testing.B) {
 						b.Fatalf("cached = %v, want %d on b0", cached, want)
 					}
 					releaseQuery(q)
+					cpu.stop()
 				}
+				cpu.report(b)
 			})
 		}
 	}

@@ -54,6 +54,11 @@ import (
 // prefix is part of what is hashed. Hashing runs at hundreds of MB/s, a few
 // percent of what tokenizing the same bytes costs.
 //
+// A keyed count's node (CountChatKeys, countcache_keys.go: precise
+// routing) also holds the state of the prompt's block-key chain at its
+// boundary, accounted in the same budget; a model counted without keys
+// keeps none.
+//
 // Nodes are shared by every text with the same prefix (a system prompt
 // common to many conversations is one chain) and evicted least recently
 // used, within a byte budget (NodeBytes per node). A hit shows in the
