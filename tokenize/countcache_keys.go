@@ -265,7 +265,9 @@ func (c *CountCache) countKeys(cm *cacheModel, text string, addSpecial bool, lim
 				return n, exact, false
 			}
 		}
-		pk.ids = cm.tok.AppendEncode(pk.ids[:0], seg, false)
+		pk.ids = pk.ids[:0]
+		cm.tok.run(seg, false, 0, &pk.ids) // AppendEncode, its slice not moved to the heap
+
 		total += len(pk.ids)
 		st.feed(pk.ids)
 		start = end
@@ -308,7 +310,8 @@ func (c *CountCache) encodeWhole(cm *cacheModel, text string, addSpecial bool, l
 		}
 	}
 	pk := st.pk
-	pk.ids = cm.tok.AppendEncode(pk.ids[:0], text, addSpecial)
+	pk.ids = pk.ids[:0]
+	cm.tok.run(text, addSpecial, 0, &pk.ids)
 	if n := len(pk.ids); limit > 0 && n > limit {
 		n, exact := cm.tok.Count(text, addSpecial, limit) // the count's own lower bound
 		return n, exact, false
