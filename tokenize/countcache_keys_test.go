@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/maitred-dev/maitred/internal/fixtures"
@@ -231,5 +232,52 @@ func TestCountChatKeysLong(t *testing.T) {
 	}
 	if st := p.Stats(); st.Entries == 0 || st.Bytes != int64(st.Entries)*NodeBytes || p.links != nil {
 		t.Errorf("a plain count kept links: %+v", st)
+	}
+}
+
+// TestCountChatKeysConcurrent: conversations sharing a system prompt,
+// keyed from several goroutines through one small cache (run with
+// -race), each prompt's keys those of its whole render.
+func TestCountChatKeysConcurrent(t *testing.T) {
+	docs := fixtures.BenchDocs(t)
+	m := fixtureModel(t, "qwen3")
+	c := newTestCache(64 * NodeBytes)
+	if err := c.Register(m); err != nil {
+		t.Fatal(err)
+	}
+	kr := &indexKeyer{16}
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for g := range 4 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(g), 5))
+			msgs := []string{docs[0][:min(len(docs[0]), 800)]} // shared first message
+			for turn := range 8 {
+				d := docs[rng.IntN(len(docs))]
+				msgs = append(msgs, d[:min(len(d), 600)])
+				if turn == 5 { // an earlier turn edited
+					msgs[1] = "changed " + msgs[1]
+				}
+				v := mustParse(t, fixtures.Conversation(msgs, ""))
+				pk := NewPromptKeys()
+				got, _ := c.CountChatKeys(m, v, 0, kr, "", pk)
+				want, _ := m.CountChat(v, 0)
+				ids := m.enc.(*Tokenizer).AppendEncode(nil, want.Rendered, false)
+				wantKeys := prefixindex.AppendKeys(nil, "", ids, 16)
+				if got.Tokens != want.Tokens || got.Keys == nil || fmt.Sprint(pk.Keys) != fmt.Sprint(wantKeys) {
+					errs <- fmt.Errorf("goroutine %d turn %d: %d tokens and %d keys, the full tokenization %d and %d", g, turn, got.Tokens, len(pk.Keys), want.Tokens, len(wantKeys))
+					return
+				}
+				pk.Release()
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if st := c.Stats(); st.Bytes > st.MaxBytes {
+		t.Errorf("over budget: %+v", st)
 	}
 }
