@@ -86,7 +86,7 @@ func checkAnthropic(m Model, req *ojson.Value, body []byte, countOnly bool) (Dec
 		dec.Uncounted, dec.Detail = NotExact, c.Reason
 		return dec, c, nil
 	}
-	dec.PromptTokens, dec.Rendered = c.Tokens, c.Rendered
+	dec.PromptTokens, dec.Rendered, dec.PromptKeys = c.Tokens, c.Rendered, c.Keys
 	return dec, c, nil
 }
 

@@ -137,7 +137,7 @@ func checkGenerated(ep Endpoint, m Model, req *ojson.Value, body []byte) (Decisi
 		dec.Uncounted, dec.Detail = NotExact, c.Reason
 		return uncountedFit(dec, m, ep)
 	}
-	dec.PromptTokens, dec.Rendered = c.Tokens, c.Rendered
+	dec.PromptTokens, dec.Rendered, dec.PromptKeys = c.Tokens, c.Rendered, c.Keys
 	// 6. The context.
 	if m.MaxModelLen <= 0 {
 		dec.Uncounted = NoContextLimit

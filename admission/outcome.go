@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/maitred-dev/maitred/internal/ojson"
+	"github.com/maitred-dev/maitred/tokenize"
 )
 
 // Reason is why the door rejected a request. It is a small closed set that
@@ -204,4 +205,9 @@ type Decision struct {
 	// of the request, reused by prefix affinity. "" when the door rendered
 	// none (completions, no tokenizer, a count that is not exact).
 	Rendered string
+	// PromptKeys are the prompt's block keys when the model's counter
+	// computed them with the count (tokenize.Count.Keys: a model routed
+	// precisely); nil otherwise. The gateway's precise ticket takes them
+	// and gives their pooled buffers back.
+	PromptKeys *tokenize.PromptKeys
 }

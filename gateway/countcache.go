@@ -6,19 +6,60 @@ import (
 
 	"github.com/maitred-dev/maitred/admission"
 	"github.com/maitred-dev/maitred/internal/ojson"
+	"github.com/maitred-dev/maitred/prefixindex"
 	"github.com/maitred-dev/maitred/tokenize"
 )
 
 // cachedCounter is a model's counter through the count cache: chat counts
 // reuse what earlier turns of the conversation counted
-// (tokenize.CountCache); completions count as the model does.
+// (tokenize.CountCache); completions count as the model does. For a
+// model routed precisely (keyer set) a chat count also keys the prompt's
+// blocks as the model's index does (Count.Keys, the precise ticket's:
+// prefix.go), the next turn keying only its new tail.
 type cachedCounter struct {
 	*tokenize.Model
 	cache *tokenize.CountCache
+	// keyer keys blocks as the model's index (nil: not routed precisely);
+	// base is the model's name: a request naming another is a LoRA
+	// adapter's, keyed in its own chain.
+	keyer *blockKeyer
+	base  string
 }
 
 func (c *cachedCounter) CountChat(body *ojson.Value, limit int) (tokenize.Count, error) {
-	return c.cache.CountChat(c.Model, body, limit)
+	if c.keyer == nil {
+		return c.cache.CountChat(c.Model, body, limit)
+	}
+	scope := ""
+	if v := body.Get("model"); v != nil && v.Kind == ojson.String && v.Str != c.base {
+		scope = v.Str
+	}
+	pk := tokenize.NewPromptKeys()
+	cnt, err := c.cache.CountChatKeys(c.Model, body, limit, c.keyer, scope, pk)
+	if cnt.Keys == nil {
+		pk.Release()
+	}
+	return cnt, err
+}
+
+// blockKeyer is prefixindex's chain of block keys for a block size
+// (tokenize.BlockKeyer).
+type blockKeyer struct{ size int }
+
+func (k *blockKeyer) BlockSize() int           { return k.size }
+func (k *blockKeyer) Root(scope string) uint64 { return uint64(prefixindex.Root(scope)) }
+func (k *blockKeyer) Next(parent uint64, ids []int) uint64 {
+	return uint64(prefixindex.Next(prefixindex.Key(parent), ids))
+}
+
+// newCachedCounter is rt's counter through cache, keying blocks when rt
+// routes precisely.
+func newCachedCounter(rt *modelRuntime, cache *tokenize.CountCache) *cachedCounter {
+	c := &cachedCounter{Model: rt.tok, cache: cache, base: rt.name}
+	if idx := rt.fm.Index(); idx != nil {
+		c.keyer = &blockKeyer{size: idx.BlockSize()}
+	}
+	return c
 }
 
 var _ admission.Counter = (*cachedCounter)(nil)
@@ -44,7 +85,7 @@ func (g *Gateway) counterFor(rt *modelRuntime) admission.Counter {
 		g.log.Warn("count cache off for a model: counted in full at every turn", zap.String("model", rt.name), zap.String("reason", err.Error()))
 		return nil
 	}
-	return &cachedCounter{Model: rt.tok, cache: g.countCache}
+	return newCachedCounter(rt, g.countCache)
 }
 
 // countCacheCollector exports the count cache's counters and size at

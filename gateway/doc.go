@@ -102,8 +102,10 @@
 // through the door (admission.Door: strict parse, shape, chat template,
 // exact context check; chat counts go through the count cache,
 // count_cache_bytes, countcache.go, which a reload keeps; with routing:
-// precise the door's render is tokenized into pooled ids and block keys,
-// the ticket's prefix matcher, prefix.go), then waits in
+// precise a chat's count also keys its prompt's blocks as the model's
+// index does, a later turn keying only its new tail, and those keys, in
+// pooled buffers, are the ticket's prefix matcher, prefix.go; other
+// requests' renders are tokenized and keyed there), then waits in
 // its model's admission.Pool for a backend with room, and its original bytes are forwarded unchanged by
 // the gateway's own reverse proxy (relay, proxy_relay.go: one request value
 // built per attempt, the body the door read sent with its headers in one

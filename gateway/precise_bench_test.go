@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/maitred-dev/maitred/admission"
@@ -20,11 +22,14 @@ func (c benchCatalog) Lookup(name string) (admission.Model, bool) { return c.m, 
 func (c benchCatalog) Names() []string                            { return []string{c.m.Name} }
 
 // BenchmarkDoorPrecise: the door's cost for a 1k- and a 30k-token chat
-// (the count cache on, as by default, its conversation counted before),
-// with precise routing off (the door alone) and on (the door, the prompt's
-// ids from its render, its block keys and the index's match against four
-// backends, one holding the whole prompt): the difference is what
-// routing: precise adds. Targets: <= 10 us at 1k, <= 150 us at 30k added.
+// (the count cache on, as by default), with precise routing off (the door
+// of a model routed without events) and on (the door of a precise model,
+// whose count keys the prompt's blocks, and the ticket's match against
+// four backends, one holding the conversation's blocks): the difference
+// is what routing: precise adds. Targets: <= 10 us at 1k, <= 150 us at
+// 30k added. first: a conversation never seen (every iteration a new
+// one, whose first message differs); next: the next turn of a counted
+// conversation (an answer and a question added, new each iteration).
 func BenchmarkDoorPrecise(b *testing.B) {
 	tok, err := tokenize.LoadDir(fixtures.ModelDir(b, "qwen3"), tokenize.LoadOptions{})
 	if err != nil {
@@ -48,19 +53,24 @@ func BenchmarkDoorPrecise(b *testing.B) {
 		idx.SetState(n, 0, true, "")
 	}
 	rt := &modelRuntime{name: "m", fm: fm, tok: tok}
-	door := admission.NewDoor(benchCatalog{admission.Model{Name: "m", Counter: &cachedCounter{Model: tok, cache: cc}, MaxModelLen: 1 << 16, Ref: rt}})
-	count := func(body string) int {
+	doorOf := func(c admission.Counter) *admission.Door {
+		return admission.NewDoor(benchCatalog{admission.Model{Name: "m", Counter: c, MaxModelLen: 1 << 16, Ref: rt}})
+	}
+	off := doorOf(&cachedCounter{Model: tok, cache: cc}) // a model routed without events
+	on := doorOf(newCachedCounter(rt, cc))
+	check := func(door *admission.Door, body string) admission.Decision {
 		dec, rej := door.Check(admission.Chat, []byte(body))
 		if rej != nil {
 			b.Fatal(rej)
 		}
-		return dec.PromptTokens
+		return dec
 	}
+	docs := fixtures.BenchDocs(b)
 	for _, size := range []int{1000, 30000} {
-		s, n := fixtures.ConversationOf(b, size, `,"max_tokens":16`, count)
-		body := []byte(s)
-		// b0 holds every block of the prompt.
-		v, _ := ojson.Parse(body, ojson.DefaultMaxDepth)
+		base, n := fixtures.ConversationOf(b, size, `,"max_tokens":16`, func(body string) int { return check(off, body).PromptTokens })
+		check(on, base)
+		// b0 holds every full block of the conversation.
+		v, _ := ojson.Parse([]byte(base), ojson.DefaultMaxDepth)
 		ids, err := tok.TokenizeChat(v)
 		if err != nil {
 			b.Fatal(err)
@@ -72,34 +82,71 @@ func BenchmarkDoorPrecise(b *testing.B) {
 			stored[i] = int32(ids[i])
 		}
 		for i := range hashes {
-			hashes[i] = kvevents.Hash(i + 1)
+			hashes[i] = kvevents.Hash(size + i + 1)
 		}
 		idx.Apply("b0", kvevents.Batch{Events: []kvevents.Event{{Kind: kvevents.BlockStored, BlockHashes: hashes, TokenIDs: stored, BlockSize: 16}}})
+		k := size
+		turn := func(first bool) string {
+			k++
+			if first { // a new conversation: its first message differs
+				i := strings.Index(base, `"content":"`) + len(`"content":"`)
+				return base[:i] + fmt.Sprintf("Conversation %d. ", k) + base[i:]
+			}
+			q1, _ := json.Marshal(fmt.Sprintf("Answer %d. %s", k, docs[k%len(docs)]))
+			q2, _ := json.Marshal(fmt.Sprintf("Question %d. %s", k, docs[(k+1)%len(docs)]))
+			return base[:len(base)-2] + `,{"role":"assistant","content":` + string(q1) + `},{"role":"user","content":` + string(q2) + `}]}`
+		}
+		// What b0 holds of a turn: the full blocks it shares with the
+		// conversation (Qwen3's template rewrites a last assistant turn).
+		held := func(body string) int {
+			v, _ := ojson.Parse([]byte(body), ojson.DefaultMaxDepth)
+			next, err := tok.TokenizeChat(v)
+			if err != nil {
+				b.Fatal(err)
+			}
+			n := 0
+			for n < len(ids) && n < len(next) && ids[n] == next[n] {
+				n++
+			}
+			return n / 16 * 16
+		}
 		cached := make([]int, len(names))
-		b.Run(fmt.Sprintf("%dk/off", size/1000), func(b *testing.B) {
-			b.ReportMetric(float64(n), "prompt_tokens")
-			b.ReportAllocs()
-			for b.Loop() {
-				if _, rej := door.Check(admission.Chat, body); rej != nil {
-					b.Fatal(rej)
+		for _, kind := range []string{"first", "next"} {
+			want := held(turn(kind == "first"))
+			b.Run(fmt.Sprintf("%dk/%s/off", size/1000, kind), func(b *testing.B) {
+				b.ReportMetric(float64(n), "prompt_tokens")
+				b.ReportAllocs()
+				var cpu threadCPU
+				for b.Loop() {
+					b.StopTimer()
+					body := turn(kind == "first")
+					b.StartTimer()
+					cpu.start()
+					check(off, body)
+					cpu.stop()
 				}
-			}
-		})
-		b.Run(fmt.Sprintf("%dk/on", size/1000), func(b *testing.B) {
-			b.ReportMetric(float64(n), "prompt_tokens")
-			b.ReportAllocs()
-			for b.Loop() {
-				dec, rej := door.Check(admission.Chat, body)
-				if rej != nil {
-					b.Fatal(rej)
+				cpu.report(b)
+			})
+			b.Run(fmt.Sprintf("%dk/%s/on", size/1000, kind), func(b *testing.B) {
+				b.ReportMetric(float64(n), "prompt_tokens")
+				b.ReportAllocs()
+				var cpu threadCPU
+				for b.Loop() {
+					b.StopTimer()
+					body := turn(kind == "first")
+					b.StartTimer()
+					cpu.start()
+					dec := check(on, body)
+					var t admission.Ticket
+					q := preciseTicket(rt, admission.Chat, dec, &t)
+					if q == nil || !q.Match(names, cached) || cached[0] != want {
+						b.Fatalf("cached = %v, want %d on b0", cached, want)
+					}
+					releaseQuery(q)
+					cpu.stop()
 				}
-				var t admission.Ticket
-				q := preciseTicket(rt, admission.Chat, dec, &t)
-				if q == nil || !q.Match(names, cached) || cached[0] != full {
-					b.Fatalf("cached = %v, want %d on b0", cached, full)
-				}
-				releaseQuery(q)
-			}
-		})
+				cpu.report(b)
+			})
+		}
 	}
 }

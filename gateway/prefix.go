@@ -13,8 +13,11 @@ import (
 // Precise routing at the door (docs/routing.md): the request's prompt
 // token ids, cut into full blocks and keyed as the model's index keys the
 // backends' blocks, are the ticket's PrefixMatcher. The ids are the
-// door's exact render tokenized as vLLM will; the buffers (ids and keys)
-// are pooled, so a request allocates nothing that grows with its prompt.
+// door's exact render tokenized as vLLM will. A chat counted through the
+// count cache comes with its keys (countcache.go: computed with the
+// count, a later turn keying only its new tail); any other request's
+// render is tokenized and keyed here. The buffers (ids and keys) are
+// pooled, so a request allocates nothing that grows with its prompt.
 
 var queryPool = sync.Pool{New: func() any { return new(prefixindex.Query) }}
 
@@ -63,10 +66,22 @@ func preciseTicket(rt *modelRuntime, ep admission.Endpoint, dec admission.Decisi
 	}
 	q := queryPool.Get().(*prefixindex.Query)
 	q.Index = idx
-	q.IDs = enc.AppendEncode(q.IDs[:0], text, addSpecial)
-	q.Keys = prefixindex.AppendKeys(q.Keys[:0], lora, q.IDs, idx.BlockSize())
+	tokens := 0
+	if pk := dec.PromptKeys; pk != nil && chat && pk.Scope == lora && pk.BlockSize == idx.BlockSize() {
+		// Keyed with the count (countcache.go): the render is not
+		// tokenized again.
+		for _, k := range pk.Keys {
+			q.Keys = append(q.Keys, prefixindex.Key(k))
+		}
+		tokens = pk.Tokens
+		pk.Release()
+	} else {
+		q.IDs = enc.AppendEncode(q.IDs[:0], text, addSpecial)
+		q.Keys = prefixindex.AppendKeys(q.Keys[:0], lora, q.IDs, idx.BlockSize())
+		tokens = len(q.IDs)
+	}
 	pr := rt.fm.PreciseRouting()
-	t.Prefix, t.PromptTokens = q, len(q.IDs)
+	t.Prefix, t.PromptTokens = q, tokens
 	t.PrefixWeights = admission.PrefixWeights{Cache: pr.CacheWeight, Load: pr.LoadWeight}
 	return q
 }

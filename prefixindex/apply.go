@@ -1,10 +1,6 @@
 package prefixindex
 
-import (
-	"math/bits"
-
-	"github.com/maitred-dev/maitred/kvevents"
-)
+import "github.com/maitred-dev/maitred/kvevents"
 
 // Apply puts one batch of the backend's events into the index.
 func (x *Index) Apply(name string, batch kvevents.Batch) {
@@ -53,7 +49,9 @@ func (x *Index) storeLocked(b *backend, e *kvevents.Event) {
 		}
 		k = p
 	}
+	top := !e.HasParent
 	for i, h := range e.BlockHashes {
+		parent := k
 		k = Next(k, e.TokenIDs[i*e.BlockSize:(i+1)*e.BlockSize])
 		if old, ok := b.vllm[h]; ok {
 			if old == k {
@@ -62,9 +60,7 @@ func (x *Index) storeLocked(b *backend, e *kvevents.Event) {
 			x.removeLocked(b, h)
 		}
 		b.vllm[h] = k
-		if b.held[k]++; b.held[k] == 1 {
-			x.blocks[k] |= b.bit
-		}
+		x.holdLocked(b, k, parent, top && i == 0)
 	}
 	if c := x.capLocked(b); c > 0 && len(b.vllm) > c {
 		// More blocks than the backend can hold: removals were lost, so
@@ -88,43 +84,41 @@ func (x *Index) removeLocked(b *backend, h kvevents.Hash) {
 		return
 	}
 	delete(b.vllm, h)
-	if b.held[k]--; b.held[k] <= 0 {
-		delete(b.held, k)
-		x.dropBitLocked(k, b.bit)
+	hb := b.held[k]
+	if hb.n--; hb.n > 0 {
+		b.held[k] = hb
+		return
 	}
+	delete(b.held, k)
+	x.dropBitLocked(k, b.bit)
+	if b.children[hb.parent]--; b.children[hb.parent] <= 0 {
+		delete(b.children, hb.parent)
+	}
+	if _, ok := b.held[hb.parent]; !ok && !hb.top {
+		b.orphans-- // its parent was gone before it
+	}
+	b.orphans += int(b.children[k]) // its children lose their parent
 }
 
-// Match finds, for each of names, how many of keys (a request's block
-// keys, in order) it holds from the first: the cached prefix in blocks,
-// written to blocks[i]. It returns false, and the caller routes as
-// without an index, when some name is not a Live backend of the index.
-func (x *Index) Match(keys []Key, names []string, blocks []int) bool {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
-	var live uint64
-	var bitOf [MaxBackends]int8
-	for i, n := range names {
-		b := x.backends[n]
-		if b == nil || b.st.State != Live {
-			return false
-		}
-		live |= b.bit
-		bitOf[bitIndex(b.bit)] = int8(i)
-		blocks[i] = 0
-	}
-	for j, k := range keys {
-		h := x.blocks[k] & live
-		for gone := live &^ h; gone != 0; gone &= gone - 1 {
-			blocks[bitOf[bitIndex(gone&-gone)]] = j
-		}
-		if live = h; live == 0 {
-			return true
-		}
-	}
-	for ; live != 0; live &= live - 1 {
-		blocks[bitOf[bitIndex(live&-live)]] = len(keys)
-	}
-	return true
+// heldBlock is a block the backend holds: how many of its stored blocks
+// (ranks) are it, its parent's key, and whether that is the chain's root.
+type heldBlock struct {
+	n      int32
+	top    bool
+	parent Key
 }
 
-func bitIndex(bit uint64) int { return bits.TrailingZeros64(bit) }
+// holdLocked records one more stored block k (parent's child) of b.
+func (x *Index) holdLocked(b *backend, k, parent Key, top bool) {
+	hb, ok := b.held[k]
+	hb.n++
+	if ok {
+		b.held[k] = hb
+		return
+	}
+	hb.parent, hb.top = parent, top
+	b.held[k] = hb
+	x.blocks[k] |= b.bit
+	b.children[parent]++
+	b.orphans -= int(b.children[k]) // its children, if any, have their parent again
+}

@@ -27,11 +27,17 @@
 // drops a backend that left. Memory is thus bounded by the backends'
 // capacities.
 //
-// Match walks a request's block keys from the first and reports, for each
-// backend asked about, how many it holds in a row: its cached prefix. It
-// answers false when one of them is not Live (every rank's stream in
-// sequence): the caller then routes as without events. sink.go is the
-// index's kvevents.Sink for one backend.
+// Match (query.go) reports, for each backend asked about, how many of a
+// request's block keys it holds in a row from the first: its cached
+// prefix. A key is chained over every block before it, and vLLM keeps
+// what it holds prefix-closed (a parent outlives its children), so while
+// no backend asked about holds an orphan (a block whose parent it does
+// not hold: counted on every store and removal, apply.go) the prefix is
+// found by bisection, a few lookups per backend whatever the prompt's
+// length; otherwise Match walks the keys from the first. It answers false
+// when one of them is not Live (every rank's stream in sequence): the
+// caller then routes as without events. sink.go is the index's
+// kvevents.Sink for one backend.
 //
 // # Concurrency
 //

@@ -50,8 +50,14 @@ type backend struct {
 	// vllm maps vLLM's block hash to this index's key (parents and
 	// removals name blocks by vLLM's hash); held counts the stored blocks
 	// per key (data-parallel ranks may each hold the same block).
-	vllm     map[kvevents.Hash]Key
-	held     map[Key]int32
+	vllm map[kvevents.Hash]Key
+	held map[Key]heldBlock
+	// children counts the held blocks whose parent is a key; orphans
+	// are the held blocks whose parent is not held (a parent removed
+	// before its child: not vLLM's eviction order). While there are
+	// none, what the backend holds is prefix-closed (query.go).
+	children map[Key]int32
+	orphans  int
 	capacity int // blocks; 0: only the index's cap
 	st       Status
 	// ranks: each data-parallel rank's stream is live or why not.
@@ -108,7 +114,7 @@ func (x *Index) Add(name string, capacityBlocks, ranks int) bool {
 	}
 	bit := uint64(1) << bits.TrailingZeros64(x.free)
 	x.free &^= bit
-	x.backends[name] = &backend{name: name, bit: bit, vllm: map[kvevents.Hash]Key{}, held: map[Key]int32{},
+	x.backends[name] = &backend{name: name, bit: bit, vllm: map[kvevents.Hash]Key{}, held: map[Key]heldBlock{}, children: map[Key]int32{},
 		capacity: capacityBlocks, st: Status{Reason: "no events yet", Since: x.now()},
 		rankLive: make([]bool, ranks), rankReason: make([]string, ranks)}
 	return true
@@ -181,6 +187,8 @@ func (x *Index) clearLocked(b *backend) {
 	}
 	clear(b.held)
 	clear(b.vllm)
+	clear(b.children)
+	b.orphans = 0
 	b.st.Clears++
 }
 

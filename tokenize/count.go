@@ -34,6 +34,9 @@ type Count struct {
 	// needs the text again (prefix affinity) reads it here rather than
 	// render the template a second time.
 	Rendered string
+	// Keys, from CountCache.CountChatKeys, are the prompt's block keys
+	// (nil otherwise, and when the count is not exact or over its limit).
+	Keys *PromptKeys
 }
 
 // InputError is a request vLLM rejects before rendering: Param is the

@@ -54,6 +54,11 @@ import (
 // prefix is part of what is hashed. Hashing runs at hundreds of MB/s, a few
 // percent of what tokenizing the same bytes costs.
 //
+// A keyed count's node (CountChatKeys, countcache_keys.go: precise
+// routing) also holds the state of the prompt's block-key chain at its
+// boundary, accounted in the same budget; a model counted without keys
+// keeps none.
+//
 // Nodes are shared by every text with the same prefix (a system prompt
 // common to many conversations is one chain) and evicted least recently
 // used, within a byte budget (NodeBytes per node). A hit shows in the
@@ -76,6 +81,14 @@ type CountCache struct {
 	nodes []cacheNode
 	// head is the most recently used node, tail the least; -1: none.
 	head, tail int32
+	// free are slots evicted to make room for links (not reused yet).
+	free []int32
+	// links are the keyed nodes' block-key links by slot
+	// (countcache_keys.go; nil until a keyed count), linkSlots the room
+	// they take in nodes' units: nodes plus linkSlots stay within
+	// maxNodes.
+	links     map[int32]*chainLink
+	linkSlots int
 
 	hits, misses, fallbacks atomic.Uint64
 
@@ -145,7 +158,8 @@ type CacheStats struct {
 	// text.
 	Misses uint64
 	// Entries is the number of boundaries held, Bytes their accounted
-	// memory (Entries × NodeBytes), MaxBytes the budget.
+	// memory (Entries × NodeBytes, plus the block-key links of keyed
+	// counts), MaxBytes the budget.
 	Entries         int
 	Bytes, MaxBytes int64
 }
@@ -157,10 +171,10 @@ func (c *CountCache) Stats() CacheStats {
 		return CacheStats{}
 	}
 	c.mu.Lock()
-	n := len(c.index)
+	n, links := len(c.index), c.linkSlots
 	c.mu.Unlock()
 	return CacheStats{Hits: c.hits.Load(), Fallbacks: c.fallbacks.Load(), Misses: c.misses.Load(),
-		Entries: n, Bytes: int64(n) * NodeBytes, MaxBytes: int64(c.maxNodes) * NodeBytes}
+		Entries: n, Bytes: int64(n+links) * NodeBytes, MaxBytes: int64(c.maxNodes) * NodeBytes}
 }
 
 // Register decides whether m's counts can go through the cache and, if so,
@@ -276,6 +290,7 @@ type countScratch struct {
 	bounds []int
 	keys   []nodeKey
 	counts []int32
+	ends   []int
 	sum    []byte
 	h      hash.Hash
 }
@@ -290,47 +305,13 @@ func (c *CountCache) count(cm *cacheModel, text, salt string, addSpecial bool, l
 	sc := countScratchPool.Get().(*countScratch)
 	defer countScratchPool.Put(sc)
 
-	// The boundaries: the ends of the added tokens the raw pass matches.
-	sc.bounds = sc.bounds[:0]
-	off := 0
-	cm.tok.raw.split(text, func(seg string, id int) bool {
-		off += len(seg)
-		if id >= 0 && off >= c.minOffset {
-			sc.bounds = append(sc.bounds, off)
-		}
-		return true
-	})
-	if len(sc.bounds) == 0 {
+	if !sc.boundaries(cm, text, c.minOffset) {
 		return cm.tok.Count(text, addSpecial, limit)
 	}
-
-	// The key of each boundary: SHA-256 of namespace, salt and the text
-	// up to it.
-	sc.h.Reset()
-	sc.h.Write(cm.ns[:])
-	var l [8]byte
-	binary.LittleEndian.PutUint64(l[:], uint64(len(salt)))
-	sc.h.Write(l[:])
-	sc.write(salt)
-	sc.keys = sc.keys[:0]
-	prev := 0
-	for _, b := range sc.bounds {
-		sc.write(text[prev:b])
-		prev = b
-		sc.sum = sc.h.Sum(sc.sum[:0])
-		sc.keys = append(sc.keys, nodeKey(sc.sum[:16]))
-	}
+	sc.nodeKeys(cm, text, plainHeader(salt))
 
 	// The last boundary whose prefix was counted before.
-	from, base, tip := c.lookup(sc.keys)
-	switch {
-	case from < 0:
-		c.misses.Add(1)
-	case tip:
-		c.hits.Add(1)
-	default:
-		c.fallbacks.Add(1)
-	}
+	from, base, _ := c.lookup(sc.keys)
 
 	// Count the rest, segment by segment (boundary to boundary), against
 	// what remains of the limit.
@@ -373,7 +354,7 @@ func (c *CountCache) count(cm *cacheModel, text, salt string, addSpecial bool, l
 		complete = !over()
 	}
 	if len(sc.counts) > 0 {
-		c.insert(sc.keys[from+1:from+1+len(sc.counts)], sc.counts, complete && from+len(sc.counts) == len(sc.bounds)-1)
+		c.insert(sc.keys[from+1:from+1+len(sc.counts)], sc.counts, complete && from+len(sc.counts) == len(sc.bounds)-1, nil)
 	}
 	return total, !over()
 }
@@ -386,23 +367,76 @@ func (sc *countScratch) write(s string) {
 	}
 }
 
+// boundaries sets sc.bounds to the ends of the added tokens the raw pass
+// matches in text, from minOffset on; false when there are none.
+func (sc *countScratch) boundaries(cm *cacheModel, text string, minOffset int) bool {
+	sc.bounds = sc.bounds[:0]
+	off := 0
+	cm.tok.raw.split(text, func(seg string, id int) bool {
+		off += len(seg)
+		if id >= 0 && off >= minOffset {
+			sc.bounds = append(sc.bounds, off)
+		}
+		return true
+	})
+	return len(sc.bounds) > 0
+}
+
+// nodeKeys sets sc.keys to the key of each boundary: SHA-256 of the
+// model's namespace, hdr (what else separates the nodes: the salt; for
+// keyed counts, the chain's scope too) and the text up to it.
+func (sc *countScratch) nodeKeys(cm *cacheModel, text string, hdr nodeHeader) {
+	sc.h.Reset()
+	sc.h.Write(cm.ns[:])
+	var l [8]byte
+	binary.LittleEndian.PutUint64(l[:], hdr.tag)
+	sc.h.Write(l[:])
+	sc.write(hdr.s)
+	sc.keys = sc.keys[:0]
+	prev := 0
+	for _, b := range sc.bounds {
+		sc.write(text[prev:b])
+		prev = b
+		sc.sum = sc.h.Sum(sc.sum[:0])
+		sc.keys = append(sc.keys, nodeKey(sc.sum[:16]))
+	}
+}
+
+// nodeHeader is what a node's key hashes after the model's namespace and
+// before the text: tag (8 bytes, little-endian) then s.
+type nodeHeader struct {
+	tag uint64
+	s   string
+}
+
+// plainHeader separates counts by cache_salt: its length, then the salt.
+func plainHeader(salt string) nodeHeader { return nodeHeader{tag: uint64(len(salt)), s: salt} }
+
 // lookup finds the last of keys held, marks it used and returns its index
-// (-1: none), its count and whether it was a tip.
-func (c *CountCache) lookup(keys []nodeKey) (int, int, bool) {
+// (-1: none), its count and its slot; it counts the result in the
+// cache's hits, fallbacks or misses.
+func (c *CountCache) lookup(keys []nodeKey) (int, int, int32) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for j := len(keys) - 1; j >= 0; j-- {
 		if i, ok := c.index[keys[j]]; ok {
 			c.touch(i)
-			return j, int(c.nodes[i].count), c.nodes[i].tip
+			if c.nodes[i].tip {
+				c.hits.Add(1)
+			} else {
+				c.fallbacks.Add(1)
+			}
+			return j, int(c.nodes[i].count), i
 		}
 	}
-	return -1, 0, false
+	c.misses.Add(1)
+	return -1, 0, -1
 }
 
 // insert adds nodes for keys with their counts, in order; lastTip marks the
-// last as the end of a text counted in full.
-func (c *CountCache) insert(keys []nodeKey, counts []int32, lastTip bool) {
+// last as the end of a text counted in full. links, when not nil, are the
+// nodes' block-key links (keyed counts, countcache_keys.go), one a key.
+func (c *CountCache) insert(keys []nodeKey, counts []int32, lastTip bool, links []chainLink) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for k, key := range keys {
@@ -412,23 +446,53 @@ func (c *CountCache) insert(keys []nodeKey, counts []int32, lastTip bool) {
 			c.touch(i)
 			continue
 		}
-		var i int32
-		if len(c.nodes) < c.maxNodes {
-			if len(c.nodes) == cap(c.nodes) { // grow, never past the budget
-				grown := make([]cacheNode, len(c.nodes), min(max(2*cap(c.nodes), 256), c.maxNodes))
-				copy(grown, c.nodes)
-				c.nodes = grown
-			}
-			c.nodes = append(c.nodes, cacheNode{})
-			i = int32(len(c.nodes) - 1)
-		} else { // full: reuse the least recently used
-			i = c.tail
-			c.unlink(i)
-			delete(c.index, c.nodes[i].key)
-		}
+		i := c.slot()
 		c.nodes[i] = cacheNode{key: key, count: counts[k], tip: tip, prev: -1, next: -1}
 		c.index[key] = i
 		c.pushFront(i)
+		if links != nil {
+			c.setLink(i, &links[k])
+		}
+	}
+	// Links take room too: evict until nodes and links fit the budget.
+	for len(c.index)+c.linkSlots > c.maxNodes && c.tail >= 0 {
+		i := c.tail
+		c.evict(i)
+		c.free = append(c.free, i)
+	}
+}
+
+// slot is a node's slot for a new key: a free one, a new one while the
+// budget allows, else the least recently used one's.
+func (c *CountCache) slot() int32 {
+	if n := len(c.free); n > 0 {
+		i := c.free[n-1]
+		c.free = c.free[:n-1]
+		return i
+	}
+	if len(c.nodes)+c.linkSlots < c.maxNodes || c.tail < 0 {
+		if len(c.nodes) == cap(c.nodes) { // grow, never past the budget
+			grown := make([]cacheNode, len(c.nodes), min(max(2*cap(c.nodes), 256), max(c.maxNodes, len(c.nodes)+1)))
+			copy(grown, c.nodes)
+			c.nodes = grown
+		}
+		c.nodes = append(c.nodes, cacheNode{})
+		return int32(len(c.nodes) - 1)
+	}
+	i := c.tail
+	c.evict(i)
+	return i
+}
+
+// evict drops the node in slot i (and its link).
+func (c *CountCache) evict(i int32) {
+	c.unlink(i)
+	delete(c.index, c.nodes[i].key)
+	if c.links != nil {
+		if l := c.links[i]; l != nil {
+			c.linkSlots -= int(l.slots)
+			delete(c.links, i)
+		}
 	}
 }
 

@@ -106,7 +106,12 @@
 // counted before (keyed by SHA-256, no text kept), which gives the same
 // count as a full count for every tokenizer it accepts (Register probes the
 // identity it relies on); its memory is bounded by a byte budget, least
-// recently used first.
+// recently used first. Its keyed counts (CountChatKeys,
+// countcache_keys.go) also key the prompt's full blocks with a caller's
+// chained hash (precise routing), each node keeping the chain's state at
+// its boundary, so that a later turn tokenizes and keys only its new
+// tail; the ids of a text are the concatenation of its segments' between
+// added-token boundaries, for the reason its count is their sum.
 //
 // # Concurrency
 //
