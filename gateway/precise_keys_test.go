@@ -53,7 +53,7 @@ func TestPreciseTicketKeysFromCount(t *testing.T) {
 	rt := &modelRuntime{name: "m", fm: fm, tok: tok}
 	door := admission.NewDoor(loraCatalog{admission.Model{Name: "m", Counter: newCachedCounter(rt, cc), MaxModelLen: 1 << 16, Ref: rt}})
 	docs := fixtures.BenchDocs(t)
-	enc := tok.Encoder().(appendEncoder)
+	enc := tok.Encoder()
 	k := 0
 	for _, tc := range []struct{ model, extra string }{
 		{"m", ""}, {"adapter-a", ""}, {"m", `,"add_special_tokens":true`}, {"m", `,"add_special_tokens":false`},

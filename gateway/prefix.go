@@ -21,11 +21,6 @@ import (
 
 var queryPool = sync.Pool{New: func() any { return new(prefixindex.Query) }}
 
-// appendEncoder is the tokenizer's encoding into a caller's buffer.
-type appendEncoder interface {
-	AppendEncode(dst []int, text string, addSpecial bool) []int
-}
-
 // preciseTicket sets t's prefix matcher when the model routes by its
 // backends' KV events and the request's prompt is known exactly (a
 // counted chat, Messages or single-string completions request without a
@@ -36,10 +31,7 @@ func preciseTicket(rt *modelRuntime, ep admission.Endpoint, dec admission.Decisi
 	if idx == nil || rt.tok == nil || dec.Uncounted != admission.Counted || dec.PromptTokens <= 0 || dec.Prompts > 1 {
 		return nil
 	}
-	enc, ok := rt.tok.Encoder().(appendEncoder)
-	if !ok {
-		return nil
-	}
+	enc := rt.tok.Encoder()
 	req, chat := dec.Request, ep.Chat()
 	if dec.Chat != nil {
 		req, chat = dec.Chat, true

@@ -12,6 +12,11 @@ type Encoder interface {
 	// does. addSpecial applies the tokenizer's post-processor (for example
 	// Llama's BOS), as HF's add_special_tokens=True.
 	Encode(text string, addSpecial bool) []int
+	// AppendEncode appends Encode(text, addSpecial) to dst and returns
+	// it: the door's precise routing keys a prompt's blocks from ids in
+	// a pooled buffer (an encoder without it would route every request
+	// of a precise model without its index, silently).
+	AppendEncode(dst []int, text string, addSpecial bool) []int
 	// Count returns len(Encode(text, addSpecial)) without building the id
 	// slice. When limit > 0 it may stop as soon as the count exceeds limit;
 	// it then returns a lower bound n > limit and exact=false.

@@ -104,8 +104,7 @@ func (e *specialSplitter) Encode(text string, _ bool) []int {
 }
 
 // AppendEncode appends text's ids to dst: the door's precise routing
-// (routing: precise) encodes a prompt into a pooled buffer this way, and
-// an encoder without it is not routed precisely.
+// (routing: precise) encodes a prompt into a pooled buffer this way.
 func (e *specialSplitter) AppendEncode(dst []int, text string, _ bool) []int {
 	for text != "" {
 		i, tok := e.next(text)
@@ -114,13 +113,7 @@ func (e *specialSplitter) AppendEncode(dst []int, text string, _ bool) []int {
 			seg = text[:i]
 		}
 		if seg != "" {
-			if a, ok := e.inner.(interface {
-				AppendEncode(dst []int, text string, addSpecial bool) []int
-			}); ok {
-				dst = a.AppendEncode(dst, seg, false)
-			} else {
-				dst = append(dst, e.inner.Encode(seg, false)...)
-			}
+			dst = e.inner.AppendEncode(dst, seg, false)
 		}
 		if i < 0 {
 			break

@@ -109,6 +109,9 @@ type wrappedEncoder struct{ t *Tokenizer }
 func (w wrappedEncoder) Encode(text string, addSpecial bool) []int {
 	return w.t.Encode(text, addSpecial)
 }
+func (w wrappedEncoder) AppendEncode(dst []int, text string, addSpecial bool) []int {
+	return append(dst, w.t.Encode(text, addSpecial)...)
+}
 func (w wrappedEncoder) Count(text string, addSpecial bool, limit int) (int, bool) {
 	return w.t.Count(text, addSpecial, limit)
 }

@@ -62,6 +62,10 @@ type corpusGolden struct {
 // count, but a Model needs an encoder.
 type runeEncoder struct{}
 
+func (e runeEncoder) AppendEncode(dst []int, text string, addSpecial bool) []int {
+	return append(dst, e.Encode(text, addSpecial)...)
+}
+
 func (runeEncoder) Encode(text string, _ bool) []int {
 	ids := make([]int, 0, len(text))
 	for _, r := range text {
