@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"cmp"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -349,7 +350,7 @@ func (p *Pool) setFairnessLocked(f Fairness, wIn, wOut float64) {
 			p.dequeueFairLocked(w)
 			w.f = nil
 		}
-		slices.SortFunc(ws, func(a, b *waiter) int { return compareOrder(a.order, b.order) })
+		slices.SortFunc(ws, func(a, b *waiter) int { return cmp.Compare(a.order, b.order) })
 		byClass[c] = ws
 	}
 	p.fair.on = on
@@ -364,16 +365,6 @@ func (p *Pool) setFairnessLocked(f Fairness, wIn, wOut float64) {
 			}
 		}
 	}
-}
-
-func compareOrder(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // FlowStats is a snapshot of one flow under Tokens fairness.
