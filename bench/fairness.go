@@ -157,11 +157,8 @@ func startFairEnv(bin string) (*fairEnv, error) {
 		}
 	}
 	e.simAddr = freeAddr()
-	e.sim, err = startProc(filepath.Join(dir, "sim.log"), nil, e.bin, "sim", "--listen", e.simAddr, "--model", "demo", "--tokenizer", "builtin:demo",
+	e.sim, err = startServing(filepath.Join(dir, "sim.log"), nil, e.simAddr, "/health", e.bin, "sim", "--listen", e.simAddr, "--model", "demo", "--tokenizer", "builtin:demo",
 		"--ttft", fairTTFT.String(), "--itl", fairITL.String(), "--max-num-seqs", "256", "--kv-tokens", "1000000", "--log-level", "warn")
-	if err == nil {
-		err = e.sim.awaitHTTP("http://" + e.simAddr + "/health")
-	}
 	if err != nil {
 		e.close()
 		return nil, fmt.Errorf("fairness: maitred sim: %w", err)
@@ -213,11 +210,7 @@ func (e *fairEnv) startGateways(policy string, weights [2]float64, n int) ([]str
 			stop()
 			return nil, nil, err
 		}
-		p, err := startProc(strings.TrimSuffix(path, ".yaml")+".log", keyEnv, e.bin, "serve", "--config", path, "--log-level", "warn")
-		if err == nil {
-			procs = append(procs, p)
-			err = p.awaitHTTP("http://" + addr + "/readyz")
-		}
+		p, err := startServing(strings.TrimSuffix(path, ".yaml")+".log", keyEnv, addr, "/readyz", e.bin, "serve", "--config", path, "--log-level", "warn")
 		if err != nil {
 			stop()
 			if policy != "fifo" && strings.Contains(err.Error(), "fairness") {
@@ -225,7 +218,7 @@ func (e *fairEnv) startGateways(policy string, weights [2]float64, n int) ([]str
 			}
 			return nil, nil, fmt.Errorf("maitred serve (%s): %w", policy, err)
 		}
-		urls = append(urls, "http://"+addr)
+		procs, urls = append(procs, p), append(urls, p.url)
 	}
 	return urls, stop, nil
 }

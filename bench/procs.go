@@ -240,12 +240,19 @@ func startMaitred(bin, dir, cfg, pprofAddr string) (*proc, error) {
 	if pprofAddr != "" {
 		env = append(env, "MAITRED_BENCH_PPROF="+pprofAddr)
 	}
-	p, err := startProc(filepath.Join(dir, "maitred.log"), env, bin, "serve", "--config", path)
+	return startServing(filepath.Join(dir, "maitred.log"), env, addr, "/readyz", bin, "serve", "--config", path)
+}
+
+// startServing runs bin with args (startProc) and awaits its answer 200 to
+// probe on addr; it stops the process when that fails. The proc's url is
+// http://addr.
+func startServing(logPath string, env []string, addr, probe, bin string, args ...string) (*proc, error) {
+	p, err := startProc(logPath, env, bin, args...)
 	if err != nil {
 		return nil, err
 	}
 	p.url = "http://" + addr
-	if err := p.awaitHTTP(p.url + "/readyz"); err != nil {
+	if err := p.awaitHTTP(p.url + probe); err != nil {
 		p.stop()
 		return nil, err
 	}
@@ -254,16 +261,7 @@ func startMaitred(bin, dir, cfg, pprofAddr string) (*proc, error) {
 
 // startSim runs `maitred sim` with args (simArgs) until it answers /health.
 func startSim(bin, addr string, args []string) (*proc, error) {
-	p, err := startProc("", nil, bin, args...)
-	if err != nil {
-		return nil, err
-	}
-	p.url = "http://" + addr
-	if err := p.awaitHTTP(p.url + "/health"); err != nil {
-		p.stop()
-		return nil, err
-	}
-	return p, nil
+	return startServing("", nil, addr, "/health", bin, args...)
 }
 
 // startBareProxy runs this program again as the bare proxy (-scenario
@@ -274,17 +272,8 @@ func startBareProxy(target string) (*proc, error) {
 		return nil, err
 	}
 	addr := freeAddr()
-	p, err := startProc("", nil, self, "-scenario", "bare-proxy", "-bare-listen", addr, "-bare-target", target)
-	if err != nil {
-		return nil, err
-	}
-	p.url = "http://" + addr
 	// The proxy forwards /health to the simulator: ready once both are.
-	if err := p.awaitHTTP(p.url + "/health"); err != nil {
-		p.stop()
-		return nil, err
-	}
-	return p, nil
+	return startServing("", nil, addr, "/health", self, "-scenario", "bare-proxy", "-bare-listen", addr, "-bare-target", target)
 }
 
 // bareProxy serves a plain httputil.ReverseProxy to target on listen
