@@ -35,24 +35,13 @@ func BenchmarkDoorPrecise(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cc := tokenize.NewCountCache(64 << 20)
-	if err := cc.Register(tok); err != nil {
-		b.Fatal(err)
-	}
-	cfg := config.Default()
-	cfg.Models = []config.ModelConfig{{Name: "m", Routing: config.RoutingPrecise, Backends: []config.BackendConfig{{URL: "http://127.0.0.1:1"}}}}
-	fl, err := fleet.New(cfg.Fleet(), nil, nil, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	fm, _ := fl.Model("m")
-	idx := fm.Index()
+	rt, cc := preciseRuntime(b, tok, 64<<20)
+	idx := rt.fm.Index()
 	names := []string{"b0", "b1", "b2", "b3"}
 	for _, n := range names {
 		idx.Add(n, 0, 1)
 		idx.SetState(n, 0, true, "")
 	}
-	rt := &modelRuntime{name: "m", fm: fm, tok: tok}
 	doorOf := func(c admission.Counter) *admission.Door {
 		return admission.NewDoor(benchCatalog{admission.Model{Name: "m", Counter: c, MaxModelLen: 1 << 16, Ref: rt}})
 	}
@@ -149,4 +138,23 @@ func BenchmarkDoorPrecise(b *testing.B) {
 			})
 		}
 	}
+}
+
+// preciseRuntime is model "m" routed precisely (its fleet model has an
+// index; no backend answers) with tok, and a count cache of budget bytes
+// that tok is registered with.
+func preciseRuntime(tb testing.TB, tok *tokenize.Model, budget int64) (*modelRuntime, *tokenize.CountCache) {
+	tb.Helper()
+	cc := tokenize.NewCountCache(budget)
+	if err := cc.Register(tok); err != nil {
+		tb.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.Models = []config.ModelConfig{{Name: "m", Routing: config.RoutingPrecise, Backends: []config.BackendConfig{{URL: "http://127.0.0.1:1"}}}}
+	fl, err := fleet.New(cfg.Fleet(), nil, nil, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	fm, _ := fl.Model("m")
+	return &modelRuntime{name: "m", fm: fm, tok: tok}, cc
 }

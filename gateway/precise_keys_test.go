@@ -6,11 +6,8 @@ import (
 	"testing"
 
 	"github.com/maitred-dev/maitred/admission"
-	"github.com/maitred-dev/maitred/config"
-	"github.com/maitred-dev/maitred/fleet"
 	"github.com/maitred-dev/maitred/internal/fixtures"
 	"github.com/maitred-dev/maitred/prefixindex"
-	"github.com/maitred-dev/maitred/tokenize"
 )
 
 // loraCatalog is the door's catalog of a model and one LoRA adapter on
@@ -39,18 +36,7 @@ func (c loraCatalog) Names() []string { return []string{c.m.Name} }
 // chain), with add_special_tokens either way; a salted chat gets none.
 func TestPreciseTicketKeysFromCount(t *testing.T) {
 	tok := loadTok(t, "qwen3")
-	cc := tokenize.NewCountCache(8 << 20)
-	if err := cc.Register(tok); err != nil {
-		t.Fatal(err)
-	}
-	cfg := config.Default()
-	cfg.Models = []config.ModelConfig{{Name: "m", Routing: config.RoutingPrecise, Backends: []config.BackendConfig{{URL: "http://127.0.0.1:1"}}}}
-	fl, err := fleet.New(cfg.Fleet(), nil, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fm, _ := fl.Model("m")
-	rt := &modelRuntime{name: "m", fm: fm, tok: tok}
+	rt, cc := preciseRuntime(t, tok, 8<<20)
 	door := admission.NewDoor(loraCatalog{admission.Model{Name: "m", Counter: newCachedCounter(rt, cc), MaxModelLen: 1 << 16, Ref: rt}})
 	docs := fixtures.BenchDocs(t)
 	enc := tok.Encoder()
@@ -84,7 +70,7 @@ func TestPreciseTicketKeysFromCount(t *testing.T) {
 				lora = tc.model
 			}
 			ids := enc.AppendEncode(nil, rendered, tc.extra == `,"add_special_tokens":true`)
-			want := prefixindex.AppendKeys(nil, lora, ids, fm.Index().BlockSize())
+			want := prefixindex.AppendKeys(nil, lora, ids, rt.fm.Index().BlockSize())
 			if tk.PromptTokens != len(ids) || fmt.Sprint(q.Keys) != fmt.Sprint(want) {
 				t.Fatalf("%s: %d keys (%d tokens), the full tokenization gives %d (%d tokens)", what, len(q.Keys), tk.PromptTokens, len(want), len(ids))
 			}
