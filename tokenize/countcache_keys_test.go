@@ -112,14 +112,7 @@ func TestCountChatKeysDifferential(t *testing.T) {
 				convs, steps = 4, 16
 			}
 			k := rng.IntN(len(docs))
-			text := func() string {
-				var b strings.Builder
-				for n := 40 + rng.IntN(900); b.Len() < n; k++ {
-					b.WriteString(docs[k%len(docs)])
-					b.WriteString("\n\n")
-				}
-				return b.String()
-			}
+			text := func() string { return docsText(docs, &k, 40+rng.IntN(900)) }
 			// A system prompt shared by every conversation.
 			system := map[string]any{"role": "system", "content": text()}
 			for conv := range convs {

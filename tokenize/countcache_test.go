@@ -454,6 +454,17 @@ func FuzzCountCache(f *testing.F) {
 	})
 }
 
+// docsText joins docs from *k on (each followed by a blank line, *k
+// advanced past them) until the text holds at least n bytes.
+func docsText(docs []string, k *int, n int) string {
+	var b strings.Builder
+	for ; b.Len() < n; *k++ {
+		b.WriteString(docs[*k%len(docs)])
+		b.WriteString("\n\n")
+	}
+	return b.String()
+}
+
 // longConversation is a 50-turn conversation (100 messages, user first) of
 // about 120k qwen3 tokens, from the benchmark mix's documents in order
 // (code, prose in many scripts, JSON, logs), and a next user message.
@@ -461,16 +472,9 @@ func longConversation(tb testing.TB) ([]string, string) {
 	docs := fixtures.BenchDocs(tb)
 	const perMessage = 3700 // bytes: ~1,200 tokens of this mix
 	msgs := make([]string, 0, 100)
-	var b strings.Builder
 	k := 0
 	for len(msgs) < 101 {
-		for b.Len() < perMessage {
-			b.WriteString(docs[k%len(docs)])
-			b.WriteString("\n\n")
-			k++
-		}
-		msgs = append(msgs, b.String())
-		b.Reset()
+		msgs = append(msgs, docsText(docs, &k, perMessage))
 	}
 	return msgs[:100], msgs[100]
 }
@@ -561,14 +565,7 @@ func TestCountCacheLongConversations(t *testing.T) {
 				convs, turns = 6, 12
 			}
 			k := rng.IntN(len(docs))
-			message := func() string {
-				var b strings.Builder
-				for n := 500 + rng.IntN(3500); b.Len() < n; k++ {
-					b.WriteString(docs[k%len(docs)])
-					b.WriteString("\n\n")
-				}
-				return b.String()
-			}
+			message := func() string { return docsText(docs, &k, 500+rng.IntN(3500)) }
 			check := func(what string, msgs []string) {
 				t.Helper()
 				v := mustParse(t, fixtures.Conversation(msgs, ""))
