@@ -76,17 +76,22 @@ func inputErr(param, format string, args ...any) error {
 // it. Requests that cannot be counted exactly return Exact=false and a
 // Reason with a nil error.
 func (m *Model) CountChat(body *ojson.Value, limit int) (c Count, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			c, err = Count{Reason: fmt.Sprintf("internal error while rendering: %v", r)}, nil
-		}
-	}()
+	defer countPanicked(&c, &err)
 	text, addSpecial, err := m.renderChat(body)
 	if err != nil {
 		return notExact(err)
 	}
 	n, exact := m.enc.Count(text, addSpecial, limit)
 	return Count{Tokens: n, Exact: true, Truncated: !exact, Rendered: text}, nil
+}
+
+// countPanicked, deferred by a chat count (Model.CountChat and the count
+// cache's), turns a panic while rendering into an uncounted Count (the
+// request is forwarded, not failed).
+func countPanicked(c *Count, err *error) {
+	if r := recover(); r != nil {
+		*c, *err = Count{Reason: fmt.Sprintf("internal error while rendering: %v", r)}, nil
+	}
 }
 
 // notExact turns a NotExactError into a Count; other errors pass through.

@@ -268,11 +268,7 @@ func (c *CountCache) CountChat(m *Model, body *ojson.Value, limit int) (cnt Coun
 	if cm == nil {
 		return m.CountChat(body, limit)
 	}
-	defer func() {
-		if r := recover(); r != nil {
-			cnt, err = Count{Reason: fmt.Sprintf("internal error while rendering: %v", r)}, nil
-		}
-	}()
+	defer countPanicked(&cnt, &err)
 	text, addSpecial, err := m.renderChat(body)
 	if err != nil {
 		return notExact(err)

@@ -1,7 +1,6 @@
 package tokenize
 
 import (
-	"fmt"
 	"sync"
 
 	"github.com/maitred-dev/maitred/internal/ojson"
@@ -151,11 +150,7 @@ func (c *CountCache) CountChatKeys(m *Model, body *ojson.Value, limit int, kr Bl
 	if v := body.Get("cache_salt"); v != nil {
 		return c.CountChat(m, body, limit)
 	}
-	defer func() {
-		if r := recover(); r != nil {
-			cnt, err = Count{Reason: fmt.Sprintf("internal error while rendering: %v", r)}, nil
-		}
-	}()
+	defer countPanicked(&cnt, &err)
 	text, addSpecial, err := m.renderChat(body)
 	if err != nil {
 		return notExact(err)
