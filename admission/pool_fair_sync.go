@@ -183,10 +183,7 @@ func (p *Pool) holdBackLocked(l *Lease, t *Ticket) bool {
 		p.fair.holdFrom = time.Time{}
 		return false
 	}
-	s := l.Slot
-	s.inFlight--
-	s.tokens -= l.tokens
-	p.decisions[l.Policy]--
+	p.unleaseLocked(l)
 	return true
 }
 

@@ -131,6 +131,14 @@ func (p *Pool) leaseLocked(pick *Slot, t *Ticket, policy string, cached int) *Le
 	return &Lease{Slot: pick, Policy: policy, Cached: cached, pool: p, tokens: t.Tokens, maxIn: pick.cfg.MaxInFlight, budget: pick.budget(), wakes: pick.wakes, at: p.now()}
 }
 
+// unleaseLocked undoes leaseLocked for a lease never handed out (a grant
+// held back: holdBackLocked).
+func (p *Pool) unleaseLocked(l *Lease) {
+	l.Slot.inFlight--
+	l.Slot.tokens -= l.tokens
+	p.decisions[l.Policy]--
+}
+
 // sampleMin is the number of slots from which a p2c grant samples its two
 // candidates instead of listing every slot that could take the request;
 // sampleTries bounds the draws before it lists them after all.
