@@ -88,16 +88,21 @@ func granted(ch chan *Lease) *Lease {
 	}
 }
 
+// fairReplicas is two replicas' pools of one backend (one slot) under
+// Tokens fairness, sharing one in-memory flow store.
+func fairReplicas() (p1, p2 *Pool, r1, r2 flowReplica) {
+	fs := newFlowStore()
+	mk := func() *Pool { return testPool(one(1, 0), func(c *PoolConfig) { c.Fairness = Tokens }) }
+	return mk(), mk(), flowReplica{fs, "r1"}, flowReplica{fs, "r2"}
+}
+
 // twoReplicas: replica 1 (p1) runs a request of flow a and has another of
 // a's waiting; replica 2 (p2) runs one of a's, charged far more, and has
 // one of b's waiting, so that there b's counter is below a's by more than
 // the margin (the largest prompt p1 granted). Both synced: p1 holds b's
 // claim.
 func twoReplicas(t *testing.T, hold time.Duration) (p1, p2 *Pool, r1, r2 flowReplica, l1 *Lease, a2 chan *Lease) {
-	fs := newFlowStore()
-	r1, r2 = flowReplica{fs, "r1"}, flowReplica{fs, "r2"}
-	mk := func() *Pool { return testPool(one(1, 0), func(c *PoolConfig) { c.Fairness = Tokens }) }
-	p1, p2 = mk(), mk()
+	p1, p2, r1, r2 = fairReplicas()
 	mustAcquire(t, p2, "a", 1000)
 	if granted(acquireAsync(t, p2, "b", 10)) != nil {
 		t.Fatal("b granted on a full backend")
@@ -164,10 +169,7 @@ func TestFairSyncHoldsGrantForLowerFlowElsewhere(t *testing.T) {
 // more than the margin (nor for the granted flow's own requests there).
 func TestFairSyncNoHoldWithinMargin(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		fs := newFlowStore()
-		r1, r2 := flowReplica{fs, "r1"}, flowReplica{fs, "r2"}
-		mk := func() *Pool { return testPool(one(1, 0), func(c *PoolConfig) { c.Fairness = Tokens }) }
-		p1, p2 := mk(), mk()
+		p1, p2, r1, r2 := fairReplicas()
 		mustAcquire(t, p2, "a", 50) // a, 50 above b there: within the margin
 		acquireAsync(t, p2, "b", 10)
 		acquireAsync(t, p2, "a", 10)
@@ -236,10 +238,7 @@ func TestFairSyncDeadReplicaClaimsEnd(t *testing.T) {
 // 1 grants it before a's older request.
 func TestFairSyncBackloggedFlowNotLiftedElsewhere(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		fs := newFlowStore()
-		r1, r2 := flowReplica{fs, "r1"}, flowReplica{fs, "r2"}
-		mk := func() *Pool { return testPool(one(1, 0), func(c *PoolConfig) { c.Fairness = Tokens }) }
-		p1, p2 := mk(), mk()
+		p1, p2, r1, r2 := fairReplicas()
 		mustAcquire(t, p2, "a", 1000)
 		acquireAsync(t, p2, "b", 10)
 		acquireAsync(t, p2, "a", 10)
