@@ -164,11 +164,15 @@ func (p *Pool) liftLocked(f *flow) {
 
 // enqueueFairLocked puts w in its flow's queue of its class: at the end,
 // or (again: the shared account refused its grant) back at its place by
-// arrival order.
+// arrival order. A flow becoming active is lifted (liftLocked), unless
+// again: its request was waiting, or just lifted at its grant, and the
+// flow was never idle; a lift there would take away the lag it built
+// while it waited each time the store refuses it a slot another replica
+// took first.
 func (p *Pool) enqueueFairLocked(w *waiter, again bool) {
 	f := w.f
 	c := w.t.Class
-	if f.waiting == 0 {
+	if f.waiting == 0 && !again {
 		p.liftLocked(f)
 	}
 	q := f.queues[c]
@@ -359,6 +363,9 @@ func (p *Pool) setFairnessLocked(f Fairness, wIn, wOut float64) {
 		for _, w := range ws {
 			if on {
 				w.f = p.flowLocked(&w.t)
+				if w.f.waiting == 0 {
+					p.liftLocked(w.f) // active from now under tokens
+				}
 				p.enqueueFairLocked(w, true)
 			} else {
 				p.queue[c] = append(p.queue[c], w)

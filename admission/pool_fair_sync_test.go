@@ -274,3 +274,39 @@ func TestFairSyncBackloggedFlowNotLiftedElsewhere(t *testing.T) {
 		}
 	})
 }
+
+// TestFairRefusedGrantKeepsLag: b waits 1000 below a; the slot freed is
+// granted to b, but the shared account refuses it (another replica took
+// the room first). b goes back to the queue keeping its counter, not
+// lifted to a's as a flow becoming active: at the next free it is b that
+// is granted, not a's request that came before it.
+func TestFairRefusedGrantKeepsLag(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sh := newFakeShared()
+		p := testPool(one(2, 0), func(c *PoolConfig) { c.Fairness = Tokens; c.Shared = sh })
+		la := mustAcquire(t, p, "a", 1000)
+		sh.set(func(f *fakeShared) { f.elsewhere["b0"] = 1 }) // the store is full
+		a2 := acquireAsync(t, p, "a", 10)
+		b1 := acquireAsync(t, p, "b", 10) // lifted to a's 1000
+		la.Charge(500)                    // a's counter: 2000, b's 1000
+		p.SharedFreed("b0")               // b granted here, refused there
+		if granted(b1) != nil || granted(a2) != nil {
+			t.Fatal("granted while the store is full")
+		}
+		counters := map[string]float64{}
+		for _, f := range p.Flows() {
+			counters[f.Name] = f.Counter
+		}
+		if counters["b"] >= counters["a"] {
+			t.Fatalf("after the store refused b's grant b's counter is %v, a's %v: b was lifted as a flow becoming active", counters["b"], counters["a"])
+		}
+		sh.set(func(f *fakeShared) { f.elsewhere["b0"] = 0 })
+		p.SharedFreed("b0")
+		if granted(b1) == nil {
+			t.Fatal("b, 1000 below a, not granted at the free")
+		}
+		if granted(a2) != nil {
+			t.Fatal("a granted too: one slot was free")
+		}
+	})
+}
