@@ -20,12 +20,19 @@ type FlowSync interface {
 // replica's scale: lifts are each replica's own) and, Waiting, that a
 // request of it waits in Class there. A flow waiting in several classes
 // has a claim per class; a flow only in flight there has one with Waiting
-// false, so that the others know its counter on that scale.
+// false, so that the others know its counter on that scale. Seen is the
+// flow's service over every replica that Counter counts: its total at
+// that replica's last sync and what the replica charged it since (0:
+// unknown, the flow not synced there yet). A replica that knows of more
+// (its own grants since, the others' pushes) adds the difference to
+// Counter before it compares (unseenLocked): the claims then need no
+// sync of the claiming replica to reflect a grant made elsewhere.
 type FlowClaim struct {
 	Flow    string
 	Counter float64
 	Class   int
 	Waiting bool
+	Seen    float64
 }
 
 // FlowView is what SyncFlows answers: every flow's service over every
@@ -39,6 +46,7 @@ type FlowView struct {
 // its flows' counters, and those of them waiting.
 type remoteFlows struct {
 	counters map[string]float64
+	seen     map[string]float64
 	waiting  []FlowClaim
 }
 
@@ -127,15 +135,18 @@ func (p *Pool) claimsLocked() []FlowClaim {
 		if f.waiting == 0 && f.inFlight == 0 {
 			continue
 		}
-		c := p.counterLocked(f)
+		c, seen := p.counterLocked(f), 0.0
+		if f.synced {
+			seen = f.seen + f.unpushed
+		}
 		n := len(out)
 		for class, q := range f.queues {
 			if len(q) > 0 {
-				out = append(out, FlowClaim{Flow: name, Counter: c, Class: class, Waiting: true})
+				out = append(out, FlowClaim{Flow: name, Counter: c, Class: class, Waiting: true, Seen: seen})
 			}
 		}
 		if len(out) == n {
-			out = append(out, FlowClaim{Flow: name, Counter: c})
+			out = append(out, FlowClaim{Flow: name, Counter: c, Seen: seen})
 		}
 	}
 	return out
@@ -149,9 +160,10 @@ func remoteOf(others map[string][]FlowClaim) []remoteFlows {
 		if len(claims) == 0 {
 			continue
 		}
-		r := remoteFlows{counters: make(map[string]float64, len(claims))}
+		r := remoteFlows{counters: make(map[string]float64, len(claims)), seen: make(map[string]float64, len(claims))}
 		for _, c := range claims {
 			r.counters[c.Flow] = c.Counter
+			r.seen[c.Flow] = c.Seen
 			if c.Waiting {
 				r.waiting = append(r.waiting, c)
 			}
@@ -188,9 +200,10 @@ func (p *Pool) holdBackLocked(l *Lease, t *Ticket) bool {
 }
 
 // remoteAheadLocked: another replica has a flow waiting in t's class
-// whose counter there is lower than t's flow's by more than the margin.
-// A replica on which t's flow is not active (no counter there) is not
-// weighed.
+// whose counter there is lower than t's flow's by more than the margin,
+// each counter with the service this replica knows of that the claim had
+// not counted (unseenLocked). A replica on which t's flow is not active
+// (no counter there) is not weighed.
 func (p *Pool) remoteAheadLocked(t *Ticket) bool {
 	for i := range p.fair.remote {
 		r := &p.fair.remote[i]
@@ -198,13 +211,31 @@ func (p *Pool) remoteAheadLocked(t *Ticket) bool {
 		if !ok {
 			continue
 		}
+		cx += p.unseenLocked(t.Flow, r.seen[t.Flow])
 		for _, y := range r.waiting {
-			if y.Class == t.Class && y.Flow != t.Flow && y.Counter+p.fair.margin < cx {
+			if y.Class == t.Class && y.Flow != t.Flow && y.Counter+p.unseenLocked(y.Flow, y.Seen)+p.fair.margin < cx {
 				return true
 			}
 		}
 	}
 	return false
+}
+
+// unseenLocked is what flow name's counter on another replica lacks of
+// the service this replica knows of (its total at the last sync and what
+// it charged since), over the flow's weight, when that replica's claim
+// counted seen (0: unknown; the difference is then not added, nor when
+// negative: that replica knows of more).
+func (p *Pool) unseenLocked(name string, seen float64) float64 {
+	f := p.fair.flows[name]
+	if f == nil || !f.synced || seen <= 0 {
+		return 0
+	}
+	p.counterLocked(f)
+	if d := f.seen + f.unpushed - seen; d > 0 {
+		return d / f.weight
+	}
+	return 0
 }
 
 // liftTargetLocked is what f, becoming active here, is lifted to: least,

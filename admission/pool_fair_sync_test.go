@@ -310,3 +310,31 @@ func TestFairRefusedGrantKeepsLag(t *testing.T) {
 		}
 	})
 }
+
+// TestFairSyncCountsServiceTheClaimHasNotSeen: replica 2's claim has a
+// within the margin of b waiting there; replica 1 then charges a far more
+// (a long output), which replica 2's claim has not counted yet. Replica 1
+// adds that service to a's counter on replica 2's scale, and holds the
+// freed slot back for b without waiting for replica 2 to sync.
+func TestFairSyncCountsServiceTheClaimHasNotSeen(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p1, p2, r1, r2 := fairReplicas()
+		mustAcquire(t, p2, "a", 100)
+		acquireAsync(t, p2, "b", 10) // lifted to 0: 100 below a there
+		l1 := mustAcquire(t, p1, "a", 100)
+		a2 := acquireAsync(t, p1, "a", 100)
+		for _, s := range []struct {
+			p *Pool
+			r flowReplica
+		}{{p1, r1}, {p2, r2}, {p2, r2}, {p1, r1}} { // replica 2's claim counts what it saw at its first
+			if _, err := s.p.SyncFlows(t.Context(), s.r, time.Hour); err != nil {
+				t.Fatal(err)
+			}
+		}
+		l1.Charge(500) // 1000 weighted, not yet synced
+		l1.Release(Succeeded)
+		if granted(a2) != nil {
+			t.Fatal("replica 1 granted a at once: it did not add the 1000 it charged a since to a's counter in replica 2's claim")
+		}
+	})
+}

@@ -39,6 +39,7 @@ type wireClaim struct {
 	Counter float64 `json:"c"`
 	Class   int     `json:"k,omitempty"`
 	Waiting bool    `json:"w,omitempty"`
+	Seen    float64 `json:"s,omitempty"`
 }
 
 // syncFlowsScript adds the deltas to the totals, puts this replica's
