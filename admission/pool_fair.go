@@ -58,6 +58,11 @@ type flow struct {
 	unpushed float64
 	seen     float64
 	synced   bool
+	// confirming counts, per class, its grants the shared account is
+	// asked to confirm, and confirmingIn their weighted input charged
+	// (pool_fair_confirm.go); nil until its first.
+	confirming   []int
+	confirmingIn float64
 }
 
 // fairQueue is a pool's queue under Tokens: the flows, and per class
@@ -149,7 +154,7 @@ func (p *Pool) liftLocked(f *flow) {
 	}
 	for _, g := range p.fair.flows {
 		if g.waiting > 0 && g != f {
-			if c := p.counterLocked(g); !any || c < least {
+			if c := p.counterLocked(g) - g.confirmingIn/g.weight; !any || c < least {
 				least, any = c, true
 			}
 		}
@@ -272,6 +277,9 @@ func (p *Pool) chargeGrantLocked(l *Lease, f *flow, t *Ticket) {
 		p.fair.margin = m
 	}
 	p.chargeLocked(f, l.chargedIn, 0)
+	if p.cfg.Shared != nil {
+		p.confirmingLocked(l, t.Class)
+	}
 }
 
 // settleFairLocked ends a lease's charge: corrected to the usage Settle
@@ -279,6 +287,7 @@ func (p *Pool) chargeGrantLocked(l *Lease, f *flow, t *Ticket) {
 // never sent (unused).
 func (p *Pool) settleFairLocked(l *Lease, unused bool) {
 	f := l.flow
+	p.confirmedLocked(l)
 	f.inFlight--
 	in, out := l.chargedIn, l.chargedOut
 	if unused {

@@ -135,13 +135,14 @@ func (p *Pool) claimsLocked() []FlowClaim {
 		if f.waiting == 0 && f.inFlight == 0 {
 			continue
 		}
+		confirming := func(class int) bool { return class < len(f.confirming) && f.confirming[class] > 0 }
 		c, seen := p.counterLocked(f), 0.0
 		if f.synced {
 			seen = f.seen + f.unpushed
 		}
 		n := len(out)
 		for class, q := range f.queues {
-			if len(q) > 0 {
+			if len(q) > 0 || confirming(class) {
 				out = append(out, FlowClaim{Flow: name, Counter: c, Class: class, Waiting: true, Seen: seen})
 			}
 		}

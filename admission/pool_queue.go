@@ -103,6 +103,10 @@ type Lease struct {
 	chargedIn, chargedOut int64
 	finalIn, finalOut     int64
 	settled               uint8
+	// confirm is the class (+1) of a grant the shared account is asked
+	// to confirm, under Tokens fairness (0: none): its flow counts it as
+	// waiting meanwhile (pool_fair_confirm.go).
+	confirm int
 }
 
 // waiter is a request in the queue: what a waiting request holds beyond

@@ -21,6 +21,7 @@ func (p *Pool) confirm(ctx context.Context, l *Lease) (o Outcome, retry bool) {
 	case err == nil:
 		p.mu.Lock()
 		l.hold = h
+		p.confirmedLocked(l)
 		p.unlock()
 		return Admitted, false
 	case ctx.Err() != nil:
@@ -49,6 +50,7 @@ func (p *Pool) confirm(ctx context.Context, l *Lease) (o Outcome, retry bool) {
 	ok := (l.maxIn == 0 || s.inFlight <= maxIn) && (budget == 0 || s.tokens <= budget || s.inFlight == 1)
 	if ok {
 		l.hold = h
+		p.confirmedLocked(l)
 	}
 	p.unlock()
 	if !ok {
