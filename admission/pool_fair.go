@@ -254,7 +254,7 @@ func (p *Pool) grantFairLocked(c int) bool {
 		}
 		w := f.queues[c][0]
 		l := p.grantLocked(&w.t)
-		if l == nil || p.holdBackLocked(l, &w.t) {
+		if l == nil || p.holdBackLocked(l, &w.t, w.since) {
 			f.blocked = p.fair.pass
 			continue
 		}

@@ -27,12 +27,18 @@ type FlowSync interface {
 // (its own grants since, the others' pushes) adds the difference to
 // Counter before it compares (unseenLocked): the claims then need no
 // sync of the claiming replica to reflect a grant made elsewhere.
+//
+// Waited is how long the flow's first request waiting in Class there had
+// waited at the claim (0: unknown, or none waits): a replica holds a
+// grant of the same flow back for a request of it that has waited longer
+// elsewhere, so that a flow's requests keep their order across replicas.
 type FlowClaim struct {
 	Flow    string
 	Counter float64
 	Class   int
 	Waiting bool
 	Seen    float64
+	Waited  time.Duration
 }
 
 // FlowView is what SyncFlows answers: every flow's service over every
@@ -48,6 +54,7 @@ type remoteFlows struct {
 	counters map[string]float64
 	seen     map[string]float64
 	waiting  []FlowClaim
+	at       time.Time // read (the Waited in waiting are as of then)
 }
 
 // SyncFlows shares the pool's flows with the other replicas under Tokens
@@ -116,7 +123,7 @@ func (p *Pool) SyncFlows(ctx context.Context, fs FlowSync, hold time.Duration) (
 		f.seen, f.synced = total, true
 	}
 	had := p.fair.remote != nil
-	p.fair.remote = remoteOf(view.Others)
+	p.fair.remote = remoteOf(view.Others, p.now())
 	waiting := false
 	for _, r := range p.fair.remote {
 		waiting = waiting || len(r.waiting) > 0
@@ -131,6 +138,7 @@ func (p *Pool) SyncFlows(ctx context.Context, fs FlowSync, hold time.Duration) (
 // their counters: what the other replicas weigh their grants against.
 func (p *Pool) claimsLocked() []FlowClaim {
 	var out []FlowClaim
+	now := p.now()
 	for name, f := range p.fair.flows {
 		if f.waiting == 0 && f.inFlight == 0 {
 			continue
@@ -143,7 +151,11 @@ func (p *Pool) claimsLocked() []FlowClaim {
 		n := len(out)
 		for class, q := range f.queues {
 			if len(q) > 0 || confirming(class) {
-				out = append(out, FlowClaim{Flow: name, Counter: c, Class: class, Waiting: true, Seen: seen})
+				var waited time.Duration
+				if len(q) > 0 {
+					waited = max(now.Sub(q[0].since), 1) // 0: unknown
+				}
+				out = append(out, FlowClaim{Flow: name, Counter: c, Class: class, Waiting: true, Seen: seen, Waited: waited})
 			}
 		}
 		if len(out) == n {
@@ -155,13 +167,13 @@ func (p *Pool) claimsLocked() []FlowClaim {
 
 // remoteOf is the other replicas' claims as the pool looks them up (nil:
 // none).
-func remoteOf(others map[string][]FlowClaim) []remoteFlows {
+func remoteOf(others map[string][]FlowClaim, at time.Time) []remoteFlows {
 	var out []remoteFlows
 	for _, claims := range others {
 		if len(claims) == 0 {
 			continue
 		}
-		r := remoteFlows{counters: make(map[string]float64, len(claims)), seen: make(map[string]float64, len(claims))}
+		r := remoteFlows{counters: make(map[string]float64, len(claims)), seen: make(map[string]float64, len(claims)), at: at}
 		for _, c := range claims {
 			r.counters[c.Flow] = c.Counter
 			r.seen[c.Flow] = c.Seen
@@ -180,11 +192,11 @@ func remoteOf(others map[string][]FlowClaim) []remoteFlows {
 // by more than the margin, and less than hold has passed since the first
 // grant held back since the last grant. Without other replicas' claims
 // (one replica, no store) it costs one comparison.
-func (p *Pool) holdBackLocked(l *Lease, t *Ticket) bool {
+func (p *Pool) holdBackLocked(l *Lease, t *Ticket, since time.Time) bool {
 	if p.fair.remote == nil {
 		return false
 	}
-	if !p.remoteAheadLocked(t) {
+	if !p.remoteAheadLocked(t, since) {
 		p.fair.holdFrom = time.Time{}
 		return false
 	}
@@ -205,7 +217,10 @@ func (p *Pool) holdBackLocked(l *Lease, t *Ticket) bool {
 // each counter with the service this replica knows of that the claim had
 // not counted (unseenLocked). A replica on which t's flow is not active
 // (no counter there) is not weighed.
-func (p *Pool) remoteAheadLocked(t *Ticket) bool {
+func (p *Pool) remoteAheadLocked(t *Ticket, since time.Time) bool {
+	if since.IsZero() {
+		since = p.now() // not queued: it waited nothing
+	}
 	for i := range p.fair.remote {
 		r := &p.fair.remote[i]
 		cx, ok := r.counters[t.Flow]
@@ -214,13 +229,24 @@ func (p *Pool) remoteAheadLocked(t *Ticket) bool {
 		}
 		cx += p.unseenLocked(t.Flow, r.seen[t.Flow])
 		for _, y := range r.waiting {
-			if y.Class == t.Class && y.Flow != t.Flow && y.Counter+p.unseenLocked(y.Flow, y.Seen)+p.fair.margin < cx {
-				return true
+			switch {
+			case y.Class != t.Class:
+			case y.Flow != t.Flow:
+				if y.Counter+p.unseenLocked(y.Flow, y.Seen)+p.fair.margin < cx {
+					return true
+				}
+			case y.Waited > 0 && r.at.Add(flowOrderSlack-y.Waited).Before(since):
+				return true // an older request of the flow waits there
 			}
 		}
 	}
 	return false
 }
+
+// flowOrderSlack is how much longer a flow's request must have waited on
+// another replica, by its claim, for a grant of the flow here to be held
+// back for it: about what the claims' age and the replicas' clocks blur.
+const flowOrderSlack = 50 * time.Millisecond
 
 // unseenLocked is what flow name's counter on another replica lacks of
 // the service this replica knows of (its total at the last sync and what

@@ -338,3 +338,30 @@ func TestFairSyncCountsServiceTheClaimHasNotSeen(t *testing.T) {
 		}
 	})
 }
+
+// TestFairSyncFlowKeepsOrderAcrossReplicas: b's request has waited a
+// second on replica 2 when another of b's reaches replica 1; the slot
+// freed on replica 1 is held back for the older one (a flow's requests
+// keep their order across replicas), not granted to the newer one here.
+func TestFairSyncFlowKeepsOrderAcrossReplicas(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p1, p2, r1, r2 := fairReplicas()
+		mustAcquire(t, p2, "a", 10)
+		acquireAsync(t, p2, "b", 10)
+		time.Sleep(time.Second)
+		l1 := mustAcquire(t, p1, "a", 10)
+		b2 := acquireAsync(t, p1, "b", 10)
+		for _, s := range []struct {
+			p *Pool
+			r flowReplica
+		}{{p2, r2}, {p1, r1}} {
+			if _, err := s.p.SyncFlows(t.Context(), s.r, time.Hour); err != nil {
+				t.Fatal(err)
+			}
+		}
+		l1.Release(Succeeded)
+		if granted(b2) != nil {
+			t.Fatal("replica 1 granted b's new request while b's older one waits on replica 2")
+		}
+	})
+}

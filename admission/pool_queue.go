@@ -121,7 +121,8 @@ type waiter struct {
 	// timedOut: its queue_timeout ran out and expire took it out of the
 	// queue (the nil it is woken with means that).
 	timedOut bool
-	f        *flow // its flow under Tokens fairness
+	f        *flow     // its flow under Tokens fairness
+	since    time.Time // queued first (its flow's claims say how long)
 }
 
 // Acquire waits for a backend slot for t, or returns why not. The context
@@ -229,7 +230,7 @@ func (p *Pool) acquireLocal(t *Ticket, q *queued, again bool) (*Lease, *waiter, 
 		ahead = t.Class > 0 && p.waitingAtOrAboveLocked(t.Class-1)
 	}
 	if !ahead {
-		if l := p.grantLocked(t); l != nil && !p.holdBackLocked(l, t) {
+		if l := p.grantLocked(t); l != nil && !p.holdBackLocked(l, t, q.since) {
 			if p.fair.on {
 				f := p.flowLocked(t)
 				if f.waiting == 0 {
@@ -251,7 +252,7 @@ func (p *Pool) acquireLocal(t *Ticket, q *queued, again bool) (*Lease, *waiter, 
 	if q.since.IsZero() {
 		q.since = p.now()
 	}
-	w := &waiter{t: *t, ch: make(chan *Lease, 1), order: q.order}
+	w := &waiter{t: *t, ch: make(chan *Lease, 1), order: q.order, since: q.since}
 	switch {
 	case p.fair.on:
 		w.f = p.flowLocked(t)

@@ -35,11 +35,12 @@ func claimsKey(model string) string { return prefix + "fc:" + model }
 
 // wireClaim is an admission.FlowClaim in the store.
 type wireClaim struct {
-	Flow    string  `json:"f"`
-	Counter float64 `json:"c"`
-	Class   int     `json:"k,omitempty"`
-	Waiting bool    `json:"w,omitempty"`
-	Seen    float64 `json:"s,omitempty"`
+	Flow    string        `json:"f"`
+	Counter float64       `json:"c"`
+	Class   int           `json:"k,omitempty"`
+	Waiting bool          `json:"w,omitempty"`
+	Seen    float64       `json:"s,omitempty"`
+	Waited  time.Duration `json:"a,omitempty"`
 }
 
 // syncFlowsScript adds the deltas to the totals, puts this replica's

@@ -168,3 +168,34 @@ func TestFlowClaimsHoldGrantAcrossReplicas(t *testing.T) {
 		t.Errorf("claims hash holds %q replicas (%v), want replica 1's alone: replica 2's dropped", n, err)
 	}
 }
+
+// TestFlowClaimsCarrySeenAndWaited: through a real redis-server, a
+// replica's claims reach the others whole: the service their counters
+// counted (Seen) and how long the flow's first request waited (Waited),
+// which the others' hold-backs weigh.
+func TestFlowClaimsCarrySeenAndWaited(t *testing.T) {
+	srv := redistest.Start(t)
+	r1 := startReplica(t, srv, "r1", 10*time.Second, time.Second)
+	r2 := startReplica(t, srv, "r2", 10*time.Second, time.Second)
+	ctx := t.Context()
+	want := []admission.FlowClaim{
+		{Flow: "a", Counter: 2000.5, Seen: 1800.25},
+		{Flow: "b", Counter: 900, Class: 1, Waiting: true, Seen: 300, Waited: 750 * time.Millisecond},
+	}
+	if _, err := r1.SyncFlows(ctx, "m", nil, want); err != nil {
+		t.Fatal(err)
+	}
+	v, err := r2.SyncFlows(ctx, "m", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := v.Others["r1"]
+	if len(got) != len(want) {
+		t.Fatalf("replica 2 read %+v from replica 1, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("claim %d: got %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}
