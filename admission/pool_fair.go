@@ -154,7 +154,11 @@ func (p *Pool) liftLocked(f *flow) {
 	}
 	for _, g := range p.fair.flows {
 		if g.waiting > 0 && g != f {
-			if c := p.counterLocked(g) - g.confirmingIn/g.weight; !any || c < least {
+			c := p.counterLocked(g)
+			if g.confirmingIn != 0 {
+				c -= g.confirmingIn / g.weight // may yet be refused
+			}
+			if !any || c < least {
 				least, any = c, true
 			}
 		}
