@@ -19,7 +19,9 @@ type fairFigures struct {
 	// both flows had a request waiting; gapAt is the span where it was.
 	gap   float64
 	gapAt span
-	both  []span
+	// settled is item 4's gap from fairSettled on (fairItem4).
+	settled float64
+	both    []span
 	// cost is the largest weighted cost of one request answered in the
 	// run (fairWeights): the bound is 2 * cost. maxIn and maxOut are the
 	// largest prompt and completion answered.
