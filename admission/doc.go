@@ -95,11 +95,17 @@
 // the output as it streams (Lease.Charge), both corrected to the usage at
 // the end (Lease.SettleInput, SettleOutput); SyncFlows shares the flows'
 // service with other replicas through a FlowSync (package store), and
-// their claims (each replica's active flows and counters): a grant is held
-// back, for at most the hold SyncFlows is given, while another replica
-// has a flow waiting whose counter there is lower than the granted flow's
-// by more than the largest weighted prompt granted, and a flow waiting on
-// another replica keeps its lag there rather than being lifted.
+// their claims (each replica's active flows and counters, the service
+// the counters counted, how long each flow's first request has waited):
+// a grant is held back, for at most the hold SyncFlows is given, while
+// another replica has a flow waiting whose counter there (plus the
+// service this replica knows of that the claim had not counted) is lower
+// than the granted flow's by more than the largest weighted prompt
+// granted, or a request of the granted flow itself that has waited
+// longer there (by flowOrderSlack); a grant being confirmed in the
+// Shared account counts as waiting (pool_fair_confirm.go); a flow waiting
+// on another replica keeps its lag there rather than being lifted, and
+// a request the Shared account refused goes back without a lift.
 // Routing is power of two choices on outstanding tokens (past 16 slots
 // the two are drawn at random among the slots that can take the request
 // instead of listing them: a grant costs the same at 512 backends as at
@@ -120,7 +126,8 @@
 // pool_queue.go the queue (Ticket, Lease, Outcome, Acquire, the FIFO
 // classes, Release); pool_fair.go the Tokens fairness (flows, their
 // counters, the grant among them, Lease.Charge and Settle);
-// pool_fair_sync.go the flows' service shared between replicas; pool_select.go the choice of a backend (eligible,
+// pool_fair_sync.go the flows' service shared between replicas;
+// pool_fair_confirm.go a flow's grants in confirmation; pool_select.go the choice of a backend (eligible,
 // fits, power of two choices); pool_affinity.go the prefix-affinity ring;
 // pool_eject.go outlier ejection and its bound; pool_gauges.go the scraped
 // gauges and their states; pool_shared.go the pool's side of the Shared

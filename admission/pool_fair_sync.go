@@ -70,10 +70,13 @@ type remoteFlows struct {
 // other replicas': from then on a grant to flow X is held back while
 // another replica has a flow Y waiting in the same class whose counter is
 // lower than X's there by more than the largest weighted prompt granted
-// here (holdBackLocked), for at most hold from the first grant held
-// back, so that the replica holding Y takes the freed slot; then the
-// grant goes ahead (work-conserving: a slot idles at most hold plus one
-// sync interval when the other replica cannot use it). It grants again
+// here (each with the service this replica knows of that the claim had
+// not counted: unseenLocked), or a request of X that has waited longer
+// there by flowOrderSlack (holdBackLocked), for at most hold from the
+// first grant held back, so that the replica holding Y (or X's older
+// request) takes the freed slot; then the grant goes ahead
+// (work-conserving: a slot idles at most hold plus one sync interval
+// when the other replica cannot use it). It grants again
 // at its end (the claims changed, a hold may have run out). contended:
 // a flow waits here or on another replica; the caller syncs more often
 // then. Called by one goroutine at a time, every sync interval. When fs
@@ -186,12 +189,13 @@ func remoteOf(others map[string][]FlowClaim, at time.Time) []remoteFlows {
 	return out
 }
 
-// holdBackLocked decides a grant l just picked for t against the other
-// replicas' claims: held back (the pick undone) while some replica has a
-// flow waiting in t's class whose counter there is lower than t's flow's
-// by more than the margin, and less than hold has passed since the first
-// grant held back since the last grant. Without other replicas' claims
-// (one replica, no store) it costs one comparison.
+// holdBackLocked decides a grant l just picked for t (queued since since;
+// zero: not queued) against the other replicas' claims: held back (the
+// pick undone) while some replica has a flow waiting in t's class whose
+// counter there is lower than t's flow's by more than the margin, or an
+// older request of t's flow (remoteAheadLocked), and less than hold has
+// passed since the first grant held back since the last grant. Without
+// other replicas' claims (one replica, no store) it costs one comparison.
 func (p *Pool) holdBackLocked(l *Lease, t *Ticket, since time.Time) bool {
 	if p.fair.remote == nil {
 		return false
