@@ -258,7 +258,7 @@ func (p *Pool) grantFairLocked(c int) bool {
 		}
 		w := f.queues[c][0]
 		l := p.grantLocked(&w.t)
-		if l == nil || p.holdBackLocked(l, &w.t, w.since) {
+		if l == nil || p.holdBackLocked(l, &w.t, w.sinceMs) {
 			f.blocked = p.fair.pass
 			continue
 		}

@@ -17,7 +17,7 @@ func (p *Pool) confirmingLocked(l *Lease, class int) {
 	}
 	f.confirming[class]++
 	f.confirmingIn += float64(l.chargedIn) * p.fair.wIn
-	l.confirm = class + 1
+	l.confirm = int32(class) + 1
 }
 
 // confirmedLocked ends l's confirmation (the store answered, or the

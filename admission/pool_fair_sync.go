@@ -156,7 +156,7 @@ func (p *Pool) claimsLocked() []FlowClaim {
 			if len(q) > 0 || confirming(class) {
 				var waited time.Duration
 				if len(q) > 0 {
-					waited = max(now.Sub(q[0].since), 1) // 0: unknown
+					waited = max(since(now, q[0].sinceMs), 1) // 0: unknown
 				}
 				out = append(out, FlowClaim{Flow: name, Counter: c, Class: class, Waiting: true, Seen: seen, Waited: waited})
 			}
@@ -189,18 +189,18 @@ func remoteOf(others map[string][]FlowClaim, at time.Time) []remoteFlows {
 	return out
 }
 
-// holdBackLocked decides a grant l just picked for t (queued since since;
-// zero: not queued) against the other replicas' claims: held back (the
+// holdBackLocked decides a grant l just picked for t (queued at sinceMs,
+// msOf; 0: not queued) against the other replicas' claims: held back (the
 // pick undone) while some replica has a flow waiting in t's class whose
 // counter there is lower than t's flow's by more than the margin, or an
 // older request of t's flow (remoteAheadLocked), and less than hold has
 // passed since the first grant held back since the last grant. Without
 // other replicas' claims (one replica, no store) it costs one comparison.
-func (p *Pool) holdBackLocked(l *Lease, t *Ticket, since time.Time) bool {
+func (p *Pool) holdBackLocked(l *Lease, t *Ticket, sinceMs uint32) bool {
 	if p.fair.remote == nil {
 		return false
 	}
-	if !p.remoteAheadLocked(t, since) {
+	if !p.remoteAheadLocked(t, sinceMs) {
 		p.fair.holdFrom = time.Time{}
 		return false
 	}
@@ -221,9 +221,11 @@ func (p *Pool) holdBackLocked(l *Lease, t *Ticket, since time.Time) bool {
 // each counter with the service this replica knows of that the claim had
 // not counted (unseenLocked). A replica on which t's flow is not active
 // (no counter there) is not weighed.
-func (p *Pool) remoteAheadLocked(t *Ticket, since time.Time) bool {
-	if since.IsZero() {
-		since = p.now() // not queued: it waited nothing
+func (p *Pool) remoteAheadLocked(t *Ticket, sinceMs uint32) bool {
+	now := p.now()
+	var waited time.Duration // not queued: it waited nothing
+	if sinceMs != 0 {
+		waited = since(now, sinceMs)
 	}
 	for i := range p.fair.remote {
 		r := &p.fair.remote[i]
@@ -239,12 +241,26 @@ func (p *Pool) remoteAheadLocked(t *Ticket, since time.Time) bool {
 				if y.Counter+p.unseenLocked(y.Flow, y.Seen)+p.fair.margin < cx {
 					return true
 				}
-			case y.Waited > 0 && r.at.Add(flowOrderSlack-y.Waited).Before(since):
+			case y.Waited > 0 && y.Waited+now.Sub(r.at) > waited+flowOrderSlack:
 				return true // an older request of the flow waits there
 			}
 		}
 	}
 	return false
+}
+
+// msOf is t in Unix milliseconds modulo 2^32 (0: the zero time; a time
+// that falls on 0 is taken as 1).
+func msOf(t time.Time) uint32 {
+	if t.IsZero() {
+		return 0
+	}
+	return max(uint32(t.UnixMilli()), 1)
+}
+
+// since is how long before now ms (msOf) was, modulo 2^32 ms.
+func since(now time.Time, ms uint32) time.Duration {
+	return time.Duration(uint32(now.UnixMilli())-ms) * time.Millisecond
 }
 
 // flowOrderSlack is how much longer a flow's request must have waited on

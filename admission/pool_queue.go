@@ -105,8 +105,9 @@ type Lease struct {
 	settled               uint8
 	// confirm is the class (+1) of a grant the shared account is asked
 	// to confirm, under Tokens fairness (0: none): its flow counts it as
-	// waiting meanwhile (pool_fair_confirm.go).
-	confirm int
+	// waiting meanwhile (pool_fair_confirm.go). An int32 beside settled:
+	// in the struct's padding.
+	confirm int32
 }
 
 // waiter is a request in the queue: what a waiting request holds beyond
@@ -121,8 +122,11 @@ type waiter struct {
 	// timedOut: its queue_timeout ran out and expire took it out of the
 	// queue (the nil it is woken with means that).
 	timedOut bool
-	f        *flow     // its flow under Tokens fairness
-	since    time.Time // queued first (its flow's claims say how long)
+	// sinceMs is when it was queued first, in Unix milliseconds modulo
+	// 2^32 (msOf: in the struct's padding beside the two bools; a
+	// difference of two is right below 49 days), for its flow's claims.
+	sinceMs uint32
+	f       *flow // its flow under Tokens fairness
 }
 
 // Acquire waits for a backend slot for t, or returns why not. The context
@@ -230,7 +234,7 @@ func (p *Pool) acquireLocal(t *Ticket, q *queued, again bool) (*Lease, *waiter, 
 		ahead = t.Class > 0 && p.waitingAtOrAboveLocked(t.Class-1)
 	}
 	if !ahead {
-		if l := p.grantLocked(t); l != nil && !p.holdBackLocked(l, t, q.since) {
+		if l := p.grantLocked(t); l != nil && !p.holdBackLocked(l, t, msOf(q.since)) {
 			if p.fair.on {
 				f := p.flowLocked(t)
 				if f.waiting == 0 {
@@ -252,7 +256,7 @@ func (p *Pool) acquireLocal(t *Ticket, q *queued, again bool) (*Lease, *waiter, 
 	if q.since.IsZero() {
 		q.since = p.now()
 	}
-	w := &waiter{t: *t, ch: make(chan *Lease, 1), order: q.order, since: q.since}
+	w := &waiter{t: *t, ch: make(chan *Lease, 1), order: q.order, sinceMs: msOf(q.since)}
 	switch {
 	case p.fair.on:
 		w.f = p.flowLocked(t)
