@@ -89,8 +89,9 @@
 // gateway.FlowSyncInterval (FlowSyncContended while flows wait): one
 // script on a hash per model of totals (flow -> service, a float;
 // HINCRBYFLOAT, EXPIRE FlowsTTL) and a hash per model of claims (replica
-// -> its end on the store's clock and its active flows' counters as JSON,
-// each ending FlowClaimsTTL after its replica's last sync, dropped by the
+// -> its end on the store's clock and its active flows as JSON: each
+// flow's counter, the service it counted, whether it waits and how long
+// its first request has waited (admission.FlowClaim), each ending FlowClaimsTTL after its replica's last sync, dropped by the
 // next sync that finds it ended), answering the totals and the other
 // replicas' live claims. While the store is down a pool keeps its deltas
 // for the next sync and schedules on its own service meanwhile.
