@@ -249,17 +249,30 @@ func (p *Pool) leastFlowLocked(c int) *flow {
 // backend (work-conserving: a flow whose head fits nowhere is passed over
 // in this pass, not waited for). It reports whether the class emptied,
 // so that the next class may go (priorities first, as under FIFO).
+//
+// A pass that ends with requests left and none of them held back found
+// no room for them: a hold running since an earlier pass is over (the
+// slot it kept went elsewhere), and the next grant held back starts a
+// new one rather than going ahead at once on the old one's clock.
 func (p *Pool) grantFairLocked(c int) bool {
 	p.fair.pass++
+	held := false
 	for p.fair.n[c] > 0 {
 		f := p.leastFlowLocked(c)
 		if f == nil {
+			if !held {
+				p.fair.holdFrom = time.Time{}
+			}
 			return false
 		}
 		w := f.queues[c][0]
 		l := p.grantLocked(&w.t)
-		if l == nil || p.holdBackLocked(l, &w.t, w.sinceMs) {
+		if l == nil {
 			f.blocked = p.fair.pass
+			continue
+		}
+		if p.holdBackLocked(l, &w.t, w.sinceMs) {
+			f.blocked, held = p.fair.pass, true
 			continue
 		}
 		p.dequeueFairLocked(w)

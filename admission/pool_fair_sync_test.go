@@ -365,3 +365,52 @@ func TestFairSyncFlowKeepsOrderAcrossReplicas(t *testing.T) {
 		}
 	})
 }
+
+// TestFairHoldEndsWhenNoRoom: replica 1 grants x and holds b back for b's
+// older request on replica 2; the store refuses x (the slot went to
+// another replica) and replica 1 finds no room for a second. When a slot
+// frees again, b's grant is held back anew for its older request, not
+// let through at once on the clock of the hold a second ago.
+func TestFairHoldEndsWhenNoRoom(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const hold = 100 * time.Millisecond
+		fs := newFlowStore()
+		r1, r2 := flowReplica{fs, "r1"}, flowReplica{fs, "r2"}
+		sh := newFakeShared()
+		p1 := testPool(one(2, 0), func(c *PoolConfig) { c.Fairness = Tokens; c.Shared = sh })
+		p2 := testPool(one(1, 0), func(c *PoolConfig) { c.Fairness = Tokens })
+		sync := func() {
+			for _, s := range []struct {
+				p *Pool
+				r flowReplica
+			}{{p2, r2}, {p1, r1}} {
+				if _, err := s.p.SyncFlows(t.Context(), s.r, hold); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		lx := mustAcquire(t, p2, "x", 0)
+		acquireAsync(t, p2, "b", 10) // b's older request
+		time.Sleep(time.Second)
+		sh.set(func(f *fakeShared) { f.elsewhere["b0"] = 2 }) // the store is full
+		x1 := acquireAsync(t, p1, "x", 1000)
+		b2 := acquireAsync(t, p1, "b", 10)
+		sync()
+		sh.set(func(f *fakeShared) { f.elsewhere["b0"] = 1 })
+		p1.SharedFreed("b0")                                  // x granted, b held back
+		sh.set(func(f *fakeShared) { f.elsewhere["b0"] = 2 }) // another replica took the room first
+		if granted(x1) != nil || granted(b2) != nil {
+			t.Fatal("granted over the store's room")
+		}
+		lx.Charge(1000) // x's counter rises above b's: b goes first from here
+		for range 5 {
+			time.Sleep(200 * time.Millisecond)
+			sync()
+		}
+		sh.set(func(f *fakeShared) { f.elsewhere["b0"] = 1 })
+		p1.SharedFreed("b0")
+		if granted(b2) != nil {
+			t.Fatal("replica 1 granted b's new request at once while b's older one waits on replica 2: the hold of a second ago was taken as still running")
+		}
+	})
+}
