@@ -80,8 +80,10 @@ type fairQueue struct {
 	// remote is the other replicas' claims as the last sync read them
 	// (nil: none; pool_fair_sync.go). A grant is held back for a flow
 	// waiting there with a counter lower by more than margin (the
-	// largest weighted prompt granted here), from holdFrom (the first
-	// grant held back since the last grant) for at most hold.
+	// largest weighted prompt granted here), or for an older request of
+	// its own flow there, from holdFrom (the first grant held back since
+	// the last grant, or the last pass that found no room) for at most
+	// hold.
 	remote   []remoteFlows
 	margin   float64
 	holdFrom time.Time

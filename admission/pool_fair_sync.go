@@ -194,7 +194,8 @@ func remoteOf(others map[string][]FlowClaim, at time.Time) []remoteFlows {
 // pick undone) while some replica has a flow waiting in t's class whose
 // counter there is lower than t's flow's by more than the margin, or an
 // older request of t's flow (remoteAheadLocked), and less than hold has
-// passed since the first grant held back since the last grant. Without
+// passed since the first grant held back since the last grant (or the
+// last grant pass that found no room: grantFairLocked). Without
 // other replicas' claims (one replica, no store) it costs one comparison.
 func (p *Pool) holdBackLocked(l *Lease, t *Ticket, sinceMs uint32) bool {
 	if p.fair.remote == nil {
