@@ -234,7 +234,7 @@ func (p *Pool) acquireLocal(t *Ticket, q *queued, again bool) (*Lease, *waiter, 
 		ahead = t.Class > 0 && p.waitingAtOrAboveLocked(t.Class-1)
 	}
 	if !ahead {
-		if l := p.grantLocked(t); l != nil && !p.holdBackLocked(l, t, msOf(q.since)) {
+		if l := p.grantLocked(t); l != nil && (p.fair.remote == nil || !p.holdBackLocked(l, t, msOf(q.since))) {
 			if p.fair.on {
 				f := p.flowLocked(t)
 				if f.waiting == 0 {
