@@ -48,17 +48,29 @@ const (
 	pxMaxHistory   = 30000
 	pxOutputTokens = 80
 	pxTTFT         = 30 * time.Millisecond
-	pxPrefill      = 200 * time.Microsecond // per uncached prompt token
+	pxPrefill      = 400 * time.Microsecond // per uncached prompt token: 2,500 tokens/s per server
 	pxITL          = 25 * time.Millisecond
 	pxUserTurn     = 400 // mean tokens of a user turn
 )
 
-// pxCapacity is the fleet's request rate at full use with every history
-// cached: each server runs pxMaxSeqs requests at once, each taking TTFT,
-// the prefill of a new turn and the answer's decode.
-func pxCapacity() float64 {
-	service := pxTTFT + time.Duration(pxUserTurn+pxOutputTokens)*pxPrefill + pxOutputTokens*pxITL
-	return pxServers * pxMaxSeqs / service.Seconds()
+// pxOracleUncached is the uncached prompt tokens of a turn when every
+// history is cached where it goes (the oracle's ideal): the new user turn,
+// the previous answer, the chat template's tokens around them and, on
+// average, half a block (the cache holds full blocks only).
+const pxOracleUncached = pxUserTurn + pxOutputTokens + 10 + sim.BlockSize/2
+
+// pxCapacity is the fleet's request rate at full use, from the
+// simulators' model, for turns whose histories are all cached: the lower
+// of two bounds. Prefill: each server's prefill engine (PrefillContention)
+// computes 1/pxPrefill tokens a second, pxOracleUncached a turn. Slots:
+// each server runs pxMaxSeqs requests at once, each holding its slot for
+// TTFT, its prefill and the answer's decode. A policy that hits less
+// recomputes more and reaches the prefill bound sooner.
+func pxCapacity() (capacity, prefillBound, slotBound float64) {
+	prefillBound = pxServers / (pxOracleUncached * pxPrefill.Seconds())
+	service := pxTTFT + pxOracleUncached*pxPrefill + pxOutputTokens*pxITL
+	slotBound = pxServers * pxMaxSeqs / service.Seconds()
+	return min(prefillBound, slotBound), prefillBound, slotBound
 }
 
 // prefixPolicy routes the scenario's requests: it returns the URL clients
@@ -120,6 +132,8 @@ type prefixWorld struct {
 	// weights are precise_routing's cache_weight and load_weight (zero:
 	// the defaults).
 	weights [2]float64
+	// simTTFT times the chats at the simulators' HTTP boundary.
+	simTTFT pxSimTTFT
 }
 
 func scaled(d time.Duration) time.Duration { return time.Duration(float64(d) / *prefixScale) }
@@ -129,7 +143,7 @@ func newPrefixWorld(tok *tokenize.Model, kvEvents bool) (*prefixWorld, error) {
 	for range pxServers {
 		cfg := sim.Config{Model: "demo", MaxModelLen: 2 * pxMaxHistory, OutputTokens: pxOutputTokens,
 			MaxNumSeqs: pxMaxSeqs, KVTokens: pxKVTokens, TTFT: scaled(pxTTFT), ITL: scaled(pxITL),
-			PrefillPerToken: scaled(pxPrefill), PrefixCaching: true, PromptTokensDetails: true, Tokenizer: w.ider}
+			PrefillPerToken: scaled(pxPrefill), PrefillContention: true, PrefixCaching: true, PromptTokensDetails: true, Tokenizer: w.ider}
 		if kvEvents {
 			cfg.KVEvents = &sim.KVEventsConfig{Endpoint: "tcp://*:0", ReplayEndpoint: "tcp://*:0", Topic: "kv"}
 		}
@@ -141,7 +155,7 @@ func newPrefixWorld(tok *tokenize.Model, kvEvents bool) (*prefixWorld, error) {
 				return nil, err
 			}
 		}
-		u, stop, err := serve(s.Handler())
+		u, stop, err := serve(w.simTTFT.wrap(s.Handler()))
 		if err != nil {
 			w.close()
 			return nil, err
@@ -215,9 +229,18 @@ func (w *prefixWorld) gatewayPrecise() (string, func(), error) {
 type prefixResult struct {
 	policy             string
 	sent, done, failed int
-	skipped            int // arrivals that found every user waiting
+	queued             int // arrivals that found every user waiting and waited for one
+	unsent             int // arrivals still waiting for a user when the window ended
 	hitRate            float64
-	ttftP50, ttftP99   float64 // seconds
+	ttftP50, ttftP99   float64 // seconds, from the client's send, wall clock x scale
+	// simP50 and simP99 are the simulators' own TTFTs (pxSimTTFT).
+	simP50, simP99 float64
+	// waitP50 and waitP99 are the arrivals' waits for an idle user.
+	waitP50, waitP99 float64
+	// uncachedPerReq is the prompt tokens the simulators computed per
+	// answered turn; prefillBusy the share of time their prefill engines
+	// had work, on average.
+	uncachedPerReq, prefillBusy float64
 	// prefillP50 and prefillP99 are the TTFTs the simulators' model
 	// gives the prompts' uncached tokens (fixed part + prefill), without
 	// queueing and without the CPU of the machine running it all.
@@ -238,51 +261,72 @@ func prefix() error {
 			return fmt.Errorf("-prefix-weights %q: want cache_weight,load_weight: %w", *prefixWeights, err)
 		}
 	}
-	rate := *prefixLoad * pxCapacity()
-	fmt.Fprintf(os.Stderr, "prefix: %d servers (KV %d tokens, %d seqs), %d users, %d system prompts; capacity %.1f req/s, offered %.1f req/s; %s simulated per policy at %gx\n",
-		pxServers, pxKVTokens, pxMaxSeqs, pxUsers, pxSystems, pxCapacity(), rate, *prefixDur, *prefixScale)
+	capacity, prefillBound, slotBound := pxCapacity()
+	rate := *prefixLoad * capacity
+	fmt.Fprintf(os.Stderr, "prefix: %d servers (KV %d tokens, %d seqs, prefill %v/token shared per server), %d users, %d system prompts\n"+
+		"prefix: capacity %.1f req/s (prefill engines %.1f, slots %.1f; at %d uncached tokens a turn), offered %.1f req/s (%.0f%%), open loop; %s simulated per policy at %gx\n",
+		pxServers, pxKVTokens, pxMaxSeqs, pxPrefill, pxUsers, pxSystems, capacity, prefillBound, slotBound, pxOracleUncached,
+		rate, 100**prefixLoad, *prefixDur, *prefixScale)
 	var results []prefixResult
 	for _, name := range strings.Split(*prefixPolicies, ",") {
-		policy, ok := prefixPolicyTable[name]
-		if !ok {
-			return fmt.Errorf("prefix: unknown policy %q", name)
-		}
-		w, err := newPrefixWorld(tok, strings.HasPrefix(name, "precise"))
+		r, err := prefixPolicyRun(tok, name, weights, rate)
 		if err != nil {
 			return err
 		}
-		w.weights = weights
-		target, stop, err := policy(w)
-		if err != nil {
-			w.close()
-			return err
-		}
-		r := runPrefix(w, target, rate)
-		r.policy = name
-		if len(w.regs) > 0 {
-			// The simulators' own block counts, beside the index's.
-			var parts []string
-			for i, s := range w.sims {
-				parts = append(parts, fmt.Sprintf("%s=%d", strings.TrimPrefix(w.urls[i], "http://"), s.PrefixCacheBlocks()))
-			}
-			slices.Sort(parts)
-			r.evidence += "  simulator blocks: " + strings.Join(parts, " ") + "\n"
-		}
-		for i, reg := range w.regs {
-			if len(w.regs) > 1 {
-				r.evidence += fmt.Sprintf("  replica %d:\n", i)
-			}
-			r.evidence += prefixEvidence(reg, i == 0)
-		}
-		stop()
-		w.close()
 		results = append(results, r)
 		fmt.Fprintf(os.Stderr, "prefix: %s done\n%s", name, r.evidence)
 	}
-	fmt.Printf("%-12s %9s %10s %10s %11s %11s %9s %8s %8s %8s %12s %12s\n", "policy", "hit rate", "TTFT p50", "TTFT p99", "req/s", "prompt t/s", "imbal.", "done", "failed", "skipped", "prefill p50", "prefill p99")
-	for _, r := range results {
-		fmt.Printf("%-12s %8.1f%% %9.3fs %9.3fs %11.2f %11.0f %9.2f %8d %8d %8d %11.3fs %11.3fs\n", r.policy, 100*r.hitRate, r.ttftP50, r.ttftP99,
-			r.throughput, r.tokPerSec, r.imbalance, r.done, r.failed, r.skipped, r.prefillP50, r.prefillP99)
-	}
+	printPrefix(results)
 	return nil
+}
+
+// prefixPolicyRun runs one policy on a fresh world and gathers its
+// evidence: per simulator the turns it answered, the prompt tokens it
+// computed and its cached blocks; the gateways' routing metrics.
+func prefixPolicyRun(tok *tokenize.Model, name string, weights [2]float64, rate float64) (prefixResult, error) {
+	policy, ok := prefixPolicyTable[name]
+	if !ok {
+		return prefixResult{}, fmt.Errorf("prefix: unknown policy %q", name)
+	}
+	w, err := newPrefixWorld(tok, strings.HasPrefix(name, "precise"))
+	if err != nil {
+		return prefixResult{}, err
+	}
+	defer w.close()
+	w.weights = weights
+	target, stop, err := policy(w)
+	if err != nil {
+		return prefixResult{}, err
+	}
+	defer stop()
+	r := runPrefix(w, target, rate)
+	r.policy = name
+	r.simP50, r.simP99 = p50p99(w.simTTFT.take())
+	var parts []string
+	for i, s := range w.sims {
+		st := s.Stats()
+		parts = append(parts, fmt.Sprintf("%s=%d/%d/%d", strings.TrimPrefix(w.urls[i], "http://"), st.Completed,
+			st.PrefixQueries-st.PrefixHits, s.PrefixCacheBlocks()))
+	}
+	slices.Sort(parts)
+	r.evidence += "  simulator turns/computed prompt tokens/blocks: " + strings.Join(parts, " ") + "\n"
+	for i, reg := range w.regs {
+		if len(w.regs) > 1 {
+			r.evidence += fmt.Sprintf("  replica %d:\n", i)
+		}
+		r.evidence += prefixEvidence(reg, i == 0)
+	}
+	return r, nil
+}
+
+// printPrefix prints the side-by-side table. TTFT is from the client's
+// send, wall clock x scale; sim TTFT is the simulators' own (pxSimTTFT).
+func printPrefix(results []prefixResult) {
+	fmt.Printf("%-12s %8s %9s %9s %9s %9s %8s %10s %6s %7s %9s %6s %6s %7s %7s %9s %9s %9s\n", "policy", "hit", "TTFT p50", "TTFT p99",
+		"sim p50", "sim p99", "req/s", "prompt t/s", "imbal", "prefill", "uncached", "done", "failed", "queued", "unsent", "wait p99", "model p50", "model p99")
+	for _, r := range results {
+		fmt.Printf("%-12s %7.1f%% %8.3fs %8.3fs %8.3fs %8.3fs %8.2f %10.0f %6.2f %6.0f%% %9.0f %6d %6d %7d %7d %8.2fs %8.3fs %8.3fs\n", r.policy,
+			100*r.hitRate, r.ttftP50, r.ttftP99, r.simP50, r.simP99, r.throughput, r.tokPerSec, r.imbalance, 100*r.prefillBusy,
+			r.uncachedPerReq, r.done, r.failed, r.queued, r.unsent, r.waitP99, r.prefillP50, r.prefillP99)
+	}
 }

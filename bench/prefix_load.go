@@ -37,6 +37,14 @@ type pxUser struct {
 	busy   bool
 }
 
+// pxTurn is one arrival: a user turn's text, when it arrived and the
+// draw that picks the idle user who sends it.
+type pxTurn struct {
+	at   time.Time
+	text string
+	pick int
+}
+
 type pxStreamRequest struct {
 	Model         string        `json:"model"`
 	Messages      []chatMessage `json:"messages"`
@@ -47,28 +55,50 @@ type pxStreamRequest struct {
 	} `json:"stream_options"`
 }
 
-// runPrefix drives target with Poisson arrivals at rate (simulated
-// requests/s) for -prefix-duration of simulated time, each arrival a turn
-// of a user not already waiting, and reads the simulators' counters.
+// pxRun is one run's driver state: the users and what their turns
+// measured. Its mu guards everything but the immutable fields.
+type pxRun struct {
+	w       *prefixWorld
+	target  string
+	client  *http.Client
+	systems []string
+	wg      sync.WaitGroup
+
+	mu      sync.Mutex
+	users   []*pxUser
+	backlog []pxTurn // arrivals waiting for an idle user, oldest first
+	closed  bool     // the arrival window is over: the backlog is not sent
+	res     prefixResult
+	ttfts   []float64 // client-measured, wall clock x scale
+	waits   []float64 // arrival to send (waiting for an idle user), simulated seconds
+	prompt  int
+	// prefills are the model's TTFT of each turn's uncached tokens alone
+	prefills []float64
+}
+
+// runPrefix drives target with open-loop Poisson arrivals at rate
+// (simulated requests/s) for -prefix-duration of simulated time. Every
+// arrival is a turn of a conversation: it goes to an idle user drawn at
+// random, or, when all are waiting for an answer, waits (first come first
+// served) for the next user whose answer comes; its TTFT counts from when
+// it is sent. The arrival times, turn texts and draws are the same for
+// every policy. Turns still waiting for a user when the window ends are
+// not sent (unsent); those in flight are awaited.
 func runPrefix(w *prefixWorld, target string, rate float64) prefixResult {
-	rng := rand.New(rand.NewPCG(29, 1)) // the same arrivals and texts for every policy
-	systems := make([]string, pxSystems)
-	for i := range systems {
-		systems[i] = pxText(rng, 1000+i*3000/(pxSystems-1))
+	rng := rand.New(rand.NewPCG(29, 1))   // the same arrivals and texts for every policy
+	picks := rand.New(rand.NewPCG(29, 2)) // the same user draws, whatever is idle
+	r := &pxRun{w: w, target: target, client: &http.Client{Transport: poolTransport()}, systems: make([]string, pxSystems)}
+	for i := range r.systems {
+		r.systems[i] = pxText(rng, 1000+i*3000/(pxSystems-1))
 	}
-	users := make([]*pxUser, pxUsers)
-	for i := range users {
-		users[i] = &pxUser{system: i % pxSystems}
+	r.users = make([]*pxUser, pxUsers)
+	for i := range r.users {
+		r.users[i] = &pxUser{system: i % pxSystems}
 	}
-	var mu sync.Mutex // guards users, res and ttfts
-	var res prefixResult
-	var ttfts, prefills []float64
-	var prompt int
-	client := &http.Client{Transport: poolTransport()}
 	stopSample := make(chan struct{})
 	loads := sampleLoads(w, stopSample)
+	q0, h0 := pxPrefixCounts(w)
 
-	var wg sync.WaitGroup
 	start := time.Now()
 	end := start.Add(scaled(*prefixDur))
 	next := start
@@ -78,66 +108,101 @@ func runPrefix(w *prefixWorld, target string, rate float64) prefixResult {
 			break
 		}
 		time.Sleep(time.Until(next))
-		turn := pxText(rng, pxUserTurn/2+rng.IntN(pxUserTurn))
-		mu.Lock()
-		var idle []*pxUser
-		for _, u := range users {
-			if !u.busy {
-				idle = append(idle, u)
-			}
-		}
-		res.sent++
-		if len(idle) == 0 {
-			res.skipped++
-			mu.Unlock()
-			continue
-		}
-		u := idle[rng.IntN(len(idle))]
-		u.busy = true
-		if len(u.msgs) == 0 {
-			u.msgs = []chatMessage{{"system", systems[u.system]}}
-		}
-		req := pxStreamRequest{Model: "demo", Messages: append(slices.Clip(u.msgs), chatMessage{"user", turn}),
-			MaxTokens: pxOutputTokens, Stream: true}
-		req.StreamOptions.IncludeUsage = true
-		mu.Unlock()
-		wg.Go(func() {
-			ttft, answer, promptTokens, cached, err := pxPost(client, target, req)
-			mu.Lock()
-			defer mu.Unlock()
-			u.busy = false
-			if err != nil {
-				res.failed++
-				return
-			}
-			res.done++
-			prompt += promptTokens
-			ttfts = append(ttfts, ttft.Seconds()**prefixScale)
-			prefills = append(prefills, (pxTTFT + time.Duration(promptTokens-cached)*pxPrefill).Seconds())
-			u.msgs = append(req.Messages, chatMessage{"assistant", answer})
-			if promptTokens+2*pxUserTurn+pxOutputTokens > pxMaxHistory {
-				u.msgs = nil // a new conversation
-			}
-		})
+		turn := pxTurn{at: next, text: pxText(rng, pxUserTurn/2+rng.IntN(pxUserTurn)), pick: picks.IntN(pxUsers)}
+		r.arrive(turn)
 	}
-	wg.Wait()
+	r.mu.Lock()
+	r.closed = true
+	r.res.unsent = len(r.backlog)
+	r.mu.Unlock()
+	r.wg.Wait()
 	close(stopSample)
 	simSeconds := time.Since(start).Seconds() * *prefixScale
-	var q, h int
+	res := r.res
+	q, h := pxPrefixCounts(w)
+	q, h = q-q0, h-h0
+	if q > 0 {
+		res.hitRate = float64(h) / float64(q)
+	}
+	if res.done > 0 {
+		res.uncachedPerReq = float64(q-h) / float64(res.done)
+	}
+	res.prefillBusy = float64(q-h) * pxPrefill.Seconds() / (pxServers * simSeconds)
+	res.ttftP50, res.ttftP99 = p50p99(r.ttfts)
+	res.prefillP50, res.prefillP99 = p50p99(r.prefills)
+	res.waitP50, res.waitP99 = p50p99(r.waits)
+	res.throughput, res.tokPerSec = float64(res.done)/simSeconds, float64(r.prompt)/simSeconds
+	res.imbalance = <-loads
+	return res
+}
+
+// pxPrefixCounts sums the simulators' prefix-cache queries and hits.
+func pxPrefixCounts(w *prefixWorld) (q, h int) {
 	for _, s := range w.sims {
 		st := s.Stats()
 		q, h = q+st.PrefixQueries, h+st.PrefixHits
 	}
-	if q > 0 {
-		res.hitRate = float64(h) / float64(q)
+	return q, h
+}
+
+func p50p99(v []float64) (float64, float64) {
+	slices.Sort(v)
+	return quantile(v, .5), quantile(v, .99)
+}
+
+// arrive sends turn by an idle user, or queues it for the next one.
+func (r *pxRun) arrive(turn pxTurn) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.res.sent++
+	var idle []*pxUser
+	for _, u := range r.users {
+		if !u.busy {
+			idle = append(idle, u)
+		}
 	}
-	slices.Sort(ttfts)
-	res.ttftP50, res.ttftP99 = quantile(ttfts, .5), quantile(ttfts, .99)
-	slices.Sort(prefills)
-	res.prefillP50, res.prefillP99 = quantile(prefills, .5), quantile(prefills, .99)
-	res.throughput, res.tokPerSec = float64(res.done)/simSeconds, float64(prompt)/simSeconds
-	res.imbalance = <-loads
-	return res
+	if len(idle) == 0 || len(r.backlog) > 0 {
+		r.res.queued++
+		r.backlog = append(r.backlog, turn)
+		return
+	}
+	r.sendLocked(idle[turn.pick%len(idle)], turn)
+}
+
+// sendLocked posts u's next turn and, when its answer is in, records it
+// and lets u take the oldest waiting arrival.
+func (r *pxRun) sendLocked(u *pxUser, turn pxTurn) {
+	u.busy = true
+	r.waits = append(r.waits, time.Since(turn.at).Seconds()**prefixScale)
+	if len(u.msgs) == 0 {
+		u.msgs = []chatMessage{{"system", r.systems[u.system]}}
+	}
+	req := pxStreamRequest{Model: "demo", Messages: append(slices.Clip(u.msgs), chatMessage{"user", turn.text}),
+		MaxTokens: pxOutputTokens, Stream: true}
+	req.StreamOptions.IncludeUsage = true
+	r.wg.Go(func() {
+		ttft, answer, promptTokens, cached, err := pxPost(r.client, r.target, req)
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		u.busy = false
+		if err != nil {
+			r.res.failed++
+		} else {
+			r.res.done++
+			r.prompt += promptTokens
+			r.ttfts = append(r.ttfts, ttft.Seconds()**prefixScale)
+			r.prefills = append(r.prefills, (pxTTFT + time.Duration(promptTokens-cached)*pxPrefill).Seconds())
+			u.msgs = append(req.Messages, chatMessage{"assistant", answer})
+			if promptTokens+2*pxUserTurn+pxOutputTokens > pxMaxHistory {
+				u.msgs = nil // a new conversation
+			}
+		}
+		if len(r.backlog) > 0 && !r.closed {
+			next := r.backlog[0]
+			r.backlog = slices.Delete(r.backlog, 0, 1)
+			r.sendLocked(u, next)
+		}
+	})
 }
 
 // sampleLoads samples every simulator's tokens in flight until stop is

@@ -147,6 +147,15 @@ type Config struct {
 	// a prefix-cache hit: a request's TTFT is TTFT + PrefillPerToken ×
 	// (prompt tokens - cached tokens). 0 (the default) keeps TTFT fixed.
 	PrefillPerToken time.Duration
+	// PrefillContention makes the prefills of a server's requests share one
+	// prefill engine (prefill.go), as vLLM's scheduler shares each step's
+	// token budget: a request's PrefillPerToken × uncached tokens start
+	// when the prefills booked before it on this server are done (first
+	// come first served), so concurrent uncached prefills slow each other
+	// and a server that recomputes more prompt tokens serves fewer
+	// requests. Cached tokens book nothing. Off (the default): each
+	// request's prefill takes its own time, independent of the others.
+	PrefillContention bool
 	// PromptTokensDetails reports the cached tokens as
 	// usage.prompt_tokens_details.cached_tokens when there are any, as
 	// vLLM's --enable-prompt-tokens-details does (chat and completions).

@@ -194,6 +194,23 @@
 //     Messages and audio are not looked up: all their tokens are uncached).
 //     With PromptTokensDetails (vLLM's --enable-prompt-tokens-details),
 //     usage.prompt_tokens_details is {"cached_tokens": N} when N > 0.
+//   - Prefill contention (Config.PrefillContention, off by default;
+//     prefill.go): without it every request's prefill takes its own time,
+//     so uncached tokens cost latency but never capacity. With it, each
+//     server has one prefill engine that computes the uncached tokens
+//     (PrefillPerToken each) of its requests first come first served: a
+//     request's prefill starts when the prefills booked before it on that
+//     server are done, then the fixed TTFT follows. This is what vLLM's
+//     V1 scheduler does with chunked prefill: every step has a token
+//     budget (max_num_batched_tokens), the running requests are walked in
+//     order and each takes min(its remaining prompt tokens, the budget
+//     left), so the oldest prefill gets the budget first and a later one
+//     only what is left (long_prefill_token_threshold, 0 by default, would
+//     share it more evenly). Cached tokens book nothing. A request given
+//     up during its prefill returns the unused part when nothing was
+//     booked after it. Decode steps do not take from the budget here (in
+//     vLLM each running decode takes one token of it), and the fixed TTFT
+//     and ITL are not slowed by concurrent prefills.
 //   - POST /reset_prefix_cache (vLLM mounts it with VLLM_SERVER_DEV_MODE;
 //     the simulator with PrefixCaching) empties the cache: 200 with no body,
 //     or 409 "Prefix cache reset failed." while running requests hold
@@ -294,7 +311,8 @@
 //   - No preemption model: vllm:num_preemptions_total grows only through
 //     Preempt (or "preempt" in POST /sim/config), and KVUsageFloor raises
 //     the reported KV usage, so that the kv_pressure symptom can be shown.
-//     No chunked prefill; KV usage and admission are token-, not
+//     Chunked prefill only as PrefillContention's first-come-first-served
+//     engine (no per-step batching); KV usage and admission are token-, not
 //     block-granular, and count a shared cached prefix once per request.
 //     The prefix cache (off by default) caches prompt blocks only, not
 //     generated ones; a reset with reset_running_requests drops the running

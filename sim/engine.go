@@ -61,11 +61,14 @@ func (j *job) run(ctx context.Context, emit func(step int, tok string) error) er
 	s.m.queue.WithLabelValues(cfg.Model, "0").Observe(time.Since(j.arrival).Seconds())
 	var last time.Time
 	for step := range j.target {
-		d, phase := cfg.ITL, "decode"
+		var err error
+		phase := "decode"
 		if step == 0 {
-			d, phase = cfg.prefillTime(j.prompt), "prefill"
+			phase, err = "prefill", s.prefill(ctx, &cfg, j.prompt)
+		} else {
+			err = s.wait(ctx, cfg.ITL, cfg.TokenGate)
 		}
-		if err := s.wait(ctx, d, cfg.TokenGate); err != nil {
+		if err != nil {
 			return j.fail(ctx, err, phase)
 		}
 		now := time.Now()

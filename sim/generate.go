@@ -171,11 +171,14 @@ func (g *generation) run(ctx context.Context) {
 	}
 	var last time.Time
 	for step := range maxTarget {
-		d, phase := cfg.ITL, "decode"
+		var err error
+		phase := "decode"
 		if step == 0 {
-			d, phase = cfg.prefillTime(g.promptTotal-g.cached), "prefill"
+			phase, err = "prefill", s.prefill(ctx, &cfg, g.promptTotal-g.cached)
+		} else {
+			err = s.wait(ctx, cfg.ITL, cfg.TokenGate)
 		}
-		if err := s.wait(ctx, d, cfg.TokenGate); err != nil {
+		if err != nil {
 			g.fail(err, phase)
 			return
 		}

@@ -61,6 +61,10 @@ type Server struct {
 	cache *prefixCache
 	kv    *kvPublisher
 	kvErr error
+
+	// prefillEng is the prefill compute PrefillContention shares
+	// (prefill.go).
+	prefillEng prefillEngine
 }
 
 // Stats are the simulator's request counters.

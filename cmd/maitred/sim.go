@@ -49,6 +49,7 @@ func cmdSim(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.IntVar(&c.BlockSize, "block-size", sim.BlockSize, "KV block size in tokens")
 	fs.BoolVar(&c.PrefixCaching, "enable-prefix-caching", false, "model vLLM's prefix cache (LRU of full blocks, capacity kv-tokens/block-size)")
 	fs.DurationVar(&c.PrefillPerToken, "prefill-per-token", 0, "prefill time per prompt token not found in the prefix cache, added to --ttft")
+	fs.BoolVar(&c.PrefillContention, "prefill-contention", false, "one prefill engine per server: uncached prompt tokens are computed first come first served across requests, as vLLM's chunked prefill shares a step's token budget")
 	fs.BoolVar(&c.PromptTokensDetails, "enable-prompt-tokens-details", false, "report usage.prompt_tokens_details.cached_tokens (vLLM's flag)")
 	fs.StringVar(&c.HashSeed, "hash-seed", "", "seed of the block hashes (vLLM's PYTHONHASHSEED); default random")
 	fs.Func("kv-events-config", `publish KV events over ZeroMQ, as vLLM's --kv-events-config: JSON {"endpoint","replay_endpoint","topic","encoding":"map|array","hash":"bytes|int","data_parallel_rank"} (needs --enable-prefix-caching)`, func(v string) error {
