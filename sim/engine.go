@@ -142,9 +142,9 @@ func (j *job) fail(ctx context.Context, err error, phase string) error {
 // cut drops the connection on purpose (CutAfterChunks), like generation.cut.
 func (j *job) cut() {
 	s := j.s
-	s.count(func(st *Stats) { st.Cut++ })
 	s.m.simCut.WithLabelValues(j.cfg.Model, "0").Inc()
 	s.m.success.WithLabelValues(j.cfg.Model, "0", "abort").Inc()
+	s.count(func(st *Stats) { st.Cut++ })
 	j.log.Info("sim cutting stream (CutAfterChunks)", zap.Int("chunks", j.chunks))
 	panic(http.ErrAbortHandler)
 }

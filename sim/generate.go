@@ -262,22 +262,23 @@ func (g *generation) fail(err error, phase string) {
 
 // aborted counts a client disconnect.
 func (s *Server) aborted(log *zap.Logger, model string, choices int, phase string) {
-	s.count(func(st *Stats) { st.Aborted++ })
+	// Metrics first: a caller that sees the count sees them too.
 	s.m.simAborted.WithLabelValues(model, "0").Inc()
 	for range choices {
 		s.m.success.WithLabelValues(model, "0", "abort").Inc()
 	}
+	s.count(func(st *Stats) { st.Aborted++ })
 	log.Info("sim request aborted: client disconnected", zap.String("phase", phase))
 }
 
 // cut aborts the connection on purpose (CutAfterChunks).
 func (g *generation) cut() {
 	s := g.s
-	s.count(func(st *Stats) { st.Cut++ })
 	s.m.simCut.WithLabelValues(g.cfg.Model, "0").Inc()
 	for range g.choices {
 		s.m.success.WithLabelValues(g.cfg.Model, "0", "abort").Inc()
 	}
+	s.count(func(st *Stats) { st.Cut++ })
 	g.log.Info("sim cutting stream (CutAfterChunks)", zap.Int("chunks", g.chunks))
 	// Unwinding runs the deferred release; net/http then drops the
 	// connection without the terminating chunk.
