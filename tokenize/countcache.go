@@ -73,8 +73,9 @@ import (
 type CountCache struct {
 	maxNodes int
 	// minBytes and minOffset are cacheMinBytes and nodeMinOffset (tests
-	// lower them to run short goldens through the cache).
-	minBytes, minOffset int
+	// lower them to run short goldens through the cache), keyStride
+	// keyedStride (countcache_keys.go).
+	minBytes, minOffset, keyStride int
 
 	mu    sync.Mutex
 	index map[nodeKey]int32
@@ -140,7 +141,7 @@ func NewCountCache(maxBytes int64) *CountCache {
 	if maxBytes < NodeBytes {
 		return nil
 	}
-	return &CountCache{maxNodes: int(min(maxBytes/NodeBytes, 1<<31-1)), minBytes: cacheMinBytes, minOffset: nodeMinOffset,
+	return &CountCache{maxNodes: int(min(maxBytes/NodeBytes, 1<<31-1)), minBytes: cacheMinBytes, minOffset: nodeMinOffset, keyStride: keyedStride,
 		index: map[nodeKey]int32{}, head: -1, tail: -1}
 }
 
@@ -287,8 +288,13 @@ type countScratch struct {
 	keys   []nodeKey
 	counts []int32
 	ends   []int
-	sum    []byte
-	h      hash.Hash
+	// kept, ins and tails are a keyed count's (countcache_keys.go): the
+	// boundaries it keeps, their keys and their links' trailing ids.
+	kept  []int32
+	ins   []nodeKey
+	tails []int32
+	sum   []byte
+	h     hash.Hash
 }
 
 var countScratchPool = sync.Pool{New: func() any { return &countScratch{h: sha256.New(), sum: make([]byte, 0, sha256.Size)} }}
