@@ -56,8 +56,9 @@ import (
 //
 // A keyed count's node (CountChatKeys, countcache_keys.go: precise
 // routing) also holds the state of the prompt's block-key chain at its
-// boundary, accounted in the same budget; a model counted without keys
-// keeps none.
+// boundary, accounted in the same budget (a keyed count keeps nodes only
+// at boundaries a kilobyte apart and at its last few); a model counted
+// without keys keeps none.
 //
 // Nodes are shared by every text with the same prefix (a system prompt
 // common to many conversations is one chain) and evicted least recently

@@ -20,7 +20,9 @@ import (
 // the boundary (fewer than a block). A keyed count's node keeps that
 // state (a chainLink) beside its count, and the next turn of a
 // conversation tokenizes and keys only what follows its last counted
-// boundary, as a plain count tokenizes only that.
+// boundary, as a plain count tokenizes only that. A keyed count keeps
+// nodes at fewer boundaries than a plain one (keyedStride apart, and its
+// last keyedTips), tokenizing from one kept boundary to the next at once.
 //
 // A link holds its trailing ids and points into a chain of chunks, the
 // keys computed by each count (the keys from the boundary it continued
