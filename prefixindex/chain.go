@@ -22,24 +22,12 @@ func Root(lora string) Key {
 	return Key(d.Sum64())
 }
 
-// oneShot is the longest block hashed in one call (its bytes on the
-// stack); a longer one is written to a digest a chunk of ids at a time.
-const (
-	oneShot = 64
-	chunk   = 32
-)
+// chunk is how many ids one hashing step writes at once.
+const chunk = 32
 
-// Next is the key of the block of ids after parent: xxhash64 of the
-// parent's 8 bytes then each id as 4 bytes, little-endian.
+// Next is the key of the block of ids after parent. ids are written as
+// 4-byte little-endian values after the parent's 8 bytes.
 func Next[T int | int32](parent Key, ids []T) Key {
-	if len(ids) <= oneShot {
-		var buf [8 + 4*oneShot]byte
-		binary.LittleEndian.PutUint64(buf[:8], uint64(parent))
-		for i, id := range ids {
-			binary.LittleEndian.PutUint32(buf[8+4*i:], uint32(id))
-		}
-		return Key(xxhash.Sum64(buf[:8+4*len(ids)]))
-	}
 	var d xxhash.Digest
 	d.Reset()
 	var buf [8 + 4*chunk]byte

@@ -166,7 +166,7 @@ func TestChainIsOwn(t *testing.T) {
 
 // TestKeysAreTheirDefinition: a block's key is xxhash64 of its parent's 8
 // bytes then its ids' 4 bytes each, little-endian, for every block size
-// (hashed in one call or a chunk at a time), with the chain's root and a
+// (across the chunks Next writes ids in), with the chain's root and a
 // few keys pinned: keys computed by older builds stay valid.
 func TestKeysAreTheirDefinition(t *testing.T) {
 	ids := make([]int32, 200)
