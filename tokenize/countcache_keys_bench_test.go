@@ -2,29 +2,20 @@ package tokenize
 
 import (
 	"fmt"
-	"strings"
 	"testing"
-
-	"github.com/maitred-dev/maitred/internal/fixtures"
 )
 
 // BenchmarkCountChatKeysCold: a new conversation of about 1k and 30k
-// qwen3 tokens (the gateway's BenchmarkDoorPrecise shape: ~100-byte
-// messages), nothing of it counted before (each iteration's first message
-// differs), counted through the cache plain (CountChat, a model routed
-// without events) and keyed (CountChatKeys, a precise model's count with
-// block size 16): the difference is what keying a cold prompt adds.
+// qwen3 tokens (coldBase: the gateway's BenchmarkDoorPrecise shape),
+// nothing of it counted before (each iteration's first message differs),
+// counted through the cache plain (CountChat, a model routed without
+// events) and keyed (CountChatKeys, a precise model's count with block
+// size 16): the difference is what keying a cold prompt adds, without the
+// door around it.
 func BenchmarkCountChatKeysCold(b *testing.B) {
 	m := fixtureModel(b, "qwen3")
 	for _, size := range []int{1000, 30000} {
-		base, _ := fixtures.ConversationOf(b, size, "", func(body string) int {
-			cnt, err := m.CountChat(mustParse(b, body), 0)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return cnt.Tokens
-		})
-		i := strings.Index(base, `"content":"`) + len(`"content":"`)
+		base, at := coldBase(b, m, size)
 		for _, keyed := range []bool{false, true} {
 			name := fmt.Sprintf("%dk/plain", size/1000)
 			if keyed {
@@ -41,7 +32,7 @@ func BenchmarkCountChatKeysCold(b *testing.B) {
 				for b.Loop() {
 					b.StopTimer()
 					k++
-					v := mustParse(b, base[:i]+fmt.Sprintf("Conversation %d. ", k)+base[i:])
+					v := mustParse(b, coldBody(base, at, k))
 					b.StartTimer()
 					var cnt Count
 					var err error

@@ -276,11 +276,10 @@ func TestCountChatKeysConcurrent(t *testing.T) {
 	}
 }
 
-// coldConversations are n+1 bodies of one conversation of about tokens
-// qwen3 tokens of ~100-byte messages (BenchmarkDoorPrecise's shape: a
-// boundary every few dozen tokens), each with its first message changed,
-// so that none continues another.
-func coldConversations(tb testing.TB, m *Model, tokens, n int) []string {
+// coldBase is a conversation of about tokens qwen3 tokens of ~100-byte
+// messages (BenchmarkDoorPrecise's shape: a boundary every few dozen
+// tokens) and where in it its first message's text starts.
+func coldBase(tb testing.TB, m *Model, tokens int) (string, int) {
 	tb.Helper()
 	base, _ := fixtures.ConversationOf(tb, tokens, "", func(body string) int {
 		cnt, err := m.CountChat(mustParse(tb, body), 0)
@@ -289,10 +288,22 @@ func coldConversations(tb testing.TB, m *Model, tokens, n int) []string {
 		}
 		return cnt.Tokens
 	})
-	i := strings.Index(base, `"content":"`) + len(`"content":"`)
+	return base, strings.Index(base, `"content":"`) + len(`"content":"`)
+}
+
+// coldBody is base with its first message changed by k (at from
+// coldBase): a conversation no other k continues.
+func coldBody(base string, at, k int) string {
+	return base[:at] + fmt.Sprintf("Conversation %d. ", k) + base[at:]
+}
+
+// coldConversations are n+1 coldBody bodies of a coldBase conversation.
+func coldConversations(tb testing.TB, m *Model, tokens, n int) []string {
+	tb.Helper()
+	base, at := coldBase(tb, m, tokens)
 	out := make([]string, n+1)
 	for k := range out {
-		out[k] = base[:i] + fmt.Sprintf("Conversation %d. ", k) + base[i:]
+		out[k] = coldBody(base, at, k)
 	}
 	return out
 }
