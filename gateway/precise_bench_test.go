@@ -30,6 +30,10 @@ func (c benchCatalog) Names() []string                            { return []str
 // 30k added. first: a conversation never seen (every iteration a new
 // one, whose first message differs); next: the next turn of a counted
 // conversation (an answer and a question added, new each iteration).
+// paired: each iteration one request with it off and one with it on (in
+// turn first), each one's thread CPU time taken (pairedCPU): on a busy
+// machine the median of the paired differences (added-cpu-ns) is the
+// figure to read.
 func BenchmarkDoorPrecise(b *testing.B) {
 	tok, err := tokenize.LoadDir(fixtures.ModelDir(b, "qwen3"), tokenize.LoadOptions{})
 	if err != nil {
@@ -116,6 +120,15 @@ func BenchmarkDoorPrecise(b *testing.B) {
 				}
 				cpu.report(b)
 			})
+			onCheck := func(body string) {
+				dec := check(on, body)
+				var t admission.Ticket
+				q := preciseTicket(rt, admission.Chat, dec, &t)
+				if q == nil || !q.Match(names, cached) || cached[0] != want {
+					b.Fatalf("cached = %v, want %d on b0", cached, want)
+				}
+				releaseQuery(q)
+			}
 			b.Run(fmt.Sprintf("%dk/%s/on", size/1000, kind), func(b *testing.B) {
 				b.ReportMetric(float64(n), "prompt_tokens")
 				b.ReportAllocs()
@@ -125,16 +138,20 @@ func BenchmarkDoorPrecise(b *testing.B) {
 					body := turn(kind == "first")
 					b.StartTimer()
 					cpu.start()
-					dec := check(on, body)
-					var t admission.Ticket
-					q := preciseTicket(rt, admission.Chat, dec, &t)
-					if q == nil || !q.Match(names, cached) || cached[0] != want {
-						b.Fatalf("cached = %v, want %d on b0", cached, want)
-					}
-					releaseQuery(q)
+					onCheck(body)
 					cpu.stop()
 				}
 				cpu.report(b)
+			})
+			b.Run(fmt.Sprintf("%dk/%s/paired", size/1000, kind), func(b *testing.B) {
+				var p pairedCPU
+				for i := 0; b.Loop(); i++ {
+					b.StopTimer()
+					offBody, onBody := turn(kind == "first"), turn(kind == "first")
+					b.StartTimer()
+					p.pair(i%2 == 0, func() { check(off, offBody) }, func() { onCheck(onBody) })
+				}
+				p.report(b)
 			})
 		}
 	}

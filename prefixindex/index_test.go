@@ -1,7 +1,10 @@
 package prefixindex
 
 import (
+	"encoding/binary"
 	"testing"
+
+	"github.com/cespare/xxhash/v2"
 
 	"github.com/maitred-dev/maitred/kvevents"
 )
@@ -158,5 +161,45 @@ func TestChainIsOwn(t *testing.T) {
 	d := AppendKeys(nil, "", []int{9, 9, 9, 9, 5, 6, 7, 8}, bs)
 	if d[1] == a[1] {
 		t.Fatal("the key of a block does not depend on its parent")
+	}
+}
+
+// TestKeysAreTheirDefinition: a block's key is xxhash64 of its parent's 8
+// bytes then its ids' 4 bytes each, little-endian, for every block size
+// (across the chunks Next writes ids in), with the chain's root and a
+// few keys pinned: keys computed by older builds stay valid.
+func TestKeysAreTheirDefinition(t *testing.T) {
+	ids := make([]int32, 200)
+	for i := range ids {
+		ids[i] = int32(i*7919 + 3)
+	}
+	parent := Root("")
+	for n := 0; n <= len(ids); n++ {
+		b := binary.LittleEndian.AppendUint64(nil, uint64(parent))
+		for _, id := range ids[:n] {
+			b = binary.LittleEndian.AppendUint32(b, uint32(id))
+		}
+		want := Key(xxhash.Sum64(b))
+		wide := make([]int, n)
+		for i, id := range ids[:n] {
+			wide[i] = int(id)
+		}
+		if got, got2 := Next(parent, ids[:n]), Next(parent, wide); got != want || got2 != want {
+			t.Fatalf("a block of %d ids: keys %#x (int32) and %#x (int), want %#x", n, got, got2, want)
+		}
+	}
+	for _, g := range []struct {
+		got, want Key
+	}{
+		{Root(""), 0xbc9c9a42434ebe9f},
+		{Root("adapter-a"), 0x62b37d80490d0b9a},
+		{Next(Root(""), ids[:1]), 0x5ec21b7b67c3652b},
+		{Next(Root(""), ids[:16]), 0x16667743c9c13795},
+		{Next(Root(""), ids[:33]), 0xdab104b3da7161e7},
+		{Next(Root(""), ids[:100]), 0xecfc7fdd1eacf90e},
+	} {
+		if g.got != g.want {
+			t.Errorf("key %#x, pinned %#x", g.got, g.want)
+		}
 	}
 }

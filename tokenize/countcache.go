@@ -56,8 +56,9 @@ import (
 //
 // A keyed count's node (CountChatKeys, countcache_keys.go: precise
 // routing) also holds the state of the prompt's block-key chain at its
-// boundary, accounted in the same budget; a model counted without keys
-// keeps none.
+// boundary, accounted in the same budget (a keyed count keeps nodes only
+// at boundaries a kilobyte apart and at its last few); a model counted
+// without keys keeps none.
 //
 // Nodes are shared by every text with the same prefix (a system prompt
 // common to many conversations is one chain) and evicted least recently
@@ -73,8 +74,9 @@ import (
 type CountCache struct {
 	maxNodes int
 	// minBytes and minOffset are cacheMinBytes and nodeMinOffset (tests
-	// lower them to run short goldens through the cache).
-	minBytes, minOffset int
+	// lower them to run short goldens through the cache), keyStride
+	// keyedStride (countcache_keys.go).
+	minBytes, minOffset, keyStride int
 
 	mu    sync.Mutex
 	index map[nodeKey]int32
@@ -140,7 +142,7 @@ func NewCountCache(maxBytes int64) *CountCache {
 	if maxBytes < NodeBytes {
 		return nil
 	}
-	return &CountCache{maxNodes: int(min(maxBytes/NodeBytes, 1<<31-1)), minBytes: cacheMinBytes, minOffset: nodeMinOffset,
+	return &CountCache{maxNodes: int(min(maxBytes/NodeBytes, 1<<31-1)), minBytes: cacheMinBytes, minOffset: nodeMinOffset, keyStride: keyedStride,
 		index: map[nodeKey]int32{}, head: -1, tail: -1}
 }
 
@@ -287,8 +289,13 @@ type countScratch struct {
 	keys   []nodeKey
 	counts []int32
 	ends   []int
-	sum    []byte
-	h      hash.Hash
+	// kept, ins and tails are a keyed count's (countcache_keys.go): the
+	// boundaries it keeps, their keys and their links' trailing ids.
+	kept  []int32
+	ins   []nodeKey
+	tails []int32
+	sum   []byte
+	h     hash.Hash
 }
 
 var countScratchPool = sync.Pool{New: func() any { return &countScratch{h: sha256.New(), sum: make([]byte, 0, sha256.Size)} }}

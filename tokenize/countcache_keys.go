@@ -1,6 +1,7 @@
 package tokenize
 
 import (
+	"slices"
 	"sync"
 
 	"github.com/maitred-dev/maitred/internal/ojson"
@@ -19,7 +20,9 @@ import (
 // the boundary (fewer than a block). A keyed count's node keeps that
 // state (a chainLink) beside its count, and the next turn of a
 // conversation tokenizes and keys only what follows its last counted
-// boundary, as a plain count tokenizes only that.
+// boundary, as a plain count tokenizes only that. A keyed count keeps
+// nodes at fewer boundaries than a plain one (keyedStride apart, and its
+// last keyedTips), tokenizing from one kept boundary to the next at once.
 //
 // A link holds its trailing ids and points into a chain of chunks, the
 // keys computed by each count (the keys from the boundary it continued
@@ -194,6 +197,39 @@ func (s *chainState) feed(ids []int) {
 	}
 }
 
+// A keyed count keeps nodes at fewer boundaries than a plain one: a
+// prompt of short messages has a boundary every few dozen tokens (two an
+// added-token-delimited message), and a node with its chain state at each
+// cost a cold prompt more in inserts, links and evictions than keying its
+// blocks did. It keeps the first boundary at least keyedStride bytes
+// after the last one it kept, counted from the text's start (so every
+// text sharing a prefix keeps the same boundaries in it), and the text's
+// last keyedTips boundaries (the next turn of a conversation continues
+// from one of those: the previous render's end, or a few added tokens
+// before it when the template rewrites its last turn). A count that
+// diverges from a text keyed before continues from the last kept boundary
+// they share: at most keyedStride bytes are tokenized again.
+const (
+	keyedStride = 1 << 10
+	keyedTips   = 4
+)
+
+// keepKeyed sets sc.kept to the indexes, after from, of the boundaries a
+// keyed count keeps (every boundary when stride is 0).
+func (sc *countScratch) keepKeyed(from, stride int) {
+	sc.kept = sc.kept[:0]
+	last, tips := 0, len(sc.bounds)-keyedTips
+	for j, b := range sc.bounds {
+		keep := j >= tips || b-last >= stride
+		if b-last >= stride {
+			last = b
+		}
+		if keep && j > from {
+			sc.kept = append(sc.kept, int32(j))
+		}
+	}
+}
+
 // countKeys returns what cm.tok.Count(text, addSpecial, limit) returns,
 // and whether pk holds the text's block keys (false past the limit).
 func (c *CountCache) countKeys(cm *cacheModel, text string, addSpecial bool, limit int, kr BlockKeyer, pk *PromptKeys) (int, bool, bool) {
@@ -239,42 +275,15 @@ func (c *CountCache) countKeys(cm *cacheModel, text string, addSpecial bool, lim
 		st.feed(cm.tok.prefix)
 	}
 	fromKeys := len(pk.Keys)
+	// Room for the keys to come: the rest of the text holds at most a
+	// token a byte, and rarely fewer than two bytes a token.
+	pk.Keys = slices.Grow(pk.Keys, (len(text)-start)/(2*st.bs)+1)
 
-	// Tokenize and key the rest, segment by segment.
-	sc.counts = sc.counts[:0]
-	// The new boundaries' links: one allocation for them, one for their
-	// trailing ids (sc.ends: where each link's end in tails).
-	links := make([]chainLink, 0, len(sc.bounds)-(from+1))
-	var tails []int32
-	sc.ends = sc.ends[:0]
-	for i := from + 1; i <= len(sc.bounds); i++ {
-		end := len(text)
-		if i < len(sc.bounds) {
-			end = sc.bounds[i]
-		}
-		seg := text[start:end]
-		if limit > 0 && len(seg) > limit-total {
-			// Might pass the limit: count it first, with counting's early stop.
-			if n, _ := cm.tok.Count(seg, false, max(limit-total, 1)); total+n > limit {
-				n, exact := cm.tok.Count(text, addSpecial, limit)
-				return n, exact, false
-			}
-		}
-		pk.ids = pk.ids[:0]
-		cm.tok.run(seg, false, 0, &pk.ids) // AppendEncode, its slice not moved to the heap
-
-		total += len(pk.ids)
-		st.feed(pk.ids)
-		start = end
-		if i == len(sc.bounds) {
-			break
-		}
-		sc.counts = append(sc.counts, int32(total-fixed))
-		links = append(links, chainLink{nkeys: int32(len(pk.Keys))})
-		for _, id := range pk.pend {
-			tails = append(tails, int32(id))
-		}
-		sc.ends = append(sc.ends, len(tails))
+	sc.keepKeyed(from, c.keyStride)
+	links, total, ok := c.keySegments(cm, text, start, total, fixed, limit, &st, sc)
+	if !ok {
+		n, exact := cm.tok.Count(text, addSpecial, limit)
+		return n, exact, false
 	}
 	if addSpecial {
 		total += cm.suf
@@ -285,15 +294,64 @@ func (c *CountCache) countKeys(cm *cacheModel, text string, addSpecial bool, lim
 		return n, exact, false
 	}
 	if len(links) > 0 {
+		c.chain(links, fromLink, pk.Keys[:links[len(links)-1].nkeys], fromKeys)
+		c.insert(sc.ins, sc.counts, true, links)
+	}
+	return total, true, true
+}
+
+// keySegments tokenizes and keys text from start (total tokens before it,
+// fixed of them the post-processor's), segment by segment between the
+// kept boundaries (sc.kept), and returns the kept boundaries' links
+// (their keys sc.ins, their counts sc.counts) and the total; false when
+// the text might pass limit.
+func (c *CountCache) keySegments(cm *cacheModel, text string, start, total, fixed, limit int, st *chainState, sc *countScratch) ([]chainLink, int, bool) {
+	pk := st.pk
+	sc.counts, sc.ins, sc.ends, sc.tails = sc.counts[:0], sc.ins[:0], sc.ends[:0], sc.tails[:0]
+	// The kept boundaries' links: one allocation for them, one for their
+	// trailing ids (sc.ends: where each link's end in sc.tails).
+	var links []chainLink
+	if len(sc.kept) > 0 {
+		links = make([]chainLink, 0, len(sc.kept))
+	}
+	for k := 0; k <= len(sc.kept); k++ {
+		end := len(text)
+		if k < len(sc.kept) {
+			end = sc.bounds[sc.kept[k]]
+		}
+		seg := text[start:end]
+		if limit > 0 && len(seg) > limit-total {
+			// Might pass the limit: count it first, with counting's early stop.
+			if n, _ := cm.tok.Count(seg, false, max(limit-total, 1)); total+n > limit {
+				return nil, 0, false
+			}
+		}
+		pk.ids = pk.ids[:0]
+		cm.tok.run(seg, false, 0, &pk.ids) // AppendEncode, its slice not moved to the heap
+		total += len(pk.ids)
+		st.feed(pk.ids)
+		start = end
+		if k == len(sc.kept) {
+			break
+		}
+		sc.counts = append(sc.counts, int32(total-fixed))
+		sc.ins = append(sc.ins, sc.keys[sc.kept[k]])
+		links = append(links, chainLink{nkeys: int32(len(pk.Keys))})
+		for _, id := range pk.pend {
+			sc.tails = append(sc.tails, int32(id))
+		}
+		sc.ends = append(sc.ends, len(sc.tails))
+	}
+	if len(links) > 0 {
+		tails := make([]int32, len(sc.tails))
+		copy(tails, sc.tails)
 		prev := 0
 		for k, end := range sc.ends {
 			links[k].tail = tails[prev:end:end]
 			prev = end
 		}
-		c.chain(links, fromLink, pk.Keys[:links[len(links)-1].nkeys], fromKeys)
-		c.insert(sc.keys[from+1:from+1+len(links)], sc.counts, true, links)
 	}
-	return total, true, true
+	return links, total, true
 }
 
 // encodeWhole counts and keys text in one pass, without the cache.

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/maitred-dev/maitred/internal/fixtures"
+	"github.com/maitred-dev/maitred/internal/ojson"
 	"github.com/maitred-dev/maitred/prefixindex"
 )
 
@@ -272,5 +273,144 @@ func TestCountChatKeysConcurrent(t *testing.T) {
 	}
 	if st := c.Stats(); st.Bytes > st.MaxBytes {
 		t.Errorf("over budget: %+v", st)
+	}
+}
+
+// coldBase is a conversation of about tokens qwen3 tokens of ~100-byte
+// messages (BenchmarkDoorPrecise's shape: a boundary every few dozen
+// tokens) and where in it its first message's text starts.
+func coldBase(tb testing.TB, m *Model, tokens int) (string, int) {
+	tb.Helper()
+	base, _ := fixtures.ConversationOf(tb, tokens, "", func(body string) int {
+		cnt, err := m.CountChat(mustParse(tb, body), 0)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return cnt.Tokens
+	})
+	return base, strings.Index(base, `"content":"`) + len(`"content":"`)
+}
+
+// coldBody is base with its first message changed by k (at from
+// coldBase): a conversation no other k continues.
+func coldBody(base string, at, k int) string {
+	return base[:at] + fmt.Sprintf("Conversation %d. ", k) + base[at:]
+}
+
+// coldConversations are n+1 coldBody bodies of a coldBase conversation.
+func coldConversations(tb testing.TB, m *Model, tokens, n int) []string {
+	tb.Helper()
+	base, at := coldBase(tb, m, tokens)
+	out := make([]string, n+1)
+	for k := range out {
+		out[k] = coldBody(base, at, k)
+	}
+	return out
+}
+
+// TestCountChatKeysKeepsFewNodes: a keyed count of a new long prompt of
+// short messages keeps nodes only keyedStride bytes apart and at its last
+// keyedTips boundaries (far fewer than its boundaries, which a plain
+// count keeps), and the next turn still continues from its end (a hit)
+// with the keys of its whole render.
+func TestCountChatKeysKeepsFewNodes(t *testing.T) {
+	m := fixtureModel(t, "qwen3")
+	raw := coldConversations(t, m, 8000, 0)[0]
+	body := mustParse(t, raw)
+	text, _, err := m.renderChat(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, keyed := NewCountCache(64<<20), NewCountCache(64<<20)
+	for _, c := range []*CountCache{plain, keyed} {
+		if err := c.Register(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := plain.CountChat(m, body, 0); err != nil {
+		t.Fatal(err)
+	}
+	kr := &indexKeyer{16}
+	pk := NewPromptKeys()
+	if cnt, err := keyed.CountChatKeys(m, body, 0, kr, "", pk); err != nil || cnt.Keys == nil {
+		t.Fatal("no keys", err)
+	}
+	pk.Release()
+	bounds, kept := plain.Stats().Entries, keyed.Stats().Entries
+	if most := len(text)/keyedStride + keyedTips; kept > most || bounds < 4*most {
+		t.Fatalf("a keyed count kept %d nodes (at most %d expected) of %d boundaries", kept, most, bounds)
+	}
+	// The next turn: an answer and a question.
+	var req struct{ Messages []any }
+	if err := json.Unmarshal([]byte(raw), &req); err != nil {
+		t.Fatal(err)
+	}
+	msgs := req.Messages
+	msgs = append(msgs, map[string]any{"role": "assistant", "content": "An answer."}, map[string]any{"role": "user", "content": "And then?"})
+	hits := keyed.Stats().Hits
+	checkKeys(t, m, keyed, "next turn", keysCase{msgs: msgs, kr: kr}).Release()
+	if st := keyed.Stats(); st.Hits != hits+1 {
+		t.Fatalf("the next turn did not continue from the last one's end: %+v", st)
+	}
+}
+
+// TestCountChatKeysColdAllocs: a keyed count of a new prompt allocates
+// what rendering it and encoding it into a reused buffer do (the ids
+// themselves) and a fixed few more (the kept boundaries' links, their
+// trailing ids, the chunk and its keys, the chain's header), whatever the
+// prompt's length: nothing a boundary or a block.
+func TestCountChatKeysColdAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	m := fixtureModel(t, "qwen3")
+	tok := m.enc.(*Tokenizer)
+	kr := &indexKeyer{16}
+	const runs = 10
+	extra := map[int]float64{}
+	for _, tokens := range []int{8000, 30000} {
+		var bodies []*ojson.Value
+		for _, raw := range coldConversations(t, m, tokens, 2*runs+1) {
+			bodies = append(bodies, mustParse(t, raw))
+		}
+		var ids []int
+		k := 0
+		encoded := testing.AllocsPerRun(runs, func() {
+			text, addSpecial, err := m.renderChat(bodies[k%len(bodies)])
+			if err != nil {
+				t.Fatal(err)
+			}
+			k++
+			ids = tok.AppendEncode(ids[:0], text, addSpecial)
+		})
+		// A cache full and evicting, as it runs: its own growth is not
+		// the count's.
+		c := NewCountCache(64 << 10)
+		if err := c.Register(m); err != nil {
+			t.Fatal(err)
+		}
+		count := func(v *ojson.Value) {
+			pk := NewPromptKeys()
+			if cnt, err := c.CountChatKeys(m, v, 0, kr, "", pk); err != nil || cnt.Keys == nil {
+				t.Fatal("no keys", err)
+			}
+			pk.Release()
+		}
+		for _, v := range bodies[runs+1:] {
+			count(v)
+		}
+		k = 0
+		keyed := testing.AllocsPerRun(runs, func() {
+			count(bodies[k])
+			k++
+		})
+		extra[tokens] = keyed - encoded
+		t.Logf("%d tokens: rendered and encoded %.0f, keyed count %.0f allocations", tokens, encoded, keyed)
+		if keyed > encoded+6 {
+			t.Errorf("%d tokens: a keyed count allocates %.0f times, rendering and encoding the prompt %.0f", tokens, keyed, encoded)
+		}
+	}
+	if extra[30000] > extra[8000]+1 {
+		t.Errorf("a keyed count's allocations grow with the prompt: %.0f more than its encoding at 8k tokens, %.0f at 30k", extra[8000], extra[30000])
 	}
 }

@@ -109,7 +109,8 @@
 // recently used first. Its keyed counts (CountChatKeys,
 // countcache_keys.go) also key the prompt's full blocks with a caller's
 // chained hash (precise routing), each node keeping the chain's state at
-// its boundary, so that a later turn tokenizes and keys only its new
+// its boundary (kept a kilobyte apart and at the text's last few
+// boundaries), so that a later turn tokenizes and keys only its new
 // tail; the ids of a text are the concatenation of its segments' between
 // added-token boundaries, for the reason its count is their sum.
 //
