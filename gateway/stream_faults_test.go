@@ -133,9 +133,10 @@ func TestSlowReaderIsTheClientsFault(t *testing.T) {
 		cancelled <- struct{}{}
 	})
 	// The backend never pauses, so only a starved scheduler could make the
-	// gateway wait on it; 500 ms keeps that out of reach on a loaded machine.
+	// gateway wait on it; 500 ms did not keep that out of reach under the
+	// race detector at load 16 (one run ended as a backend stall), 2 s does.
 	tg, logs := startLoggedGateway(t, func(c *config.Config) {
-		c.Models[0].StreamIdleTimeout = config.Duration(500 * time.Millisecond)
+		c.Models[0].StreamIdleTimeout = config.Duration(2 * time.Second)
 	}, fb.URL)
 	const clients = 5 // eject_after
 	conns := make([]net.Conn, clients)
