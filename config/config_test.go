@@ -58,7 +58,7 @@ func TestPreciseRoutingConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := cfg.Models[0]
-	if m.Routing != RoutingPrecise || m.PreciseOrDefault() != (PreciseRoutingConfig{BlockSize: 16, MaxBlocks: 1 << 20, CacheWeight: 1, LoadWeight: 1}) {
+	if m.Routing != RoutingPrecise || m.PreciseOrDefault() != (PreciseRoutingConfig{BlockSize: 16, MaxBlocks: 1 << 20, CacheWeight: 1, LoadWeight: 2}) {
 		t.Fatalf("routing = %q, %+v", m.Routing, m.Precise)
 	}
 	url := m.Backends[0].KVEvents

@@ -129,7 +129,7 @@ const (
 	DefaultBlockSize   = 16
 	DefaultMaxBlocks   = 1 << 20
 	DefaultCacheWeight = 1.0
-	DefaultLoadWeight  = 1.0
+	DefaultLoadWeight  = 2.0
 )
 
 // PreciseOrDefault is the model's precise_routing with its defaults.
