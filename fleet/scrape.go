@@ -27,6 +27,10 @@ type Gauges struct {
 	// num_gpu_blocks, cache_dtype, ...).
 	Info map[string]string
 	At   time.Time
+	// Every is the interval the backend was being scraped at (RunScraper:
+	// scrape_interval, or longer past scrape_budget; 0 from Scrape alone):
+	// how old the next scrape will find these gauges.
+	Every time.Duration
 }
 
 // MaxMetricsBytes bounds a /metrics page. vLLM's own is tens of KB; one
@@ -289,7 +293,8 @@ func labels(b []byte, fn func(k, v []byte)) ([]byte, error) {
 	}
 }
 
-// RunScraper scrapes every ready backend every interval until ctx is done,
+// RunScraper scrapes every ready backend every interval (ScrapeEvery:
+// longer past scrape_budget) until ctx is done,
 // passing each result (or the failure, a *ScrapeError) to fn; a backend
 // that is not ready is passed with ErrNotReady instead, so that its state
 // is still sampled. Gauges go stale on their own when scrapes fail; fn
@@ -301,7 +306,8 @@ func (f *Fleet) RunScraper(ctx context.Context, interval time.Duration, fn func(
 	defer wg.Wait()
 	bctx, stop := context.WithCancel(ctx)
 	defer stop()
-	wg.Go(func() { bt.run(bctx, interval) })
+	every := func() time.Duration { return f.ScrapeEvery(interval) }
+	wg.Go(func() { bt.run(bctx, every) })
 	f.each(ctx, func(ctx context.Context, m *Model, b *Backend) {
 		for {
 			select {
@@ -313,13 +319,15 @@ func (f *Fleet) RunScraper(ctx context.Context, interval time.Duration, fn func(
 				fn(m, b, Gauges{}, ErrNotReady)
 				continue
 			}
-			sctx, cancel := context.WithTimeout(ctx, max(interval, time.Second))
+			iv := every()
+			sctx, cancel := context.WithTimeout(ctx, max(iv, time.Second))
 			g, err := f.Scrape(sctx, b)
 			cancel()
 			if ctx.Err() != nil {
 				return
 			}
 			if err == nil {
+				g.Every = iv
 				b.mu.Lock()
 				b.gauges = g
 				b.mu.Unlock()
