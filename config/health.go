@@ -24,8 +24,8 @@ type HealthConfig struct {
 	WarmupBackoffMax Duration `yaml:"warmup_backoff_max"`
 	// Budget bounds the whole fleet's health probes a second: past it,
 	// every backend's probe interval grows to n / budget (n the fleet's
-	// backends); a ready backend's adapter listing takes a quarter of it.
-	// auto: 256 backends at interval (256 a second at 1s).
+	// backends); a ready backend's adapter listing takes half of it.
+	// auto: 128 backends at interval (128 a second at 1s).
 	Budget Budget `yaml:"budget"`
 }
 

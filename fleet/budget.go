@@ -17,11 +17,11 @@ const (
 	// every scrape_interval (256 scrapes a second at 250ms).
 	AutoScrapeBackends = 64
 	// AutoHealthBackends: health.budget auto probes this many backends
-	// every health.interval (256 probes a second at 1s).
-	AutoHealthBackends = 256
+	// every health.interval (128 probes a second at 1s).
+	AutoHealthBackends = 128
 	// ListingShare: the fleet's adapter listings a second are the health
 	// budget divided by this (64 a second at the default).
-	ListingShare = 4
+	ListingShare = 2
 )
 
 // countLocked is the number of backends of every model that are not

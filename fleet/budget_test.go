@@ -210,20 +210,20 @@ func TestStretchedScrapesStayFresh(t *testing.T) {
 	})
 }
 
-// TestAdaptersListedWithinBound: past a quarter of health.budget, a ready
+// TestAdaptersListedWithinBound: past half of health.budget, a ready
 // backend's adapters are listed less often than it is probed, and an
 // adapter loaded at runtime is still found within ListEvery plus half a
-// probe interval. health.budget 0.5 a second and one backend: probes
-// every 2 s, listings every 8 s (0.125 a second); over 40 s that is 20
-// probes and 5 listings, where before every probe listed.
+// probe interval. health.budget 0.25 a second and one backend: probes
+// every 4 s, listings every 8 s (0.125 a second); over 40 s that is 10
+// probes and 4 listings, where before every probe listed.
 func TestAdaptersListedWithinBound(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f, _, hits, stop := simFleet(t, sim.Config{Model: "m", MaxModelLen: 2048, OutputTokens: 2, RuntimeLoRA: true}, func(c *config.Config) {
-			c.Health.Budget = 0.5
+			c.Health.Budget = 0.25
 		})
 		defer stop()
-		if f.ProbeEvery() != 2*time.Second || f.ListEvery() != 8*time.Second {
-			t.Fatalf("probe every %v, list every %v; want 2s and 8s", f.ProbeEvery(), f.ListEvery())
+		if f.ProbeEvery() != 4*time.Second || f.ListEvery() != 8*time.Second {
+			t.Fatalf("probe every %v, list every %v; want 4s and 8s", f.ProbeEvery(), f.ListEvery())
 		}
 		m := f.Models()[0]
 		b := m.Backends()[0]
@@ -262,9 +262,9 @@ func TestAdaptersListedWithinBound(t *testing.T) {
 		default:
 			t.Fatal("the adapter loaded at runtime was never found")
 		}
-		// Run probes at once, then at every beat: 1 + 19 in 40 s.
-		if probes, listings := hits("/health")-health0, hits("/v1/models")-list0; probes != 20 || listings > 6 {
-			t.Errorf("%d probes and %d listings in 40 s; want 20 probes and at most 6 listings (every 8 s)", probes, listings)
+		// Run probes at once, then at every beat: 1 + 9 in 40 s.
+		if probes, listings := hits("/health")-health0, hits("/v1/models")-list0; probes != 10 || listings > 5 {
+			t.Errorf("%d probes and %d listings in 40 s; want 10 probes and at most 5 listings (every 8 s)", probes, listings)
 		}
 	})
 }

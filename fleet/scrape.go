@@ -167,10 +167,16 @@ func isKept(line []byte) bool {
 	return false
 }
 
-// name is the metric name a sample line starts with.
+// name is the metric name a sample line starts with. A loop rather than
+// bytes.IndexAny, which builds its set of bytes at every call: this runs
+// for every vllm: line of every scrape (a tenth of the scraper's CPU at
+// 512 backends went to IndexAny).
 func name(line []byte) []byte {
-	if i := bytes.IndexAny(line, "{ \t\r\n"); i >= 0 {
-		return line[:i]
+	for i, c := range line {
+		switch c {
+		case '{', ' ', '\t', '\r', '\n':
+			return line[:i]
+		}
 	}
 	return line
 }
