@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -96,9 +97,10 @@ func TestScrapeIntervalGrowsPastBudget(t *testing.T) {
 
 // simFleet starts a simulator on an in-memory network inside a synctest
 // bubble, and a fleet of one model "m" whose one backend is it, warmed up
-// (ready); mutate adjusts the config. Requests to the simulator are
-// counted by path. The returned stop shuts everything down.
-func simFleet(t *testing.T, sc sim.Config, mutate func(*config.Config)) (f *Fleet, s *sim.Server, hits func(path string) int64, stop func()) {
+// (ready); mutate adjusts the config, idle is the server's IdleTimeout (0:
+// none). Requests to the simulator are counted by path, and its accepted
+// connections as "accepted". The returned stop shuts everything down.
+func simFleet(t *testing.T, sc sim.Config, idle time.Duration, mutate func(*config.Config)) (f *Fleet, s *sim.Server, hits func(path string) int64, stop func()) {
 	t.Helper()
 	var mn memnet.Network
 	s = sim.New(sc, zap.NewNop())
@@ -113,7 +115,13 @@ func simFleet(t *testing.T, sc sim.Config, mutate func(*config.Config)) (f *Flee
 		counts[r.URL.Path]++
 		mu.Unlock()
 		s.Handler().ServeHTTP(w, r)
-	})}
+	}), IdleTimeout: idle, ConnState: func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			mu.Lock()
+			counts["accepted"]++
+			mu.Unlock()
+		}
+	}}
 	var wg sync.WaitGroup
 	wg.Go(func() { srv.Serve(ln) })
 	cfg := config.Default()
@@ -156,7 +164,7 @@ func simFleet(t *testing.T, sc sim.Config, mutate func(*config.Config)) (f *Flee
 func TestStretchedScrapesStayFresh(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const interval = 250 * time.Millisecond
-		f, _, hits, stop := simFleet(t, sim.Config{Model: "m", MaxModelLen: 2048, OutputTokens: 2}, func(c *config.Config) {
+		f, _, hits, stop := simFleet(t, sim.Config{Model: "m", MaxModelLen: 2048, OutputTokens: 2}, 0, func(c *config.Config) {
 			c.ScrapeInterval = config.Duration(interval)
 			c.ScrapeBudget = 0.5
 		})
@@ -218,7 +226,7 @@ func TestStretchedScrapesStayFresh(t *testing.T) {
 // probes and 4 listings, where before every probe listed.
 func TestAdaptersListedWithinBound(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f, _, hits, stop := simFleet(t, sim.Config{Model: "m", MaxModelLen: 2048, OutputTokens: 2, RuntimeLoRA: true}, func(c *config.Config) {
+		f, _, hits, stop := simFleet(t, sim.Config{Model: "m", MaxModelLen: 2048, OutputTokens: 2, RuntimeLoRA: true}, 0, func(c *config.Config) {
 			c.Health.Budget = 0.25
 		})
 		defer stop()
@@ -265,6 +273,50 @@ func TestAdaptersListedWithinBound(t *testing.T) {
 		// Run probes at once, then at every beat: 1 + 9 in 40 s.
 		if probes, listings := hits("/health")-health0, hits("/v1/models")-list0; probes != 10 || listings > 5 {
 			t.Errorf("%d probes and %d listings in 40 s; want 10 probes and at most 5 listings (every 8 s)", probes, listings)
+		}
+	})
+}
+
+// TestScrapeConnSendsAgainAfterIdleClose: the scraper's own connection
+// (scrapeConn) to a backend that closes connections idle for 500 ms
+// (uvicorn's keep-alive is 5 s; vLLM's scrape interval can pass it in a
+// large fleet) finds it closed at every scrape, 2 s apart, and sends the
+// request again on a new one: no scrape fails. Without the second try
+// every scrape after the first failed with EOF.
+func TestScrapeConnSendsAgainAfterIdleClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const interval = 250 * time.Millisecond
+		f, _, hits, stop := simFleet(t, sim.Config{Model: "m", MaxModelLen: 2048, OutputTokens: 2}, 500*time.Millisecond, func(c *config.Config) {
+			c.ScrapeBudget = 0.5 // one backend: every 2 s
+		})
+		defer stop()
+		if sc := f.newScrapeConn(f.Models()[0].Backends()[0]); sc == nil {
+			t.Fatal("an http:// backend behind the fleet's transport is not scraped over its own connection")
+		}
+		var ok, failed atomic.Int64
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() {
+			f.RunScraper(ctx, interval, func(_ *Model, _ *Backend, _ Gauges, err error) {
+				if err != nil {
+					failed.Add(1)
+					t.Errorf("scrape: %v", err)
+					return
+				}
+				ok.Add(1)
+			})
+			close(done)
+		}()
+		before := hits("accepted")
+		time.Sleep(8*time.Second + time.Millisecond)
+		synctest.Wait()
+		cancel()
+		<-done
+		if ok.Load() != 4 || failed.Load() != 0 {
+			t.Errorf("%d scrapes, %d failed in 8 s; want 4 (every 2 s), none failed", ok.Load(), failed.Load())
+		}
+		if got := hits("accepted") - before; got != 4 {
+			t.Errorf("%d connections for 4 scrapes; want a new one each (the backend closes them idle)", got)
 		}
 	})
 }

@@ -15,7 +15,8 @@
 // tokenizer probe); warmup.go the warm-up generation; adapters.go the
 // LoRA adapter listings; client.go the prober's requests to a backend
 // and the fleet's transport (NewTransport); beat.go the fleet-wide clock
-// the probers and scrapers wait on; scrape.go the /metrics scraper; events.go the KV-event subscriptions
+// the probers and scrapers wait on; scrape.go the /metrics scraper and
+// scrapeconn.go its own connection to each plain-http backend; events.go the KV-event subscriptions
 // (RunEvents: for a model with routing: precise, one kvevents.Subscriber
 // per data-parallel rank of each backend with kv_events, into the model's
 // prefixindex.Index, started and stopped with the backend and restarted

@@ -65,6 +65,12 @@ func (f *Fleet) Scrape(ctx context.Context, b *Backend) (Gauges, error) {
 		io.Copy(io.Discard, io.LimitReader(res.Body, 4096))
 		return Gauges{}, &ScrapeError{Answered: true, Err: fmt.Errorf("/metrics answered %d", res.StatusCode)}
 	}
+	return f.parseBody(res.Body, b)
+}
+
+// parseBody reads a 200 answer's page of b's gauges (Scrape's and
+// scrapeConn's), stamped with the time it was read.
+func (f *Fleet) parseBody(body io.Reader, b *Backend) (Gauges, error) {
 	// The line buffer is kept for the next scrape: with hundreds of
 	// backends scraped four times a second, a fresh 32 KB each was most
 	// of the scraper's garbage.
@@ -72,7 +78,7 @@ func (f *Fleet) Scrape(ctx context.Context, b *Backend) (Gauges, error) {
 	if br == nil {
 		br = bufio.NewReaderSize(nil, maxLine)
 	}
-	g, err := parseMetricsBuf(br, res.Body, b.Served, MaxMetricsBytes)
+	g, err := parseMetricsBuf(br, body, b.Served, MaxMetricsBytes)
 	br.Reset(nil)
 	f.lineBufs.Put(br)
 	if err != nil {
@@ -315,6 +321,10 @@ func (f *Fleet) RunScraper(ctx context.Context, interval time.Duration, fn func(
 	every := func() time.Duration { return f.ScrapeEvery(interval) }
 	wg.Go(func() { bt.run(bctx, every) })
 	f.each(ctx, func(ctx context.Context, m *Model, b *Backend) {
+		sc := f.newScrapeConn(b)
+		if sc != nil {
+			defer sc.close()
+		}
 		for {
 			select {
 			case <-ctx.Done():
@@ -326,9 +336,15 @@ func (f *Fleet) RunScraper(ctx context.Context, interval time.Duration, fn func(
 				continue
 			}
 			iv := every()
-			sctx, cancel := context.WithTimeout(ctx, max(iv, time.Second))
-			g, err := f.Scrape(sctx, b)
-			cancel()
+			var g Gauges
+			var err error
+			if sc != nil {
+				g, err = f.scrapeConn(ctx, sc, b, max(iv, time.Second))
+			} else {
+				sctx, cancel := context.WithTimeout(ctx, max(iv, time.Second))
+				g, err = f.Scrape(sctx, b)
+				cancel()
+			}
 			if ctx.Err() != nil {
 				return
 			}

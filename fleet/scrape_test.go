@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -327,4 +328,61 @@ func TestScrapesOfARoundStartTogether(t *testing.T) {
 			t.Errorf("scrapes by instant %v; want %v: every backend's at each beat", at, want)
 		}
 	})
+}
+
+// BenchmarkScrapeClient: one scrape of a simulator's /metrics over
+// loopback, through the fleet's net/http client (Scrape) and over the
+// scraper's own connection (scrapeConn), server included; cpu-us/op is
+// the process's CPU time (user and system) a scrape.
+func BenchmarkScrapeClient(b *testing.B) {
+	s := sim.New(sim.Config{Model: "m", MaxModelLen: 2048, OutputTokens: 2}, zap.NewNop())
+	defer s.Close()
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	cfg := config.Default()
+	cfg.Models = []config.ModelConfig{{Name: "m", Backends: []config.BackendConfig{{URL: srv.URL}}}}
+	if err := cfg.Validate(); err != nil {
+		b.Fatal(err)
+	}
+	tr := NewTransport(5 * time.Second)
+	defer tr.CloseIdleConnections()
+	f, err := New(cfg.Fleet(), &http.Client{Transport: tr}, zap.NewNop(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	be := f.Models()[0].Backends()[0]
+	b.Run("net-http", func(b *testing.B) {
+		b.ReportAllocs()
+		defer reportCPU(b)()
+		for b.Loop() {
+			ctx, cancel := context.WithTimeout(b.Context(), time.Second)
+			if _, err := f.Scrape(ctx, be); err != nil {
+				b.Fatal(err)
+			}
+			cancel()
+		}
+	})
+	b.Run("conn", func(b *testing.B) {
+		b.ReportAllocs()
+		sc := f.newScrapeConn(be)
+		defer sc.close()
+		defer reportCPU(b)()
+		for b.Loop() {
+			if _, err := f.scrapeConn(b.Context(), sc, be, time.Second); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// reportCPU reports the process's CPU time per iteration from its call to
+// the call of the function it returns.
+func reportCPU(b *testing.B) func() {
+	cpu := func() time.Duration {
+		var ru syscall.Rusage
+		syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	start := cpu()
+	return func() { b.ReportMetric(float64((cpu()-start).Microseconds())/float64(b.N), "cpu-us/op") }
 }
