@@ -96,34 +96,42 @@
 //
 // 512 backends at the configured intervals would be 512 /health probes,
 // 512 adapter listings and 2,048 /metrics scrapes a second (3,072
-// requests, about 70 us of CPU each: a fifth of a core). Each kind is
-// bounded for the whole fleet instead (budget.go): past a budget, every
-// backend is asked every n / budget (n the fleet's backends, draining ones
-// aside), read again at every beat, so the fleet's requests a second stay
-// at the budget as it grows. Defaults (auto): scrapes 64 backends every
-// scrape_interval (256 a second; 512 backends every 2 s, stale after 8 s),
-// probes 128 backends every health.interval (128 a second; 512 every 4 s),
-// adapter listings half the probes' (64 a second; 512 every 8 s): 448
-// requests a second at 512 backends. Fleets up to 64 backends are probed,
-// listed and scraped as before (probes alone up to 128). The probes stretch too because
-// no budget for scrapes alone reaches 5% of a core at 512 backends with
-// 512 probes a second; a dead backend between two probes is found by its
+// requests, about 70 us of CPU each: a fifth of a core). The requests
+// cannot be dropped one by one: /health is vLLM's engine check (/metrics
+// answers while the engine is dead), the listing finds adapters loaded at
+// runtime, and /metrics is asked for whole (vLLM ignores
+// prometheus_client's name[] filter: its Instrumentator route shadows the
+// ASGI app that would honour it, vllm-project/vllm#53140; the simulator
+// ignores it too). So each kind is bounded for the whole fleet
+// (budget.go): past a budget, every backend is asked every n / budget (n
+// the fleet's backends, draining ones aside), read again at every beat,
+// so the fleet's requests a second stay at the budget as it grows.
+// Defaults (auto): scrapes 64 backends every scrape_interval (256 a
+// second; 512 backends every 2 s, stale after 8 s), probes 128 backends
+// every health.interval (128 a second; 512 every 4 s), adapter listings
+// half the probes' (64 a second; 512 every 8 s): 448 requests a second at
+// 512 backends. Fleets up to 64 backends are probed, listed and scraped
+// as before (probed as before up to 128). The probes stretch too: with
+// 512 probes and 512 listings a second no scrape budget reaches 5% of a
+// core at 512 backends; a dead backend between two probes is found by its
 // failing requests (connection failures count toward
-// unhealthy_threshold; 5xx eject it, admission/pool_eject.go). What keeps
-// each request cheap: every backend's probes (and scrapes) of a round start at one
-// fleet-wide beat (beat.go), so the idle process wakes once a round, not
-// once a backend (an idle process pays more for a wake-up than for the
-// request: spreading the scrapes over the interval doubled the CPU);
-// the fleet's own transport (NewTransport) keeps two idle connections a
-// backend with no cap in all, so no round dials again; answers are read
-// to their end so their connection is kept; a scrape's line buffer is
-// kept for the next. The requests are not fewer: /health is vLLM's
-// engine check (/metrics answers while the engine is dead), and /metrics
-// is asked for whole. vLLM's /metrics ignores prometheus_client's name[]
-// filter (its Instrumentator route shadows the ASGI app that would honour
-// it: vllm-project/vllm#53140, fix proposed in #53160), so a filter would
-// not shrink the page; the simulator, like vLLM, ignores it too. Figures:
-// docs/performance.md.
+// unhealthy_threshold; 5xx eject it, admission/pool_eject.go).
+//
+// What keeps each request cheap: every backend's probes (and scrapes) of
+// a round start at one fleet-wide beat (beat.go), so the idle process
+// wakes once a round, not once a backend (an idle process pays more for
+// a wake-up than for the request: spreading the scrapes over the interval
+// doubled the CPU); the fleet's own transport (NewTransport) keeps two
+// idle connections a backend with no cap in all, so no round dials again,
+// and reads through 16 KiB; answers are read to their end so their
+// connection is kept; a scrape's line buffer is kept for the next. The
+// scraper reads a plain-http backend's /metrics over its own kept
+// connection (scrapeconn.go): the request written and the answer read on
+// its goroutine under the connection's deadline, without net/http's read
+// and write loops and their hand-offs, a context timer and the
+// transport's pool (a fifth less CPU a scrape, server included); the
+// request is sent again once on a new connection when the backend closed
+// the idle one. Figures: docs/performance.md.
 //
 // # Concurrency
 //
