@@ -386,3 +386,34 @@ func reportCPU(b *testing.B) func() {
 	start := cpu()
 	return func() { b.ReportMetric(float64((cpu()-start).Microseconds())/float64(b.N), "cpu-us/op") }
 }
+
+// TestScrapeConnRequest: the scraper's own connection dials the URL's
+// port (80 when it names none) and sends what the fleet's client sends:
+// GET /metrics, the Host, the probe's User-Agent
+// and X-Maitred-Probe, and the backend's key.
+func TestScrapeConnRequest(t *testing.T) {
+	t.Setenv("SCRAPE_KEY", "sk-backend")
+	cfg := config.Default()
+	cfg.Models = []config.ModelConfig{{Name: "m", Backends: []config.BackendConfig{{URL: "http://vllm"}, {URL: "https://vllm:8443"}, {URL: "http://10.0.0.1:8000", APIKeyEnv: "SCRAPE_KEY"}}}}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := New(cfg.Fleet(), &http.Client{Transport: NewTransport(time.Second)}, zap.NewNop(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs := f.Models()[0].Backends()
+	sc := f.newScrapeConn(bs[0])
+	if sc == nil || sc.addr != "vllm:80" {
+		t.Fatalf("http://vllm: %+v", sc)
+	}
+	if want := "GET /metrics HTTP/1.1\r\nHost: vllm\r\nUser-Agent: maitred-probe\r\nX-Maitred-Probe: metrics\r\n\r\n"; string(sc.req) != want {
+		t.Errorf("request %q\nwant %q", sc.req, want)
+	}
+	if sc := f.newScrapeConn(bs[1]); sc != nil {
+		t.Error("an https backend is scraped over a plain connection; want the fleet's client")
+	}
+	if sc := f.newScrapeConn(bs[2]); sc == nil || sc.addr != "10.0.0.1:8000" || !strings.Contains(string(sc.req), "\r\nAuthorization: Bearer sk-backend\r\n") {
+		t.Errorf("keyed backend: %+v", sc)
+	}
+}

@@ -23,6 +23,7 @@ import (
 // scraped through the fleet's client (Scrape).
 type scrapeConn struct {
 	dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	addr string // host:port (port 80 when the URL names none)
 	conn net.Conn
 	br   *bufio.Reader
 	req  []byte // the whole request, built once
@@ -48,7 +49,11 @@ func (f *Fleet) newScrapeConn(b *Backend) *scrapeConn {
 		fmt.Fprintf(&req, "Authorization: Bearer %s\r\n", b.Key)
 	}
 	req.WriteString("\r\n")
-	return &scrapeConn{dial: dial, req: []byte(req.String())}
+	addr := b.URL.Host
+	if b.URL.Port() == "" {
+		addr = net.JoinHostPort(b.URL.Hostname(), "80")
+	}
+	return &scrapeConn{dial: dial, addr: addr, req: []byte(req.String())}
 }
 
 // close drops the connection (the next scrape dials again).
@@ -70,7 +75,7 @@ func (f *Fleet) scrapeConn(ctx context.Context, c *scrapeConn, b *Backend, timeo
 		reused := c.conn != nil
 		if !reused {
 			dctx, cancel := context.WithDeadline(ctx, deadline)
-			conn, err := c.dial(dctx, "tcp", b.URL.Host)
+			conn, err := c.dial(dctx, "tcp", c.addr)
 			cancel()
 			if err != nil {
 				return Gauges{}, &ScrapeError{Err: errors.New("/metrics: " + describeDialError(err))}
