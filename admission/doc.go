@@ -147,7 +147,11 @@
 // not be read (an error status, not vLLM's page), or they have failed for
 // GaugesUnavailableAfter whatever the error: unavailable gauges are not
 // checked, and the backend is admitted on its in-flight and token-budget
-// limits alone, rather than held back for ever.
+// limits alone, rather than held back for ever. StaleAfter and
+// GaugesUnavailableAfter are set for PoolConfig.ScrapeInterval; a backend
+// scraped less often (a large fleet past its scrape budget: Gauges.Every)
+// has both grown by the same factor, so gauges read on the longer
+// interval are not stale between their scrapes.
 //
 // Replicas of the gateway share each backend's limits through a Shared
 // account (shared.go; package store keeps it in Redis or Valkey). The

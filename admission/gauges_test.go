@@ -82,3 +82,37 @@ func TestPoolGaugesStates(t *testing.T) {
 		}
 	})
 }
+
+// TestStretchedScrapeLimits: gauges read on an interval 4x
+// ScrapeInterval (a large fleet's, past its scrape budget) turn stale
+// after 4x StaleAfter and unavailable after 4x GaugesUnavailableAfter of
+// failures, not after the limits set for ScrapeInterval.
+func TestStretchedScrapeLimits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testPool(one(0, 0), func(c *PoolConfig) {
+			c.SaturatedWaiting, c.StaleAfter, c.GaugesUnavailableAfter = 4, time.Second, 10*time.Second
+			c.ScrapeInterval = 250 * time.Millisecond
+		})
+		state := func() GaugesState { return p.Stats().Slots[0].GaugesState }
+		p.SetGauges("b0", Gauges{At: time.Now(), Every: time.Second})
+		time.Sleep(4*time.Second - time.Millisecond)
+		if st := state(); st != GaugesFresh {
+			t.Fatalf("3.999 s after a scrape read every 1 s: %s, want fresh (stale after 4 s)", st)
+		}
+		time.Sleep(2 * time.Millisecond)
+		if st := state(); st != GaugesStale {
+			t.Fatalf("4.001 s after: %s, want stale", st)
+		}
+		for range 39 {
+			p.ScrapeFailed("b0", false, "timed out")
+			time.Sleep(time.Second)
+		}
+		if st := state(); st != GaugesStale {
+			t.Fatalf("failing for 39 s: %s, want stale (unavailable after 40 s)", st)
+		}
+		time.Sleep(time.Second)
+		if st := state(); st != GaugesUnavailable {
+			t.Fatalf("failing for 40 s: %s, want unavailable", st)
+		}
+	})
+}

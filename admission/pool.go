@@ -22,6 +22,10 @@ type PoolConfig struct {
 	// scrape missed under load must not let a burst through on old
 	// numbers), unless they are unavailable.
 	StaleAfter time.Duration
+	// ScrapeInterval is the interval StaleAfter and GaugesUnavailableAfter
+	// were set for: a backend scraped less often (Gauges.Every) has them
+	// grown in proportion. 0: they stay as set.
+	ScrapeInterval time.Duration
 	// GaugesUnavailableAfter: scrapes failing for this long, whatever the
 	// error, make a backend's gauges unavailable (0: only by
 	// UnreadableScrapes answers in a row, or when none ever succeeded).

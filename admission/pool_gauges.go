@@ -41,6 +41,11 @@ type Gauges struct {
 	// KVCapacity is num_gpu_blocks x block_size from cache_config_info.
 	KVCapacity int
 	At         time.Time
+	// Every is the interval the backend is being scraped at, when longer
+	// than PoolConfig.ScrapeInterval (a large fleet's, past its scrape
+	// budget): StaleAfter and GaugesUnavailableAfter grow by the same
+	// factor for this backend. 0: ScrapeInterval.
+	Every time.Duration
 }
 
 // gaugesLocked is the slot's gauges state:
@@ -54,7 +59,7 @@ type Gauges struct {
 func (p *Pool) gaugesLocked(s *Slot, now time.Time) GaugesState {
 	switch {
 	case s.scrapeFails > 0 && (!s.scraped || s.unreadable >= UnreadableScrapes ||
-		(p.cfg.GaugesUnavailableAfter > 0 && now.Sub(s.failingSince) >= p.cfg.GaugesUnavailableAfter)):
+		(p.cfg.GaugesUnavailableAfter > 0 && now.Sub(s.failingSince) >= p.stretched(s, p.cfg.GaugesUnavailableAfter))):
 		return GaugesUnavailable
 	case !s.scraped:
 		return GaugesUnknown
@@ -76,7 +81,16 @@ func (p *Pool) noteGaugesLocked(s *Slot, now time.Time, reason string) {
 
 // staleLocked: the slot's gauges are too old to trust (see eligibleLocked).
 func (p *Pool) staleLocked(s *Slot, now time.Time) bool {
-	return s.scraped && p.cfg.StaleAfter > 0 && now.Sub(s.gauges.At) > p.cfg.StaleAfter
+	return s.scraped && p.cfg.StaleAfter > 0 && now.Sub(s.gauges.At) > p.stretched(s, p.cfg.StaleAfter)
+}
+
+// stretched is d (a limit set for ScrapeInterval) grown as s's scrape
+// interval was, per its last gauges' Every.
+func (p *Pool) stretched(s *Slot, d time.Duration) time.Duration {
+	if every, base := s.gauges.Every, p.cfg.ScrapeInterval; base > 0 && every > base {
+		return time.Duration(float64(d) * (float64(every) / float64(base)))
+	}
+	return d
 }
 
 // SetGauges records a backend's scraped gauges and grants the waiting

@@ -18,7 +18,24 @@ import (
 // backendsBaseline is a maitred binary measured beside the built one at
 // each point of the backends dimension (its idle CPU, on the same
 // simulators, right after): before and after a change in one run.
-var backendsBaseline = flag.String("backends-baseline", "", "scale: a maitred binary (e.g. built from an earlier commit) whose idle CPU the backends dimension measures beside the built one's at each point, on the same simulators")
+var backendsBaseline = flag.String("backends-baseline", "", "scale: a maitred binary, or a git revision (say HEAD~3) whose maitred is built, whose idle CPU the backends dimension measures beside the built one's at each point, on the same simulators")
+
+// backendsBaselineBinary is -backends-baseline's binary: the file it
+// names, or else maitred built at the revision it names ("" without it).
+func backendsBaselineBinary(e *scaleEnv) (string, error) {
+	v := *backendsBaseline
+	if v == "" {
+		return "", nil
+	}
+	if st, err := os.Stat(v); err == nil && st.Mode().IsRegular() {
+		return v, nil
+	}
+	bin, err := buildRevision(e.dir, v)
+	if err != nil {
+		return "", fmt.Errorf("-backends-baseline: %w", err)
+	}
+	return bin, nil
+}
 
 // scaleBackendsRun is the backends dimension: for each n, n simulated
 // backends (one simulator served on n loopback ports in this process)
@@ -29,7 +46,7 @@ var backendsBaseline = flag.String("backends-baseline", "", "scale: a maitred bi
 // core over -scale-idle, its RSS, and RSS per backend above the first
 // point.
 func scaleBackendsRun(e *scaleEnv, ns []int, idle time.Duration) (*curve, error) {
-	c := &curve{dim: "backends per model (built maitred; n simulators on n ports of this process; probes every 1s, scrapes every 250ms: the defaults)",
+	c := &curve{dim: "backends per model (built maitred; n simulators on n ports of this process; the default intervals and budgets: probes every 1s up to 128 backends, scrapes every 250ms up to 64, adapter listings every probe up to 64, each past that at its budget: 128 probes, 256 scrapes, 64 listings a second)",
 		note:  "target: pick <= 2 us per request at 512 backends; probes and scrapes of 512 backends <= 5% of one core. pick: in-process admission.Pool Acquire+Release",
 		xName: "backends", cols: []string{"pick us", "direct p50 us", "maitred +p50 us", "queue p50 us", "idle CPU %", "baseline CPU %", "RSS MiB", "KiB/backend"},
 		charts: []chartSpec{
@@ -37,10 +54,14 @@ func scaleBackendsRun(e *scaleEnv, ns []int, idle time.Duration) (*curve, error)
 			{file: "backends-cpu.svg", title: "maitred's idle CPU (probes and scrapes) by backends, and -backends-baseline's", yLabel: "% of one core", cols: []string{"idle CPU %", "baseline CPU %"}},
 			{file: "backends-latency.svg", title: "direct p50 and maitred's added p50 by backends", yLabel: "us", cols: []string{"direct p50 us", "maitred +p50 us"}},
 		}}
+	baseline, err := backendsBaselineBinary(e)
+	if err != nil {
+		return nil, err
+	}
 	picks := pickLine(ns)
 	baseRSS, baseN := math.NaN(), 0
 	for _, n := range ns {
-		r, err := backendsPoint(e, n, idle)
+		r, err := backendsPoint(e, n, idle, baseline)
 		if err != nil {
 			return nil, fmt.Errorf("%d backends: %w", n, err)
 		}
@@ -59,7 +80,7 @@ type backendsFigures struct {
 	directP50, addedP50, queueP50, cpuPct, baselinePct, rss float64
 }
 
-func backendsPoint(e *scaleEnv, n int, idle time.Duration) (backendsFigures, error) {
+func backendsPoint(e *scaleEnv, n int, idle time.Duration, baseline string) (backendsFigures, error) {
 	var f backendsFigures
 	backend := sim.New(sim.Config{Model: "demo", MaxModelLen: 4096, OutputTokens: 8, MaxNumSeqs: 1 << 20, KVTokens: 1 << 30}, zap.NewNop())
 	var urls []string
@@ -101,9 +122,9 @@ func backendsPoint(e *scaleEnv, n int, idle time.Duration) (backendsFigures, err
 	}
 	fmt.Fprintf(os.Stderr, "  %d backends: idle CPU %.2f%%, RSS %.1f MiB\n", n, f.cpuPct, f.rss/(1<<20))
 	f.baselinePct = math.NaN()
-	if *backendsBaseline != "" {
+	if baseline != "" {
 		gw.stop()
-		base, err := startMaitred(*backendsBaseline, dir, cfg.String(), "")
+		base, err := startMaitred(baseline, dir, cfg.String(), "")
 		if err != nil {
 			return f, fmt.Errorf("baseline: %w", err)
 		}

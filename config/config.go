@@ -94,6 +94,12 @@ type Config struct {
 	// are unavailable and not checked: the backend is then admitted on its
 	// max_in_flight and token budget alone.
 	ScrapeInterval Duration `yaml:"scrape_interval" reload:"restart"`
+	// ScrapeBudget bounds the whole fleet's /metrics scrapes a second:
+	// past it, every backend's scrape interval grows to n / budget (n the
+	// fleet's backends), and the staleness limits above grow with it.
+	// auto: 64 backends at scrape_interval (256 a second at 250ms), so a
+	// fleet of up to 64 backends is scraped every scrape_interval.
+	ScrapeBudget Budget `yaml:"scrape_budget" reload:"restart"`
 	// SaturatedWaiting and SaturatedKVUsage: a backend whose scraped
 	// waiting queue or KV usage reaches these gets no new requests (they
 	// queue in the gateway) until it recovers. 0 disables either check.
@@ -325,6 +331,7 @@ func (c *Config) validateTimeouts(p *problems) {
 	p.positive("stream_idle_timeout", c.StreamIdleTimeout)
 	p.positive("drain_timeout", c.DrainTimeout)
 	p.positive("scrape_interval", c.ScrapeInterval)
+	c.ScrapeBudget.validate(p, "scrape_budget")
 	p.positive("eject_for", c.EjectFor)
 	p.positive("triage_window", c.TriageWindow)
 	p.positive("backend_dial_timeout", c.BackendDialTimeout)

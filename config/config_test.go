@@ -9,13 +9,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 )
 
 func TestLoadGoodConfigs(t *testing.T) {
 	t.Setenv("MAITRED_BATCH_KEY", "sk-batch")
 	t.Setenv("VLLM_KEY", "secret")
 	t.Setenv("MAITRED_STORE_PASSWORD", "secret")
-	for _, name := range []string{"maitred.yaml", "minimal.yaml", "auth.yaml", "replicas.yaml", "fairness.yaml", "precise.yaml"} {
+	for _, name := range []string{"maitred.yaml", "minimal.yaml", "auth.yaml", "replicas.yaml", "fairness.yaml", "precise.yaml", "large-fleet.yaml"} {
 		t.Run(name, func(t *testing.T) {
 			cfg, err := Load(filepath.Join("..", "configs", name))
 			if err != nil {
@@ -82,6 +84,46 @@ func TestPreciseRoutingConfig(t *testing.T) {
 	}
 	if min.Models[0].Routing != RoutingDefault || min.Models[0].Backends[0].KVEvents.Set() {
 		t.Fatalf("minimal: %+v", min.Models[0])
+	}
+}
+
+// TestFleetBudgets: configs/large-fleet.yaml's budgets decode as numbers
+// a second and stretch 512 backends' intervals as its comments say;
+// absent, they are auto, which leaves 64 backends' scrapes and 256
+// backends' probes at their intervals.
+func TestFleetBudgets(t *testing.T) {
+	cfg, err := Load("../configs/large-fleet.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ScrapeBudget != 128 || cfg.Health.Budget != 200 || cfg.Fleet().ScrapeBudget != 128 {
+		t.Fatalf("scrape_budget %v, health.budget %v", cfg.ScrapeBudget, cfg.Health.Budget)
+	}
+	scrapes := cfg.ScrapeBudget.PerSecond(64, cfg.ScrapeInterval.D())
+	if got := Stretch(cfg.ScrapeInterval.D(), 512, scrapes); got != 4*time.Second {
+		t.Errorf("512 backends scraped every %v, want 4s", got)
+	}
+	if got := Stretch(cfg.ScrapeInterval.D(), 32, scrapes); got != 250*time.Millisecond {
+		t.Errorf("32 backends scraped every %v, want 250ms", got)
+	}
+	if got := Stretch(cfg.Health.Interval.D(), 512, cfg.Health.Budget.PerSecond(256, time.Second)); got != 2560*time.Millisecond {
+		t.Errorf("512 backends probed every %v, want 2.56s", got)
+	}
+	min, err := Load("../configs/minimal.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !min.ScrapeBudget.Auto() || !min.Health.Budget.Auto() {
+		t.Fatalf("absent budgets are not auto: %v, %v", min.ScrapeBudget, min.Health.Budget)
+	}
+	auto := min.ScrapeBudget.PerSecond(64, min.ScrapeInterval.D())
+	for n, want := range map[int]time.Duration{1: 250 * time.Millisecond, 64: 250 * time.Millisecond, 65: 253906250, 512: 2 * time.Second} {
+		if got := Stretch(min.ScrapeInterval.D(), n, auto); got != want {
+			t.Errorf("auto: %d backends scraped every %v, want %v", n, got, want)
+		}
+	}
+	if out, err := yaml.Marshal(min.Health); err != nil || !strings.Contains(string(out), "budget: auto") {
+		t.Errorf("health marshals as %s (%v)", out, err)
 	}
 }
 

@@ -11,9 +11,11 @@ type FleetConfig struct {
 	Health       HealthConfig
 	Resolver     string
 	DrainTimeout Duration
+	// ScrapeBudget is scrape_budget (RunScraper's fleet-wide bound).
+	ScrapeBudget Budget
 }
 
 // Fleet returns the fleet's section of c.
 func (c *Config) Fleet() FleetConfig {
-	return FleetConfig{Models: c.Models, Health: c.Health, Resolver: c.Resolver, DrainTimeout: c.DrainTimeout}
+	return FleetConfig{Models: c.Models, Health: c.Health, Resolver: c.Resolver, DrainTimeout: c.DrainTimeout, ScrapeBudget: c.ScrapeBudget}
 }

@@ -11,6 +11,7 @@ import (
 func TestFleetSectionCopiesConfig(t *testing.T) {
 	cfg := restartSample(t)
 	cfg.Resolver = "10.0.0.53:53"
+	cfg.ScrapeBudget = 300
 	got := reflect.ValueOf(cfg.Fleet())
 	src := reflect.ValueOf(cfg)
 	for i := range got.NumField() {

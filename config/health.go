@@ -22,6 +22,11 @@ type HealthConfig struct {
 	// generation) is tried again after one interval, then twice that, and
 	// so on up to this; success, or the backend restarting, resets it.
 	WarmupBackoffMax Duration `yaml:"warmup_backoff_max"`
+	// Budget bounds the whole fleet's health probes a second: past it,
+	// every backend's probe interval grows to n / budget (n the fleet's
+	// backends); a ready backend's adapter listing takes half of it.
+	// auto: 128 backends at interval (128 a second at 1s).
+	Budget Budget `yaml:"budget"`
 }
 
 // validate checks the health section (health.*).
@@ -30,6 +35,7 @@ func (h *HealthConfig) validate(p *problems) {
 	p.positive("health.interval", h.Interval)
 	p.positive("health.timeout", h.Timeout)
 	p.positive("health.warmup_backoff_max", h.WarmupBackoffMax)
+	h.Budget.validate(p, "health.budget")
 	if h.UnhealthyThreshold < 1 {
 		p.add("health.unhealthy_threshold", "must be at least 1, got %d", h.UnhealthyThreshold)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
 )
@@ -21,10 +22,11 @@ func adaptersOf(served map[string]modelCard) []Adapter {
 	return out
 }
 
-// refreshAdapters lists b's models again and records its adapters. A
-// listing that fails keeps the last known adapters: the health probe, not
-// this, decides whether b is up.
-func (f *Fleet) refreshAdapters(ctx context.Context, m *Model, b *Backend) {
+// refreshAdapters lists b's models again (a listing begun at now) and
+// records its adapters. A listing that fails keeps the last known
+// adapters, and is tried again when the next is due: the health probe,
+// not this, decides whether b is up.
+func (f *Fleet) refreshAdapters(ctx context.Context, m *Model, b *Backend, now time.Time) {
 	pctx, cancel := context.WithTimeout(ctx, f.health.Timeout.D())
 	defer cancel()
 	served, err := f.listModels(pctx, b)
@@ -32,15 +34,20 @@ func (f *Fleet) refreshAdapters(ctx context.Context, m *Model, b *Backend) {
 		if ctx.Err() == nil {
 			f.log.Debug("listing adapters failed", zap.String("model", m.Name), zap.String("backend", b.URL.String()), zap.Error(err))
 		}
+		b.mu.Lock()
+		b.listedAt = now
+		b.mu.Unlock()
 		return
 	}
-	f.setAdapters(m, b, adaptersOf(served))
+	f.setAdapters(m, b, adaptersOf(served), now)
 }
 
-// setAdapters records b's adapters and tells the watchers when they
-// changed. Only b's prober calls it, so changes are reported in order.
-func (f *Fleet) setAdapters(m *Model, b *Backend, list []Adapter) {
+// setAdapters records b's adapters, from a listing begun at listed, and
+// tells the watchers when they changed. Only b's prober calls it, so
+// changes are reported in order.
+func (f *Fleet) setAdapters(m *Model, b *Backend, list []Adapter, listed time.Time) {
 	b.mu.Lock()
+	b.listedAt = listed
 	same := slices.Equal(b.adapters, list)
 	if !same {
 		b.adapters = list

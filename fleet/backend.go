@@ -60,6 +60,8 @@ type Backend struct {
 	// whole by its prober, never changed in place, so a reader may keep
 	// the slice it got.
 	adapters []Adapter
+	// listedAt is when the prober last listed the adapters (ListEvery).
+	listedAt time.Time
 	// refresh asks the prober to list the adapters again now (buffered 1:
 	// asks made before it gets to it are one).
 	refresh chan struct{}

@@ -31,9 +31,11 @@ func (b *beat) next() <-chan struct{} {
 	return b.ch
 }
 
-// run beats every interval until ctx is done.
-func (b *beat) run(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
+// run beats every interval() until ctx is done. The interval is read
+// again after each beat: it grows and shrinks with the fleet (budget.go),
+// and a change takes effect from the beat after the next.
+func (b *beat) run(ctx context.Context, interval func() time.Duration) {
+	t := time.NewTimer(interval())
 	defer t.Stop()
 	for {
 		select {
@@ -45,5 +47,6 @@ func (b *beat) run(ctx context.Context, interval time.Duration) {
 		close(b.ch)
 		b.ch = make(chan struct{})
 		b.mu.Unlock()
+		t.Reset(interval())
 	}
 }

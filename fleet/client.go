@@ -31,6 +31,7 @@ func NewTransport(dialTimeout time.Duration) *http.Transport {
 		MaxIdleConnsPerHost: 2,
 		IdleConnTimeout:     90 * time.Second,
 		DisableCompression:  true,
+		ReadBufferSize:      16 << 10,
 	}
 }
 

@@ -10,11 +10,13 @@
 // goroutines); state.go the backend states and the reasons for them;
 // backend.go a Backend and its snapshot (BackendStatus); model.go a Model
 // and how a backend is picked; members.go and discovery.go membership
-// (below); probe.go the state machine's step (health, warm-up checks,
+// (below); budget.go the fleet-wide budgets that stretch the probe,
+// listing and scrape intervals of a large fleet (below); probe.go the state machine's step (health, warm-up checks,
 // tokenizer probe); warmup.go the warm-up generation; adapters.go the
 // LoRA adapter listings; client.go the prober's requests to a backend
 // and the fleet's transport (NewTransport); beat.go the fleet-wide clock
-// the probers and scrapers wait on; scrape.go the /metrics scraper; events.go the KV-event subscriptions
+// the probers and scrapers wait on; scrape.go the /metrics scraper and
+// scrapeconn.go its own connection to each plain-http backend; events.go the KV-event subscriptions
 // (RunEvents: for a model with routing: precise, one kvevents.Subscriber
 // per data-parallel rank of each backend with kv_events, into the model's
 // prefixindex.Index, started and stopped with the backend and restarted
@@ -44,8 +46,8 @@
 //
 // Each configured model has one or more backends (vLLM servers). A prober
 // goroutine per backend moves it through a state machine every
-// health.interval (the probes of a round all start at one fleet-wide
-// beat, below):
+// health.interval (ProbeEvery: longer past health.budget, below; the
+// probes of a round all start at one fleet-wide beat):
 //
 //	loading   /health does not answer 200 (vLLM refuses connections while it loads)
 //	warming   /health 200; then /v1/models must list the model with a
@@ -72,15 +74,17 @@
 // A backend's LoRA adapters are the cards of its /v1/models listing that
 // name a parent (vLLM lists each loaded adapter so, root its path). They
 // are learned at warm-up and listed again after every health probe of a
-// ready backend (every health.interval), so that adapters loaded or
-// unloaded at runtime (/v1/load_lora_adapter) appear and disappear
-// without a restart; Backend.RefreshAdapters asks for a listing at once
+// ready backend (every health.interval; past half of health.budget,
+// after the probe due ListEvery since the last listing), so that adapters
+// loaded or unloaded at runtime (/v1/load_lora_adapter) appear and
+// disappear without a restart, within ListEvery and half a probe interval; Backend.RefreshAdapters asks for a listing at once
 // (the gateway does when a backend answers 404 for an adapter it was
 // thought to have). A failed listing keeps the last known adapters.
 // OnAdapters hears every change.
 //
 // A scraper reads each ready backend's /metrics every scrape_interval
-// (vllm:num_requests_waiting, running, kv_cache_usage_perc,
+// (ScrapeEvery: longer past scrape_budget; each Gauges carries the
+// interval it was read at, Every, which the pools' staleness follows) (vllm:num_requests_waiting, running, kv_cache_usage_perc,
 // num_preemptions_total, cache_config_info, generation_tokens_total) for the admission pools and
 // triage. It streams the page line by line and parses only those families'
 // samples, up to MaxMetricsBytes; a failed scrape is a *ScrapeError that
@@ -90,22 +94,44 @@
 //
 // # Cost at scale
 //
-// 512 backends at the default intervals are 512 /health probes, 512
-// adapter listings and 2,048 /metrics scrapes a second. What keeps them
-// cheap: every backend's probes (and scrapes) of a round start at one
-// fleet-wide beat (beat.go), so the idle process wakes once a round, not
-// once a backend (an idle process pays more for a wake-up than for the
-// request: spreading the scrapes over the interval doubled the CPU);
-// the fleet's own transport (NewTransport) keeps two idle connections a
-// backend with no cap in all, so no round dials again; answers are read
-// to their end so their connection is kept; a scrape's line buffer is
-// kept for the next. The requests are not fewer: /health is vLLM's
-// engine check (/metrics answers while the engine is dead), and /metrics
-// is asked for whole. vLLM's /metrics ignores prometheus_client's name[]
-// filter (its Instrumentator route shadows the ASGI app that would honour
-// it: vllm-project/vllm#53140, fix proposed in #53160), so a filter would
-// not shrink the page; the simulator, like vLLM, ignores it too. Figures:
-// docs/performance.md.
+// 512 backends at the configured intervals would be 512 /health probes,
+// 512 adapter listings and 2,048 /metrics scrapes a second (3,072
+// requests, about 70 us of CPU each: a fifth of a core). The requests
+// cannot be dropped one by one: /health is vLLM's engine check (/metrics
+// answers while the engine is dead), the listing finds adapters loaded at
+// runtime, and /metrics is asked for whole (vLLM ignores
+// prometheus_client's name[] filter: its Instrumentator route shadows the
+// ASGI app that would honour it, vllm-project/vllm#53140; the simulator
+// ignores it too). So each kind is bounded for the whole fleet
+// (budget.go): past a budget, every backend is asked every n / budget (n
+// the fleet's backends, draining ones aside), read again at every beat,
+// so the fleet's requests a second stay at the budget as it grows.
+// Defaults (auto): scrapes 64 backends every scrape_interval (256 a
+// second; 512 backends every 2 s, stale after 8 s), probes 128 backends
+// every health.interval (128 a second; 512 every 4 s), adapter listings
+// half the probes' (64 a second; 512 every 8 s): 448 requests a second at
+// 512 backends. Fleets up to 64 backends are probed, listed and scraped
+// as before (probed as before up to 128). The probes stretch too: with
+// 512 probes and 512 listings a second no scrape budget reaches 5% of a
+// core at 512 backends; a dead backend between two probes is found by its
+// failing requests (connection failures count toward
+// unhealthy_threshold; 5xx eject it, admission/pool_eject.go).
+//
+// What keeps each request cheap: every backend's probes (and scrapes) of
+// a round start at one fleet-wide beat (beat.go), so the idle process
+// wakes once a round, not once a backend (an idle process pays more for
+// a wake-up than for the request: spreading the scrapes over the interval
+// doubled the CPU); the fleet's own transport (NewTransport) keeps two
+// idle connections a backend with no cap in all, so no round dials again,
+// and reads through 16 KiB; answers are read to their end so their
+// connection is kept; a scrape's line buffer is kept for the next. The
+// scraper reads a plain-http backend's /metrics over its own kept
+// connection (scrapeconn.go): the request written and the answer read on
+// its goroutine under the connection's deadline, without net/http's read
+// and write loops and their hand-offs, a context timer and the
+// transport's pool (a fifth less CPU a scrape, server included); the
+// request is sent again once on a new connection when the backend closed
+// the idle one. Figures: docs/performance.md.
 //
 // # Concurrency
 //

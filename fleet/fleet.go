@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -27,6 +28,10 @@ type Fleet struct {
 	changed      chan struct{}
 	drainTimeout time.Duration
 	resolver     *net.Resolver
+	// size is the number of backends of every model (countLocked), set
+	// at every change: the budgets' n (budget.go).
+	size         atomic.Int64
+	scrapeBudget config.Budget
 
 	client          *http.Client
 	log             *zap.Logger
@@ -59,6 +64,8 @@ func New(cfg config.FleetConfig, client *http.Client, log *zap.Logger, counters 
 		now:      time.Now,
 		changed:  make(chan struct{}),
 		resolver: newResolver(cfg.Resolver),
+
+		scrapeBudget: cfg.ScrapeBudget,
 	}
 	if err := f.Apply(cfg, counters); err != nil {
 		return nil, err
@@ -130,7 +137,7 @@ func (f *Fleet) Run(ctx context.Context) {
 	defer wg.Wait()
 	bctx, stop := context.WithCancel(ctx)
 	defer stop()
-	wg.Go(func() { bt.run(bctx, f.health.Interval.D()) })
+	wg.Go(func() { bt.run(bctx, f.ProbeEvery) })
 	f.each(ctx,
 		func(ctx context.Context, m *Model, b *Backend) { f.runBackend(ctx, m, b, bt) },
 		func(ctx context.Context, m *Model, s *source) { f.discover(ctx, m, s) })
@@ -194,7 +201,7 @@ func (f *Fleet) each(ctx context.Context, perBackend func(context.Context, *Mode
 }
 
 // runBackend is b's prober: a probe at every beat of bt (every
-// health.interval), the adapter listings asked for, and once b drains,
+// ProbeEvery: health.interval up to health.budget), the adapter listings asked for, and once b drains,
 // the check that forgets it.
 func (f *Fleet) runBackend(ctx context.Context, m *Model, b *Backend, bt *beat) {
 	if !b.Draining() {
@@ -214,7 +221,7 @@ func (f *Fleet) runBackend(ctx context.Context, m *Model, b *Backend, bt *beat) 
 			f.probe(ctx, m, b)
 		case <-b.refresh:
 			if b.Ready() {
-				f.refreshAdapters(ctx, m, b)
+				f.refreshAdapters(ctx, m, b, f.now())
 			}
 		}
 	}

@@ -160,6 +160,7 @@ func (f *Fleet) Apply(cfg config.FleetConfig, counters map[string]PromptCounter)
 
 // changedLocked wakes Run and RunScraper: the models or backends changed.
 func (f *Fleet) changedLocked() {
+	f.size.Store(int64(f.countLocked()))
 	close(f.changed)
 	f.changed = make(chan struct{})
 }
@@ -236,6 +237,7 @@ func (f *Fleet) setMembersLocked(m *Model, s *source, urls []string) {
 		f.changedLocked()
 	}
 	if changed {
+		f.size.Store(int64(f.countLocked())) // one drained or came back
 		f.membersLocked(m)
 	}
 }

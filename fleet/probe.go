@@ -66,8 +66,11 @@ func (f *Fleet) probe(ctx context.Context, m *Model, b *Backend) {
 	case b.state == Ready:
 		b.fails = 0
 		b.mu.Unlock()
-		// Adapters are loaded and unloaded at runtime: follow them.
-		f.refreshAdapters(ctx, m, b)
+		// Adapters are loaded and unloaded at runtime: follow them, at
+		// every probe up to the listings' budget (ListEvery).
+		if now := f.now(); f.listingDue(b, now) {
+			f.refreshAdapters(ctx, m, b, now)
+		}
 		return
 	}
 	b.fails = 0
@@ -145,12 +148,13 @@ func (f *Fleet) warmUp(ctx context.Context, m *Model, b *Backend) (State, string
 		return context.WithTimeout(ctx, f.health.Timeout.D())
 	}
 	lctx, cancel := step()
+	listed := f.now()
 	served, err := f.listModels(lctx, b)
 	cancel()
 	if err != nil {
 		return Warming, "/v1/models: " + err.Error()
 	}
-	f.setAdapters(m, b, adaptersOf(served))
+	f.setAdapters(m, b, adaptersOf(served), listed)
 	card, ok := served[b.Served]
 	if !ok {
 		ids := make([]string, 0, len(served))

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -281,7 +282,9 @@ func TestScrapeKeepsItsLineBuffer(t *testing.T) {
 // instants.
 func TestScrapesOfARoundStartTogether(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		const n, interval = 64, 250 * time.Millisecond
+		// 63 and one more: the most scrape_budget auto scrapes every
+		// interval (past 64 the interval grows: budget_test.go).
+		const n, interval = 63, 250 * time.Millisecond
 		cfg := config.Default()
 		mc := config.ModelConfig{Name: "m"}
 		for i := range n {
@@ -325,4 +328,92 @@ func TestScrapesOfARoundStartTogether(t *testing.T) {
 			t.Errorf("scrapes by instant %v; want %v: every backend's at each beat", at, want)
 		}
 	})
+}
+
+// BenchmarkScrapeClient: one scrape of a simulator's /metrics over
+// loopback, through the fleet's net/http client (Scrape) and over the
+// scraper's own connection (scrapeConn), server included; cpu-us/op is
+// the process's CPU time (user and system) a scrape.
+func BenchmarkScrapeClient(b *testing.B) {
+	s := sim.New(sim.Config{Model: "m", MaxModelLen: 2048, OutputTokens: 2}, zap.NewNop())
+	defer s.Close()
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	cfg := config.Default()
+	cfg.Models = []config.ModelConfig{{Name: "m", Backends: []config.BackendConfig{{URL: srv.URL}}}}
+	if err := cfg.Validate(); err != nil {
+		b.Fatal(err)
+	}
+	tr := NewTransport(5 * time.Second)
+	defer tr.CloseIdleConnections()
+	f, err := New(cfg.Fleet(), &http.Client{Transport: tr}, zap.NewNop(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	be := f.Models()[0].Backends()[0]
+	b.Run("net-http", func(b *testing.B) {
+		b.ReportAllocs()
+		defer reportCPU(b)()
+		for b.Loop() {
+			ctx, cancel := context.WithTimeout(b.Context(), time.Second)
+			if _, err := f.Scrape(ctx, be); err != nil {
+				b.Fatal(err)
+			}
+			cancel()
+		}
+	})
+	b.Run("conn", func(b *testing.B) {
+		b.ReportAllocs()
+		sc := f.newScrapeConn(be)
+		defer sc.close()
+		defer reportCPU(b)()
+		for b.Loop() {
+			if _, err := f.scrapeConn(b.Context(), sc, be, time.Second); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// reportCPU reports the process's CPU time per iteration from its call to
+// the call of the function it returns.
+func reportCPU(b *testing.B) func() {
+	cpu := func() time.Duration {
+		var ru syscall.Rusage
+		syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	start := cpu()
+	return func() { b.ReportMetric(float64((cpu()-start).Microseconds())/float64(b.N), "cpu-us/op") }
+}
+
+// TestScrapeConnRequest: the scraper's own connection dials the URL's
+// port (80 when it names none) and sends what the fleet's client sends:
+// GET /metrics, the Host, the probe's User-Agent
+// and X-Maitred-Probe, and the backend's key.
+func TestScrapeConnRequest(t *testing.T) {
+	t.Setenv("SCRAPE_KEY", "sk-backend")
+	cfg := config.Default()
+	cfg.Models = []config.ModelConfig{{Name: "m", Backends: []config.BackendConfig{{URL: "http://vllm"}, {URL: "https://vllm:8443"}, {URL: "http://10.0.0.1:8000", APIKeyEnv: "SCRAPE_KEY"}}}}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := New(cfg.Fleet(), &http.Client{Transport: NewTransport(time.Second)}, zap.NewNop(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs := f.Models()[0].Backends()
+	sc := f.newScrapeConn(bs[0])
+	if sc == nil || sc.addr != "vllm:80" {
+		t.Fatalf("http://vllm: %+v", sc)
+	}
+	if want := "GET /metrics HTTP/1.1\r\nHost: vllm\r\nUser-Agent: maitred-probe\r\nX-Maitred-Probe: metrics\r\n\r\n"; string(sc.req) != want {
+		t.Errorf("request %q\nwant %q", sc.req, want)
+	}
+	if sc := f.newScrapeConn(bs[1]); sc != nil {
+		t.Error("an https backend is scraped over a plain connection; want the fleet's client")
+	}
+	if sc := f.newScrapeConn(bs[2]); sc == nil || sc.addr != "10.0.0.1:8000" || !strings.Contains(string(sc.req), "\r\nAuthorization: Bearer sk-backend\r\n") {
+		t.Errorf("keyed backend: %+v", sc)
+	}
 }

@@ -79,7 +79,7 @@ func (g *Gateway) ObserveScrape(m *fleet.Model, b *fleet.Backend, gs fleet.Gauge
 		g.sampleBackend(rt, b, nil)
 		return
 	}
-	rt.pool.SetGauges(i, admission.Gauges{Waiting: gs.Waiting, Running: gs.Running, KVUsage: gs.KVUsage, KVCapacity: gs.KVCapacity, At: gs.At})
+	rt.pool.SetGauges(i, admission.Gauges{Waiting: gs.Waiting, Running: gs.Running, KVUsage: gs.KVUsage, KVCapacity: gs.KVCapacity, At: gs.At, Every: gs.Every})
 	g.sampleBackend(rt, b, &gs)
 }
 

@@ -263,6 +263,9 @@ func (g *Gateway) poolConfig(cfg *config.Config, mc *config.ModelConfig) admissi
 		SaturatedWaiting: cfg.SaturatedWaiting,
 		SaturatedKV:      cfg.SaturatedKVUsage,
 		StaleAfter:       4 * cfg.ScrapeInterval.D(),
+		// Past scrape_budget a backend is scraped less often: both
+		// limits grow with its interval (admission.Gauges.Every).
+		ScrapeInterval: cfg.ScrapeInterval.D(),
 		// A scrape times out after max(interval, 1s); 40 intervals (10 s
 		// at the default) of failures is persistent, not a missed scrape.
 		GaugesUnavailableAfter: max(40*cfg.ScrapeInterval.D(), 5*time.Second),
