@@ -20,8 +20,11 @@ import (
 	"github.com/maitred-dev/maitred/internal/fixtures"
 )
 
-// streamTokens is each slow stream's length: one token a second.
-const streamTokens = 12
+// streamTokens is each slow stream's length: one token a second. At
+// thousands of streams on a busy machine, opening them all takes seconds:
+// longer streams keep every one open through the measurement (its idle
+// growth is read over 3 s once all are open).
+var streamTokens = flag.Int("scale-streams-tokens", 12, "scale: each slow stream's tokens, one a second (raise it when opening the streams takes longer than a few seconds: they must all still be open when memory and idle growth are read)")
 
 // scaleStreamsProto is how the load generator reaches maitred.
 var scaleStreamsProto = flag.String("scale-streams-proto", "http1", "scale: how the streams dimension's clients reach maitred: http1 (a connection a stream) or h2c (HTTP/2 cleartext, up to 250 streams a connection; maitred runs with h2c: true). Direct is HTTP/1.1 either way, as vLLM speaks")
@@ -53,7 +56,7 @@ func scaleStreamsRun(e *scaleEnv, ns []int) (*curve, error) {
 		}
 		bins = append(bins, streamsBinary{name: "baseline", path: bin})
 	}
-	c := &curve{dim: fmt.Sprintf("open streams (built maitred, clients over %s; slow streams of %d tokens, one a second, started evenly over %s; simulator in its own process, clients in this one)", *scaleStreamsProto, streamTokens, streamsSpread),
+	c := &curve{dim: fmt.Sprintf("open streams (built maitred, clients over %s; slow streams of %d tokens, one a second, started evenly over %s; simulator in its own process, clients in this one)", *scaleStreamsProto, *streamTokens, streamsSpread),
 		note:  "target: 10k slow streams with <= 32 KiB each above direct, no goroutine growth per idle second, added event delay p99 <= 5 ms",
 		xName: "streams", cols: []string{"direct p99 ms", "direct open p99 ms"},
 		charts: []chartSpec{
@@ -234,12 +237,13 @@ func holdSlowStreams(base, simURL string, n int, h2c bool, gw *streamsProbe) (st
 	if gw != nil {
 		f.rssIdle, f.heapIdle, f.stackIdle, f.gorIdle = gw.read()
 	}
-	body := fmt.Appendf(nil, `{"model":"demo","messages":[{"role":"user","content":"Count."}],"max_tokens":%d,"stream":true}`, streamTokens)
+	body := fmt.Appendf(nil, `{"model":"demo","messages":[{"role":"user","content":"Count."}],"max_tokens":%d,"stream":true}`, *streamTokens)
 	var mu sync.Mutex
 	var reads []streamReads
 	var steadyFrom atomic.Int64 // unix ns; set once every stream is open
 	var started atomic.Int64
 	var failed atomic.Int64
+	var ended atomic.Int64 // streams read to their end
 	var firstErr atomic.Value
 	var wg sync.WaitGroup
 	t0 := time.Now()
@@ -265,6 +269,7 @@ func holdSlowStreams(base, simURL string, n int, h2c bool, gw *streamsProbe) (st
 			}
 			defer res.Body.Close()
 			recv := readEventsNotify(res.Body, 4<<10, func() { started.Add(1) })
+			ended.Add(1)
 			mu.Lock()
 			defer mu.Unlock()
 			reads = append(reads, streamReads{id: id, recv: recv})
@@ -282,6 +287,9 @@ func holdSlowStreams(base, simURL string, n int, h2c bool, gw *streamsProbe) (st
 		time.Sleep(3 * time.Second)
 		later, _ := scrapeMetric(gw.gw.url+"/metrics", "go_goroutines")
 		f.gorGrowth = (later - f.gorOpen) / 3
+		if e := ended.Load(); e > 0 {
+			fmt.Fprintf(os.Stderr, "  warning: %d of %d streams had ended before the open figures were all read: raise -scale-streams-tokens\n", e, n)
+		}
 	}
 	wg.Wait()
 	if failed.Load() > 0 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strconv"
 	"time"
 
 	"go.uber.org/zap"
@@ -25,7 +26,7 @@ var streamsSimListen = flag.String("streams-sim-listen", "", "streams-sim: the a
 // streamsSimConfig is the slow streams' simulator: one token a second,
 // streamTokens of them, no batch or KV limit to wait on.
 func streamsSimConfig() sim.Config {
-	return sim.Config{Model: "demo", MaxModelLen: 4096, OutputTokens: streamTokens, ITL: time.Second, MaxNumSeqs: 1 << 20, KVTokens: 1 << 30}
+	return sim.Config{Model: "demo", MaxModelLen: 4096, OutputTokens: *streamTokens, ITL: time.Second, MaxNumSeqs: 1 << 20, KVTokens: 1 << 30}
 }
 
 // streamsSim serves the stamped simulator on listen until the process is
@@ -65,7 +66,7 @@ func startStreamsSim() (*proc, error) {
 		return nil, err
 	}
 	addr := freeAddr()
-	return startServing("", nil, addr, "/health", self, "-scenario", "streams-sim", "-streams-sim-listen", addr)
+	return startServing("", nil, addr, "/health", self, "-scenario", "streams-sim", "-streams-sim-listen", addr, "-scale-streams-tokens", strconv.Itoa(*streamTokens))
 }
 
 // fetchStamps takes every stamp the simulator at base holds (and leaves
