@@ -17,6 +17,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -77,7 +78,9 @@ func h2cSim(t *testing.T, sc sim.Config, gate chan struct{}) (*sim.Server, *serv
 
 // protoSeen is an SDK middleware that records each answer's protocol and
 // Server-Timing header.
+// Read its fields once the requests are done.
 type protoSeen struct {
+	mu     sync.Mutex
 	major  int
 	timing string
 }
@@ -85,7 +88,9 @@ type protoSeen struct {
 func (p *protoSeen) middleware(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
 	res, err := next(req)
 	if res != nil {
+		p.mu.Lock()
 		p.major, p.timing = res.ProtoMajor, res.Header.Get("Server-Timing")
+		p.mu.Unlock()
 	}
 	return res, err
 }
