@@ -248,7 +248,7 @@ func holdSlowStreams(base, simURL string, n int, h2c bool, gw *streamsProbe) (st
 	var started atomic.Int64
 	var failed atomic.Int64
 	var ended atomic.Int64 // streams read to their end
-	var firstErr atomic.Value
+	var firstErr atomic.Pointer[error] // an atomic.Value would panic on a second error type
 	var wg sync.WaitGroup
 	t0 := time.Now()
 	for i := range n {
@@ -266,7 +266,7 @@ func holdSlowStreams(base, simURL string, n int, h2c bool, gw *streamsProbe) (st
 					err = fmt.Errorf("status %d", res.StatusCode)
 					res.Body.Close()
 				}
-				firstErr.CompareAndSwap(nil, err)
+				firstErr.CompareAndSwap(nil, &err)
 				failed.Add(1)
 				started.Add(1)
 				return
@@ -297,7 +297,7 @@ func holdSlowStreams(base, simURL string, n int, h2c bool, gw *streamsProbe) (st
 	}
 	wg.Wait()
 	if failed.Load() > 0 {
-		return f, fmt.Errorf("%d of %d streams failed: %v", failed.Load(), n, firstErr.Load())
+		return f, fmt.Errorf("%d of %d streams failed: %v", failed.Load(), n, *firstErr.Load())
 	}
 	sent, err := fetchStamps(simURL)
 	if err != nil {
