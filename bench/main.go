@@ -157,6 +157,8 @@ func main() {
 		run = func() error { return localWork(*maitredBin, *localN, *localSize) }
 	case "bare-proxy":
 		run = func() error { return bareProxy(*bareListen, *bareTarget) }
+	case "streams-sim":
+		run = func() error { return streamsSim(*streamsSimListen) }
 	case "scale":
 		run = func() error { return scale(scaleOptionsFromFlags()) }
 	case "prefix":

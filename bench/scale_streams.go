@@ -17,25 +17,37 @@ import (
 	"syscall"
 	"time"
 
-	"go.uber.org/zap"
-
 	"github.com/maitred-dev/maitred/internal/fixtures"
-	"github.com/maitred-dev/maitred/sim"
 )
 
-// streamTokens is each slow stream's length: one token a second.
-const streamTokens = 12
+// streamTokens is each slow stream's length: one token a second. At
+// thousands of streams on a busy machine, opening them all takes seconds:
+// longer streams keep every one open through the measurement (its idle
+// growth is read over 3 s once all are open).
+var streamTokens = flag.Int("scale-streams-tokens", 12, "scale: each slow stream's tokens, one a second (raise it when opening the streams takes longer than a few seconds: they must all still be open when memory and idle growth are read)")
+
+// scaleStreamsProto is how the load generator reaches maitred.
+var scaleStreamsProto = flag.String("scale-streams-proto", "http1", "scale: how the streams dimension's clients reach maitred: http1 (a connection a stream) or h2c (HTTP/2 cleartext, up to 250 streams a connection; maitred runs with h2c: true). Direct is HTTP/1.1 either way, as vLLM speaks")
 
 // scaleStreamsRun is the open-streams dimension: for each n, n slow
 // streams (one token a second, streamTokens of them) held open at once,
-// first straight to the simulator (in this process, stamping each event
-// as it flushes it), then through the built maitred and, with
-// -streams-baseline, through that revision's. Figures: maitred's
-// RSS and goroutines (its /metrics go_goroutines) per open stream above
-// its idle level, the goroutines' growth over 3 idle seconds with every
-// stream open, and each event's delay (simulator flush to client read),
-// p99 direct and through maitred.
+// first straight to the simulator (in a process of its own, stamping each
+// event as it flushes it), then through the built maitred and, with
+// -streams-baseline, through that revision's, over HTTP/1.1 or h2c
+// (-scale-streams-proto). Figures: maitred's RSS and goroutines (its
+// /metrics go_goroutines) per open stream above its idle level, the
+// goroutines' growth over 3 idle seconds with every stream open, and each
+// event's delay (simulator flush to client read), p99 direct and through
+// maitred.
 func scaleStreamsRun(e *scaleEnv, ns []int) (*curve, error) {
+	h2c := false
+	switch *scaleStreamsProto {
+	case "http1":
+	case "h2c":
+		h2c = true
+	default:
+		return nil, fmt.Errorf("-scale-streams-proto: want http1 or h2c, got %q", *scaleStreamsProto)
+	}
 	bins := []streamsBinary{{name: "maitred", path: e.bin}}
 	if *streamsBaseline != "" {
 		bin, err := buildRevision(e.dir, *streamsBaseline)
@@ -44,7 +56,7 @@ func scaleStreamsRun(e *scaleEnv, ns []int) (*curve, error) {
 		}
 		bins = append(bins, streamsBinary{name: "baseline", path: bin})
 	}
-	c := &curve{dim: fmt.Sprintf("open streams (built maitred; slow streams of %d tokens, one a second, started evenly over %s; simulator and clients in this process)", streamTokens, streamsSpread),
+	c := &curve{dim: fmt.Sprintf("open streams (built maitred, clients over %s; slow streams of %d tokens, one a second, started evenly over %s; simulator in its own process, clients in this one)", *scaleStreamsProto, *streamTokens, streamsSpread),
 		note:  "target: 10k slow streams with <= 32 KiB each above direct, no goroutine growth per idle second, added event delay p99 <= 5 ms",
 		xName: "streams", cols: []string{"direct p99 ms", "direct open p99 ms"},
 		charts: []chartSpec{
@@ -60,38 +72,52 @@ func scaleStreamsRun(e *scaleEnv, ns []int) (*curve, error) {
 		c.charts[0].cols = append(c.charts[0].cols, pre+"KiB/stream")
 		c.charts[1].cols = append(c.charts[1].cols, pre+"maitred p99 ms")
 	}
-	limit := raiseOpenFiles(uint64(5*slicesMax(ns) + 1000))
-	// Each stream through maitred holds two sockets in maitred and,
-	// direct, two in this process (client and simulator).
-	if most := int(limit-1000) / 2; slicesMax(ns) > most {
+	limit := raiseOpenFiles(uint64(2*slicesMax(ns) + 1000))
+	// Each stream holds a socket in the simulator's process and, direct,
+	// one in this one; through maitred over HTTP/1.1 two in maitred
+	// (client and backend), over h2c one (the clients' connections carry
+	// up to 250 streams each).
+	most := int(limit - 1000)
+	if !h2c {
+		most /= 2
+	}
+	if slicesMax(ns) > most {
 		fmt.Fprintf(os.Stderr, "  open files are limited to %d here (RLIMIT_NOFILE, not raisable): streams capped at %d\n", limit, most)
 		for i := range ns {
 			ns[i] = min(ns[i], most)
 		}
 		ns = slices.Compact(ns)
 	}
-	stamps := &stampBook{m: map[string][]time.Time{}}
-	backend := sim.New(sim.Config{Model: "demo", MaxModelLen: 4096, OutputTokens: streamTokens, ITL: time.Second, MaxNumSeqs: 1 << 20, KVTokens: 1 << 30}, zap.NewNop())
-	simURL, stopSim, err := serve(stamps.wrap(backend.Handler()))
+	simProc, err := startStreamsSim()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("streams simulator: %w", err)
 	}
-	defer stopSim()
+	defer simProc.stop()
+	simURL := simProc.url
 	for _, n := range ns {
-		cfg := fmt.Sprintf("max_connections: %d\nmodels:\n  - name: demo\n    tokenizer: builtin:demo\n    tokenizer_check: off\n    queue_size: %d\n    backends:\n      - url: %s\n", 2*n+100, n, simURL)
-		direct, err := holdSlowStreams(simURL, n, stamps, nil)
+		// No admission on the simulator's scraped queue (its scheduler
+		// shows thousands waiting for a moment while they all open on a
+		// busy machine; the streams would then queue past queue_timeout):
+		// the point measures open streams, not the queue.
+		cfg := fmt.Sprintf("max_connections: %d\nsaturated_waiting: 0\nmodels:\n  - name: demo\n    tokenizer: builtin:demo\n    tokenizer_check: off\n    queue_size: %d\n    queue_timeout: 120s\n    backends:\n      - url: %s\n", 2*n+100, n, simURL)
+		if h2c {
+			cfg = "h2c: true\n" + cfg
+		}
+		fmt.Fprintf(os.Stderr, "  %d streams: load average %s\n", n, loadAverage())
+		direct, err := holdSlowStreams(simURL, simURL, n, false, nil)
 		if err != nil {
 			return nil, fmt.Errorf("%d streams direct: %w", n, err)
 		}
 		row := []float64{direct.p99ms, direct.steadyP99ms}
 		for _, b := range bins {
-			f, err := streamsThrough(b, n, cfg, simURL, stamps)
+			f, err := streamsThrough(b, n, cfg, simURL, h2c)
 			if err != nil {
 				return nil, err
 			}
 			row = append(row, f.kib, f.heap, f.stack, f.gor, f.gorGrowth, f.p99ms, f.p99ms-direct.p99ms, f.steadyP99ms-direct.steadyP99ms)
-			fmt.Fprintf(os.Stderr, "  %d streams, %s: %.1f KiB RSS (heap %.1f, stacks %.1f) and %.2f goroutines each; event delay p99 %.2f ms direct, %.2f through it (%d events); once all are open %.2f and %.2f\n",
-				n, b.name, f.kib, f.heap, f.stack, f.gor, direct.p99ms, f.p99ms, f.events, direct.steadyP99ms, f.steadyP99ms)
+			fmt.Fprintf(os.Stderr, "  %d streams, %s over %s: %.1f KiB RSS (heap %.1f, stacks %.1f) and %.2f goroutines each, %+.2f goroutines/s idle, %.0f client connections; event delay p99 %.2f ms direct, %.2f through it, %+.2f added (%d events); once all are open %.2f and %.2f, %+.2f added; load average %s\n",
+				n, b.name, *scaleStreamsProto, f.kib, f.heap, f.stack, f.gor, f.gorGrowth, f.conns, direct.p99ms, f.p99ms, f.p99ms-direct.p99ms, f.events,
+				direct.steadyP99ms, f.steadyP99ms, f.steadyP99ms-direct.steadyP99ms, loadAverage())
 		}
 		c.add(n, row...)
 	}
@@ -145,7 +171,7 @@ const streamsSpread = 1500 * time.Millisecond
 
 // streamsThrough runs one point through binary b: n slow streams held
 // open through it, its memory and goroutines read with every stream open.
-func streamsThrough(b streamsBinary, n int, cfg, simURL string, stamps *stampBook) (streamsResult, error) {
+func streamsThrough(b streamsBinary, n int, cfg, simURL string, h2c bool) (streamsResult, error) {
 	dir, err := os.MkdirTemp("", fmt.Sprintf("streams-%d-%s-", n, b.name))
 	if err != nil {
 		return streamsResult{}, err
@@ -166,7 +192,7 @@ func streamsThrough(b streamsBinary, n int, cfg, simURL string, stamps *stampBoo
 	if pp != "" {
 		heapOut = filepath.Join(*scaleOut, fmt.Sprintf("streams-%d-%s-heap.pb.gz", n, b.name))
 	}
-	f, err := holdSlowStreams(gw.url, n, stamps, &streamsProbe{gw: gw, pprof: pp, heapOut: heapOut})
+	f, err := holdSlowStreams(gw.url, simURL, n, h2c, &streamsProbe{gw: gw, pprof: pp, heapOut: heapOut})
 	gw.stop()
 	if err != nil {
 		return streamsResult{}, fmt.Errorf("%d streams through %s: %w", n, b.name, err)
@@ -185,6 +211,7 @@ type streamsResult struct {
 
 type streamsFigures struct {
 	rssIdle, rssOpen, gorIdle, gorOpen, gorGrowth float64
+	conns                                         float64 // maitred's client connections with every stream open
 	heapIdle, heapOpen, stackIdle, stackOpen      float64
 	p99ms                                         float64
 	// steadyP99ms is the p99 of the events read once every stream was
@@ -194,27 +221,34 @@ type streamsFigures struct {
 	events      int
 }
 
-// holdSlowStreams opens n slow streams to base, evenly over
-// streamsSpread (a listen backlog is finite, and events a second apart
-// then come evenly), and reads each to its end, recording each event's
-// delay. gw, when set, is maitred: its memory (RSS, and the Go runtime's
-// heap and stacks in use from its /metrics) and goroutines are read idle,
-// then with every stream open, and the goroutines again 3 s later.
-func holdSlowStreams(base string, n int, book *stampBook, gw *streamsProbe) (streamsFigures, error) {
+// holdSlowStreams opens n slow streams to base (over h2c when set),
+// evenly over streamsSpread (a listen backlog is finite, and events a
+// second apart then come evenly), and reads each to its end, recording
+// when each event came; at the end it takes the simulator's (at simURL)
+// flush times and figures each event's delay. gw, when set, is maitred:
+// its memory (RSS, and the Go runtime's heap and stacks in use from its
+// /metrics) and goroutines are read idle, then with every stream open,
+// and the goroutines again 3 s later.
+func holdSlowStreams(base, simURL string, n int, h2c bool, gw *streamsProbe) (streamsFigures, error) {
 	var f streamsFigures
 	tr := poolTransport()
+	if h2c {
+		tr.Protocols = new(http.Protocols)
+		tr.Protocols.SetUnencryptedHTTP2(true)
+	}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr}
 	if gw != nil {
 		f.rssIdle, f.heapIdle, f.stackIdle, f.gorIdle = gw.read()
 	}
-	body := fmt.Appendf(nil, `{"model":"demo","messages":[{"role":"user","content":"Count."}],"max_tokens":%d,"stream":true}`, streamTokens)
+	body := fmt.Appendf(nil, `{"model":"demo","messages":[{"role":"user","content":"Count."}],"max_tokens":%d,"stream":true}`, *streamTokens)
 	var mu sync.Mutex
-	var delays, steady []time.Duration
+	var reads []streamReads
 	var steadyFrom atomic.Int64 // unix ns; set once every stream is open
 	var started atomic.Int64
 	var failed atomic.Int64
-	var firstErr atomic.Value
+	var ended atomic.Int64 // streams read to their end
+	var firstErr atomic.Pointer[error] // an atomic.Value would panic on a second error type
 	var wg sync.WaitGroup
 	t0 := time.Now()
 	for i := range n {
@@ -232,25 +266,17 @@ func holdSlowStreams(base string, n int, book *stampBook, gw *streamsProbe) (str
 					err = fmt.Errorf("status %d", res.StatusCode)
 					res.Body.Close()
 				}
-				firstErr.CompareAndSwap(nil, err)
+				firstErr.CompareAndSwap(nil, &err)
 				failed.Add(1)
 				started.Add(1)
 				return
 			}
 			defer res.Body.Close()
 			recv := readEventsNotify(res.Body, 4<<10, func() { started.Add(1) })
-			sent := book.take(id)
-			d := eventDelays(sent, recv, 100*time.Millisecond)
-			from := time.Unix(0, steadyFrom.Load())
-			late := slices.IndexFunc(recv, func(r time.Time) bool { return r.After(from) })
-			var ds []time.Duration
-			if late >= 0 {
-				ds = eventDelays(sent, recv[late:], 100*time.Millisecond)
-			}
+			ended.Add(1)
 			mu.Lock()
 			defer mu.Unlock()
-			delays = append(delays, d...)
-			steady = append(steady, ds...)
+			reads = append(reads, streamReads{id: id, recv: recv})
 		})
 	}
 	for started.Load() < int64(n) {
@@ -260,14 +286,30 @@ func holdSlowStreams(base string, n int, book *stampBook, gw *streamsProbe) (str
 	if gw != nil {
 		time.Sleep(time.Second)
 		f.rssOpen, f.heapOpen, f.stackOpen, f.gorOpen = gw.read()
+		f.conns, _ = scrapeMetric(gw.gw.url+"/metrics", "maitred_client_connections")
 		gw.saveHeap()
 		time.Sleep(3 * time.Second)
 		later, _ := scrapeMetric(gw.gw.url+"/metrics", "go_goroutines")
 		f.gorGrowth = (later - f.gorOpen) / 3
+		if e := ended.Load(); e > 0 {
+			fmt.Fprintf(os.Stderr, "  warning: %d of %d streams had ended before the open figures were all read: raise -scale-streams-tokens\n", e, n)
+		}
 	}
 	wg.Wait()
 	if failed.Load() > 0 {
-		return f, fmt.Errorf("%d of %d streams failed: %v", failed.Load(), n, firstErr.Load())
+		return f, fmt.Errorf("%d of %d streams failed: %v", failed.Load(), n, *firstErr.Load())
+	}
+	sent, err := fetchStamps(simURL)
+	if err != nil {
+		return f, err
+	}
+	var delays, steady []time.Duration
+	from := time.Unix(0, steadyFrom.Load())
+	for _, r := range reads {
+		delays = append(delays, eventDelays(sent[r.id], r.recv, 100*time.Millisecond)...)
+		if late := slices.IndexFunc(r.recv, func(t time.Time) bool { return t.After(from) }); late >= 0 {
+			steady = append(steady, eventDelays(sent[r.id], r.recv[late:], 100*time.Millisecond)...)
+		}
 	}
 	slices.Sort(delays)
 	f.p99ms = float64(quantile(delays, .99).Microseconds()) / 1e3
@@ -275,6 +317,26 @@ func holdSlowStreams(base string, n int, book *stampBook, gw *streamsProbe) (str
 	f.steadyP99ms = float64(quantile(steady, .99).Microseconds()) / 1e3
 	f.events = len(delays)
 	return f, nil
+}
+
+// streamReads is one stream's events as the client read them.
+type streamReads struct {
+	id   string
+	recv []time.Time
+}
+
+// loadAverage is the machine's load average (1, 5, 15 minutes), as
+// /proc/loadavg gives it, or "?".
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
 }
 
 // streamsProbe is the built maitred under a streams point: where it

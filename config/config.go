@@ -43,6 +43,13 @@ type Config struct {
 	// MaxConnections caps the client connections open at once; past it the
 	// gateway stops accepting until one closes (0: no cap).
 	MaxConnections int `yaml:"max_connections" reload:"restart"`
+	// H2C serves HTTP/2 cleartext with prior knowledge on Listen beside
+	// HTTP/1.1 (what Envoy, ingress controllers and service meshes speak
+	// to an upstream): a connection that opens with HTTP/2's preface is
+	// served as HTTP/2, any other as HTTP/1.1. An HTTP/1.1 request asking
+	// to upgrade (Upgrade: h2c) is never upgraded. Backends are always
+	// reached over HTTP/1.1.
+	H2C bool `yaml:"h2c" reload:"restart"`
 	// MaxBodyBytesInFlight caps the request body bytes held by all
 	// requests at once (read so far, or held for forwarding: in memory, or
 	// an audio upload's spool on disk); a request whose body would pass it

@@ -427,3 +427,19 @@ func TestTracingSection(t *testing.T) {
 		t.Errorf("tracing is on by default: %+v", d)
 	}
 }
+
+// TestH2CKey: h2c is off by default (configs/maitred.yaml shows it so) and
+// on where the replicas' example, behind a front proxy, sets it.
+func TestH2CKey(t *testing.T) {
+	t.Setenv("MAITRED_STORE_PASSWORD", "secret")
+	if Default().H2C {
+		t.Error("h2c is on by default")
+	}
+	cfg, err := Load("../configs/replicas.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.H2C {
+		t.Error("configs/replicas.yaml: h2c not decoded as true")
+	}
+}

@@ -16,7 +16,7 @@ import (
 // with docs/configuration.md's list (TestRestartOnlyKeysDocumented).
 var restartOnlyWant = []string{
 	"listen", "admin_listen", "read_header_timeout", "idle_timeout", "max_header_bytes",
-	"max_connections", "max_body_bytes_in_flight", "count_cache_bytes", "backend_dial_timeout",
+	"max_connections", "h2c", "max_body_bytes_in_flight", "count_cache_bytes", "backend_dial_timeout",
 	"health", "scrape_interval", "scrape_budget", "priority_classes", "default_priority", "triage_window",
 	"triage.baseline", "store", "store_password_env", "on_store_error", "store_lease",
 	"store_heartbeat", "store_timeout", "resolver", "tracing",

@@ -121,7 +121,8 @@ func connContext(ctx context.Context, c net.Conn) context.Context {
 // header block, then a body framed by chunked encoding or Content-Length,
 // then the next header block. It only reads; net/http remains the parser
 // that decides. When it meets something it cannot follow (net/http then
-// refuses the request and closes the connection anyway) it stops.
+// refuses the request and closes the connection anyway) it stops; so it
+// does at HTTP/2's preface (h2c), whose frames carry their own lengths.
 type framingScanner struct {
 	state   scanState
 	line    []byte // the unfinished line
@@ -215,6 +216,12 @@ func (s *framingScanner) onLine(line []byte) (ambiguous int) {
 				return 0 // blank lines before a request line are skipped
 			}
 			s.first = false
+			if s.index == 0 && bytes.Equal(line, []byte("PRI * HTTP/2.0")) {
+				// HTTP/2's preface (h2c): binary frames follow, and
+				// HTTP/2 frames each message itself.
+				s.state = scanLost
+				return 0
+			}
 			s.options = bytes.HasPrefix(line, []byte("OPTIONS * "))
 			return 0
 		}

@@ -55,7 +55,12 @@
 // open connections (max_connections) and follows each connection's byte
 // stream with a framing scanner (conn.go), because net/http drops the
 // Content-Length of a request that also says Transfer-Encoding and a
-// handler could not otherwise refuse such a request. A request body is
+// handler could not otherwise refuse such a request. With h2c the server
+// (Gateway.Server) also takes HTTP/2 cleartext with prior knowledge on the
+// same listener (net/http's own HTTP/2 server; it never honours Upgrade:
+// h2c); the scanner stops at HTTP/2's preface, whose frames carry their
+// own lengths, and each HTTP/2 stream is a request like any other: the
+// backend is reached over HTTP/1.1 either way. A request body is
 // read into a buffer that grows with the bytes received (never a declared
 // length), within read_body_timeout and the gateway-wide body budget
 // (max_body_bytes_in_flight), held until serve ends the request.

@@ -341,8 +341,11 @@ func (g *Gateway) router(l listenerKind) *chi.Mux {
 
 // Server returns an http.Server for the gateway with the timeouts and limits
 // from the config. There is no WriteTimeout: streams may run for minutes.
+// With h2c it also serves HTTP/2 cleartext with prior knowledge (net/http's
+// own: a connection opening with HTTP/2's preface; it never honours
+// Upgrade: h2c), beside HTTP/1.1.
 func (g *Gateway) Server() *http.Server {
-	return &http.Server{
+	srv := &http.Server{
 		Addr:              g.conf().Listen,
 		Handler:           g.handler,
 		ReadHeaderTimeout: g.conf().ReadHeaderTimeout.D(),
@@ -351,6 +354,12 @@ func (g *Gateway) Server() *http.Server {
 		ConnContext:       connContext,
 		ErrorLog:          zap.NewStdLog(g.log.Named("http")),
 	}
+	if g.conf().H2C {
+		srv.Protocols = new(http.Protocols)
+		srv.Protocols.SetHTTP1(true)
+		srv.Protocols.SetUnencryptedHTTP2(true)
+	}
+	return srv
 }
 
 // Listener wraps the client listener: it caps the connections open at

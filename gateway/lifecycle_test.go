@@ -342,6 +342,13 @@ const drainDelay = 3 * time.Second
 
 func drainScenario(t *testing.T, streamTokens int, itl, drainTimeout time.Duration) drainResult {
 	t.Helper()
+	return drainScenarioOver(t, false, streamTokens, itl, drainTimeout)
+}
+
+// drainScenarioOver is drainScenario with its clients speaking h2c (the
+// gateway's h2c on) when h2c is set: every stream on one connection.
+func drainScenarioOver(t *testing.T, h2c bool, streamTokens int, itl, drainTimeout time.Duration) drainResult {
+	t.Helper()
 	sc := simConfig("m")
 	sc.ITL = itl
 	sc.OutputTokens = streamTokens
@@ -357,7 +364,11 @@ func drainScenario(t *testing.T, streamTokens int, itl, drainTimeout time.Durati
 	cfg.DrainDelay = config.Duration(drainDelay)
 	cfg.DrainTimeout = config.Duration(drainTimeout)
 	cfg.Models = []config.ModelConfig{{Name: "m", Backends: []config.BackendConfig{{URL: "http://" + addr}}}}
+	cfg.H2C = h2c
 	s := serveGateway(t, cfg, nil)
+	if h2c {
+		s.client = h2cClient(t)
+	}
 	eventually(t, "ready", func() bool { code, _ := s.readyz(t); return code == 200 })
 
 	const n = 100

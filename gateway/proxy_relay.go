@@ -397,8 +397,9 @@ func (a *attempt) clockEvents(n int, at time.Time) {
 // bufs, flushing each write: what the backend sent is the client's at
 // once, and a body the backend cuts short reaches the client as far as it
 // came, after its status line. A body that awaits its data (a stream)
-// is awaited with the buffer given back, so that an open stream waiting
-// for its next event holds none. It returns the first read error (other
+// is awaited with the buffer given back, and flushed without it, so that
+// an open stream waiting for its next event or for the client holds
+// none. It returns the first read error (other
 // than EOF) or write error.
 func copyAnswer(w http.ResponseWriter, body io.Reader, bufs *bufferPool) error {
 	aw, _ := body.(dataAwaiter)
@@ -429,6 +430,13 @@ func copyAnswer(w http.ResponseWriter, body io.Reader, bufs *bufferPool) error {
 			}
 			if werr != nil {
 				return werr
+			}
+			if aw != nil {
+				// The flush may wait on the client (over HTTP/2, on
+				// its connection's one writer, shared with up to 250
+				// streams): a stream waits for it holding no buffer.
+				bufs.put(bp)
+				bp = nil
 			}
 			flush(w)
 		}

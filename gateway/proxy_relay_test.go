@@ -271,6 +271,35 @@ func TestCopyAnswerWaitsOnAStreamHoldingNoBuffer(t *testing.T) {
 	}
 }
 
+// flushProbe is a ResponseWriter that calls onFlush at each flush.
+type flushProbe struct {
+	*httptest.ResponseRecorder
+	onFlush func()
+}
+
+func (f *flushProbe) Flush() { f.onFlush(); f.ResponseRecorder.Flush() }
+
+// TestCopyAnswerFlushesAStreamHoldingNoBuffer: a stream's flush may wait on
+// the client (over HTTP/2, on its connection's writer, which thousands of
+// streams share); the copy gives its buffer back before it.
+func TestCopyAnswerFlushesAStreamHoldingNoBuffer(t *testing.T) {
+	bufs := newBufferPool(64)
+	body := &awaitingBody{chunks: chunks{pieces: []string{"data: 1\n\n", "data: 2\n\n", "data: [DONE]\n\n"}, err: io.EOF}}
+	body.onAwait = func() {}
+	var heldAtFlush []int64
+	w := &flushProbe{ResponseRecorder: httptest.NewRecorder()}
+	w.onFlush = func() { heldAtFlush = append(heldAtFlush, bufs.held.Load()) }
+	if err := copyAnswer(w, body, bufs); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := w.Body.String(), "data: 1\n\ndata: 2\n\ndata: [DONE]\n\n"; got != want {
+		t.Fatalf("copied %q, want %q", got, want)
+	}
+	if !slices.Equal(heldAtFlush, []int64{0, 0, 0}) {
+		t.Errorf("copy buffers held at each flush: %v, want none at each of 3", heldAtFlush)
+	}
+}
+
 // An open stream holds no copy of its request: once the answer's headers
 // came, the body (and the door's parse of it) is let go, however long the
 // answer then streams. Six streams of 2 MB requests are held open, each
