@@ -130,6 +130,9 @@ type Gateway struct {
 	flowSync admission.FlowSync
 	// queueClock is the admission pools' clock (Options.QueueClock).
 	queueClock func() time.Time
+	// queued is the requests in a pool's Acquire now (queueAndForward):
+	// while any are, doors run off their handlers' stacks (checkAside).
+	queued atomic.Int64
 	// tr traces requests; nil when tracing is off.
 	tr *tracer
 	// local bounds the local work running at once (localwork.go).
