@@ -154,9 +154,7 @@ func (g *Gateway) queueAndForward(w http.ResponseWriter, r *http.Request, x *exc
 		if x.tr.on() {
 			queuedAt = time.Now()
 		}
-		g.queued.Add(1)
 		lease, o := rt.pool.Acquire(r.Context(), t)
-		g.queued.Add(-1)
 		if x.tr.on() {
 			g.tr.queued(x, queuedAt, o, lease)
 		}

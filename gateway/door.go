@@ -82,10 +82,17 @@ func (g *Gateway) refused(x *exchange, rej *admission.Rejection) *Error {
 // checkAside is check, run on a goroutine of its own while requests are
 // queued (see above). A panic in the door is raised again on the
 // handler's goroutine, where run recovers it as from an inline door.
-func (g *Gateway) checkAside(ep admission.Endpoint, body []byte, x *exchange) (dec admission.Decision, rej *admission.Rejection, kc *keyCatalog) {
+func (g *Gateway) checkAside(ep admission.Endpoint, body []byte, x *exchange) (admission.Decision, *admission.Rejection, *keyCatalog) {
 	if g.queued.Load() <= 0 {
 		return g.check(ep, body, x)
 	}
+	return g.checkOnGoroutine(ep, body, x)
+}
+
+// checkOnGoroutine is checkAside's handoff, a function of its own: the
+// results the goroutine writes live on the heap, and an inline door
+// must not pay for that.
+func (g *Gateway) checkOnGoroutine(ep admission.Endpoint, body []byte, x *exchange) (dec admission.Decision, rej *admission.Rejection, kc *keyCatalog) {
 	var panicked any
 	done := make(chan struct{})
 	go func() {

@@ -130,8 +130,9 @@ type Gateway struct {
 	flowSync admission.FlowSync
 	// queueClock is the admission pools' clock (Options.QueueClock).
 	queueClock func() time.Time
-	// queued is the requests in a pool's Acquire now (queueAndForward):
-	// while any are, doors run off their handlers' stacks (checkAside).
+	// queued is the requests parked in a pool waiting for a grant (every
+	// pool's PoolConfig.Parked): while any are, doors run off their
+	// handlers' stacks (checkAside).
 	queued atomic.Int64
 	// tr traces requests; nil when tracing is off.
 	tr *tracer
