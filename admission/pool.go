@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -11,6 +12,10 @@ import (
 type PoolConfig struct {
 	QueueSize    int
 	QueueTimeout time.Duration
+	// Parked, when set, counts the requests parked in Acquire waiting for
+	// a grant (shared by a gateway's pools: while any wait, its doors run
+	// off their handlers' stacks).
+	Parked *atomic.Int64
 	// Classes is the number of priority classes; class 0 goes first.
 	Classes int
 	// SaturatedWaiting and SaturatedKV: a backend whose scraped

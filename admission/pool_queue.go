@@ -143,7 +143,13 @@ func (p *Pool) Acquire(ctx context.Context, t Ticket) (*Lease, Outcome) {
 		if w != nil {
 			// Parked here, not deeper: the stack a waiting request
 			// holds is the frames above this one.
+			if p.cfg.Parked != nil {
+				p.cfg.Parked.Add(1)
+			}
 			l, o = p.await(ctx, w, &q)
+			if p.cfg.Parked != nil {
+				p.cfg.Parked.Add(-1)
+			}
 		}
 		if o != Admitted || p.cfg.Shared == nil {
 			return l, o

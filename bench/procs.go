@@ -290,6 +290,9 @@ func bareProxy(listen, target string) error {
 		FlushInterval: -1,
 	}
 	srv := &http.Server{Addr: listen, Handler: rp, ReadHeaderTimeout: 10 * time.Second}
+	if *bareStats != "" {
+		go serveMemStats(*bareStats) // the waiting dimension's floor (scale_waiting.go)
+	}
 	return srv.ListenAndServe()
 }
 

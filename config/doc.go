@@ -35,7 +35,9 @@
 // it runs. A keys_file written as JSON is read by a decoder of that one
 // shape (keys_json.go), held to yaml.v3's reading of the same bytes by a
 // differential test; anything it does not read exactly as yaml.v3 does
-// goes to yaml.v3. config only reads files and the environment; watching the file
+// goes to yaml.v3. The reading and the validation yield to the scheduler
+// every KeyYieldEvery keys (a 100k-key reload runs beside requests).
+// config only reads files and the environment; watching the file
 // is the gateway's.
 //
 // config imports no other maitred package and no network code (a test in

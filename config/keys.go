@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"reflect"
+	"runtime"
 	"sync/atomic"
 
 	"go.yaml.in/yaml/v3"
@@ -180,6 +181,9 @@ func validateKeys(keys, more []KeyConfig, pathOf func(i int) string, c *Config) 
 	names := make(map[string]int, n)
 	digests := make(map[[32]byte]int, n)
 	for i := range n {
+		if i%KeyYieldEvery == KeyYieldEvery-1 {
+			runtime.Gosched() // beside requests: see KeyYieldEvery
+		}
 		k := keyAt(keys, more, i)
 		if k.Name == "" {
 			add(i, ".name", "is required")

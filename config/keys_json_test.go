@@ -170,3 +170,54 @@ func TestKeysJSONExample(t *testing.T) {
 		t.Error("the JSON decoder left configs/keys.json to yaml.v3")
 	}
 }
+
+// generatedKeysJSON is a keys_file of n keys as the bench writes it: each
+// allowing every model, with limits.
+func generatedKeysJSON(n int) []byte {
+	var b strings.Builder
+	b.WriteString("{\"keys\": [\n")
+	for i := range n {
+		d := sha256.Sum256(fmt.Appendf(nil, "sk-%d", i))
+		sep := ","
+		if i == n-1 {
+			sep = ""
+		}
+		fmt.Fprintf(&b, `  {"name": "k%d", "sha256": "%s", "models": ["*"], "limits": {"requests_per_minute": 100, "max_concurrent": 10}}%s`+"\n", i, hex.EncodeToString(d[:]), sep)
+	}
+	b.WriteString("]}\n")
+	return []byte(b.String())
+}
+
+// TestKeysJSONAllocationsPerKey: reading a keys_file allocates per key its
+// name and its digest's text and nothing else (a model list read before is
+// shared without being made again): the garbage of a 100k-key reload is
+// what makes collections run beside requests.
+func TestKeysJSONAllocationsPerKey(t *testing.T) {
+	allocs := func(n int) float64 {
+		data := generatedKeysJSON(n)
+		return testing.AllocsPerRun(2, func() {
+			if _, ok := decodeKeysJSONYielding(data, func() {}); !ok {
+				t.Fatal("the JSON decoder refused the generated file")
+			}
+		})
+	}
+	small, large := allocs(1000), allocs(10000)
+	if perKey := (large - small) / 9000; perKey > 2 {
+		t.Errorf("%.2f allocations per key (%.0f at 1k keys, %.0f at 10k), want at most 2 (its name and digest)", perKey, small, large)
+	}
+}
+
+// TestKeysReadingYields: the JSON decoder yields to the scheduler at
+// least every 256 keys (about half a millisecond of reading), so that a
+// large reload beside requests holds a core only briefly at a time.
+func TestKeysReadingYields(t *testing.T) {
+	const most, n = 256, 2560
+	yields := 0
+	keys, ok := decodeKeysJSONYielding(generatedKeysJSON(n), func() { yields++ })
+	if !ok || len(keys) != n {
+		t.Fatalf("decoded %d keys (ok %v), want %d", len(keys), ok, n)
+	}
+	if yields < n/most {
+		t.Errorf("%d yields for %d keys, want one every %d keys at least", yields, n, most)
+	}
+}

@@ -110,7 +110,10 @@
 // precise a chat's count also keys its prompt's blocks as the model's
 // index does, a later turn keying only its new tail, and those keys, in
 // pooled buffers, are the ticket's prefix matcher, prefix.go; other
-// requests' renders are tokenized and keyed there), then waits in
+// requests' renders are tokenized and keyed there; while requests are
+// queued the door runs on a goroutine of its own, checkAside in door.go,
+// so that a handler that then parks does not keep the stack the render
+// and count grew), then waits in
 // its model's admission.Pool for a backend with room, and its original bytes are forwarded unchanged by
 // the gateway's own reverse proxy (relay, proxy_relay.go: one request value
 // built per attempt, the body the door read sent with its headers in one
@@ -175,7 +178,9 @@
 // table swapped atomically when the keys_file changes (WatchKeys,
 // keys_watch.go; the table is built off the request path, a slice of small
 // keys sharing profiles of models, priority, limits and weight, indexed by
-// digest), and the
+// digest, the reading yielding every config.KeyYieldEvery keys; a JSON
+// keys_file read while it is written is read again at the next poll
+// rather than parsed), and the
 // request carries its *apiKey from then on. A key's allow-list is the
 // door's catalog as the key sees it (keyCatalog), so a model it may not
 // use is answered with the unknown model's very 404, before any counting.

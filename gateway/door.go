@@ -66,3 +66,43 @@ func (g *Gateway) refused(x *exchange, rej *admission.Rejection) *Error {
 	}
 	return rejection(rej)
 }
+
+// A request that will wait in a queue parks its handler goroutine there
+// with whatever stack that goroutine has grown to, and the door's render
+// and count (the template evaluator, the tokenizer) are the deepest work a
+// request does: on the handler's own stack they grew it to 16-32 KiB, kept
+// while it waits (the runtime halves a parked stack only at a collection,
+// and only while under a quarter of it is in use). So while requests are
+// waiting for a backend (queued), a request's door runs on a goroutine of
+// its own (checkAside), whose stack goes when it returns, and the handler
+// that parks keeps the few KiB its own frames need. With nobody waiting
+// the door runs inline: a request that will not wait pays nothing (a
+// handoff costs a goroutine and a channel, ~1-2 µs).
+
+// checkAside is check, run on a goroutine of its own while requests are
+// queued (see above). A panic in the door is raised again on the
+// handler's goroutine, where run recovers it as from an inline door.
+func (g *Gateway) checkAside(ep admission.Endpoint, body []byte, x *exchange) (admission.Decision, *admission.Rejection, *keyCatalog) {
+	if g.queued.Load() <= 0 {
+		return g.check(ep, body, x)
+	}
+	return g.checkOnGoroutine(ep, body, x)
+}
+
+// checkOnGoroutine is checkAside's handoff, a function of its own: the
+// results the goroutine writes live on the heap, and an inline door
+// must not pay for that.
+func (g *Gateway) checkOnGoroutine(ep admission.Endpoint, body []byte, x *exchange) (dec admission.Decision, rej *admission.Rejection, kc *keyCatalog) {
+	var panicked any
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer func() { panicked = recover() }()
+		dec, rej, kc = g.check(ep, body, x)
+	}()
+	<-done
+	if panicked != nil {
+		panic(panicked)
+	}
+	return dec, rej, kc
+}

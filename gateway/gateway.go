@@ -130,6 +130,10 @@ type Gateway struct {
 	flowSync admission.FlowSync
 	// queueClock is the admission pools' clock (Options.QueueClock).
 	queueClock func() time.Time
+	// queued is the requests parked in a pool waiting for a grant (every
+	// pool's PoolConfig.Parked): while any are, doors run off their
+	// handlers' stacks (checkAside).
+	queued atomic.Int64
 	// tr traces requests; nil when tracing is off.
 	tr *tracer
 	// local bounds the local work running at once (localwork.go).

@@ -102,10 +102,6 @@ type keyTable struct {
 // memory its start used to read them (initKeys).
 const largeKeyTable = 10000
 
-// keyBuildYield is how many keys buildKeys makes between yields to the
-// scheduler: a reload of a large keys_file runs beside requests.
-const keyBuildYield = 4096
-
 // buildKeys builds the table of keys: the config's, then the keys_file's
 // (more).
 // It runs off the request path (at New, and in the keys_file watcher or
@@ -134,8 +130,8 @@ func (g *Gateway) buildKeys(keys, more []config.KeyConfig) (*keyTable, error) {
 			names = names[len(kc.Name):]
 			t.byDigest[d] = int32(len(t.keys))
 			t.keys = append(t.keys, apiKey{name: name, keyProfile: g.profileOf(kc, profiles)})
-			if len(t.keys)%keyBuildYield == 0 {
-				runtime.Gosched()
+			if len(t.keys)%config.KeyYieldEvery == 0 {
+				runtime.Gosched() // a reload runs beside requests
 			}
 		}
 	}

@@ -1,10 +1,12 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
 	"os"
+	"runtime"
 	"time"
 
 	"go.uber.org/zap"
@@ -23,6 +25,9 @@ type fileState struct {
 	unread int
 	// readFile reads the file (nil: os.ReadFile; tests count the reads).
 	readFile func(string) ([]byte, error)
+	// held is the digest of the content last put off as unfinished
+	// (holdUnfinished).
+	held [32]byte
 }
 
 // fullReadEvery is how many polls in a row may skip reading a file whose
@@ -67,12 +72,55 @@ func (s *fileState) poll(path string) (data []byte, changed, missingNow bool, er
 	if statErr != nil {
 		s.info = nil
 	}
-	sum := sha256.Sum256(data)
+	sum := sumYielding(data)
 	if sum == s.sum {
 		return data, false, false, nil
 	}
 	s.sum = sum
 	return data, true, false, nil
+}
+
+// sumYielding is the SHA-256 of data, yielding to the scheduler every
+// MiB: the hash of a 19 MB keys_file is one assembly loop the runtime
+// cannot preempt, which held a core for 10-50 ms beside requests.
+func sumYielding(data []byte) [32]byte {
+	const chunk = 1 << 20
+	if len(data) <= chunk {
+		return sha256.Sum256(data)
+	}
+	h := sha256.New()
+	for len(data) > 0 {
+		n := min(chunk, len(data))
+		h.Write(data[:n])
+		data = data[n:]
+		runtime.Gosched()
+	}
+	var sum [32]byte
+	h.Sum(sum[:0])
+	return sum
+}
+
+// holdUnfinished reports whether data, just read as changed, looks cut
+// short (unfinishedJSON: a file read while it is being written) and is
+// new: then the poll forgets it read it, so that the next poll reads the
+// file again, and the caller waits for that. A file that reads the same
+// twice is taken as it is (and refused, if it is broken). A keys_file
+// read in the middle of its writing went to yaml.v3, whose reading of a
+// partial 100k-key file is seconds of CPU beside requests, to be refused.
+func (s *fileState) holdUnfinished(data []byte) bool {
+	if !unfinishedJSON(data) || s.sum == s.held {
+		s.held = [32]byte{} // taken: the same cut, written again later, is held again
+		return false
+	}
+	s.held, s.sum, s.info = s.sum, [32]byte{}, nil
+	return true
+}
+
+// unfinishedJSON: data begins as a JSON object does and does not end as
+// one does (its last byte past whitespace is not a closing brace).
+func unfinishedJSON(data []byte) bool {
+	b := bytes.TrimSpace(data)
+	return len(b) > 0 && b[0] == '{' && b[len(b)-1] != '}'
 }
 
 // WatchFile polls path every interval until ctx is done, as the keys_file
@@ -143,7 +191,7 @@ func (g *Gateway) reloadKeys() {
 	if missing {
 		g.log.Warn("keys_file unreadable; the keys in force keep serving", zap.String("keys_file", a.KeysFile), zap.Error(err))
 	}
-	if !changed {
+	if !changed || g.keysFile.holdUnfinished(data) {
 		return
 	}
 	fileKeys, err := config.ParseKeys(data, g.conf())

@@ -5,6 +5,11 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/maitred-dev/maitred/config"
 )
 
 // TestFilePollSkipsUnchangedReads: a poll reads and hashes the watched
@@ -59,5 +64,61 @@ func TestFilePollSkipsUnchangedReads(t *testing.T) {
 	}
 	if seen < 0 {
 		t.Fatalf("an edit keeping size and mtime unseen after %d polls", fullReadEvery)
+	}
+}
+
+// TestKeysFileReadWhileWrittenIsHeld: a keys_file read in the middle of
+// its writing (JSON cut short) is not parsed (yaml.v3 would spend seconds
+// on a large one, beside requests, to refuse it): the watcher reads it
+// again at its next poll and takes what it finds then; a file that stays
+// cut short is refused at that second reading; a whole file is taken at
+// its first.
+func TestKeysFileReadWhileWrittenIsHeld(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "keys.json")
+	whole := func(name, key string) string {
+		return `{"keys": [{"name": "` + name + `", "sha256": "` + digestOf(key) + `", "models": ["*"]}]}` + "\n"
+	}
+	write := func(s string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(whole("a", "sk-a"))
+	core, logs := observer.New(zap.InfoLevel)
+	tg := startGatewayFull(t, nil, extras{log: zap.New(core)}, func(c *config.Config) {
+		c.Auth = &config.AuthConfig{KeysFile: path}
+	}, "http://127.0.0.1:1") // no request is sent
+	refused := func() int { return logs.FilterMessage("keys_file refused; the keys in force keep serving").Len() }
+	loaded := func() int { return logs.FilterMessage("keys_file loaded").Len() }
+	has := func(key string) bool { return tg.keys.Load().lookup(key) != nil }
+
+	cut := whole("b", "sk-b")
+	cut = cut[:len(cut)/2]
+	write(cut)
+	tg.reloadKeys()
+	if refused() != 0 || loaded() != 0 || !has("sk-a") {
+		t.Fatalf("a keys_file cut short was taken at its first reading: %d refused, %d loaded", refused(), loaded())
+	}
+	write(whole("b", "sk-b")) // the writer finished
+	tg.reloadKeys()
+	if refused() != 0 || loaded() != 1 || !has("sk-b") || has("sk-a") {
+		t.Fatalf("the finished file: %d refused, %d loaded, sk-b in force %v", refused(), loaded(), has("sk-b"))
+	}
+
+	write(cut) // cut short and left so: refused at its second reading
+	tg.reloadKeys()
+	if refused() != 0 {
+		t.Fatal("refused at its first reading")
+	}
+	tg.reloadKeys()
+	if refused() != 1 || !has("sk-b") {
+		t.Fatalf("a file that stays cut short: %d refused (want 1), sk-b in force %v", refused(), has("sk-b"))
+	}
+
+	write(whole("c", "sk-c")) // a whole file: taken at its first reading
+	tg.reloadKeys()
+	if loaded() != 2 || !has("sk-c") {
+		t.Fatalf("a whole file not taken at its first reading: %d loaded", loaded())
 	}
 }

@@ -92,7 +92,7 @@ func (g *Gateway) pipeline(a *api) handlerFunc {
 			return err
 		}
 		x.readDone = time.Now()
-		dec, rej, kc := g.check(a.door, body, x)
+		dec, rej, kc := g.checkAside(a.door, body, x)
 		x.doorDone = time.Now()
 		if rej != nil {
 			if ci := rej.Context; ci != nil {

@@ -274,6 +274,7 @@ func (g *Gateway) poolConfig(cfg *config.Config, mc *config.ModelConfig) admissi
 		MaxEjectionPercent:     cfg.MaxEjectionPercent,
 		AffinityLoad:           1.5,
 		RejectWhenStoreDown:    cfg.Store.OnError == config.StoreErrorReject,
+		Parked:                 &g.queued,
 	}
 	if mc.FairnessOrDefault() == config.FairnessTokens {
 		pc.Fairness = admission.Tokens

@@ -1,0 +1,80 @@
+package gateway
+
+import (
+	"fmt"
+	"net"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/maitred-dev/maitred/config"
+	"github.com/maitred-dev/maitred/internal/fixtures"
+	"github.com/maitred-dev/maitred/sim"
+	"github.com/maitred-dev/maitred/tokenize"
+)
+
+// TestWaitingRequestHoldsNoDoorStack: a request waiting in the queue does
+// not hold the stack its door needed. The chat template recurses 300
+// macro calls deep, so that rendering a prompt takes hundreds of KiB of
+// stack; with a request already waiting, the door of each later request
+// runs aside (checkAside) and the handler goroutines that park keep only
+// their own frames. Measured as the process's stack in use per waiting
+// request (raw connections: no client goroutines), before any collection
+// could shrink a stack.
+func TestWaitingRequestHoldsNoDoorStack(t *testing.T) {
+	tok, err := fixtureLoader.LoadDir(fixtures.ModelDir(t, "qwen3"), tokenize.LoadOptions{ChatTemplate: `{%- macro deep(n) -%}{%- if n > 0 -%}{{ deep(n - 1) }}{%- endif -%}{%- endmacro -%}
+{%- for m in messages %}
+{{- '<|im_start|>' + m.role + '\n' + m.content + '<|im_end|>\n' }}
+{%- endfor %}{{ deep(300) }}<|im_start|>assistant
+`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := make(chan struct{})
+	s := sim.New(sim.Config{Model: "m", OutputTokens: 3}, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(func() { s.Close(); hs.Close() })
+	tg := startGatewayToks(t, tok, func(c *config.Config) {
+		c.Models[0].Backends[0].MaxInFlight = 1
+		c.Models[0].QueueSize = 100
+		c.Models[0].QueueTimeout = config.Duration(10 * time.Minute)
+		c.Models[0].TokenizerCheck = "off" // the simulator counts with its own template
+	}, hs.URL)
+	warmupDone(t, s)
+	s.Update(func(c *sim.Config) { c.TokenGate = gate })
+	t.Cleanup(func() { close(gate) })
+	body := `{"model":"m","max_tokens":3,"messages":[{"role":"user","content":"Say hello."}]}`
+	send := func() {
+		c, err := net.Dial("tcp", strings.TrimPrefix(tg.URL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: maitred\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	}
+	pool := tg.live().byName["m"].pool
+	send() // holds the backend's one slot
+	eventually(t, "the first request at the backend", func() bool { return s.Stats().Running == 1 })
+	send() // the first to wait (its door ran inline: nobody was queued)
+	eventually(t, "one request waiting", func() bool { return pool.Advice().Depth == 1 })
+	const n = 20
+	runtime.GC()
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range n {
+		send()
+	}
+	eventually(t, "all waiting", func() bool { return pool.Advice().Depth == n+1 })
+	runtime.ReadMemStats(&after)
+	per := (int64(after.StackInuse) - int64(before.StackInuse)) / n
+	t.Logf("stack in use per waiting request: %d B", per)
+	if per > 64<<10 {
+		t.Errorf("%d B of stack per waiting request: its handler holds the stack its door grew (want at most 64 KiB; a door needs hundreds)", per)
+	}
+}
