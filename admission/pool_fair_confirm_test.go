@@ -50,14 +50,7 @@ func TestFairConfirmingCountsAsWaiting(t *testing.T) {
 		acquireAsync(t, p2, "b", 10) // granted here, asking the store
 		l1 := mustAcquire(t, p1, "a", 100)
 		a2 := acquireAsync(t, p1, "a", 100)
-		for _, s := range []struct {
-			p *Pool
-			r flowReplica
-		}{{p2, r2}, {p1, r1}} {
-			if _, err := s.p.SyncFlows(t.Context(), s.r, time.Hour); err != nil {
-				t.Fatal(err)
-			}
-		}
+		syncBoth(t, p1, p2, r1, r2, time.Hour)
 		l1.Release(Succeeded)
 		if granted(a2) != nil {
 			t.Fatal("replica 1 granted a while b, 1000 below a, waits for the store's answer on replica 2")

@@ -34,6 +34,20 @@ type flowReplica struct {
 	name string
 }
 
+// syncBoth runs replica 2's flow sync, then replica 1's, each with hold
+// as its hold-back: what the replicas' tickers would do, in that order.
+func syncBoth(t *testing.T, p1, p2 *Pool, r1, r2 flowReplica, hold time.Duration) {
+	t.Helper()
+	for _, s := range []struct {
+		p *Pool
+		r flowReplica
+	}{{p2, r2}, {p1, r1}} {
+		if _, err := s.p.SyncFlows(t.Context(), s.r, hold); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func (r flowReplica) SyncFlows(_ context.Context, _ string, deltas map[string]float64, claims []FlowClaim) (FlowView, error) {
 	s := r.s
 	s.mu.Lock()
@@ -109,14 +123,7 @@ func twoReplicas(t *testing.T, hold time.Duration) (p1, p2 *Pool, r1, r2 flowRep
 	}
 	l1 = mustAcquire(t, p1, "a", 100)
 	a2 = acquireAsync(t, p1, "a", 100)
-	for _, s := range []struct {
-		p *Pool
-		r flowReplica
-	}{{p2, r2}, {p1, r1}} {
-		if _, err := s.p.SyncFlows(t.Context(), s.r, hold); err != nil {
-			t.Fatal(err)
-		}
-	}
+	syncBoth(t, p1, p2, r1, r2, hold)
 	return p1, p2, r1, r2, l1, a2
 }
 
@@ -137,14 +144,7 @@ func TestFairSyncHoldsGrantForLowerFlowElsewhere(t *testing.T) {
 		}
 		// Half the hold later both sync again: still held.
 		time.Sleep(hold / 2)
-		for _, s := range []struct {
-			p *Pool
-			r flowReplica
-		}{{p2, r2}, {p1, r1}} {
-			if _, err := s.p.SyncFlows(t.Context(), s.r, hold); err != nil {
-				t.Fatal(err)
-			}
-		}
+		syncBoth(t, p1, p2, r1, r2, hold)
 		if granted(a2) != nil {
 			t.Fatal("replica 1 granted a before the hold ran out")
 		}
@@ -175,14 +175,7 @@ func TestFairSyncNoHoldWithinMargin(t *testing.T) {
 		acquireAsync(t, p2, "a", 10)
 		l1 := mustAcquire(t, p1, "a", 100)
 		a2 := acquireAsync(t, p1, "a", 100)
-		for _, s := range []struct {
-			p *Pool
-			r flowReplica
-		}{{p2, r2}, {p1, r1}} {
-			if _, err := s.p.SyncFlows(t.Context(), s.r, time.Hour); err != nil {
-				t.Fatal(err)
-			}
-		}
+		syncBoth(t, p1, p2, r1, r2, time.Hour)
 		l1.Release(Succeeded)
 		if granted(a2) == nil {
 			t.Fatal("replica 1 held a back for b, within the margin of a on replica 2")
@@ -244,14 +237,7 @@ func TestFairSyncBackloggedFlowNotLiftedElsewhere(t *testing.T) {
 		acquireAsync(t, p2, "a", 10)
 		l1 := mustAcquire(t, p1, "a", 100)
 		a2 := acquireAsync(t, p1, "a", 100)
-		for _, s := range []struct {
-			p *Pool
-			r flowReplica
-		}{{p2, r2}, {p1, r1}} {
-			if _, err := s.p.SyncFlows(t.Context(), s.r, time.Hour); err != nil {
-				t.Fatal(err)
-			}
-		}
+		syncBoth(t, p1, p2, r1, r2, time.Hour)
 		b1 := acquireAsync(t, p1, "b", 10)
 		ca, cb := -1.0, -1.0
 		for _, f := range p1.Flows() {
@@ -351,14 +337,7 @@ func TestFairSyncFlowKeepsOrderAcrossReplicas(t *testing.T) {
 		time.Sleep(time.Second)
 		l1 := mustAcquire(t, p1, "a", 10)
 		b2 := acquireAsync(t, p1, "b", 10)
-		for _, s := range []struct {
-			p *Pool
-			r flowReplica
-		}{{p2, r2}, {p1, r1}} {
-			if _, err := s.p.SyncFlows(t.Context(), s.r, time.Hour); err != nil {
-				t.Fatal(err)
-			}
-		}
+		syncBoth(t, p1, p2, r1, r2, time.Hour)
 		l1.Release(Succeeded)
 		if granted(b2) != nil {
 			t.Fatal("replica 1 granted b's new request while b's older one waits on replica 2")
@@ -380,14 +359,7 @@ func TestFairHoldEndsWhenNoRoom(t *testing.T) {
 		p1 := testPool(one(2, 0), func(c *PoolConfig) { c.Fairness = Tokens; c.Shared = sh })
 		p2 := testPool(one(1, 0), func(c *PoolConfig) { c.Fairness = Tokens })
 		sync := func() {
-			for _, s := range []struct {
-				p *Pool
-				r flowReplica
-			}{{p2, r2}, {p1, r1}} {
-				if _, err := s.p.SyncFlows(t.Context(), s.r, hold); err != nil {
-					t.Fatal(err)
-				}
-			}
+			syncBoth(t, p1, p2, r1, r2, hold)
 		}
 		lx := mustAcquire(t, p2, "x", 0)
 		acquireAsync(t, p2, "b", 10) // b's older request

@@ -30,19 +30,7 @@ import (
 func TestScrapeIntervalGrowsPastBudget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const interval = 250 * time.Millisecond
-		cfg := config.Default()
-		mc := config.ModelConfig{Name: "m"}
-		for i := range 64 {
-			mc.Backends = append(mc.Backends, config.BackendConfig{URL: fmt.Sprintf("http://10.0.0.%d:8000", i+1)})
-		}
-		cfg.Models = []config.ModelConfig{mc}
-		if err := cfg.Validate(); err != nil {
-			t.Fatal(err)
-		}
-		f, err := New(cfg.Fleet(), &http.Client{}, zap.NewNop(), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		cfg, f := unreachableFleet(t, 64)
 		start := time.Now()
 		var mu sync.Mutex
 		at := map[time.Duration]int{} // calls of fn by instant

@@ -285,19 +285,7 @@ func TestScrapesOfARoundStartTogether(t *testing.T) {
 		// 63 and one more: the most scrape_budget auto scrapes every
 		// interval (past 64 the interval grows: budget_test.go).
 		const n, interval = 63, 250 * time.Millisecond
-		cfg := config.Default()
-		mc := config.ModelConfig{Name: "m"}
-		for i := range n {
-			mc.Backends = append(mc.Backends, config.BackendConfig{URL: fmt.Sprintf("http://10.0.0.%d:8000", i+1)})
-		}
-		cfg.Models = []config.ModelConfig{mc}
-		if err := cfg.Validate(); err != nil {
-			t.Fatal(err)
-		}
-		f, err := New(cfg.Fleet(), &http.Client{}, zap.NewNop(), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		cfg, f := unreachableFleet(t, n)
 		start := time.Now()
 		var mu sync.Mutex
 		at := map[time.Duration]int{} // scrapes (not ready here: calls of fn without a request) by instant
@@ -416,4 +404,25 @@ func TestScrapeConnRequest(t *testing.T) {
 	if sc := f.newScrapeConn(bs[2]); sc == nil || sc.addr != "10.0.0.1:8000" || !strings.Contains(string(sc.req), "\r\nAuthorization: Bearer sk-backend\r\n") {
 		t.Errorf("keyed backend: %+v", sc)
 	}
+}
+
+// unreachableFleet is a fleet of one model "m" with n backends at
+// 10.0.0.1:8000 onwards (nothing answers there), and the config it was
+// built from.
+func unreachableFleet(t *testing.T, n int) (*config.Config, *Fleet) {
+	t.Helper()
+	cfg := config.Default()
+	mc := config.ModelConfig{Name: "m"}
+	for i := range n {
+		mc.Backends = append(mc.Backends, config.BackendConfig{URL: fmt.Sprintf("http://10.0.0.%d:8000", i+1)})
+	}
+	cfg.Models = []config.ModelConfig{mc}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := New(cfg.Fleet(), &http.Client{}, zap.NewNop(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &cfg, f
 }
