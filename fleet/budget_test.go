@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -31,22 +30,7 @@ func TestScrapeIntervalGrowsPastBudget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const interval = 250 * time.Millisecond
 		cfg, f := unreachableFleet(t, 64)
-		start := time.Now()
-		var mu sync.Mutex
-		at := map[time.Duration]int{} // calls of fn by instant
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan struct{})
-		go func() {
-			f.RunScraper(ctx, interval, func(_ *Model, b *Backend, _ Gauges, err error) {
-				if !errors.Is(err, ErrNotReady) {
-					t.Errorf("%s: %v, want ErrNotReady", b.URL.Host, err)
-				}
-				mu.Lock()
-				at[time.Since(start)]++
-				mu.Unlock()
-			})
-			close(done)
-		}()
+		at, stop := notReadyScrapes(t, f, interval)
 		small := cfg.Models[0].Backends
 		time.Sleep(1100 * time.Millisecond)
 		for i := range 64 {
@@ -64,9 +48,7 @@ func TestScrapeIntervalGrowsPastBudget(t *testing.T) {
 			t.Fatal(err)
 		}
 		time.Sleep(1000*time.Millisecond + time.Millisecond) // to 3.3 s
-		synctest.Wait()
-		cancel()
-		<-done
+		stop()
 		ms := time.Millisecond
 		want := map[time.Duration]int{
 			// 64 backends: every scrape_interval, as without a budget.

@@ -286,31 +286,14 @@ func TestScrapesOfARoundStartTogether(t *testing.T) {
 		// interval (past 64 the interval grows: budget_test.go).
 		const n, interval = 63, 250 * time.Millisecond
 		cfg, f := unreachableFleet(t, n)
-		start := time.Now()
-		var mu sync.Mutex
-		at := map[time.Duration]int{} // scrapes (not ready here: calls of fn without a request) by instant
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan struct{})
-		go func() {
-			f.RunScraper(ctx, interval, func(_ *Model, b *Backend, _ Gauges, err error) {
-				if !errors.Is(err, ErrNotReady) {
-					t.Errorf("%s: %v, want ErrNotReady", b.URL.Host, err)
-				}
-				mu.Lock()
-				at[time.Since(start)]++
-				mu.Unlock()
-			})
-			close(done)
-		}()
+		at, stop := notReadyScrapes(t, f, interval)
 		time.Sleep(100 * time.Millisecond)
 		cfg.Models[0].Backends = append(cfg.Models[0].Backends, config.BackendConfig{URL: "http://10.0.1.1:8000"})
 		if err := f.Apply(cfg.Fleet(), nil); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(4*interval - 100*time.Millisecond + time.Millisecond)
-		synctest.Wait()
-		cancel()
-		<-done
+		stop()
 		want := map[time.Duration]int{interval: n + 1, 2 * interval: n + 1, 3 * interval: n + 1, 4 * interval: n + 1}
 		if fmt.Sprint(at) != fmt.Sprint(want) {
 			t.Errorf("scrapes by instant %v; want %v: every backend's at each beat", at, want)
@@ -425,4 +408,34 @@ func unreachableFleet(t *testing.T, n int) (*config.Config, *Fleet) {
 		t.Fatal(err)
 	}
 	return &cfg, f
+}
+
+// notReadyScrapes runs f's scraper at interval inside a synctest bubble,
+// over backends none of which is ready: each beat calls fn once a backend
+// without a request. It returns the calls by instant since its start,
+// complete once stop (which waits for the bubble to settle, then ends the
+// scraper) has returned.
+func notReadyScrapes(t *testing.T, f *Fleet, interval time.Duration) (map[time.Duration]int, func()) {
+	t.Helper()
+	start := time.Now()
+	var mu sync.Mutex
+	at := map[time.Duration]int{}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		f.RunScraper(ctx, interval, func(_ *Model, b *Backend, _ Gauges, err error) {
+			if !errors.Is(err, ErrNotReady) {
+				t.Errorf("%s: %v, want ErrNotReady", b.URL.Host, err)
+			}
+			mu.Lock()
+			at[time.Since(start)]++
+			mu.Unlock()
+		})
+		close(done)
+	}()
+	return at, func() {
+		synctest.Wait()
+		cancel()
+		<-done
+	}
 }
