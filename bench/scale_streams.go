@@ -247,7 +247,7 @@ func holdSlowStreams(base, simURL string, n int, h2c bool, gw *streamsProbe) (st
 	var steadyFrom atomic.Int64 // unix ns; set once every stream is open
 	var started atomic.Int64
 	var failed atomic.Int64
-	var ended atomic.Int64 // streams read to their end
+	var ended atomic.Int64             // streams read to their end
 	var firstErr atomic.Pointer[error] // an atomic.Value would panic on a second error type
 	var wg sync.WaitGroup
 	t0 := time.Now()
