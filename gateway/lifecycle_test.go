@@ -423,10 +423,11 @@ func drainScenarioOver(t *testing.T, h2c bool, streamTokens int, itl, drainTimeo
 	return r
 }
 
-func TestDrainLetsStreamsFinish(t *testing.T) {
-	// 100 streams of 5 s (100 tokens, 50 ms apart); the signal comes while
-	// they run; the drain timeout is far longer.
-	r := drainScenario(t, 100, 50*time.Millisecond, 30*time.Second)
+// assertDrainedCleanly: every stream of a drain scenario ran to [DONE]
+// with no error event, and the requests during drain_delay and the
+// non-streaming one in flight were answered 200.
+func assertDrainedCleanly(t *testing.T, r drainResult) {
+	t.Helper()
 	for i, evs := range r.streams {
 		n := len(evs)
 		if n < 2 || evs[n-2] != "data: [DONE]" || evs[n-1] != streamEnd(nil) || strings.Contains(strings.Join(evs, "\n"), `"error"`) {
@@ -436,6 +437,13 @@ func TestDrainLetsStreamsFinish(t *testing.T) {
 	if r.duringDelay != 200 || r.nonStreaming != 200 {
 		t.Errorf("request during drain_delay: %d; non-streaming in flight: %d", r.duringDelay, r.nonStreaming)
 	}
+}
+
+func TestDrainLetsStreamsFinish(t *testing.T) {
+	// 100 streams of 5 s (100 tokens, 50 ms apart); the signal comes while
+	// they run; the drain timeout is far longer.
+	r := drainScenario(t, 100, 50*time.Millisecond, 30*time.Second)
+	assertDrainedCleanly(t, r)
 	t.Logf("readyz 503 after %s; all 100 streams ended with [DONE]; Serve returned after %s", r.readyzAfter, r.serveTook)
 }
 
