@@ -56,7 +56,6 @@ const (
 	fairITL      = 10 * time.Millisecond
 	fairLongOut  = 100
 	fairShortOut = 4
-	fairSlots    = 4
 	fairEvery    = 200 * time.Millisecond
 )
 
@@ -83,6 +82,9 @@ func fairnessFromFlags() error {
 		}
 		o.items[n] = true
 	}
+	if *fairSlots < 1 {
+		return fmt.Errorf("-fair-slots: want 1 or more, got %d", *fairSlots)
+	}
 	if o.dur < o.window || o.idle <= 0 || o.long < 2*o.window {
 		return fmt.Errorf("fairness: -fair-duration at least -fair-window, -fair-long at least twice it, -fair-idle above 0")
 	}
@@ -99,7 +101,7 @@ func fairness(o fairOpts) error {
 	c := &fairClient{http: &http.Client{Transport: poolTransport()}, keys: [2]string{"sk-bench-tenant-a", "sk-bench-tenant-b"},
 		shape: newFairShape(fairLongOut, fairShortOut)}
 	fmt.Printf("fairness: maitred serve (%s) with max_in_flight %d in front of maitred sim (TTFT %s, ITL %s: a long request, %d tokens out, takes about %s); weights input %g, output %g\n",
-		env.bin, fairSlots, fairTTFT, fairITL, fairLongOut, fairTTFT+(fairLongOut-1)*fairITL, fairWeights.in, fairWeights.out)
+		env.bin, *fairSlots, fairTTFT, fairITL, fairLongOut, fairTTFT+(fairLongOut-1)*fairITL, fairWeights.in, fairWeights.out)
 	var v fairVerdicts
 	if o.items[1] {
 		if err := fairItem1(env, c, o, &v); err != nil {
@@ -237,7 +239,7 @@ func fairConfig(listen, simAddr, policy string, weights [2]float64, store string
 	if policy != "fifo" {
 		fmt.Fprintf(&b, "    fairness: %s\n    fairness_weights: {input: %g, output: %g}\n", policy, fairWeights.in, fairWeights.out)
 	}
-	fmt.Fprintf(&b, "    backends:\n      - url: http://%s\n        max_in_flight: %d\n", simAddr, fairSlots)
+	fmt.Fprintf(&b, "    backends:\n      - url: http://%s\n        max_in_flight: %d\n", simAddr, *fairSlots)
 	b.WriteString("auth:\n  keys:\n")
 	for i, name := range []string{"tenant-a", "tenant-b"} {
 		fmt.Fprintf(&b, "    - name: %s\n      env: %s\n      models: [\"*\"]\n", name, fairKeyEnv[i])

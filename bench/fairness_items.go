@@ -57,7 +57,7 @@ func fairItem1(env *fairEnv, c *fairClient, o fairOpts, v *fairVerdicts) error {
 			}
 		}
 	}
-	printFairTable(fmt.Sprintf("item 1: A keeps N long requests in flight without pause (column AN), B sends one short every %s; one backend, max_in_flight %d; %s each", fairEvery, fairSlots, o.dur), cols, boundRows())
+	printFairTable(fmt.Sprintf("item 1: A keeps N long requests in flight without pause (column AN), B sends one short every %s; one backend, max_in_flight %d; %s each", fairEvery, *fairSlots, o.dur), cols, boundRows())
 	if f := byBacklog["fifo"]; len(f) > 1 && f[0] != nil && f[len(f)-1] != nil {
 		first, last := f[0], f[len(f)-1]
 		v.check("1. fifo: B's queue wait grows with A's backlog", last, func(*fairFigures) bool {

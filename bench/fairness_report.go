@@ -115,7 +115,7 @@ func (f *fairFigures) withinBound() bool { return f.gap <= f.bound() }
 // analysis of a batching engine). A flow whose counter is ahead keeps
 // being served by its running requests until the other's grants catch up.
 func (f *fairFigures) slotBound() float64 {
-	return 2 * max(fairWeights.in*float64(f.maxIn), fairWeights.out*float64(fairSlots*f.maxOut))
+	return 2 * max(fairWeights.in*float64(f.maxIn), fairWeights.out*float64(*fairSlots*f.maxOut))
 }
 
 func (f *fairFigures) bothSecs() float64 {
@@ -194,7 +194,7 @@ func gapRows() []fairRow {
 		{"largest service gap, weighted tokens", func(f *fairFigures) string { return num0(f.gap) }},
 		{"bound: 2x largest request's cost", func(f *fairFigures) string { return num0(f.bound()) }},
 		{"gap within the bound", func(f *fairFigures) string { return yesNo(f.withinBound()) }},
-		{fmt.Sprintf("slot bound: 2x max(input, %d slots' output)", fairSlots), func(f *fairFigures) string {
+		{fmt.Sprintf("slot bound: 2x max(input, %d slots' output)", *fairSlots), func(f *fairFigures) string {
 			return fmt.Sprintf("%.0f (%s)", f.slotBound(), yesNo(f.gap <= f.slotBound()))
 		}},
 	}

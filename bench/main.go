@@ -130,6 +130,7 @@ var (
 	fairWindow   = flag.Duration("fair-window", 5*time.Second, "fairness: item 3's service windows after B starts (item 2's are twice as long)")
 	fairBacklogs = flag.String("fair-backlog", "8,16", "fairness: A's concurrent long requests in item 1, one run per value and policy (the first is used in items 2-4)")
 	fairItems    = flag.String("fair-items", "1,2,3,4", "fairness: the items of issue 28 to measure")
+	fairSlots    = flag.Int("fair-slots", 4, "fairness: the backend's max_in_flight (the issue's is 4; 1 shows VTC's one-request-at-a-time bound, as the gap grows with the slots)")
 )
 
 const chatBody = `{"model":"demo","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Say hello in five words."}],"max_tokens":8}`
@@ -157,6 +158,8 @@ func main() {
 		run = func() error { return localWork(*maitredBin, *localN, *localSize) }
 	case "bare-proxy":
 		run = func() error { return bareProxy(*bareListen, *bareTarget) }
+	case "parked-handler":
+		run = func() error { return parkedHandler(*bareListen) }
 	case "streams-sim":
 		run = func() error { return streamsSim(*streamsSimListen) }
 	case "scale":

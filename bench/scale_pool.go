@@ -130,12 +130,13 @@ func parkedFigure(n int) float64 {
 // smallest point as the baseline of the ratio column; and, in the built
 // maitred (scale_waiting.go), stack and heap per waiting request beyond
 // an idle connection's, and from nothing open beside the bare proxy's
-// request in flight (the net/http floor), before and (with -pprof) after
-// two collections.
+// request in flight and a request parked in a handler that holds its body
+// (the net/http floor under any request waiting: "beyond its body"),
+// before and (with -pprof) after two collections.
 func scaleWaitingRun(e *scaleEnv, ns []int) (*curve, error) {
 	c := &curve{dim: "waiting requests (in-process admission.Pool: one backend with room for one, n queued, then drained; maitred: the built binary, n chats waiting, beyond an idle connection each)",
 		note:  "target: grant cost at 10k waiters <= 2x its cost at 10; <= 2 KB per waiting request beyond its body (bytes/waiter: its goroutine and the pool's waiter; parked: a goroutine parked on a channel, the baseline)",
-		xName: "waiters", cols: []string{"grant us", "grant/base", "bytes/waiter", "heap B/waiter", "stack B/waiter", "parked B/gor", "waiter-parked B", "drain ms", "maitred stack B/req", "maitred heap B/req", "maitred B/req", "bare B/req", "maitred-bare B", "maitred GC'd B/req", "bare GC'd B/req", "GC'd maitred-bare B"},
+		xName: "waiters", cols: []string{"grant us", "grant/base", "bytes/waiter", "heap B/waiter", "stack B/waiter", "parked B/gor", "waiter-parked B", "drain ms", "maitred stack B/req", "maitred heap B/req", "maitred B/req", "bare B/req", "maitred-bare B", "maitred GC'd B/req", "bare GC'd B/req", "GC'd maitred-bare B", "handler B/req", "maitred-handler B", "handler GC'd B/req", "GC'd maitred-handler B"},
 		charts: []chartSpec{{file: "waiting-grant.svg", title: "grant cost per request by waiting requests (in-process)", yLabel: "us per grant", cols: []string{"grant us"}},
 			{file: "waiting-memory.svg", title: "memory per waiting request (in-process, incl. its goroutine)", yLabel: "bytes", cols: []string{"bytes/waiter", "parked B/gor"}}}}
 	base := math.NaN()
@@ -164,7 +165,7 @@ func scaleWaitingRun(e *scaleEnv, ns []int) (*curve, error) {
 		// As users run it (the built maitred), up to 1000 waiting: each
 		// is a connection on both sides, and the open files are limited.
 		nan := math.NaN()
-		b := waitingBuilt{nan, nan, nan, nan, nan, nan, nan, nan}
+		b := waitingBuilt{nan, nan, nan, nan, nan, nan, nan, nan, nan, nan}
 		if n <= maxBuiltWaiting {
 			var err error
 			if b, err = waitingBuiltFigures(e, n); err != nil {
@@ -172,7 +173,7 @@ func scaleWaitingRun(e *scaleEnv, ns []int) (*curve, error) {
 			}
 		}
 		c.add(n, grant, grant/base, per, heap, stack, parked, per-parked, float64(drain.Microseconds())/1e3, b.stack, b.heap,
-			b.total, b.bare, b.total-b.bare, b.gcTotal, b.gcBare, b.gcTotal-b.gcBare)
+			b.total, b.bare, b.total-b.bare, b.gcTotal, b.gcBare, b.gcTotal-b.gcBare, b.held, b.total-b.held, b.gcHeld, b.gcTotal-b.gcHeld)
 		runtime.GC()
 	}
 	return c, nil

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -34,8 +35,36 @@ import (
 
 var bareStats = flag.String("bare-stats", "", "bare-proxy: the address to serve its memory figures on (go_memstats_stack_inuse_bytes, go_memstats_heap_inuse_bytes; ?gc=1: after two collections)")
 
+// parkedRequests counts the requests parkedHandler holds.
+var parkedRequests atomic.Int64
+
+// parkedHandler serves on listen, with its memory figures on -bare-stats,
+// a handler that reads each request's body, keeps it and waits, never
+// answering, until its client goes: what net/http holds for any request
+// read and not yet answered (the connection's goroutine parked in a
+// handler, its buffers, the request, its body and the background read),
+// the floor under a waiting request in any Go server. The waiting
+// dimension's second baseline: a waiting request "beyond its body".
+func parkedHandler(listen string) error {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/health", func(http.ResponseWriter, *http.Request) {})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		parkedRequests.Add(1)
+		<-r.Context().Done()
+		parkedRequests.Add(-1)
+		runtime.KeepAlive(body)
+	})
+	if *bareStats != "" {
+		go serveMemStats(*bareStats)
+	}
+	srv := &http.Server{Addr: listen, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	return srv.ListenAndServe()
+}
+
 // serveMemStats serves this process's stack and heap in use on addr, as
-// the lines of a Prometheus exposition that scrapeMetric reads.
+// the lines of a Prometheus exposition that scrapeMetric reads, and the
+// requests parkedHandler holds.
 func serveMemStats(addr string) error {
 	return http.ListenAndServe(addr, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Query().Get("gc") != "" {
@@ -44,7 +73,7 @@ func serveMemStats(addr string) error {
 		}
 		var m runtime.MemStats
 		runtime.ReadMemStats(&m)
-		fmt.Fprintf(w, "go_memstats_stack_inuse_bytes %d\ngo_memstats_heap_inuse_bytes %d\n", m.StackInuse, m.HeapInuse)
+		fmt.Fprintf(w, "go_memstats_stack_inuse_bytes %d\ngo_memstats_heap_inuse_bytes %d\nbench_parked_requests %d\n", m.StackInuse, m.HeapInuse, parkedRequests.Load())
 	}))
 }
 
@@ -56,6 +85,7 @@ type waitingBuilt struct {
 	gcStack, gcHeap float64 // maitred, from nothing open, after two collections
 	total, gcTotal  float64 // maitred, from nothing open: stack and heap
 	bare, gcBare    float64 // the bare proxy, from nothing open: stack and heap
+	held, gcHeld    float64 // a parked handler, from nothing open: stack and heap
 }
 
 // waitingBuiltFigures measures n chats waiting in the built maitred and n
@@ -131,10 +161,46 @@ func waitingBuiltFigures(e *scaleEnv, n int) (f waitingBuilt, err error) {
 			(&streamsProbe{gw: gw, pprof: pp, heapOut: filepath.Join(*scaleOut, fmt.Sprintf("waiting-%d-heap.pb.gz", n))}).saveHeap()
 		}
 	}
-	f.bare, f.gcBare, err = bareInFlight(simURL, n)
-	fmt.Fprintf(os.Stderr, "  %d waiting: maitred %.0f B/req from nothing open (%.0f after two collections: stack %.0f, heap %.0f); the bare proxy, %d in flight, %.0f B/req (%.0f after two collections)\n",
-		n, f.total, f.gcTotal, f.gcStack, f.gcHeap, n, f.bare, f.gcBare)
+	if f.bare, f.gcBare, err = bareInFlight(simURL, n); err != nil {
+		return f, err
+	}
+	f.held, f.gcHeld, err = heldInHandler(n)
+	fmt.Fprintf(os.Stderr, "  %d waiting: maitred %.0f B/req from nothing open (%.0f after two collections: stack %.0f, heap %.0f); the bare proxy, %d in flight, %.0f B/req (%.0f after two collections); a parked handler %.0f B/req (%.0f after two collections)\n",
+		n, f.total, f.gcTotal, f.gcStack, f.gcHeap, n, f.bare, f.gcBare, f.held, f.gcHeld)
 	return f, err
+}
+
+// heldInHandler is the stack and heap per request of parkedHandler, in
+// its own process, with n chats held: before a collection and after two,
+// from none open.
+func heldInHandler(n int) (perReq, gcPerReq float64, err error) {
+	self, err := os.Executable()
+	if err != nil {
+		return 0, 0, err
+	}
+	addr, stats := freeAddr(), freeAddr()
+	p, err := startServing("", nil, addr, "/health", self, "-scenario", "parked-handler", "-bare-listen", addr, "-bare-stats", stats)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer p.stop() // the clients' requests end with it
+	statsURL := "http://" + stats + "/?gc=1"
+	s0, h0 := memFigures(statsURL)
+	tr := poolTransport()
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+	for range n {
+		go func() { doChat(client, p.url) }()
+	}
+	if err := awaitMetric("http://"+stats+"/", "bench_parked_requests", float64(n), time.Minute); err != nil {
+		return 0, 0, err
+	}
+	time.Sleep(time.Second)
+	s1, h1 := memFigures("http://" + stats + "/")
+	perReq = (s1 - s0 + h1 - h0) / float64(n)
+	s2, h2 := memFigures(statsURL)
+	fmt.Fprintf(os.Stderr, "  %d held by a parked handler, after two collections: stack %.0f, heap %.0f B/req\n", n, (s2-s0)/float64(n), (h2-h0)/float64(n))
+	return perReq, (s2 - s0 + h2 - h0) / float64(n), nil
 }
 
 // bareInFlight is the stack and heap per request of the bare proxy, in its
