@@ -109,13 +109,15 @@ func (f *fairFigures) bound() float64 { return 2 * f.cost }
 func (f *fairFigures) withinBound() bool { return f.gap <= f.bound() }
 
 // slotBound is the bound for a scheduler that grants whole requests to
-// fairSlots slots and cannot take back one already running: twice the
-// larger of the largest weighted input and the weighted output the slots
-// can generate at once (the running batch's capacity, as in VTC's
+// -fair-slots slots and cannot take back one already running: twice the
+// larger of the largest request's weighted cost (VTC's one-at-a-time
+// bound: a grant moves a counter by at most that) and the weighted output
+// the slots generate at once (the running batch's capacity, as in VTC's
 // analysis of a batching engine). A flow whose counter is ahead keeps
-// being served by its running requests until the other's grants catch up.
+// being served by its running requests until the other's grants catch
+// up. With one slot it is the one-request bound.
 func (f *fairFigures) slotBound() float64 {
-	return 2 * max(fairWeights.in*float64(f.maxIn), fairWeights.out*float64(*fairSlots*f.maxOut))
+	return 2 * max(f.cost, fairWeights.out*float64(*fairSlots*f.maxOut))
 }
 
 func (f *fairFigures) bothSecs() float64 {
@@ -194,7 +196,7 @@ func gapRows() []fairRow {
 		{"largest service gap, weighted tokens", func(f *fairFigures) string { return num0(f.gap) }},
 		{"bound: 2x largest request's cost", func(f *fairFigures) string { return num0(f.bound()) }},
 		{"gap within the bound", func(f *fairFigures) string { return yesNo(f.withinBound()) }},
-		{fmt.Sprintf("slot bound: 2x max(input, %d slots' output)", *fairSlots), func(f *fairFigures) string {
+		{fmt.Sprintf("slot bound: 2x max(a request, %d slots' output)", *fairSlots), func(f *fairFigures) string {
 			return fmt.Sprintf("%.0f (%s)", f.slotBound(), yesNo(f.gap <= f.slotBound()))
 		}},
 	}
