@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"math"
 	"net/http"
@@ -65,45 +66,81 @@ func (a authTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return a.rt.RoundTrip(r)
 }
 
-// scaleKeysRun is the keys dimension: for each n, the built maitred with
-// a keys_file of n keys in front of a simulator in this process. Figures:
-// maitred's added p50 over direct with the last key (the key check and
-// its limits, end to end), RSS and heap in use, both per key above the
-// first point, the keys_file's reload (rewritten whole: from the write to
-// the "keys_file loaded" log line, which includes up to the 500 ms poll;
-// and maitred's CPU over it, idle otherwise) written as JSON and as YAML,
-// and the requests during a third reload (JSON): p99 and slowest, against
-// direct's then and both p99s just before it. The file at start is JSON.
+// keysBaseline is a maitred revision measured beside the built one at
+// each keys point (the same keys, the same simulator, right after): before
+// and after a change in one run.
+var keysBaseline = flag.String("keys-baseline", "", "scale: a maitred binary, or a git revision (say HEAD~3) whose maitred is built, measured beside this tree's at each keys point")
+
+// keysColumns are one binary's figures in the keys table.
+var keysColumns = []string{"direct p50 us", "maitred +p50 us", "RSS MiB", "B/key RSS", "B/key heap", "reload ms", "reload CPU ms", "reload MiB alloc", "reload GCs",
+	"YAML reload ms", "YAML CPU ms", "p99 ms reload", "direct p99 ms", "p99 ms before", "direct p99 before", "max ms reload", "direct max ms"}
+
+// scaleKeysRun is the keys dimension: for each n, the built maitred (and,
+// with -keys-baseline, that revision's, right after it) with a keys_file
+// of n keys in front of a simulator in this process. Figures: maitred's
+// added p50 over direct with the last key (the key check and its limits,
+// end to end), RSS and heap in use, both per key above the first point,
+// the keys_file's reload (rewritten whole: from the write to the
+// "keys_file loaded" log line, which includes up to the 500 ms poll; and
+// maitred's CPU, the bytes it allocated and the collections it ran over
+// it, idle otherwise) written as JSON and as YAML, and the requests during
+// a third reload (JSON): p99 and slowest, against direct's then and both
+// p99s just before it. The file at start is JSON.
 func scaleKeysRun(e *scaleEnv, ns []int) (*curve, error) {
+	bins := []streamsBinary{{name: "maitred", path: e.bin}}
+	if *keysBaseline != "" {
+		bin := *keysBaseline
+		if st, err := os.Stat(bin); err != nil || !st.Mode().IsRegular() {
+			if bin, err = buildRevision(e.dir, *keysBaseline); err != nil {
+				return nil, fmt.Errorf("-keys-baseline: %w", err)
+			}
+		}
+		bins = append(bins, streamsBinary{name: "baseline", path: bin})
+	}
 	c := &curve{dim: "API keys (built maitred, keys_file of n sha256 keys with limits; simulator in this process)",
 		note:  "target: key check and limits at 100k keys <= 1.5x at 1 key; <= 1 KB per idle key; a 100k-key reload <= 1 s with no request delayed by more than 10 ms",
-		xName: "keys", cols: []string{"direct p50 us", "maitred +p50 us", "RSS MiB", "B/key RSS", "B/key heap", "reload ms", "reload CPU ms", "YAML reload ms", "YAML CPU ms", "p99 ms reload", "direct p99 ms", "p99 ms before", "direct p99 before", "max ms reload", "direct max ms"},
+		xName: "keys",
 		charts: []chartSpec{
-			{file: "keys-latency.svg", title: "direct p50 and maitred's added p50 by API keys", yLabel: "us", cols: []string{"direct p50 us", "maitred +p50 us"}},
-			{file: "keys-reload.svg", title: "keys_file reload by API keys", yLabel: "ms", cols: []string{"reload ms", "reload CPU ms", "YAML reload ms", "p99 ms reload", "direct p99 ms"}},
+			{file: "keys-latency.svg", title: "direct p50 and maitred's added p50 by API keys", yLabel: "us"},
+			{file: "keys-reload.svg", title: "keys_file reload by API keys", yLabel: "ms"},
 		}}
+	for _, b := range bins {
+		pre := ""
+		if b.name != "maitred" {
+			pre = b.name + " "
+		}
+		for _, col := range keysColumns {
+			c.cols = append(c.cols, pre+col)
+		}
+		c.charts[0].cols = append(c.charts[0].cols, pre+"direct p50 us", pre+"maitred +p50 us")
+		c.charts[1].cols = append(c.charts[1].cols, pre+"reload ms", pre+"reload CPU ms", pre+"YAML reload ms", pre+"p99 ms reload", pre+"direct p99 ms")
+	}
 	backend := sim.New(sim.Config{Model: "demo", MaxModelLen: 4096, OutputTokens: 8, MaxNumSeqs: 1 << 20, KVTokens: 1 << 30}, zap.NewNop())
 	simURL, stopSim, err := serve(backend.Handler())
 	if err != nil {
 		return nil, err
 	}
 	defer stopSim()
-	var baseRSS, baseHeap float64
+	base := make([]keysFigures, len(bins))
 	baseN := 0
 	for i, n := range ns {
-		r, err := keysPoint(e, n, simURL)
-		if err != nil {
-			return nil, fmt.Errorf("%d keys: %w", n, err)
+		var row []float64
+		for bi, b := range bins {
+			r, err := keysPoint(e, b, n, simURL)
+			if err != nil {
+				return nil, fmt.Errorf("%d keys, %s: %w", n, b.name, err)
+			}
+			perRSS, perHeap := math.NaN(), math.NaN()
+			if i == 0 {
+				base[bi], baseN = r, n
+			} else {
+				perRSS = (r.rss - base[bi].rss) / float64(n-baseN)
+				perHeap = (r.heap - base[bi].heap) / float64(n-baseN)
+			}
+			row = append(row, r.directP50, r.addedP50, r.rss/(1<<20), perRSS, perHeap, r.reloadMs, r.reloadCPUms, r.reloadAllocMiB, r.reloadGCs,
+				r.yamlReloadMs, r.yamlCPUms, r.p99DuringMs, r.directP99Ms, r.p99BeforeMs, r.directP99BeforeMs, r.maxDuringMs, r.directMaxMs)
 		}
-		perRSS, perHeap := math.NaN(), math.NaN()
-		if i == 0 {
-			baseRSS, baseHeap, baseN = r.rss, r.heap, n
-		} else {
-			perRSS = (r.rss - baseRSS) / float64(n-baseN)
-			perHeap = (r.heap - baseHeap) / float64(n-baseN)
-		}
-		c.add(n, r.directP50, r.addedP50, r.rss/(1<<20), perRSS, perHeap, r.reloadMs, r.reloadCPUms, r.yamlReloadMs, r.yamlCPUms,
-			r.p99DuringMs, r.directP99Ms, r.p99BeforeMs, r.directP99BeforeMs, r.maxDuringMs, r.directMaxMs)
+		c.add(n, row...)
 	}
 	return c, nil
 }
@@ -111,15 +148,16 @@ func scaleKeysRun(e *scaleEnv, ns []int) (*curve, error) {
 type keysFigures struct {
 	directP50, addedP50, rss, heap float64
 	reloadMs, reloadCPUms          float64
+	reloadAllocMiB, reloadGCs      float64
 	yamlReloadMs, yamlCPUms        float64
 	p99DuringMs, directP99Ms       float64
 	p99BeforeMs, directP99BeforeMs float64
 	maxDuringMs, directMaxMs       float64
 }
 
-func keysPoint(e *scaleEnv, n int, simURL string) (keysFigures, error) {
+func keysPoint(e *scaleEnv, b streamsBinary, n int, simURL string) (keysFigures, error) {
 	var f keysFigures
-	dir, err := e.pointDir(fmt.Sprintf("keys-%d", n))
+	dir, err := e.pointDir(fmt.Sprintf("keys-%d-%s", n, b.name))
 	if err != nil {
 		return f, err
 	}
@@ -129,7 +167,12 @@ func keysPoint(e *scaleEnv, n int, simURL string) (keysFigures, error) {
 	}
 	admin := freeAddr()
 	cfg := fmt.Sprintf("admin_listen: %s\nauth:\n  keys_file: %s\nmodels:\n  - name: demo\n    tokenizer: builtin:demo\n    tokenizer_check: off\n    backends:\n      - url: %s\n", admin, keysPath, simURL)
-	gw, err := e.startIn(dir, cfg)
+	pp := ""
+	if *pprofOn {
+		pp = freeAddr()
+		fmt.Fprintf(os.Stderr, "  %s: maitred serves pprof at http://%s/debug/pprof/\n", filepath.Base(dir), pp)
+	}
+	gw, err := startMaitred(b.path, dir, cfg, pp)
 	if err != nil {
 		return f, err
 	}
@@ -140,22 +183,30 @@ func keysPoint(e *scaleEnv, n int, simURL string) (keysFigures, error) {
 		return f, err
 	}
 	time.Sleep(2 * time.Second)
+	metricsURL := "http://" + admin + "/metrics"
 	f.rss = float64(procRSS(gw.pid))
-	f.heap, _ = scrapeMetric("http://"+admin+"/metrics", "go_memstats_heap_inuse_bytes")
+	f.heap, _ = scrapeMetric(metricsURL, "go_memstats_heap_inuse_bytes")
 	// Reloads with nothing else running: their wall time and CPU, the
-	// file written as YAML, then as JSON.
+	// file written as YAML, then as JSON (with what the JSON one
+	// allocated and the collections it ran).
 	if f.yamlReloadMs, f.yamlCPUms, err = timedReload(gw, keysPath, keysFileYAML(n, 1)); err != nil {
 		return f, err
 	}
+	alloc0, _ := scrapeMetric(metricsURL, "go_memstats_alloc_bytes_total")
+	gc0, _ := scrapeMetric(metricsURL, "go_gc_duration_seconds_count")
 	if f.reloadMs, f.reloadCPUms, err = timedReload(gw, keysPath, keysFileJSON(n, 2)); err != nil {
 		return f, err
 	}
+	alloc1, _ := scrapeMetric(metricsURL, "go_memstats_alloc_bytes_total")
+	gc1, _ := scrapeMetric(metricsURL, "go_gc_duration_seconds_count")
+	f.reloadAllocMiB, f.reloadGCs = (alloc1-alloc0)/(1<<20), gc1-gc0
 	// A reload under load: the requests while it ran.
+	load := loadAverage()
 	d, err := requestsDuringReload(client, simURL, gw, keysPath, keysFileJSON(n, 3))
 	f.p99DuringMs, f.directP99Ms, f.maxDuringMs, f.directMaxMs = d.p99, d.directP99, d.max, d.directMax
 	f.p99BeforeMs, f.directP99BeforeMs = d.p99Before, d.directP99Before
-	fmt.Fprintf(os.Stderr, "  %d keys: reload %.0f ms (CPU %.0f ms; YAML %.0f ms, CPU %.0f ms), requests during a reload p99 %.1f ms, slowest %.1f ms (direct %.1f, %.1f; before it %.1f, direct %.1f); %d reads refused (a file read while written)\n",
-		n, f.reloadMs, f.reloadCPUms, f.yamlReloadMs, f.yamlCPUms, d.p99, d.max, d.directP99, d.directMax, d.p99Before, d.directP99Before, countLogLines(gw.log, `"keys_file refused"`))
+	fmt.Fprintf(os.Stderr, "  %d keys, %s: reload %.0f ms (CPU %.0f ms, %.1f MiB allocated, %.0f collections; YAML %.0f ms, CPU %.0f ms), requests during a reload p99 %.1f ms, slowest %.1f ms (direct %.1f, %.1f; before it %.1f, direct %.1f); %d reads refused (a file read while written); load average %s\n",
+		n, b.name, f.reloadMs, f.reloadCPUms, f.reloadAllocMiB, f.reloadGCs, f.yamlReloadMs, f.yamlCPUms, d.p99, d.max, d.directP99, d.directMax, d.p99Before, d.directP99Before, countLogLines(gw.log, `"keys_file refused"`), load)
 	return f, err
 }
 
