@@ -186,12 +186,11 @@ func keysPoint(e *scaleEnv, b streamsBinary, n int, simURL string) (keysFigures,
 	metricsURL := "http://" + admin + "/metrics"
 	f.rss = float64(procRSS(gw.pid))
 	f.heap, _ = scrapeMetric(metricsURL, "go_memstats_heap_inuse_bytes")
-	// Reloads with nothing else running: their wall time and CPU, the
-	// file written as YAML, then as JSON (with what the JSON one
-	// allocated and the collections it ran).
-	if f.yamlReloadMs, f.yamlCPUms, err = timedReload(gw, keysPath, keysFileYAML(n, 1)); err != nil {
-		return f, err
-	}
+	// A reload with nothing else running (JSON): its wall time and CPU,
+	// the bytes it allocated and the collections it ran; then one under
+	// load (JSON): the requests while it ran; then the file written as
+	// YAML (last: its garbage would make the runtime's next collection
+	// wait longer).
 	alloc0, _ := scrapeMetric(metricsURL, "go_memstats_alloc_bytes_total")
 	gc0, _ := scrapeMetric(metricsURL, "go_gc_duration_seconds_count")
 	if f.reloadMs, f.reloadCPUms, err = timedReload(gw, keysPath, keysFileJSON(n, 2)); err != nil {
@@ -200,14 +199,22 @@ func keysPoint(e *scaleEnv, b streamsBinary, n int, simURL string) (keysFigures,
 	alloc1, _ := scrapeMetric(metricsURL, "go_memstats_alloc_bytes_total")
 	gc1, _ := scrapeMetric(metricsURL, "go_gc_duration_seconds_count")
 	f.reloadAllocMiB, f.reloadGCs = (alloc1-alloc0)/(1<<20), gc1-gc0
-	// A reload under load: the requests while it ran.
 	load := loadAverage()
 	d, err := requestsDuringReload(client, simURL, gw, keysPath, keysFileJSON(n, 3))
+	if err != nil {
+		return f, err
+	}
+	alloc2, _ := scrapeMetric(metricsURL, "go_memstats_alloc_bytes_total")
+	gc2, _ := scrapeMetric(metricsURL, "go_gc_duration_seconds_count")
 	f.p99DuringMs, f.directP99Ms, f.maxDuringMs, f.directMaxMs = d.p99, d.directP99, d.max, d.directMax
 	f.p99BeforeMs, f.directP99BeforeMs = d.p99Before, d.directP99Before
-	fmt.Fprintf(os.Stderr, "  %d keys, %s: reload %.0f ms (CPU %.0f ms, %.1f MiB allocated, %.0f collections; YAML %.0f ms, CPU %.0f ms), requests during a reload p99 %.1f ms, slowest %.1f ms (direct %.1f, %.1f; before it %.1f, direct %.1f); %d reads refused (a file read while written); load average %s\n",
-		n, b.name, f.reloadMs, f.reloadCPUms, f.reloadAllocMiB, f.reloadGCs, f.yamlReloadMs, f.yamlCPUms, d.p99, d.max, d.directP99, d.directMax, d.p99Before, d.directP99Before, countLogLines(gw.log, `"keys_file refused"`), load)
-	return f, err
+	if f.yamlReloadMs, f.yamlCPUms, err = timedReload(gw, keysPath, keysFileYAML(n, 1)); err != nil {
+		return f, err
+	}
+	fmt.Fprintf(os.Stderr, "  %d keys, %s: reload %.0f ms (CPU %.0f ms, %.1f MiB allocated, %.0f collections; YAML %.0f ms, CPU %.0f ms), requests during a reload p99 %.1f ms, slowest %.1f ms (direct %.1f, %.1f; before it %.1f, direct %.1f; %.1f MiB allocated and %.0f collections, requests included); %d reads refused (a file read while written); load average %s\n",
+		n, b.name, f.reloadMs, f.reloadCPUms, f.reloadAllocMiB, f.reloadGCs, f.yamlReloadMs, f.yamlCPUms, d.p99, d.max, d.directP99, d.directMax, d.p99Before, d.directP99Before,
+		(alloc2-alloc1)/(1<<20), gc2-gc1, countLogLines(gw.log, `"keys_file refused"`), load)
+	return f, nil
 }
 
 // timedReload rewrites the keys_file with content and returns the time
