@@ -104,9 +104,16 @@ type keyView struct {
 	weighted                    bool
 }
 
-// viewOf is k as a keyView.
-func viewOf(k *KeyConfig) keyView {
-	v := keyView{name: []byte(k.Name), sha256: []byte(k.SHA256), env: []byte(k.Env), priority: []byte(k.Priority),
+// viewOf is k as a keyView, its texts copied into scratch (reused from
+// key to key: no allocation per key).
+func viewOf(k *KeyConfig, scratch *[]byte) keyView {
+	b := append((*scratch)[:0], k.Name...)
+	b = append(b, k.SHA256...)
+	b = append(b, k.Env...)
+	b = append(b, k.Priority...)
+	*scratch = b
+	cut := func(n int) []byte { t := b[:n:n]; b = b[n:]; return t }
+	v := keyView{name: cut(len(k.Name)), sha256: cut(len(k.SHA256)), env: cut(len(k.Env)), priority: cut(len(k.Priority)),
 		models: k.Models, modelsKey: modelsText(k.Models), limits: k.Limits}
 	if k.Weight != nil {
 		v.weight, v.weighted = *k.Weight, true
@@ -200,9 +207,10 @@ func newKeySetBuilder(cfg *Config, pathOf func(i int) string, sizeHint int) *key
 
 // addConfigs adds keys then more, yielding every KeyYieldEvery keys.
 func (b *keySetBuilder) addConfigs(keys, more []KeyConfig) {
+	var scratch []byte
 	for _, list := range [][]KeyConfig{keys, more} {
 		for i := range list {
-			v := viewOf(&list[i])
+			v := viewOf(&list[i], &scratch)
 			b.add(&v)
 			if b.n%KeyYieldEvery == 0 {
 				runtime.Gosched() // beside requests: see KeyYieldEvery
