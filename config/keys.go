@@ -130,8 +130,8 @@ func (k *KeyConfig) Digest() ([32]byte, error) {
 }
 
 // decodeHex32 decodes 64 hex digits (either case) into d, without
-// allocating: it runs for every key of a keys_file.
-func decodeHex32[T string | []byte](d *[32]byte, s T) bool {
+// allocating.
+func decodeHex32(d *[32]byte, s string) bool {
 	if len(s) != 64 {
 		return false
 	}

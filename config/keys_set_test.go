@@ -28,6 +28,7 @@ func keySetCorpus() []string {
 			` {"name": "e", "sha256": "`+d("e")+`", "models": ["qwen3", "embed"], "priority": "interactive", "weight": 3},`+
 			` {"name": "f", "sha256": "`+d("f")+`", "models": ["qwen3","embed"], "priority": "interactive", "weight": 3},`+
 			` {"name": "g", "env": "MAITRED_BATCH_KEY", "models": ["qwen3"]}]}`,
+		`{"keys": [{"name": "h", "sha256": "`+strings.Repeat("g", 64)+`", "models": ["*"]}, {"name": "i", "sha256": "`+strings.Repeat("Ab", 32)+`", "models": ["*"]}]}`,
 		"keys:\n  - name: y\n    sha256: "+d("y")+"\n    models: [qwen3, embed]\n    weight: 2\n",
 	)
 }
@@ -129,7 +130,7 @@ func TestKeySetAllocation(t *testing.T) {
 	perKeyAllocs, perKeyBytes := (largeAllocs-smallAllocs)/9000, (largeBytes-smallBytes)/9000
 	// The digest index is about 64 bytes a key (a [32]byte and an int32 a
 	// slot, slots 7/8 full at most, and their control bytes), the name
-	// index 8 (two int32 slots a key), the offsets and profile indexes 8,
+	// index 16 (two 8-byte slots a key), the offsets and profile indexes 8,
 	// the names their length (2-5 bytes here) and the name string's growth.
 	if perKeyAllocs > 0.05 || perKeyBytes > 128 {
 		t.Errorf("%.3f allocations and %.0f bytes per key (%.0f and %.0f at 1k keys, %.0f and %.0f at 10k); want none per key and at most 128 bytes",
