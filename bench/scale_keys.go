@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"os"
@@ -200,8 +201,18 @@ func keysPoint(e *scaleEnv, b streamsBinary, n int, simURL string) (keysFigures,
 	gc1, _ := scrapeMetric(metricsURL, "go_gc_duration_seconds_count")
 	f.reloadAllocMiB, f.reloadGCs = (alloc1-alloc0)/(1<<20), gc1-gc0
 	load := loadAverage()
-	d, err := requestsDuringReload(client, simURL, gw, keysPath, keysFileJSON(n, 3))
+	traced := traceDuringReload(pp, n, b.name)
+	var w reloadWindows
+	for r := range *keysReloads {
+		if err := w.add(client, simURL, gw, keysPath, keysFileJSON(n, 3+r%2)); err != nil {
+			return f, err
+		}
+	}
+	d, err := w.figures()
 	if err != nil {
+		return f, err
+	}
+	if err := traced(); err != nil {
 		return f, err
 	}
 	alloc2, _ := scrapeMetric(metricsURL, "go_memstats_alloc_bytes_total")
@@ -215,6 +226,38 @@ func keysPoint(e *scaleEnv, b streamsBinary, n int, simURL string) (keysFigures,
 		n, b.name, f.reloadMs, f.reloadCPUms, f.reloadAllocMiB, f.reloadGCs, f.yamlReloadMs, f.yamlCPUms, d.p99, d.max, d.directP99, d.directMax, d.p99Before, d.directP99Before,
 		(alloc2-alloc1)/(1<<20), gc2-gc1, countLogLines(gw.log, `"keys_file refused"`), load)
 	return f, nil
+}
+
+// keysReloads is how many reloads under load each keys point runs, their
+// requests pooled (more reloads: a steadier p99 on a busy machine).
+var keysReloads = flag.Int("keys-reloads", 1, "scale: reloads under load per keys point, their requests' latencies pooled")
+
+// keysTrace is a folder the keys dimension writes a runtime trace of
+// maitred into, over each reload under load (with -pprof).
+var keysTrace = flag.String("keys-trace", "", "scale: with -pprof, a folder to write a runtime trace of maitred over each keys reload under load into (keys-N-BINARY.trace; read with go tool trace)")
+
+// traceDuringReload starts a runtime trace of the maitred serving pprof
+// on pp (when -keys-trace is set) over the next 3 s, the reload under
+// load; the function it returns awaits it and writes it.
+func traceDuringReload(pp string, n int, name string) func() error {
+	if *keysTrace == "" || pp == "" {
+		return func() error { return nil }
+	}
+	done := make(chan error, 1)
+	go func() {
+		res, err := http.Get("http://" + pp + "/debug/pprof/trace?seconds=3")
+		if err != nil {
+			done <- err
+			return
+		}
+		defer res.Body.Close()
+		body, err := io.ReadAll(res.Body)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(*keysTrace, fmt.Sprintf("keys-%d-%s.trace", n, name)), body, 0o644)
+		}
+		done <- err
+	}()
+	return func() error { return <-done }
 }
 
 // timedReload rewrites the keys_file with content and returns the time
@@ -281,17 +324,21 @@ func nthLogTime(path, substr string, n int) (time.Time, bool) {
 	return time.Time{}, false
 }
 
-// duringReload is the latencies of requests around a reload, in ms: of
-// those sent while it ran (from the write to the log line), and of those
+// duringReload is the latencies of requests around reloads, in ms: of
+// those sent while one ran (from the write to the log line), and of those
 // sent in the 300 ms before the write.
 type duringReload struct{ p99, directP99, max, directMax, p99Before, directP99Before float64 }
 
-// requestsDuringReload sends a request to maitred and one to direct every
-// 5 ms from 300 ms before the keys_file is rewritten with content until
-// 300 ms after the log says it is loaded, and returns the p99 and the
-// slowest of each path's requests sent while the reload ran, and the p99
-// of those sent before it.
-func requestsDuringReload(c *http.Client, direct string, gw *proc, path string, content []byte) (duringReload, error) {
+// reloadWindows is the latencies of requests sent while reloads ran and
+// in the 300 ms before each, [maitred, direct], pooled over reloads.
+type reloadWindows struct{ during, before [2][]time.Duration }
+
+// add sends a request to maitred and one to direct every 5 ms from 300 ms
+// before the keys_file is rewritten with content until 300 ms after the
+// log says it is loaded, and pools the latencies of each path's requests
+// sent while the reload ran (from the write to the log line; at least 5
+// ms) and of those sent before it.
+func (w *reloadWindows) add(c *http.Client, direct string, gw *proc, path string, content []byte) error {
 	type sample struct {
 		at     time.Time
 		lat    time.Duration
@@ -335,9 +382,11 @@ func requestsDuringReload(c *http.Client, direct string, gw *proc, path string, 
 		err = failed
 	}
 	if err != nil {
-		return duringReload{}, err
+		return err
 	}
-	var during, before [2][]time.Duration // [maitred, direct]
+	if took < 5*time.Millisecond {
+		took = 5 * time.Millisecond // a 1-key reload: the request sent as it ran
+	}
 	for _, x := range samples {
 		i := 0
 		if x.direct {
@@ -345,15 +394,21 @@ func requestsDuringReload(c *http.Client, direct string, gw *proc, path string, 
 		}
 		switch {
 		case x.at.Before(written):
-			before[i] = append(before[i], x.lat)
+			w.before[i] = append(w.before[i], x.lat)
 		case x.at.Before(written.Add(took)):
-			during[i] = append(during[i], x.lat)
+			w.during[i] = append(w.during[i], x.lat)
 		}
 	}
+	return nil
+}
+
+// figures are the windows' p99s and slowest.
+func (w *reloadWindows) figures() (duringReload, error) {
+	during, before := w.during, w.before
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
 	for _, l := range [][]time.Duration{during[0], during[1], before[0], before[1]} {
 		if len(l) == 0 {
-			return duringReload{}, fmt.Errorf("no requests in a window of the reload (took %v)", took)
+			return duringReload{}, fmt.Errorf("no requests in a window of the reloads")
 		}
 		slices.Sort(l)
 	}
