@@ -213,10 +213,17 @@ type lastProfile struct {
 	set   bool
 }
 
+// keyIndexHint caps the size the digest index is made at: a map made for
+// 100k entries at once is one runtime call of ~17 ms on a busy core, which
+// nothing preempts (the runtime trace of a reload beside requests showed
+// it as the longest run on a P); from this size, one table's worth, it
+// grows a table at a time as keys come.
+const keyIndexHint = 896
+
 func newKeySetBuilder(cfg *Config, pathOf func(i int) string, sizeHint int) *keySetBuilder {
 	b := &keySetBuilder{cfg: cfg, classes: map[string]bool{}, pathOf: pathOf,
 		ends: make([]int32, 0, sizeHint), profileOf: make([]int32, 0, sizeHint),
-		digests: make(map[[32]byte]int32, sizeHint), byProfile: map[profileID]int32{}, prios: map[string]string{}}
+		digests: make(map[[32]byte]int32, min(sizeHint, keyIndexHint)), byProfile: map[profileID]int32{}, prios: map[string]string{}}
 	for _, pc := range cfg.PriorityClasses {
 		b.classes[pc] = true
 	}

@@ -129,11 +129,14 @@ func TestKeySetAllocation(t *testing.T) {
 	largeAllocs, largeBytes := measure(10000)
 	perKeyAllocs, perKeyBytes := (largeAllocs-smallAllocs)/9000, (largeBytes-smallBytes)/9000
 	// The digest index is about 64 bytes a key (a [32]byte and an int32 a
-	// slot, slots 7/8 full at most, and their control bytes), the name
-	// index 16 (two 8-byte slots a key), the offsets and profile indexes 8,
-	// the names their length (2-5 bytes here) and the name string's growth.
-	if perKeyAllocs > 0.05 || perKeyBytes > 128 {
-		t.Errorf("%.3f allocations and %.0f bytes per key (%.0f and %.0f at 1k keys, %.0f and %.0f at 10k); want none per key and at most 128 bytes",
+	// slot, slots 7/8 full at most, and their control bytes) and as much
+	// again for the tables it outgrew (it is not made at full size at
+	// once: keyIndexHint), the name index 16 (two 8-byte slots a key), the
+	// offsets and profile indexes 8, the names their length (2-5 bytes
+	// here) and the name string's growth: ~185. Through a KeyConfig list,
+	// 514.
+	if perKeyAllocs > 0.05 || perKeyBytes > 256 {
+		t.Errorf("%.3f allocations and %.0f bytes per key (%.0f and %.0f at 1k keys, %.0f and %.0f at 10k); want none per key and at most 256 bytes",
 			perKeyAllocs, perKeyBytes, smallAllocs, smallBytes, largeAllocs, largeBytes)
 	}
 }
