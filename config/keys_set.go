@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"hash/maphash"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 )
@@ -69,7 +68,7 @@ func ReadKeySet(data []byte, cfg *Config, sizeHint int) (*KeySet, error) {
 	}
 	b := newKeySetBuilder(cfg, fileKeyPath(len(inline)), len(inline)+sizeHint)
 	b.addConfigs(inline, nil)
-	s := jsonScanner{b: data, models: map[string]modelsEntry{}, yield: runtime.Gosched}
+	s := jsonScanner{b: data, models: map[string]modelsEntry{}, yield: YieldToWaiting}
 	if _, ok := s.document(b.add); ok {
 		return b.finish()
 	}
@@ -239,7 +238,7 @@ func (b *keySetBuilder) addConfigs(keys, more []KeyConfig) {
 			v := viewOf(&list[i], &scratch)
 			b.add(&v)
 			if b.n%KeyYieldEvery == 0 {
-				runtime.Gosched() // beside requests: see KeyYieldEvery
+				YieldToWaiting() // beside requests
 			}
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"runtime"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -123,7 +122,7 @@ func (g *Gateway) tableOf(ks *config.KeySet) *keyTable {
 		k := &t.keys[i]
 		k.name, k.keyProfile = ks.Name(i), profiles[ks.Profile(i)]
 		if (i+1)%config.KeyYieldEvery == 0 {
-			runtime.Gosched() // a reload runs beside requests
+			config.YieldToWaiting() // a reload runs beside requests
 		}
 	}
 	return t

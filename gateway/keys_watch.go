@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"os"
-	"runtime"
 	"time"
 
 	"go.uber.org/zap"
@@ -93,7 +92,7 @@ func sumYielding(data []byte) [32]byte {
 		n := min(chunk, len(data))
 		h.Write(data[:n])
 		data = data[n:]
-		runtime.Gosched()
+		config.YieldToWaiting()
 	}
 	var sum [32]byte
 	h.Sum(sum[:0])
