@@ -178,6 +178,11 @@ func keysPoint(e *scaleEnv, b streamsBinary, n int, simURL string) (keysFigures,
 		return f, err
 	}
 	defer gw.stop()
+	if *keysTrace != "" {
+		// maitred's log beside its trace (with GODEBUG=gctrace=1 in the
+		// bench's environment, the collections' lines are in it).
+		defer copyFile(gw.log, filepath.Join(*keysTrace, fmt.Sprintf("keys-%d-%s.log", n, b.name)))
+	}
 	client := &http.Client{Transport: authTransport{key: benchKey(n - 1), rt: poolTransport()}}
 	defer client.CloseIdleConnections()
 	if f.directP50, f.addedP50, _, err = alternatingP50(client, simURL, gw.url, 400); err != nil {
@@ -232,9 +237,10 @@ func keysPoint(e *scaleEnv, b streamsBinary, n int, simURL string) (keysFigures,
 // requests pooled (more reloads: a steadier p99 on a busy machine).
 var keysReloads = flag.Int("keys-reloads", 1, "scale: reloads under load per keys point, their requests' latencies pooled")
 
-// keysTrace is a folder the keys dimension writes a runtime trace of
-// maitred into, over each reload under load (with -pprof).
-var keysTrace = flag.String("keys-trace", "", "scale: with -pprof, a folder to write a runtime trace of maitred over each keys reload under load into (keys-N-BINARY.trace; read with go tool trace)")
+// keysTrace is a folder the keys dimension copies each point's maitred
+// log into and, with -pprof, writes a runtime trace of maitred over its
+// reloads under load into.
+var keysTrace = flag.String("keys-trace", "", "scale: a folder to copy each keys point's maitred log into (keys-N-BINARY.log; run the bench with GODEBUG=gctrace=1 for the collections) and, with -pprof, to write a runtime trace of maitred over its reloads under load into (keys-N-BINARY.trace; read with go tool trace)")
 
 // traceDuringReload starts a runtime trace of the maitred serving pprof
 // on pp (when -keys-trace is set) over the next 3 s, the reload under
@@ -258,6 +264,14 @@ func traceDuringReload(pp string, n int, name string) func() error {
 		done <- err
 	}()
 	return func() error { return <-done }
+}
+
+// copyFile copies the file at from to the path to (best effort: a figure's
+// evidence, not a figure).
+func copyFile(from, to string) {
+	if b, err := os.ReadFile(from); err == nil {
+		os.WriteFile(to, b, 0o644)
+	}
 }
 
 // timedReload rewrites the keys_file with content and returns the time
