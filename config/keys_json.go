@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"runtime"
 	"strconv"
 	"time"
 )
@@ -22,30 +23,50 @@ import (
 
 // KeyYieldEvery is how many keys the keys_file's reading (the JSON
 // decoder, validation, and the gateway's table build) handles between
-// yields to the scheduler (YieldToWaiting), so that a reload of a large
+// yields to the scheduler (KeyYielder), so that a reload of a large
 // file beside requests holds a core for about half a millisecond at a
 // time, not the scheduler's 10 ms slice (4,096 keys at a time did: ~9 ms
 // on 2 busy cores, the p99 a reload added to requests). A yield costs
 // about 0.2 µs: 400 of them at 100k keys, well under a millisecond.
 const KeyYieldEvery = 256
 
-// YieldToWaiting is the yield of a large reading beside requests (every
-// KeyYieldEvery keys): it parks the reading for a moment, so that its P
-// runs the goroutines waiting for one, wherever they wait, then takes it
-// back. runtime.Gosched is not enough: it puts the reading on the global
+// KeyYielder is the yield of a large reading beside requests, called
+// every KeyYieldEvery keys: a runtime.Gosched, and every
+// parkEveryYields-th time YieldToWaiting.
+type KeyYielder struct{ n int }
+
+// parkEveryYields is how often a KeyYielder parks (YieldToWaiting) rather
+// than calls runtime.Gosched: every 1,024 keys, about a millisecond of
+// reading on a quiet core.
+const parkEveryYields = 4
+
+// Yield yields (see KeyYielder).
+func (y *KeyYielder) Yield() {
+	y.n++
+	if y.n%parkEveryYields == 0 {
+		YieldToWaiting()
+		return
+	}
+	runtime.Gosched()
+}
+
+// YieldToWaiting parks the reading for a moment, so that its P runs the
+// goroutines waiting for one, wherever they wait, then takes it back.
+// runtime.Gosched alone is not enough: it puts the reading on the global
 // run queue, which a P looks at before it steals from another P's queue,
 // so while the collector's mark worker held the other P (a reload's
 // allocation starts a collection), the requests queued on that P waited
 // behind it, 10-15 ms in the runtime trace of a reload beside requests,
 // while this P took the reading straight back. A sleep of a microsecond
 // is about 0.1 ms of wall time when nothing waits (no CPU; a Gosched is
-// 0.1 us): ~80 ms over the ~800 yields of a 100k-key reload.
+// 0.1 us), hence a KeyYielder parks only every parkEveryYields yields.
 func YieldToWaiting() { time.Sleep(time.Microsecond) }
 
 // decodeKeysJSON decodes a keys_file written as JSON; ok is false when it
 // is not one this decoder reads exactly as yaml.v3 would (see above).
 func decodeKeysJSON(data []byte) (keys []KeyConfig, ok bool) {
-	return decodeKeysJSONYielding(data, YieldToWaiting)
+	var y KeyYielder
+	return decodeKeysJSONYielding(data, y.Yield)
 }
 
 // decodeKeysJSONYielding is decodeKeysJSON calling yield every

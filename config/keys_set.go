@@ -68,7 +68,7 @@ func ReadKeySet(data []byte, cfg *Config, sizeHint int) (*KeySet, error) {
 	}
 	b := newKeySetBuilder(cfg, fileKeyPath(len(inline)), len(inline)+sizeHint)
 	b.addConfigs(inline, nil)
-	s := jsonScanner{b: data, models: map[string]modelsEntry{}, yield: YieldToWaiting}
+	s := jsonScanner{b: data, models: map[string]modelsEntry{}, yield: b.yielder.Yield}
 	if _, ok := s.document(b.add); ok {
 		return b.finish()
 	}
@@ -193,6 +193,7 @@ type keySetBuilder struct {
 	pathOf  func(i int) string
 	errs    []error
 	n       int
+	yielder KeyYielder
 
 	names     strings.Builder
 	ends      []int32
@@ -238,7 +239,7 @@ func (b *keySetBuilder) addConfigs(keys, more []KeyConfig) {
 			v := viewOf(&list[i], &scratch)
 			b.add(&v)
 			if b.n%KeyYieldEvery == 0 {
-				YieldToWaiting() // beside requests
+				b.yielder.Yield() // beside requests
 			}
 		}
 	}

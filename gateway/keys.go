@@ -117,12 +117,13 @@ func (g *Gateway) tableOf(ks *config.KeySet) *keyTable {
 	}
 	n := ks.Len()
 	t := &keyTable{byDigest: ks.Digests, keys: make([]apiKey, n)}
+	var y config.KeyYielder
 	ks.Digests = nil // the table's now
 	for i := range n {
 		k := &t.keys[i]
 		k.name, k.keyProfile = ks.Name(i), profiles[ks.Profile(i)]
 		if (i+1)%config.KeyYieldEvery == 0 {
-			config.YieldToWaiting() // a reload runs beside requests
+			y.Yield() // a reload runs beside requests
 		}
 	}
 	return t
