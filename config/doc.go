@@ -35,8 +35,14 @@
 // it runs. A keys_file written as JSON is read by a decoder of that one
 // shape (keys_json.go), held to yaml.v3's reading of the same bytes by a
 // differential test; anything it does not read exactly as yaml.v3 does
-// goes to yaml.v3. The reading and the validation yield to the scheduler
-// every KeyYieldEvery keys (a 100k-key reload runs beside requests).
+// goes to yaml.v3. ReadKeySet (keys_set.go) reads a keys_file straight
+// into a KeySet, the shape the gateway's key table is made of (the names
+// in one string, the index by digest, the distinct profiles), validating
+// each key as the decoder reads it, so that a 100k-key reload allocates
+// about what the set holds; NewKeySet makes one from lists, and the
+// validation of every key list is the set's. The reading and the
+// validation yield to the scheduler every KeyYieldEvery keys (a 100k-key
+// reload runs beside requests).
 // config only reads files and the environment; watching the file
 // is the gateway's.
 //

@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"reflect"
-	"runtime"
 	"sync/atomic"
 
 	"go.yaml.in/yaml/v3"
@@ -40,7 +39,10 @@ type loadedKeysHolder struct{ keys atomic.Pointer[LoadedKeys] }
 // the bytes they came from.
 type LoadedKeys struct {
 	Keys []KeyConfig
-	Sum  [32]byte
+	// Set is the config's auth.keys then Keys, as validated together
+	// (NewKeySet).
+	Set *KeySet
+	Sum [32]byte
 }
 
 // LoadedKeysFile is the keys_file as Load read it (nil: not read by Load,
@@ -128,7 +130,7 @@ func (k *KeyConfig) Digest() ([32]byte, error) {
 }
 
 // decodeHex32 decodes 64 hex digits (either case) into d, without
-// allocating: it runs for every key of a keys_file, twice per reload.
+// allocating.
 func decodeHex32(d *[32]byte, s string) bool {
 	if len(s) != 64 {
 		return false
@@ -166,82 +168,12 @@ func (a *AuthConfig) validate(c *Config) []error {
 
 // validateKeys checks a list of keys (keys then more, as one list: the
 // config's and a keys_file's), naming each problem by its key path
-// (pathOf(i): auth.keys[i], or keys[i] in a keys_file). Paths are made
-// only for problems: a 100k-key file that is fine costs no formatting.
+// (pathOf(i): auth.keys[i], or keys[i] in a keys_file): the checks a
+// KeySet's are (keys_set.go).
 func validateKeys(keys, more []KeyConfig, pathOf func(i int) string, c *Config) []error {
-	var errs []error
-	add := func(i int, field, format string, args ...any) {
-		errs = append(errs, &FieldError{Path: pathOf(i) + field, Msg: fmt.Sprintf(format, args...)})
-	}
-	classes := map[string]bool{}
-	for _, pc := range c.PriorityClasses {
-		classes[pc] = true
-	}
-	n := len(keys) + len(more)
-	names := make(map[string]int, n)
-	digests := make(map[[32]byte]int, n)
-	for i := range n {
-		if i%KeyYieldEvery == KeyYieldEvery-1 {
-			runtime.Gosched() // beside requests: see KeyYieldEvery
-		}
-		k := keyAt(keys, more, i)
-		if k.Name == "" {
-			add(i, ".name", "is required")
-		} else if j, dup := names[k.Name]; dup {
-			add(i, ".name", "%q is already %s.name", k.Name, pathOf(j))
-		} else {
-			names[k.Name] = i
-		}
-		switch {
-		case (k.SHA256 == "") == (k.Env == ""):
-			add(i, "", "want exactly one of sha256 and env")
-		case k.Env != "":
-			if v, ok := os.LookupEnv(k.Env); !ok || v == "" {
-				add(i, ".env", "environment variable %s is not set", k.Env)
-			}
-		}
-		if d, err := k.Digest(); err == nil {
-			if j, dup := digests[d]; dup {
-				add(i, "", "the same key as %s", pathOf(j))
-			}
-			digests[d] = i
-		} else if k.SHA256 != "" {
-			add(i, ".sha256", "%v", err)
-		}
-		validateKeyFields(k, i, add, classes, c)
-	}
-	return errs
-}
-
-// keyAt is the i-th key of keys then more.
-func keyAt(keys, more []KeyConfig, i int) *KeyConfig {
-	if i < len(keys) {
-		return &keys[i]
-	}
-	return &more[i-len(keys)]
-}
-
-// validateKeyFields checks what one key holds on its own: its models,
-// priority, weight and limits.
-func validateKeyFields(k *KeyConfig, i int, add func(i int, field, format string, args ...any), classes map[string]bool, c *Config) {
-	if len(k.Models) == 0 {
-		add(i, ".models", `at least one model is required ("*" for all)`)
-	}
-	for j, m := range k.Models {
-		if m == "" {
-			add(i, fmt.Sprintf(".models[%d]", j), "must not be empty")
-		}
-	}
-	if k.Priority != "" && !classes[k.Priority] {
-		add(i, ".priority", "%q is not one of priority_classes %v", k.Priority, c.PriorityClasses)
-	}
-	if k.Weight != nil && !positiveNumber(*k.Weight) {
-		add(i, ".weight", "want a positive number, got %v", *k.Weight)
-	}
-	l := k.Limits
-	if l.RequestsPerMinute < 0 || l.TokensPerMinute < 0 || l.MaxConcurrent < 0 || l.TokensPerDay < 0 {
-		add(i, ".limits", "must not be negative (0: no limit)")
-	}
+	b := newKeySetBuilder(c, pathOf, len(keys)+len(more))
+	b.addConfigs(keys, more)
+	return b.errs
 }
 
 // keysFile is the shape of a keys_file.
@@ -266,23 +198,22 @@ func ParseKeys(data []byte, cfg *Config) ([]KeyConfig, error) {
 
 // validateFileKeys validates a keys_file's decoded keys (ParseKeys).
 func validateFileKeys(fileKeys []KeyConfig, cfg *Config) ([]KeyConfig, error) {
+	if _, err := newFileKeySet(fileKeys, cfg); err != nil {
+		return nil, err
+	}
+	return fileKeys, nil
+}
+
+// newFileKeySet is the KeySet of cfg's auth.keys then a keys_file's keys,
+// checked together, so that a name or a key given in both is refused; the
+// file's problems are reported under keys[i], the config's under
+// auth.keys[i].
+func newFileKeySet(fileKeys []KeyConfig, cfg *Config) (*KeySet, error) {
 	var inline []KeyConfig
 	if cfg.Auth != nil {
 		inline = cfg.Auth.Keys
 	}
-	// Checked together with the config's own keys, so that a name or a key
-	// given in both is refused; the file's problems are reported under
-	// keys[i], the config's under auth.keys[i].
-	pathOf := func(i int) string {
-		if i < len(inline) {
-			return fmt.Sprintf("auth.keys[%d]", i)
-		}
-		return fmt.Sprintf("keys[%d]", i-len(inline))
-	}
-	if err := errors.Join(validateKeys(inline, fileKeys, pathOf, cfg)...); err != nil {
-		return nil, err
-	}
-	return fileKeys, nil
+	return NewKeySet(inline, fileKeys, cfg)
 }
 
 // decodeKeysYAML decodes a keys_file with yaml.v3 and decodeStrict: what
@@ -317,11 +248,17 @@ func loadKeysFile(path string, cfg *Config) (*LoadedKeys, error) {
 	if err != nil {
 		return nil, err
 	}
-	keys, err := ParseKeys(data, cfg)
+	keys, ok := decodeKeysJSON(data)
+	if !ok {
+		if keys, err = decodeKeysYAML(data); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	set, err := newFileKeySet(keys, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return &LoadedKeys{Keys: keys, Sum: sha256.Sum256(data)}, nil
+	return &LoadedKeys{Keys: keys, Set: set, Sum: sha256.Sum256(data)}, nil
 }
 
 func sha256Sum(s string) [32]byte { return sha256.Sum256([]byte(s)) }

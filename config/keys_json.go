@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"runtime"
 	"strconv"
+	"time"
 )
 
 // A keys_file written as JSON (a file whose first byte past whitespace is
@@ -22,36 +23,67 @@ import (
 
 // KeyYieldEvery is how many keys the keys_file's reading (the JSON
 // decoder, validation, and the gateway's table build) handles between
-// yields to the scheduler (runtime.Gosched), so that a reload of a large
+// yields to the scheduler (KeyYielder), so that a reload of a large
 // file beside requests holds a core for about half a millisecond at a
 // time, not the scheduler's 10 ms slice (4,096 keys at a time did: ~9 ms
 // on 2 busy cores, the p99 a reload added to requests). A yield costs
 // about 0.2 µs: 400 of them at 100k keys, well under a millisecond.
 const KeyYieldEvery = 256
 
+// KeyYielder is the yield of a large reading beside requests, called
+// every KeyYieldEvery keys: a runtime.Gosched, and every
+// parkEveryYields-th time YieldToWaiting.
+type KeyYielder struct{ n int }
+
+// parkEveryYields is how often a KeyYielder parks (YieldToWaiting) rather
+// than calls runtime.Gosched: every 1,024 keys, about a millisecond of
+// reading on a quiet core.
+const parkEveryYields = 4
+
+// Yield yields (see KeyYielder).
+func (y *KeyYielder) Yield() {
+	y.n++
+	if y.n%parkEveryYields == 0 {
+		YieldToWaiting()
+		return
+	}
+	runtime.Gosched()
+}
+
+// YieldToWaiting parks the reading for a moment, so that its P runs the
+// goroutines waiting for one, wherever they wait, then takes it back.
+// runtime.Gosched alone is not enough: it puts the reading on the global
+// run queue, which a P looks at before it steals from another P's queue,
+// so while the collector's mark worker held the other P (a reload's
+// allocation starts a collection), the requests queued on that P waited
+// behind it, 10-15 ms in the runtime trace of a reload beside requests,
+// while this P took the reading straight back. A sleep of a microsecond
+// is about 0.1 ms of wall time when nothing waits (no CPU; a Gosched is
+// 0.1 us), hence a KeyYielder parks only every parkEveryYields yields.
+func YieldToWaiting() { time.Sleep(time.Microsecond) }
+
 // decodeKeysJSON decodes a keys_file written as JSON; ok is false when it
 // is not one this decoder reads exactly as yaml.v3 would (see above).
 func decodeKeysJSON(data []byte) (keys []KeyConfig, ok bool) {
-	return decodeKeysJSONYielding(data, runtime.Gosched)
+	var y KeyYielder
+	return decodeKeysJSONYielding(data, y.Yield)
 }
 
 // decodeKeysJSONYielding is decodeKeysJSON calling yield every
 // KeyYieldEvery keys.
 func decodeKeysJSONYielding(data []byte, yield func()) (keys []KeyConfig, ok bool) {
-	s := jsonScanner{b: data, models: map[string][]string{}, yield: yield}
-	if !s.lit('{') {
+	s := jsonScanner{b: data, models: map[string]modelsEntry{}, yield: yield}
+	// Sized by the names in the file (a hint: an append grows it), so
+	// that 100k keys are not copied over and over as the list grows.
+	keys = make([]KeyConfig, 0, bytes.Count(data, []byte(`"name"`)))
+	present, ok := s.document(func(v *keyView) { keys = append(keys, v.config()) })
+	if !ok {
 		return nil, false
 	}
-	if s.lit('}') {
-		return nil, s.end()
+	if !present {
+		return nil, true
 	}
-	if name, ok := s.rawString(); !ok || string(name) != "keys" || !s.lit(':') {
-		return nil, false
-	}
-	if keys, ok = s.keyList(); !ok || !s.lit('}') {
-		return nil, false
-	}
-	return keys, s.end()
+	return keys, true
 }
 
 // jsonScanner reads one JSON document from b; i is the next byte. models
@@ -60,8 +92,33 @@ func decodeKeysJSONYielding(data []byte, yield func()) (keys []KeyConfig, ok boo
 type jsonScanner struct {
 	b      []byte
 	i      int
-	models map[string][]string
+	models map[string]modelsEntry
 	yield  func()
+}
+
+// modelsEntry is a model list read, and its text (its key in models).
+type modelsEntry struct {
+	list []string
+	text string
+}
+
+// document reads the whole keys_file, {"keys": [...]} or {}, calling each
+// with every key; present: the keys list was there. The views each gets
+// alias b and are valid for the call only.
+func (s *jsonScanner) document(each func(v *keyView)) (present, ok bool) {
+	if !s.lit('{') {
+		return false, false
+	}
+	if s.lit('}') {
+		return false, s.end()
+	}
+	if name, ok := s.rawString(); !ok || string(name) != "keys" || !s.lit(':') {
+		return false, false
+	}
+	if !s.keyList(each) || !s.lit('}') {
+		return true, false
+	}
+	return true, s.end()
 }
 
 func (s *jsonScanner) ws() {
@@ -200,31 +257,30 @@ func jsonNumber(b []byte) bool {
 	return i == len(b)
 }
 
-// keyList reads the keys list: [] or [{...}, ...].
-func (s *jsonScanner) keyList() ([]KeyConfig, bool) {
+// keyList reads the keys list, [] or [{...}, ...], calling each with
+// every key.
+func (s *jsonScanner) keyList(each func(v *keyView)) bool {
 	if !s.lit('[') {
-		return nil, false
+		return false
 	}
-	// Sized by the names in the file (a hint: an append grows it), so
-	// that 100k keys are not copied over and over as the list grows.
-	keys := make([]KeyConfig, 0, bytes.Count(s.b[s.i:], []byte(`"name"`)))
 	if s.lit(']') {
-		return keys, true
+		return true
 	}
-	for {
-		var k KeyConfig
-		if !s.keyConfig(&k) {
-			return nil, false
+	var v keyView
+	for n := 1; ; n++ {
+		v = keyView{}
+		if !s.keyView(&v) {
+			return false
 		}
-		keys = append(keys, k)
-		if len(keys)%KeyYieldEvery == 0 {
+		each(&v)
+		if n%KeyYieldEvery == 0 {
 			s.yield()
 		}
 		if s.lit(']') {
-			return keys, true
+			return true
 		}
 		if !s.lit(',') {
-			return nil, false
+			return false
 		}
 	}
 }
@@ -260,32 +316,32 @@ func (s *jsonScanner) object(field func(name []byte) (bit uint, ok bool)) bool {
 	}
 }
 
-// keyConfig reads one key's object.
-func (s *jsonScanner) keyConfig(k *KeyConfig) bool {
+// keyView reads one key's object; its texts alias b.
+func (s *jsonScanner) keyView(k *keyView) bool {
 	return s.object(func(name []byte) (uint, bool) {
 		var ok bool
 		switch string(name) {
 		case "name":
-			k.Name, ok = s.str()
+			k.name, ok = s.rawString()
 			return 1 << 0, ok
 		case "sha256":
-			k.SHA256, ok = s.str()
+			k.sha256, ok = s.rawString()
 			return 1 << 1, ok
 		case "env":
-			k.Env, ok = s.str()
+			k.env, ok = s.rawString()
 			return 1 << 2, ok
 		case "models":
-			k.Models, ok = s.modelList()
+			k.models, k.modelsKey, ok = s.modelList()
+			k.jsonModels = true
 			return 1 << 3, ok
 		case "priority":
-			k.Priority, ok = s.str()
+			k.priority, ok = s.rawString()
 			return 1 << 4, ok
 		case "limits":
-			return 1 << 5, s.limits(&k.Limits)
+			return 1 << 5, s.limits(&k.limits)
 		case "weight":
-			var w float64
-			w, ok = s.float()
-			k.Weight = &w
+			k.weight, ok = s.float()
+			k.weighted = true
 			return 1 << 6, ok
 		}
 		return 0, false
@@ -293,20 +349,21 @@ func (s *jsonScanner) keyConfig(k *KeyConfig) bool {
 }
 
 // modelList reads a list of model names; identical lists (by their text)
-// share one slice. A list read before costs no allocation: its end is
-// found first, its text looked up, and only a new list is made.
-func (s *jsonScanner) modelList() ([]string, bool) {
+// share one slice, and text is that text (one string for every key with
+// the list). A list read before costs no allocation: its end is found
+// first, its text looked up, and only a new list is made.
+func (s *jsonScanner) modelList() (models []string, text string, ok bool) {
 	s.ws()
 	start := s.i
 	if !s.skipModelList() {
-		return nil, false
+		return nil, "", false
 	}
-	text := s.b[start:s.i]
-	if shared, ok := s.models[string(text)]; ok {
-		return shared, true
+	raw := s.b[start:s.i]
+	if shared, ok := s.models[string(raw)]; ok {
+		return shared.list, shared.text, true
 	}
 	s.i = start
-	models := []string{}
+	models = []string{}
 	s.lit('[')
 	if !s.lit(']') {
 		for {
@@ -318,8 +375,9 @@ func (s *jsonScanner) modelList() ([]string, bool) {
 			s.lit(',')
 		}
 	}
-	s.models[string(text)] = models
-	return models, true
+	text = string(raw)
+	s.models[text] = modelsEntry{models, text}
+	return models, text, true
 }
 
 // skipModelList reads past a list of strings (modelList's shape) without

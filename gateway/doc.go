@@ -176,9 +176,11 @@
 // the response) runs behind keyed (keys.go): the
 // key is found by the SHA-256 digest of what the client presents, in a
 // table swapped atomically when the keys_file changes (WatchKeys,
-// keys_watch.go; the table is built off the request path, a slice of small
-// keys sharing profiles of models, priority, limits and weight, indexed by
-// digest, the reading yielding every config.KeyYieldEvery keys; a JSON
+// keys_watch.go; the table is built off the request path from the
+// config.KeySet the file is read into, a slice of small keys sharing
+// profiles of models, priority, limits and weight, indexed by digest (the
+// set's index, taken over), the reading yielding every
+// config.KeyYieldEvery keys; a JSON
 // keys_file read while it is written is read again at the next poll
 // rather than parsed), and the
 // request carries its *apiKey from then on. A key's allow-list is the

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"runtime"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -102,40 +101,32 @@ type keyTable struct {
 // memory its start used to read them (initKeys).
 const largeKeyTable = 10000
 
-// buildKeys builds the table of keys: the config's, then the keys_file's
-// (more).
+// tableOf is the table of a validated set of keys (the config's, then
+// the keys_file's): it takes the set's digest index as its own, and makes
+// one apiKey per key, its name a slice of the set's one string of names,
+// its profile shared with every key of the same models, priority, limits
+// and weight.
 // It runs off the request path (at New, and in the keys_file watcher or
 // a reload) and holds no lock a request takes; requests keep the table
 // in force until it is swapped in whole (setKeys).
-func (g *Gateway) buildKeys(keys, more []config.KeyConfig) (*keyTable, error) {
-	n := len(keys) + len(more)
-	t := &keyTable{byDigest: make(map[[32]byte]int32, n), keys: make([]apiKey, 0, n)}
-	profiles := map[profileKey]*keyProfile{}
-	// The names in one string: one allocation, not one per key.
-	var arena strings.Builder
-	for _, list := range [][]config.KeyConfig{keys, more} {
-		for i := range list {
-			arena.WriteString(list[i].Name)
+func (g *Gateway) tableOf(ks *config.KeySet) *keyTable {
+	byKey := map[profileKey]*keyProfile{}
+	profiles := make([]*keyProfile, len(ks.Profiles))
+	for i := range ks.Profiles {
+		profiles[i] = g.profileOf(&ks.Profiles[i], byKey)
+	}
+	n := ks.Len()
+	t := &keyTable{byDigest: ks.Digests, keys: make([]apiKey, n)}
+	var y config.KeyYielder
+	ks.Digests = nil // the table's now
+	for i := range n {
+		k := &t.keys[i]
+		k.name, k.keyProfile = ks.Name(i), profiles[ks.Profile(i)]
+		if (i+1)%config.KeyYieldEvery == 0 {
+			y.Yield() // a reload runs beside requests
 		}
 	}
-	names := arena.String()
-	for _, list := range [][]config.KeyConfig{keys, more} {
-		for i := range list {
-			kc := &list[i]
-			d, err := kc.Digest()
-			if err != nil {
-				return nil, fmt.Errorf("key %q: %w", kc.Name, err)
-			}
-			name := names[:len(kc.Name)]
-			names = names[len(kc.Name):]
-			t.byDigest[d] = int32(len(t.keys))
-			t.keys = append(t.keys, apiKey{name: name, keyProfile: g.profileOf(kc, profiles)})
-			if len(t.keys)%config.KeyYieldEvery == 0 {
-				runtime.Gosched() // a reload runs beside requests
-			}
-		}
-	}
-	return t, nil
+	return t
 }
 
 // profileKey tells keys' profiles apart: their models (how many, and
@@ -201,15 +192,10 @@ func (g *Gateway) profileOf(kc *config.KeyConfig, profiles map[profileKey]*keyPr
 	return p
 }
 
-// setKeys puts keys in force; requests already admitted keep the key they
-// were admitted with.
-func (g *Gateway) setKeys(keys, more []config.KeyConfig) error {
-	t, err := g.buildKeys(keys, more)
-	if err != nil {
-		return err
-	}
-	g.keys.Store(t)
-	return nil
+// setKeys puts a validated set of keys in force; requests already
+// admitted keep the key they were admitted with.
+func (g *Gateway) setKeys(ks *config.KeySet) {
+	g.keys.Store(g.tableOf(ks))
 }
 
 // initKeys reads the auth section at New: the config's keys and the
@@ -221,21 +207,19 @@ func (g *Gateway) initKeys() error {
 		return nil
 	}
 	g.noKey = g.metrics.forKey("")
-	keys, fileKeys, err := g.authKeys(a)
+	ks, err := g.authKeys(a)
 	if err != nil {
 		return err
 	}
-	if err := g.setKeys(keys, fileKeys); err != nil {
-		return err
-	}
-	if len(keys)+len(fileKeys) >= largeKeyTable {
+	g.setKeys(ks)
+	if ks.Len() >= largeKeyTable {
 		// The file's reading is garbage now (a 100k-key file: ~50 MB,
 		// most of the process), and an idle gateway would keep it until
 		// the runtime's forced collection and scavenging, minutes later:
 		// freed at start, when no request is in flight.
 		debug.FreeOSMemory()
 	}
-	g.log.Info("API keys required", zap.Int("keys", len(keys)+len(fileKeys)), zap.String("keys_file", a.KeysFile))
+	g.log.Info("API keys required", zap.Int("keys", ks.Len()), zap.String("keys_file", a.KeysFile))
 	return nil
 }
 
@@ -245,38 +229,39 @@ func (g *Gateway) initKeys() error {
 func (g *Gateway) reloadAuth() error {
 	g.keysMu.Lock()
 	defer g.keysMu.Unlock()
-	keys, fileKeys, err := g.authKeys(g.conf().Auth)
+	ks, err := g.authKeys(g.conf().Auth)
 	if err != nil {
 		return err
 	}
-	return g.setKeys(keys, fileKeys)
+	g.setKeys(ks)
+	return nil
 }
 
-// authKeys is the auth section's keys and its keys_file's, and notes the
-// file's digest for the keys_file watcher. The keys_file is taken as
-// config.Load read and validated it (one parse, not two: a 100k-key file
-// is most of a start's or reload's work; the config lets go of it, so
-// that it is not held twice), or read now for a config built in code or
-// whose keys were taken already.
-func (g *Gateway) authKeys(a *config.AuthConfig) (keys, fileKeys []config.KeyConfig, err error) {
+// authKeys is the set of the auth section's keys and its keys_file's, and
+// notes the file's digest for the keys_file watcher. The keys_file is
+// taken as config.Load read and validated it (one parse, not two: a
+// 100k-key file is most of a start's or reload's work; the config lets go
+// of it, so that it is not held twice), or read now for a config built in
+// code or whose keys were taken already.
+func (g *Gateway) authKeys(a *config.AuthConfig) (*config.KeySet, error) {
 	g.keysFile = fileState{}
 	if a.KeysFile == "" {
-		return a.Keys, nil, nil
+		return config.NewKeySet(a.Keys, nil, g.conf())
 	}
-	lk := a.TakeLoadedKeysFile()
-	if lk == nil {
-		data, err := os.ReadFile(a.KeysFile)
-		if err != nil {
-			return nil, nil, fmt.Errorf("auth.keys_file: %w", err)
-		}
-		fileKeys, err := config.ParseKeys(data, g.conf())
-		if err != nil {
-			return nil, nil, fmt.Errorf("auth.keys_file %s: %w", a.KeysFile, err)
-		}
-		lk = &config.LoadedKeys{Keys: fileKeys, Sum: sha256.Sum256(data)}
+	if lk := a.TakeLoadedKeysFile(); lk != nil && lk.Set != nil {
+		g.keysFile.sum = lk.Sum
+		return lk.Set, nil
 	}
-	g.keysFile.sum = lk.Sum
-	return a.Keys, lk.Keys, nil
+	data, err := os.ReadFile(a.KeysFile)
+	if err != nil {
+		return nil, fmt.Errorf("auth.keys_file: %w", err)
+	}
+	ks, err := config.ReadKeySet(data, g.conf(), 0)
+	if err != nil {
+		return nil, fmt.Errorf("auth.keys_file %s: %w", a.KeysFile, err)
+	}
+	g.keysFile.sum = sha256.Sum256(data)
+	return ks, nil
 }
 
 // keyed runs h for a request that must carry an API key when auth is

@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"os"
-	"runtime"
 	"time"
 
 	"go.uber.org/zap"
@@ -93,7 +92,7 @@ func sumYielding(data []byte) [32]byte {
 		n := min(chunk, len(data))
 		h.Write(data[:n])
 		data = data[n:]
-		runtime.Gosched()
+		config.YieldToWaiting()
 	}
 	var sum [32]byte
 	h.Sum(sum[:0])
@@ -194,15 +193,19 @@ func (g *Gateway) reloadKeys() {
 	if !changed || g.keysFile.holdUnfinished(data) {
 		return
 	}
-	fileKeys, err := config.ParseKeys(data, g.conf())
-	if err == nil {
-		err = g.setKeys(a.Keys, fileKeys)
+	// The keys are read straight into the set the table is made of, sized
+	// as the table in force (a reload rarely changes the count much).
+	hint := 0
+	if t := g.keys.Load(); t != nil {
+		hint = max(0, len(t.keys)-len(a.Keys))
 	}
+	ks, err := config.ReadKeySet(data, g.conf(), hint)
 	if err != nil {
 		g.metrics.keyReloads.WithLabelValues("refused").Inc()
 		g.log.Error("keys_file refused; the keys in force keep serving", zap.String("keys_file", a.KeysFile), zap.String("error", err.Error()))
 		return
 	}
+	g.setKeys(ks)
 	g.metrics.keyReloads.WithLabelValues("loaded").Inc()
-	g.log.Info("keys_file loaded", zap.String("keys_file", a.KeysFile), zap.Int("keys", len(a.Keys)+len(fileKeys)))
+	g.log.Info("keys_file loaded", zap.String("keys_file", a.KeysFile), zap.Int("keys", ks.Len()))
 }

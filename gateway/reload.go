@@ -87,7 +87,7 @@ func (g *Gateway) Reload(cfg config.Config, toks map[string]*tokenize.Model) (Re
 	old := g.live()
 	var res ReloadResult
 	if cfg.Auth != nil && old.cfg.Auth != nil {
-		if _, err := g.buildKeys(cfg.Auth.Keys, nil); err != nil {
+		if _, err := config.NewKeySet(cfg.Auth.Keys, nil, &cfg); err != nil {
 			return res, g.reloadRefused(fmt.Errorf("auth.keys: %w", err))
 		}
 	}
