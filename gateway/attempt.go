@@ -33,12 +33,10 @@ type attempt struct {
 	body     []byte
 	bodyRead atomic.Bool
 	// cancel cancels the upstream request only; stopHard stops the
-	// drain deadline's hook on it; releaseBackend gives back the
-	// backend's in-flight count (leaseEnded).
-	cancel         context.CancelFunc
-	stopHard       func() bool
-	releaseBackend func()
-	firstByte      *time.Timer
+	// drain deadline's hook on it.
+	cancel    context.CancelFunc
+	stopHard  func() bool
+	firstByte *time.Timer
 	// upstreamID is the X-Request-Id sent to the backend: fresh for each
 	// attempt, never the client's, which vLLM versions before 0.11.1 took
 	// as the engine's request id (two clients sending the same one
@@ -207,7 +205,8 @@ func (g *Gateway) granted(r *http.Request, x *exchange, lastErr error) (*attempt
 			continue
 		}
 		a := x.newAttempt(b)
-		a.lease, a.releaseBackend = lease, b.Acquire()
+		a.lease = lease
+		b.Enter() // its in-flight count, until leaseEnded
 		if t.Prefix != nil {
 			a.cached, a.scored = lease.Cached, true
 			rt.metrics.prefixHit.Add(float64(lease.Cached))
@@ -261,7 +260,7 @@ func (g *Gateway) leaseEnded(w http.ResponseWriter, a *attempt) {
 		http.NewResponseController(w).Flush()
 	}
 	lease.Release(a.poolResult(res))
-	a.releaseBackend()
+	a.backend.Leave()
 }
 
 // forward runs attempt a: it sends body to a.backend through the reverse
