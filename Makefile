@@ -27,9 +27,13 @@ unit:
 	$(GO) test -count=1 -timeout 10m -run '$(SOLO_TESTS)' ./tokenize
 
 # Every benchmark, one iteration: a benchmark that no longer runs fails here
-# (figures come from `make bench` and bench/, not from this).
+# (figures come from `make bench` and bench/, not from this). The tests
+# that measure what the race detector changes (a goroutine's stack depth)
+# run here too, in the same binaries built without it.
+NORACE_TESTS := ^TestOpenStreamHandlerStackIsShallow$$
+
 benchonce:
-	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 10m ./...
+	$(GO) test -run '$(NORACE_TESTS)' -bench . -benchtime 1x -timeout 10m ./...
 
 # pkg:FuzzTarget:budget entries. Each runs alone: go test -fuzz takes one
 # target. Budgets are execution counts (Nx), about four seconds' worth on

@@ -205,6 +205,14 @@ func (b *Backend) Draining() bool {
 	return b.draining
 }
 
+// Enter counts a request in flight on b, for a caller that calls Leave
+// exactly once when done: Acquire without its release func (which a
+// caller keeping it beyond its own frame would allocate).
+func (b *Backend) Enter() { b.inFlight.Add(1) }
+
+// Leave ends what Enter counted.
+func (b *Backend) Leave() { b.inFlight.Add(-1) }
+
 // Acquire counts a request in flight on b; call the returned func when done.
 func (b *Backend) Acquire() (release func()) {
 	b.inFlight.Add(1)

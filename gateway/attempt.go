@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptrace"
 	"sync/atomic"
@@ -27,13 +26,16 @@ import (
 type attempt struct {
 	x       *exchange // the request it belongs to (read only)
 	backend *fleet.Backend
-	// body is the request body it sends (sentBody reads it), until the
-	// answer's headers came and it was all read (dropBody); bodyRead
+	// body is the request body it sends (sentBody reads it; none for a
+	// GET or an upload), until the answer's headers came and it was all
+	// read (dropBody); bodyRead
 	// is set, by the transport's writer, once it was.
 	body     []byte
 	bodyRead atomic.Bool
-	// cancel cancels the upstream request only.
+	// cancel cancels the upstream request only; stopHard stops the
+	// drain deadline's hook on it.
 	cancel    context.CancelFunc
+	stopHard  func() bool
 	firstByte *time.Timer
 	// upstreamID is the X-Request-Id sent to the backend: fresh for each
 	// attempt, never the client's, which vLLM versions before 0.11.1 took
@@ -146,27 +148,51 @@ func (a *attempt) poolResult(res attemptResult) admission.Result {
 // another backend (the retry rule, retry.go); once it has reached one it
 // is never sent again, and its body is dropped once the answer's headers
 // came (sentBody): an open stream does not hold its request.
-func (g *Gateway) queueAndForward(w http.ResponseWriter, r *http.Request, x *exchange, t admission.Ticket, class string) error {
-	rt := x.rt
+//
+// Its ticket and priority class are the pipeline's (x.q). The steps
+// around each attempt run in calls of their own (granted, tried), so that
+// the frame live while an answer streams stays small.
+func (g *Gateway) queueAndForward(w http.ResponseWriter, r *http.Request, x *exchange) error {
 	var lastErr error
+	for {
+		a, err := g.granted(r, x, lastErr)
+		if a == nil {
+			return err
+		}
+		g.try(w, r, a, x.body) // holding its lease and its backend's in-flight count
+		g.leaseEnded(w, a)
+		if done, err := g.tried(x, a, &lastErr); done {
+			return err
+		}
+	}
+}
+
+// granted waits in the model's queue for a backend with room for x
+// (x.q's ticket) and returns the attempt at it, holding its lease; or
+// nil and the request's answer (lastErr, the last attempt's, when no
+// backend is left to try).
+//
+//go:noinline
+func (g *Gateway) granted(r *http.Request, x *exchange, lastErr error) (*attempt, error) {
+	rt, t := x.rt, &x.q.t
 	for {
 		var queuedAt time.Time
 		if x.tr.on() {
 			queuedAt = time.Now()
 		}
-		lease, o := rt.pool.Acquire(r.Context(), t)
+		lease, o := rt.pool.Acquire(r.Context(), *t)
 		if x.tr.on() {
 			g.tr.queued(x, queuedAt, o, lease)
 		}
 		if o != admission.Admitted {
 			if lastErr != nil && o == admission.NoBackend {
 				rt.metrics.admissions.WithLabelValues(queueLabel(o)).Inc()
-				return lastErr
+				return nil, lastErr
 			}
-			return g.queueRefused(rt, o, t)
+			return nil, g.queueRefused(rt, o, *t)
 		}
 		rt.metrics.admitted.Inc()
-		rt.metrics.queueWait.WithLabelValues(class).Observe(lease.Waited.Seconds())
+		rt.metrics.queueWait.WithLabelValues(x.q.class).Observe(lease.Waited.Seconds())
 		if x.key != nil {
 			rt.metrics.flowWait.WithLabelValues(x.key.name).Observe(lease.Waited.Seconds())
 		}
@@ -179,39 +205,52 @@ func (g *Gateway) queueAndForward(w http.ResponseWriter, r *http.Request, x *exc
 			continue
 		}
 		a := x.newAttempt(b)
+		a.lease = lease
+		b.Enter() // its in-flight count, until leaseEnded
 		if t.Prefix != nil {
 			a.cached, a.scored = lease.Cached, true
 			rt.metrics.prefixHit.Add(float64(lease.Cached))
 			rt.metrics.prefixPrompt.Add(float64(t.PromptTokens))
 		}
-		res := g.forwardLeased(w, r, a, lease)
-		if x.adapter != "" && a.upstreamStatus == http.StatusNotFound && !res.cut {
-			// The backend no longer has the adapter (unloaded since it was
-			// last listed): its 404 passes through, and its adapters are
-			// listed again now rather than at the next health interval.
-			a.backend.RefreshAdapters()
-		}
-		if res.err == nil {
-			g.fleet.ReportSuccess(a.backend)
-			return nil
-		}
-		if !retryable(res) {
-			return res.err
-		}
-		g.fleet.ReportConnectFailure(rt.fm, a.backend, res.cause)
-		lastErr = res.err
-		x.retries++
-		t.Exclude = append(t.Exclude, lease.Slot.Name)
+		return a, nil
 	}
 }
 
-// forwardLeased forwards attempt a while holding its lease and its
-// backend's in-flight count, and releases both with what the attempt
-// says about the backend.
-func (g *Gateway) forwardLeased(w http.ResponseWriter, r *http.Request, a *attempt, lease *admission.Lease) attemptResult {
-	release := a.backend.Acquire()
-	a.lease = lease
-	res := g.forward(w, r, a, a.x.body)
+// tried reports what attempt a's end means for the request: done, with
+// the request's answer (nil: answered), or another try (the attempt
+// never reached a live backend: lastErr is its answer, kept for when no
+// backend is left).
+//
+//go:noinline
+func (g *Gateway) tried(x *exchange, a *attempt, lastErr *error) (done bool, err error) {
+	res := a.res
+	if x.adapter != "" && a.upstreamStatus == http.StatusNotFound && !res.cut {
+		// The backend no longer has the adapter (unloaded since it was
+		// last listed): its 404 passes through, and its adapters are
+		// listed again now rather than at the next health interval.
+		a.backend.RefreshAdapters()
+	}
+	if res.err == nil {
+		g.fleet.ReportSuccess(a.backend)
+		return true, nil
+	}
+	if !retryable(res) {
+		return true, res.err
+	}
+	g.fleet.ReportConnectFailure(x.rt.fm, a.backend, res.cause)
+	*lastErr = res.err
+	x.retries++
+	x.q.t.Exclude = append(x.q.t.Exclude, a.lease.Slot.Name)
+	return false, nil
+}
+
+// leaseEnded settles what attempt a charged its flow, flushes its answer
+// and releases its lease and its backend's in-flight count (taken by
+// granted) with what the attempt says about the backend.
+//
+//go:noinline
+func (g *Gateway) leaseEnded(w http.ResponseWriter, a *attempt) {
+	lease, res := a.lease, a.res
 	if lease.Charges() {
 		a.settleFlow(res)
 	}
@@ -221,8 +260,7 @@ func (g *Gateway) forwardLeased(w http.ResponseWriter, r *http.Request, a *attem
 		http.NewResponseController(w).Flush()
 	}
 	lease.Release(a.poolResult(res))
-	release()
-	return res
+	a.backend.Leave()
 }
 
 // forward runs attempt a: it sends body to a.backend through the reverse
@@ -232,40 +270,65 @@ func (g *Gateway) forwardLeased(w http.ResponseWriter, r *http.Request, a *attem
 // leaves, when no response headers came within the first-byte timeout, when
 // a stream goes silent for the idle timeout, and at the drain deadline.
 // Each of these is told apart afterwards by the flag its timer set on the
-// attempt.
+// attempt. What forward sets up is done in calls of their own
+// (startAttempt, endAttempt, ended), so that its frame, live while an
+// answer streams, stays small.
 func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, a *attempt, body []byte) attemptResult {
+	g.try(w, r, a, body)
+	return a.res
+}
+
+// try is forward with its result left in a.res: the relay (relay.go's
+// sendHead, copyAnswer, bodyRelayed) inside the attempt's timers.
+func (g *Gateway) try(w http.ResponseWriter, r *http.Request, a *attempt, body []byte) {
+	ctx := g.startAttempt(w, r, a, body)
+	defer g.endAttempt(r, a)
+	res, err := g.sendHead(ctx, w, r, a)
+	if err != nil {
+		g.ended(r, a, relayResult{failed: err})
+		return
+	}
+	g.bodyRelayed(w, r, a, res, copyAnswer(w, res.Body, copyBuffers))
+}
+
+// startAttempt starts attempt a's clock, span and timers, gives it the
+// body it sends (a.body), and returns its upstream request's context.
+//
+//go:noinline
+func (g *Gateway) startAttempt(w http.ResponseWriter, r *http.Request, a *attempt, body []byte) context.Context {
 	x := a.x
+	a.body = body
 	if x.tr.on() {
 		g.tr.attempt(x, a, r)
-		defer g.tr.endAttempt(x, a, r) // reads a.res
 	}
 	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
 	a.cancel = cancel
-	stopHard := context.AfterFunc(g.stopCtx, func() { a.shutdown.Store(true); cancel() })
-	defer stopHard()
+	a.stopHard = context.AfterFunc(g.stopCtx, func() { a.shutdown.Store(true); cancel() })
 	a.firstByte = time.AfterFunc(x.rt.firstByte, func() { a.timedOut.Store(true); cancel() })
-	defer a.firstByte.Stop()
 	if rec, ok := w.(*recorder); ok {
 		// A client that stops reading must not hold the backend forever:
 		// each write to it gets stream_idle_timeout to complete.
 		rec.writeIdle = x.rt.streamIdle
 	}
-
 	a.sentAt = time.Now()
-	// One framing upstream: the length of the bytes the door read, even
-	// when the client sent them chunked.
-	var out io.ReadCloser = http.NoBody // a GET: no framing at all
-	var getBody func() (io.ReadCloser, error)
-	length := int64(len(body))
-	switch {
-	case x.upload != nil:
-		out, getBody, length = x.upload.attach()
-	case len(body) > 0:
-		a.body = body
-		out, getBody = &sentBody{a: a}, a.bodyAgain
+	return ctx
+}
+
+// endAttempt stops attempt a's timers, cancels its upstream request and
+// ends its span (which reads a.res).
+func (g *Gateway) endAttempt(r *http.Request, a *attempt) {
+	a.firstByte.Stop()
+	a.stopHard()
+	a.cancel()
+	if a.x.tr.on() {
+		g.tr.endAttempt(a.x, a, r)
 	}
-	rr := g.relay(ctx, w, r, a, out, length, getBody)
+}
+
+// ended notes how attempt a's relay ended (a.res).
+//
+//go:noinline
+func (g *Gateway) ended(r *http.Request, a *attempt, rr relayResult) {
 	switch {
 	case rr.failed != nil:
 		a.res = g.classify(r, a, rr.failed)
@@ -274,7 +337,6 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, a *attempt, bo
 	default:
 		a.res = attemptResult{}
 	}
-	return a.res
 }
 
 // classify turns a transport failure before any response header into the

@@ -36,15 +36,21 @@
 //
 // # One request's chain
 //
-// serveIn (serve.go: the edge) -> keyed (keys.go: the API key) ->
-// pipeline (pipeline.go: read the body, the door, the key's limits) ->
-// queueAndForward (attempt.go: wait in the model's queue for a lease,
-// retry on another backend by the retry rule, retry.go) -> forwardLeased
-// (hold the lease and the backend's in-flight count) -> forward (one
-// attempt at one backend: its timers, and the result it returns) ->
-// relay (proxy_relay.go: the reverse proxy, which returns how it ended)
-// -> back up by return values to serveIn, which concludes the request
-// (finish, conclude). The request value (exchange.request) holds what was
+// serveIn (serve.go: the edge; begin, and wrapUp or recovered at the
+// end) -> keyed (keys.go: the API key, keyIn/keyOut) -> pipeline
+// (pipeline.go: admit reads the body, runs the door and takes the key's
+// limits, leaving the ticket and its holds in x.q; unqueue gives them
+// back) -> queueAndForward (attempt.go: granted waits in the model's queue
+// for a lease, tried applies the retry rule, retry.go) -> try (one
+// attempt at one backend, holding the lease and the backend's in-flight
+// count: its timers, startAttempt/endAttempt) -> the relay
+// (proxy_relay.go: sendHead, copyAnswer, bodyRelayed; how it ended is the
+// attempt's a.res) -> back up to serveIn, which concludes the request
+// (finish, conclude). The work before and after the relay runs in calls
+// of its own, so that the frames live while an answer streams are small
+// (under a quarter of 16 KiB with net/http's over h2c: the runtime then
+// halves an open stream's handler stack to 8 KiB;
+// TestOpenStreamHandlerStackIsShallow). The request value (exchange.request) holds what was
 // decided up to the door and is only read after it; the edge's per-request
 // bookkeeping (phase stamps, how the client took the answer, the body
 // budget and the key's reservation) is exchange.requestState; each try at

@@ -272,40 +272,63 @@ func (g *Gateway) authKeys(a *config.AuthConfig) (*config.KeySet, error) {
 // reserves itself (reserves: the model pipeline, after the door's count,
 // limits.go), the request takes its hold here (reserveLocal: the key's
 // request limits, no tokens) and the headers follow from it.
+//
+// The key's check and hold run in calls of their own (keyIn, keyOut), so
+// that its frame, live while an answer streams, stays small.
 func (g *Gateway) keyed(h handlerFunc, xAPIKey, reserves bool) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request, x *exchange) error {
 		t := g.keys.Load()
 		if t == nil {
 			return h(w, r, x) // open: no auth section
 		}
-		k := t.lookup(presentedKey(r, xAPIKey))
-		if k == nil {
-			g.noKey.rejections.WithLabelValues(outcomeInvalidAPIKey).Inc()
-			w.Header().Set("WWW-Authenticate", `Bearer realm="maitred"`)
-			return g.rejected(x, invalidKey(r, xAPIKey))
+		if err := g.keyIn(w, r, x, t, xAPIKey, reserves); err != nil {
+			return err
 		}
-		x.key = k
-		km := k.metrics()
-		km.requests.Inc()
-		km.inFlight.Inc()
-		defer km.inFlight.Dec()
-		if !reserves {
-			// A local handler's request counts against the key's
-			// request limits before anything is read (reserveLocal).
-			if err := g.reserveLocal(w, x); err != nil {
-				if e, ok := err.(*Error); ok {
-					return g.rejected(x, e)
-				}
-				return err
-			}
-			if x.res != nil {
-				defer x.res.Settle(0)
-			} else if k.perMinute {
-				rateHeaders(w.Header(), g.quota.Status(k.name, k.limits))
-			}
-		}
+		defer keyOut(x, reserves)
 		return h(w, r, x)
 	}
+}
+
+// keyIn checks the key a request presented against t (x.key), counts it and, for
+// a local handler (not reserves), takes its hold. A returned error is the
+// request's answer; on nil, keyOut ends what keyIn began.
+//
+//go:noinline
+func (g *Gateway) keyIn(w http.ResponseWriter, r *http.Request, x *exchange, t *keyTable, xAPIKey, reserves bool) error {
+	k := t.lookup(presentedKey(r, xAPIKey))
+	if k == nil {
+		g.noKey.rejections.WithLabelValues(outcomeInvalidAPIKey).Inc()
+		w.Header().Set("WWW-Authenticate", `Bearer realm="maitred"`)
+		return g.rejected(x, invalidKey(r, xAPIKey))
+	}
+	x.key = k
+	km := k.metrics()
+	km.requests.Inc()
+	km.inFlight.Inc()
+	if !reserves {
+		// A local handler's request counts against the key's
+		// request limits before anything is read (reserveLocal).
+		if err := g.reserveLocal(w, x); err != nil {
+			km.inFlight.Dec()
+			if e, ok := err.(*Error); ok {
+				return g.rejected(x, e)
+			}
+			return err
+		}
+		if x.res == nil && k.perMinute {
+			rateHeaders(w.Header(), g.quota.Status(k.name, k.limits))
+		}
+	}
+	return nil
+}
+
+// keyOut settles a local handler's hold (keyIn's) and counts the key's
+// request out of flight.
+func keyOut(x *exchange, reserves bool) {
+	if !reserves && x.res != nil {
+		x.res.Settle(0)
+	}
+	x.key.metrics().inFlight.Dec()
 }
 
 // lookup finds the key whose digest matches what was presented ("" finds

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/maitred-dev/maitred/admission"
+	"github.com/maitred-dev/maitred/prefixindex"
 )
 
 // api is how the request pipeline (pipeline) runs one model API; it is part
@@ -74,107 +75,155 @@ func readJSON(g *Gateway, w http.ResponseWriter, r *http.Request, x *exchange) (
 // wait in the model's queue for a ready backend with room, and forward the
 // bytes the door approved, which are the client's own unless max_tokens
 // was clamped. The answer passes through byte for byte.
+//
+// The steps before the queue run in admit, a call of their own, so that
+// their locals (the door's decision, the ticket's making) are off the
+// stack while the answer streams: what the queue and the attempts need
+// afterwards is in the exchange (x.q), and the handler's frames stay
+// shallow enough for the runtime to halve an open stream's stack.
 func (g *Gateway) pipeline(a *api) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request, x *exchange) error {
 		x.sse = a.stream
-		if k := x.key; k != nil && k.perMinute {
-			// An answer given before the request reserved (a door
-			// rejection, a body refused) carries the key's status too;
-			// serve renders it after this returns.
-			defer func() {
-				if !x.rateSet {
-					rateHeaders(w.Header(), g.quota.Status(k.name, k.limits))
-				}
-			}()
-		}
-		body, err := a.read(g, w, r, x)
-		if err != nil {
+		defer g.unqueue(x) // what admit took, given back in reverse
+		if err := g.admit(a, w, r, x); err != nil {
 			return err
 		}
-		x.readDone = time.Now()
-		dec, rej, kc := g.checkAside(a.door, body, x)
-		x.doorDone = time.Now()
-		if rej != nil {
-			if ci := rej.Context; ci != nil {
-				x.promptTokens, x.maxTokens, x.maxModelLen = ci.PromptTokens, ci.MaxTokens, ci.MaxModelLen
-			}
-			return g.rejected(x, notAllowed(kc, g.refused(x, rej)))
-		}
-		rt := g.decided(x, dec)
-		ep := dec.Endpoint // the API the body was checked as
-		x.stream, x.promptTokens, x.maxTokens = dec.Stream, dec.PromptTokens, dec.MaxTokens
-		if a.screen != nil {
-			if err := a.screen(g, x, dec); err != nil {
-				if e, ok := err.(*Error); ok {
-					return g.rejected(x, e)
-				}
-				return err
-			}
-		}
-		var exclude []string
-		if a.pin != nil {
-			if exclude, err = a.pin(g, r, x, dec); err != nil {
-				if e, ok := err.(*Error); ok && e.Status == http.StatusNotFound {
-					return g.rejected(x, e)
-				}
-				return err
-			}
-		}
-		if a.recordsID {
-			x.onResponseID = g.responseCreated(x, dec.Model)
-		}
-		if x.key != nil {
-			// The key's limits, after the door's count and before the
-			// queue; the hold is settled when the request ends.
-			if err := g.reserve(w, x, ep, dec, len(body)); err != nil {
-				if e, ok := err.(*Error); ok {
-					return g.rejected(x, e)
-				}
-				return err // the client left while the store answered
-			}
-			defer g.settle(x)
-		}
-		if dec.Uncounted != admission.Counted {
-			x.uncounted = dec.Uncounted.String()
-			rt.metrics.uncounted.WithLabelValues(x.uncounted).Inc()
-		}
-		if dec.ClampedFrom > 0 {
-			w.Header().Set("X-Maitred-Max-Tokens-Clamped", strconv.Itoa(dec.MaxTokens))
-		}
-		rt.metrics.inFlight.Inc()
-		defer rt.metrics.inFlight.Dec()
-		class, className := g.class(r, x.key)
-		t := ticket(rt, ep, dec, len(body), class)
-		if rt.fair {
-			x.flowed = true // the access line names its flow
-			if x.key != nil {
-				t.Flow, t.Weight = x.key.name, x.key.weight
-			}
-		}
-		if a.affinity && rt.affinity > 0 {
-			t.Affinity = prefixHash(rt, ep, dec)
-		}
-		if a.affinity {
-			defer releaseQuery(preciseTicket(rt, ep, dec, &t)) // routing: precise (prefix.go)
-		}
-		t.Exclude = exclude
-		// While the answer streams, the request holds neither its body
-		// (x.body, dropped once the answer's headers came) nor its parse:
-		// only a request sampled for the tokenizer check keeps its
-		// decision for after it.
-		var checked admission.Decision
-		check := a.tokenizeCheck && dec.Uncounted == admission.Counted && g.checker.sampled(rt)
-		if check {
-			checked = dec
-		}
-		x.body = dec.Body
-		dec = admission.Decision{}
-		err = g.queueAndForward(w, r, x, t, className)
-		if err == nil && check {
-			g.checker.maybeStart(rt, x.att.backend, ep, checked)
-		}
+		return g.queueAndForward(w, r, x)
+	}
+}
+
+// queued is what the pipeline keeps of an admitted request for its
+// queue, its attempts and its end (x.q): its ticket and priority class,
+// and what admit took that unqueue gives back.
+type queued struct {
+	t     admission.Ticket
+	class string
+	ep    admission.Endpoint // the API the body was checked as
+	// checked is the door's decision of a request sampled for the
+	// tokenizer check, kept for after its answer; nil for the others.
+	checked *admission.Decision
+	// query is the precise-routing query to release; settle, inFlight:
+	// the key's hold and the model's in-flight gauge were taken.
+	query            *prefixindex.Query
+	settle, inFlight bool
+}
+
+// unqueue ends what admit began: a request sampled for the tokenizer
+// check whose answer came (its last attempt answered) starts it; then
+// what admit took is given back, in reverse: the precise-routing query,
+// the model's in-flight gauge, the key's hold. An answer given before the
+// request reserved (a door rejection, a body refused) carries the key's
+// x-ratelimit-* headers too (on x.rec, the answer's writer); serve renders
+// it after this.
+func (g *Gateway) unqueue(x *exchange) {
+	q := &x.q
+	if q.checked != nil && x.att != nil && x.att.res.err == nil {
+		g.checker.maybeStart(x.rt, x.att.backend, q.ep, *q.checked)
+	}
+	if q.query != nil {
+		releaseQuery(q.query)
+		q.query = nil
+	}
+	if q.inFlight {
+		x.rt.metrics.inFlight.Dec()
+	}
+	if q.settle {
+		g.settle(x)
+	}
+	if k := x.key; k != nil && k.perMinute && !x.rateSet {
+		rateHeaders(x.rec.Header(), g.quota.Status(k.name, k.limits))
+	}
+}
+
+// admit runs a request up to the queue: its body read, the door's check,
+// the API's screen and pin, the key's reservation; and makes its ticket
+// (x.q). A returned error is the request's answer.
+//
+//go:noinline
+func (g *Gateway) admit(a *api, w http.ResponseWriter, r *http.Request, x *exchange) error {
+	body, err := a.read(g, w, r, x)
+	if err != nil {
 		return err
 	}
+	x.readDone = time.Now()
+	dec, rej, kc := g.checkAside(a.door, body, x)
+	x.doorDone = time.Now()
+	if rej != nil {
+		if ci := rej.Context; ci != nil {
+			x.promptTokens, x.maxTokens, x.maxModelLen = ci.PromptTokens, ci.MaxTokens, ci.MaxModelLen
+		}
+		return g.rejected(x, notAllowed(kc, g.refused(x, rej)))
+	}
+	rt := g.decided(x, dec)
+	ep := dec.Endpoint // the API the body was checked as
+	x.stream, x.promptTokens, x.maxTokens = dec.Stream, dec.PromptTokens, dec.MaxTokens
+	if a.screen != nil {
+		if err := a.screen(g, x, dec); err != nil {
+			if e, ok := err.(*Error); ok {
+				return g.rejected(x, e)
+			}
+			return err
+		}
+	}
+	var exclude []string
+	if a.pin != nil {
+		if exclude, err = a.pin(g, r, x, dec); err != nil {
+			if e, ok := err.(*Error); ok && e.Status == http.StatusNotFound {
+				return g.rejected(x, e)
+			}
+			return err
+		}
+	}
+	if a.recordsID {
+		x.onResponseID = g.responseCreated(x, dec.Model)
+	}
+	q := &x.q
+	if x.key != nil {
+		// The key's limits, after the door's count and before the
+		// queue; the hold is settled when the request ends.
+		if err := g.reserve(w, x, ep, dec, len(body)); err != nil {
+			if e, ok := err.(*Error); ok {
+				return g.rejected(x, e)
+			}
+			return err // the client left while the store answered
+		}
+		q.settle = true
+	}
+	if dec.Uncounted != admission.Counted {
+		x.uncounted = dec.Uncounted.String()
+		rt.metrics.uncounted.WithLabelValues(x.uncounted).Inc()
+	}
+	if dec.ClampedFrom > 0 {
+		w.Header().Set("X-Maitred-Max-Tokens-Clamped", strconv.Itoa(dec.MaxTokens))
+	}
+	rt.metrics.inFlight.Inc()
+	q.inFlight = true
+	class, className := g.class(r, x.key)
+	q.t, q.class, q.ep = ticket(rt, ep, dec, len(body), class), className, ep
+	t := &q.t
+	if rt.fair {
+		x.flowed = true // the access line names its flow
+		if x.key != nil {
+			t.Flow, t.Weight = x.key.name, x.key.weight
+		}
+	}
+	if a.affinity && rt.affinity > 0 {
+		t.Affinity = prefixHash(rt, ep, dec)
+	}
+	if a.affinity {
+		q.query = preciseTicket(rt, ep, dec, t) // routing: precise (prefix.go)
+	}
+	t.Exclude = exclude
+	// While the answer streams, the request holds neither its body
+	// (x.body, dropped once the answer's headers came) nor its parse:
+	// only a request sampled for the tokenizer check keeps its
+	// decision for after it.
+	if a.tokenizeCheck && dec.Uncounted == admission.Counted && g.checker.sampled(rt) {
+		checked := dec
+		q.checked = &checked
+	}
+	x.body = dec.Body
+	return nil
 }
 
 // check puts a request through the door (the one its key sees: kc, nil

@@ -66,45 +66,69 @@ var hopByHop = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-A
 // states the one hop it saw itself.
 var forwardedHeaders = []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"}
 
-// relay sends attempt a's request to its backend and relays the answer to
-// w. It is the gateway's reverse proxy: the request it builds carries the
-// body the door read (an in-memory body goes out with its headers in one
-// write) and the client's end-to-end headers less credentials, hop-by-hop
-// and forwarding claims; the answer's headers and body pass through as
-// they come, every write flushed (a stream's headers, and those of an
-// answer of unknown length, at once; those of any other answer with its
-// first bytes). ctx is the upstream request's. It returns how the relay
-// ended: a failure before any response header (failed), with nothing
-// written, or a failure while copying the body (cut), once the status
-// line is out: the edge then aborts the client's response (HTTP/1.1
-// closes the connection without the terminating chunk, HTTP/2 resets the
-// stream). A stream the backend broke fails the copy too (errStreamCut),
-// once its error event is out.
-func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, in *http.Request, a *attempt, body io.ReadCloser, length int64, getBody func() (io.ReadCloser, error)) relayResult {
-	out := (&http.Request{
+// The relay sends attempt a's request to its backend and relays the
+// answer to w: sendHead, copyAnswer and bodyRelayed, run by the attempt's
+// try (attempt.go). It is the gateway's reverse proxy: the request it
+// builds carries the body the door read (an in-memory body goes out with
+// its headers in one write) and the client's end-to-end headers less
+// credentials, hop-by-hop and forwarding claims; the answer's headers and
+// body pass through as they come, every write flushed (a stream's
+// headers, and those of an answer of unknown length, at once; those of
+// any other answer with its first bytes). The body is the attempt's
+// (a.body; none: a GET, or the request's upload). How the relay ended
+// (ended: the attempt's a.res) is a failure before any response header
+// (failed), with nothing written, or a failure while copying the body
+// (cut), once the status line is out: the edge then aborts the client's
+// response (HTTP/1.1 closes the connection without the terminating chunk,
+// HTTP/2 resets the stream). A stream the backend broke fails the copy
+// too (errStreamCut), once its error event is out.
+
+// sendHead sends attempt a's request (ctx is the upstream request's)
+// and, once the backend's headers came, writes them to w (flushed when the answer is a stream or of
+// unknown length): the part of the relay before its body, in a call of
+// its own, so that its locals (the upstream request, the header copy)
+// are off the stack while the body is copied, and a stream waiting for
+// its next event parks with a shallow stack (the runtime halves a stack
+// only when under a quarter of it is in use).
+//
+//go:noinline
+func (g *Gateway) sendHead(ctx context.Context, w http.ResponseWriter, in *http.Request, a *attempt) (*http.Response, error) {
+	x := a.x
+	// One framing upstream: the length of the bytes the door read, even
+	// when the client sent them chunked.
+	var out io.ReadCloser = http.NoBody // a GET: no framing at all
+	var getBody func() (io.ReadCloser, error)
+	length := int64(len(a.body))
+	switch {
+	case x.upload != nil:
+		out, getBody, length = x.upload.attach()
+	case len(a.body) > 0:
+		out, getBody = &sentBody{a: a}, a.bodyAgain
+	}
+	req := (&http.Request{
 		Method:        in.Method,
 		URL:           backendURL(a.backend.URL, in.URL),
 		Proto:         "HTTP/1.1",
 		ProtoMajor:    1,
 		ProtoMinor:    1,
 		Header:        upstreamHeader(in, a),
-		Body:          body,
+		Body:          out,
 		GetBody:       getBody,
 		ContentLength: length,
 	}).WithContext(a.traceConn(ctx))
 	if a.span != nil {
 		// vLLM's span is the attempt's child. Untraced, the client's
 		// traceparent passes through as it came.
-		g.tr.inject(a, out.Header)
+		g.tr.inject(a, req.Header)
 	}
-	res, err := g.upstream.RoundTrip(out)
+	res, err := g.upstream.RoundTrip(req)
 	if err == nil && res.StatusCode == http.StatusSwitchingProtocols {
 		// The gateway never asks for an upgrade (Upgrade is hop-by-hop).
 		res.Body.Close()
 		err = errors.New("the backend switched protocols unasked")
 	}
 	if err != nil {
-		return relayResult{failed: err}
+		return nil, err
 	}
 	dropHopByHop(res.Header)
 	flushHeaders := g.onResponse(res, a)
@@ -129,15 +153,31 @@ func (g *Gateway) relay(ctx context.Context, w http.ResponseWriter, in *http.Req
 		// of known length sends them with its first bytes.
 		flush(w)
 	}
-	if err := copyAnswer(w, res.Body, copyBuffers); err != nil {
-		res.Body.Close()
-		return relayResult{cut: err}
-	}
+	return res, nil
+}
+
+// bodyRelayed ends a relay whose body was copied (cut: the copy's
+// failure): it closes the body, sets the answer's trailers on a whole
+// one, and notes how the relay ended.
+//
+//go:noinline
+func (g *Gateway) bodyRelayed(w http.ResponseWriter, in *http.Request, a *attempt, res *http.Response, cut error) {
 	res.Body.Close() // before the trailers: closing reads them
-	for k, vs := range res.Trailer {
+	if cut != nil {
+		g.ended(in, a, relayResult{cut: cut})
+		return
+	}
+	if len(res.Trailer) > 0 {
+		relayTrailers(w.Header(), res.Trailer)
+	}
+	g.ended(in, a, relayResult{})
+}
+
+// relayTrailers sets the answer's trailers on h.
+func relayTrailers(h, trailer http.Header) {
+	for k, vs := range trailer {
 		h[http.TrailerPrefix+k] = vs
 	}
-	return relayResult{}
 }
 
 // sentBody is an attempt's request body as the transport reads it: from

@@ -20,7 +20,8 @@ var doorWriters = []string{
 	"countTokens",    // anthropic.go: answered locally
 	"detokenize",     // answered locally
 	"forwardVersion", // /version: picks its model before forwarding
-	"keyed",          // keys.go: the key check, before the door
+	"admit",          // pipeline.go: the model APIs' steps up to the queue
+	"keyIn",          // keys.go: the key check, before the door
 	"pipeline",       // the model APIs: only before queueAndForward
 	"readJSONBody",   // body.go: the body's size as read
 	"readUpload",     // audio.go: the spooled upload as read

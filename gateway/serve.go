@@ -46,9 +46,16 @@ type exchange struct {
 	// body is what its attempts send (the door's bytes), dropped once an
 	// answer's headers came (attempt.dropBody): no attempt follows.
 	body []byte
+	// q is the model pipeline's ticket and holds (pipeline.go), kept
+	// here rather than on the handler's stack while the answer streams.
+	q queued
 	// tr is the request's tracing (tracing.go); tr.on() is false when the
 	// gateway does not trace.
 	tr spans
+	// in is the client's request and rec the recorder its answer is
+	// written through (serveIn's), for the request's conclusion (wrapUp).
+	in  *http.Request
+	rec *recorder
 }
 
 // request is what is decided about a request up to its door: the edge's
@@ -61,6 +68,7 @@ type request struct {
 	start     time.Time
 	endpoint  string
 	spec      *endpoint       // endpoint's spec, found once when the route is built
+	env       errorWriter     // the envelope its errors are rendered in
 	clientCtx context.Context // the client request's context
 	// key is the API key the request presented (keys.go); nil when the
 	// gateway is open or before the check.
@@ -110,6 +118,7 @@ type requestState struct {
 	res      quota.Reservation
 	reserved int64
 	rateSet  bool // the x-ratelimit-* headers are set
+	wrapped  bool // concluded (wrapUp)
 }
 
 // setModel records the model the request resolved to: rt, and for a LoRA
@@ -136,42 +145,80 @@ func (g *Gateway) serve(endpoint string, h handlerFunc) http.HandlerFunc {
 func (g *Gateway) serveIn(env errorWriter, endpoint string, h handlerFunc) http.HandlerFunc {
 	spec := specOf(endpoint)
 	return func(w http.ResponseWriter, r *http.Request) {
-		x := &exchange{request: request{id: requestID(r), start: time.Now(), endpoint: endpoint, spec: spec, clientCtx: r.Context()}}
-		rec := &recorder{ResponseWriter: w, stall: &x.clientStall, werr: &x.clientWriteErr}
-		w.Header().Set("X-Request-Id", x.id)
-		if g.tr != nil {
-			g.tr.start(r, x)
-		}
-		err := g.run(h, rec, r, x)
-		if err != nil && err != errAnswerCut && !errors.Is(err, errClientGone) && !rec.wroteHeader {
-			var e *Error
-			if !errors.As(err, &e) {
-				e = failInternal.err("internal error; request id "+x.id, nil)
-			}
-			env(rec, e)
-		}
-		g.finish(x, rec, r, err)
-		if err == errAnswerCut && r.Context().Value(http.ServerContextKey) != nil {
-			panic(http.ErrAbortHandler) // net/http drops the connection
-		}
+		// Begun and concluded in calls of their own, so that the frame
+		// live while an answer streams stays small.
+		x := g.begin(w, r, env, endpoint, spec)
+		defer g.recovered(x)
+		err := h(x.rec, r, x)
+		g.wrapUp(x, err)
+		abortIfCut(r, err)
 	}
 }
 
-// run runs handler h; a panic in it is logged with its stack and becomes
-// a 500 (http.ErrAbortHandler, which nothing in the gateway raises, stays
-// the abort it asks for).
-func (g *Gateway) run(h handlerFunc, w http.ResponseWriter, r *http.Request, x *exchange) (err error) {
-	defer func() {
-		switch p := recover(); p {
-		case nil:
-		case http.ErrAbortHandler:
-			err = errAnswerCut
-		default:
-			g.log.Error("handler panic", zap.String("request_id", x.id), zap.Any("panic", p), zap.ByteString("stack", debug.Stack()))
-			err = failInternal.err("internal error; request id "+x.id, nil)
+// abortIfCut aborts the client's response when its answer was cut after
+// its headers went out (errAnswerCut), with the one panic net/http takes
+// for that: it drops the connection (HTTP/1.1) or resets the stream.
+func abortIfCut(r *http.Request, err error) {
+	if err == errAnswerCut && r.Context().Value(http.ServerContextKey) != nil {
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// begin makes a request's exchange (answering in env) with its recorder
+// (x.rec) and sets its id on the answer.
+//
+//go:noinline
+func (g *Gateway) begin(w http.ResponseWriter, r *http.Request, env errorWriter, endpoint string, spec *endpoint) *exchange {
+	x := &exchange{request: request{id: requestID(r), start: time.Now(), endpoint: endpoint, spec: spec, env: env, clientCtx: r.Context()}, in: r}
+	x.rec = &recorder{ResponseWriter: w, stall: &x.clientStall, werr: &x.clientWriteErr}
+	w.Header().Set("X-Request-Id", x.id)
+	if g.tr != nil {
+		g.tr.start(r, x)
+	}
+	return x
+}
+
+// wrapUp renders a handler's returned error in the request's envelope
+// (x.env; unless the answer had begun, or there is nobody to answer) and
+// concludes the request (finish), once.
+//
+//go:noinline
+func (g *Gateway) wrapUp(x *exchange, err error) {
+	x.wrapped = true
+	rec, r := x.rec, x.in
+	if err != nil && err != errAnswerCut && !errors.Is(err, errClientGone) && !rec.wroteHeader {
+		var e *Error
+		if !errors.As(err, &e) {
+			e = failInternal.err("internal error; request id "+x.id, nil)
 		}
-	}()
-	return h(w, r, x)
+		x.env(rec, e)
+	}
+	g.finish(x, rec, r, err)
+}
+
+// recovered concludes a request whose handler panicked (serveIn's
+// deferred call): the panic is logged with its stack and becomes a 500;
+// http.ErrAbortHandler, which nothing in the gateway raises, stays the
+// abort it asks for. A panic after the request was concluded (serveIn's
+// own abort, or one in the conclusion) goes on up as it came.
+func (g *Gateway) recovered(x *exchange) {
+	p := recover()
+	if p == nil {
+		return
+	}
+	if x.wrapped {
+		panic(p)
+	}
+	var err error
+	switch p {
+	case http.ErrAbortHandler:
+		err = errAnswerCut
+	default:
+		g.log.Error("handler panic", zap.String("request_id", x.id), zap.Any("panic", p), zap.ByteString("stack", debug.Stack()))
+		err = failInternal.err("internal error; request id "+x.id, nil)
+	}
+	g.wrapUp(x, err)
+	abortIfCut(x.in, err)
 }
 
 // metricsOf is the metric children for x's model ("" before it is known).
