@@ -229,8 +229,14 @@ type recorder struct {
 	stall *time.Duration
 	// writeIdle, when set (by the proxy), bounds each write and flush to
 	// the client: one that makes no progress for this long fails, which
-	// also cancels the request. werr keeps the first write error.
+	// also cancels the request. werr keeps the first write error. A
+	// flush right after a write that did not wait on the client (the
+	// proxy's write of an event and its flush) keeps the deadline the
+	// write set (armed), at most stallThreshold older than its own
+	// would be: one deadline per event, which over HTTP/2 is a message
+	// to the connection's serve goroutine.
 	writeIdle time.Duration
+	armed     bool
 	rc        *http.ResponseController
 	werr      *error
 }
@@ -252,9 +258,11 @@ func (r *recorder) Write(p []byte) (int, error) {
 	t := r.bound()
 	n, err := r.ResponseWriter.Write(p)
 	r.bytes += int64(n)
-	if d := time.Since(t); d > stallThreshold {
+	d := time.Since(t)
+	if d > stallThreshold {
 		*r.stall += d
 	}
+	r.armed = r.writeIdle > 0 && d <= stallThreshold
 	r.noteErr(err)
 	return n, err
 }
@@ -264,7 +272,12 @@ func (r *recorder) Flush() { r.FlushError() }
 // FlushError flushes and reports the error, which Flush cannot; the
 // proxy's ResponseController prefers it.
 func (r *recorder) FlushError() error {
-	t := r.bound()
+	var t time.Time
+	if r.armed {
+		r.armed, t = false, time.Now()
+	} else {
+		t = r.bound()
+	}
 	err := r.controller().Flush()
 	if d := time.Since(t); d > stallThreshold {
 		*r.stall += d
