@@ -1,68 +1,87 @@
 package gateway
 
 import (
+	"errors"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 )
 
-// deadlineWriter is a ResponseWriter that notes each write deadline set
-// on it and whose writes take writeTakes (the bubble's clock).
+// deadlineWriter is a ResponseWriter whose connection is a client that
+// stops reading when stalled is set: a write then blocks until a write
+// deadline in the past is set on it (as a connection's would). It counts
+// the deadlines set on it.
 type deadlineWriter struct {
 	*httptest.ResponseRecorder
-	deadlines  []time.Time
-	writeTakes time.Duration
+	stalled   bool
+	mu        sync.Mutex
+	deadlines int
+	passed    chan struct{}
 }
 
 func (w *deadlineWriter) SetWriteDeadline(t time.Time) error {
-	w.deadlines = append(w.deadlines, t)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.deadlines++
+	if !t.After(time.Now()) {
+		close(w.passed)
+	}
 	return nil
 }
 
 func (w *deadlineWriter) Write(p []byte) (int, error) {
-	time.Sleep(w.writeTakes)
+	if w.stalled {
+		<-w.passed
+		return 0, os.ErrDeadlineExceeded
+	}
 	return w.ResponseRecorder.Write(p)
 }
 
-// TestRecorderOneDeadlinePerEvent: the proxy's write of an event and its
-// flush set one write deadline (over HTTP/2 each is a message to the
-// connection's serve goroutine), unless the write waited on the client:
-// then the flush gets a deadline of its own, and so does a flush with no
-// write before it.
-func TestRecorderOneDeadlinePerEvent(t *testing.T) {
+func (w *deadlineWriter) set() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.deadlines
+}
+
+// TestRecorderWriteIdle: with writeIdle set, events written and flushed
+// to a client that reads set no write deadline at all (over HTTP/2 each
+// would be a message to the connection's serve goroutine), nor does the
+// time between them; a write to a client that stopped reading fails once
+// it has waited writeIdle, with the deadline's error, counted as stall
+// and kept as the request's write error.
+func TestRecorderWriteIdle(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const idle = 10 * time.Second
-		w := &deadlineWriter{ResponseRecorder: httptest.NewRecorder()}
+		w := &deadlineWriter{ResponseRecorder: httptest.NewRecorder(), passed: make(chan struct{})}
 		var stall time.Duration
 		var werr error
 		rec := &recorder{ResponseWriter: w, stall: &stall, werr: &werr, writeIdle: idle}
 		var rw http.ResponseWriter = rec
 		rw.WriteHeader(http.StatusOK)
-		flush(rw) // the headers
-		if len(w.deadlines) != 1 {
-			t.Fatalf("flushing the headers set %d deadlines, want 1", len(w.deadlines))
-		}
-		for i := range 3 {
+		flush(rw)
+		for range 3 {
 			rw.Write([]byte("data: {}\n\n"))
 			flush(rw)
-			if want := 2 + i; len(w.deadlines) != want {
-				t.Fatalf("after event %d: %d deadlines, want %d", i+1, len(w.deadlines), want)
-			}
+			time.Sleep(2 * idle) // the backend's next event is a while off
 		}
-		w.writeTakes = time.Second // a client that makes the write wait
+		if n := w.set(); n != 0 {
+			t.Fatalf("a client that reads: %d write deadlines set", n)
+		}
+		if werr != nil || stall != 0 {
+			t.Fatalf("a client that reads: write error %v, stall %v", werr, stall)
+		}
+		w.stalled = true
 		start := time.Now()
-		rw.Write([]byte("data: {}\n\n"))
-		flush(rw)
-		if len(w.deadlines) != 6 {
-			t.Fatalf("a write that waited and its flush set %d deadlines in all, want 6", len(w.deadlines))
+		_, err := rw.Write([]byte("data: {}\n\n"))
+		if !errors.Is(err, os.ErrDeadlineExceeded) || werr != err {
+			t.Fatalf("the stalled write returned %v (kept %v), want the deadline's error", err, werr)
 		}
-		if got, want := w.deadlines[5], start.Add(time.Second+idle); !got.Equal(want) {
-			t.Errorf("the flush after a write that waited has its deadline at %v, want %v", got, want)
-		}
-		if stall != time.Second {
-			t.Errorf("stall %v, want 1s", stall)
+		if waited := time.Since(start); waited != idle || stall != idle {
+			t.Errorf("the stalled write failed after %v (stall %v), want %v", waited, stall, idle)
 		}
 	})
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -229,16 +230,22 @@ type recorder struct {
 	stall *time.Duration
 	// writeIdle, when set (by the proxy), bounds each write and flush to
 	// the client: one that makes no progress for this long fails, which
-	// also cancels the request. werr keeps the first write error. A
-	// flush right after a write that did not wait on the client (the
-	// proxy's write of an event and its flush) keeps the deadline the
-	// write set (armed), at most stallThreshold older than its own
-	// would be: one deadline per event, which over HTTP/2 is a message
-	// to the connection's serve goroutine.
+	// also cancels the request. werr keeps the first write error.
 	writeIdle time.Duration
-	armed     bool
-	rc        *http.ResponseController
-	werr      *error
+	// watch bounds them: a timer of the recorder's own, reset as each
+	// write or flush starts and stopped as it ends (no write deadline
+	// set per event: over HTTP/2 each would be a message to the
+	// connection's serve goroutine), which when it fires sets the
+	// connection's write deadline in the past, as a deadline would have
+	// passed (HTTP/1.1: the blocked write fails; HTTP/2: the stream is
+	// reset). inWrite, under mu, says a write or flush is under way: the
+	// timer touches the ResponseWriter only then, never after the
+	// handler is done with it.
+	watch   *time.Timer
+	mu      sync.Mutex
+	inWrite bool
+	rc      *http.ResponseController
+	werr    *error
 }
 
 // stallThreshold: a write that takes longer than this waited for the client.
@@ -255,14 +262,10 @@ func (r *recorder) Write(p []byte) (int, error) {
 	if !r.wroteHeader {
 		r.status, r.wroteHeader = http.StatusOK, true
 	}
-	t := r.bound()
+	t := r.begin()
 	n, err := r.ResponseWriter.Write(p)
+	r.end(t)
 	r.bytes += int64(n)
-	d := time.Since(t)
-	if d > stallThreshold {
-		*r.stall += d
-	}
-	r.armed = r.writeIdle > 0 && d <= stallThreshold
 	r.noteErr(err)
 	return n, err
 }
@@ -272,29 +275,55 @@ func (r *recorder) Flush() { r.FlushError() }
 // FlushError flushes and reports the error, which Flush cannot; the
 // proxy's ResponseController prefers it.
 func (r *recorder) FlushError() error {
-	var t time.Time
-	if r.armed {
-		r.armed, t = false, time.Now()
-	} else {
-		t = r.bound()
-	}
+	t := r.begin()
 	err := r.controller().Flush()
-	if d := time.Since(t); d > stallThreshold {
-		*r.stall += d
-	}
+	r.end(t)
 	if !errors.Is(err, http.ErrNotSupported) {
 		r.noteErr(err)
 	}
 	return err
 }
 
-// bound sets the write deadline when writeIdle is set, and returns now.
-func (r *recorder) bound() time.Time {
+// begin starts a write or flush: its clock, and its watch when writeIdle
+// is set. It returns now.
+func (r *recorder) begin() time.Time {
 	t := time.Now()
 	if r.writeIdle > 0 {
-		r.controller().SetWriteDeadline(t.Add(r.writeIdle))
+		r.controller() // before the timer can read it
+		r.mu.Lock()
+		r.inWrite = true
+		r.mu.Unlock()
+		if r.watch == nil {
+			r.watch = time.AfterFunc(r.writeIdle, r.expire)
+		} else {
+			r.watch.Reset(r.writeIdle)
+		}
 	}
 	return t
+}
+
+// end ends a write or flush begun at t: its watch stops, and the time it
+// took counts as stall when it waited on the client.
+func (r *recorder) end(t time.Time) {
+	if r.watch != nil {
+		r.watch.Stop()
+		r.mu.Lock() // waits for an expire under way
+		r.inWrite = false
+		r.mu.Unlock()
+	}
+	if d := time.Since(t); d > stallThreshold {
+		*r.stall += d
+	}
+}
+
+// expire runs when a write or flush has taken writeIdle: the write
+// deadline it would have had has passed.
+func (r *recorder) expire() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.inWrite {
+		r.rc.SetWriteDeadline(time.Now().Add(-time.Second))
+	}
 }
 
 func (r *recorder) controller() *http.ResponseController {
