@@ -151,10 +151,11 @@
 // a bodyGuard that bounds each read the same way and aborts the client's
 // connection when the body stalls or ends short. Each write to the client
 // gets stream_idle_timeout too: a client that stops reading ends its own
-// request (499 client_stalled), never counted against the backend. That
-// bound is a timer of the request's own (recorder, serve.go), not a write
-// deadline set per write: over HTTP/2 each deadline is a message to the
-// connection's serve goroutine, and a stream's events would each pay it.
+// request (499 client_stalled), never counted against the backend. A
+// stream's bound is a timer of the request's own (recorder, serve.go),
+// not a write deadline set per write: over HTTP/2 each deadline is a
+// message to the connection's serve goroutine, and every event would
+// pay it; any other answer's writes set their deadline.
 //
 // A cut answer travels back from relay as a returned result (errAnswerCut),
 // and serveIn, after concluding the request, raises http.ErrAbortHandler,

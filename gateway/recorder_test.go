@@ -47,12 +47,13 @@ func (w *deadlineWriter) set() int {
 	return w.deadlines
 }
 
-// TestRecorderWriteIdle: with writeIdle set, events written and flushed
-// to a client that reads set no write deadline at all (over HTTP/2 each
-// would be a message to the connection's serve goroutine), nor does the
-// time between them; a write to a client that stopped reading fails once
-// it has waited writeIdle, with the deadline's error, counted as stall
-// and kept as the request's write error.
+// TestRecorderWriteIdle: with writeIdle set, a stream's events written
+// and flushed to a client that reads set no write deadline at all (over
+// HTTP/2 each would be a message to the connection's serve goroutine),
+// nor does the time between them; a write to a client that stopped
+// reading fails once it has waited writeIdle, with the deadline's error,
+// counted as stall and kept as the request's write error. Any other
+// answer's writes set their deadline.
 func TestRecorderWriteIdle(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const idle = 10 * time.Second
@@ -61,6 +62,7 @@ func TestRecorderWriteIdle(t *testing.T) {
 		var werr error
 		rec := &recorder{ResponseWriter: w, stall: &stall, werr: &werr, writeIdle: idle}
 		var rw http.ResponseWriter = rec
+		rw.Header().Set("Content-Type", "text/event-stream")
 		rw.WriteHeader(http.StatusOK)
 		flush(rw)
 		for range 3 {
@@ -82,6 +84,17 @@ func TestRecorderWriteIdle(t *testing.T) {
 		}
 		if waited := time.Since(start); waited != idle || stall != idle {
 			t.Errorf("the stalled write failed after %v (stall %v), want %v", waited, stall, idle)
+		}
+
+		w = &deadlineWriter{ResponseRecorder: httptest.NewRecorder(), passed: make(chan struct{})}
+		rec = &recorder{ResponseWriter: w, stall: &stall, werr: &werr, writeIdle: idle}
+		rw = rec
+		rw.Header().Set("Content-Type", "application/json")
+		rw.WriteHeader(http.StatusOK)
+		rw.Write([]byte("{}"))
+		flush(rw)
+		if n := w.set(); n != 2 {
+			t.Errorf("an answer's write and flush set %d write deadlines, want 2", n)
 		}
 	})
 }

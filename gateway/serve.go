@@ -232,15 +232,19 @@ type recorder struct {
 	// the client: one that makes no progress for this long fails, which
 	// also cancels the request. werr keeps the first write error.
 	writeIdle time.Duration
-	// watch bounds them: a timer of the recorder's own, reset as each
-	// write or flush starts and stopped as it ends (no write deadline
-	// set per event: over HTTP/2 each would be a message to the
-	// connection's serve goroutine), which when it fires sets the
-	// connection's write deadline in the past, as a deadline would have
-	// passed (HTTP/1.1: the blocked write fails; HTTP/2: the stream is
-	// reset). inWrite, under mu, says a write or flush is under way: the
-	// timer touches the ResponseWriter only then, never after the
-	// handler is done with it.
+	// An event stream's writes (stream: the answer's Content-Type said
+	// so) are bounded by watch, a timer of the recorder's own, reset as
+	// each write or flush starts and stopped as it ends, rather than by
+	// a write deadline set for each (over HTTP/2 each is a message to
+	// the connection's serve goroutine, which every event would pay);
+	// when it fires it sets the connection's write deadline in the past,
+	// as a deadline would have passed (HTTP/1.1: the blocked write
+	// fails; HTTP/2: the stream is reset). inWrite, under mu, says a
+	// write or flush is under way: the timer touches the ResponseWriter
+	// only then, never once the handler is done with it. Any other
+	// answer sets a deadline per write and flush (a timer would be an
+	// allocation per request).
+	stream  bool
 	watch   *time.Timer
 	mu      sync.Mutex
 	inWrite bool
@@ -254,6 +258,7 @@ const stallThreshold = 200 * time.Microsecond
 func (r *recorder) WriteHeader(code int) {
 	if !r.wroteHeader {
 		r.status, r.wroteHeader = code, true
+		r.stream = isEventStream(r.Header().Get("Content-Type"))
 	}
 	r.ResponseWriter.WriteHeader(code)
 }
@@ -284,11 +289,13 @@ func (r *recorder) FlushError() error {
 	return err
 }
 
-// begin starts a write or flush: its clock, and its watch when writeIdle
-// is set. It returns now.
+// begin starts a write or flush: its clock, and when writeIdle is set
+// its bound (a stream's watch, else a write deadline). It returns now.
 func (r *recorder) begin() time.Time {
 	t := time.Now()
-	if r.writeIdle > 0 {
+	if r.writeIdle > 0 && !r.stream {
+		r.controller().SetWriteDeadline(t.Add(r.writeIdle))
+	} else if r.writeIdle > 0 {
 		r.controller() // before the timer can read it
 		r.mu.Lock()
 		r.inWrite = true
