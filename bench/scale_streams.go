@@ -58,7 +58,7 @@ func scaleStreamsRun(e *scaleEnv, ns []int) (*curve, error) {
 	}
 	c := &curve{dim: fmt.Sprintf("open streams (built maitred, clients over %s; slow streams of %d tokens, one a second, started evenly over %s; simulator in its own process, clients in this one)", *scaleStreamsProto, *streamTokens, streamsSpread),
 		note:  "target: 10k slow streams with <= 32 KiB each above direct, no goroutine growth per idle second, added event delay p99 <= 5 ms",
-		xName: "streams", cols: []string{"direct p99 ms", "direct open p99 ms"},
+		xName: "streams", cols: []string{"direct p99 ms", "direct open p99 ms", "direct CPU us/event"},
 		charts: []chartSpec{
 			{file: "streams-memory.svg", title: "maitred's memory per open stream", yLabel: "KiB per stream"},
 			{file: "streams-delay.svg", title: "event delay p99, direct and through maitred", yLabel: "ms", cols: []string{"direct p99 ms"}},
@@ -68,7 +68,7 @@ func scaleStreamsRun(e *scaleEnv, ns []int) (*curve, error) {
 		if b.name != "maitred" {
 			pre = b.name + " "
 		}
-		c.cols = append(c.cols, pre+"KiB/stream", pre+"heap KiB/stream", pre+"stack KiB/stream", pre+"goroutines/stream", pre+"goroutines +/s", pre+"maitred p99 ms", pre+"added p99 ms", pre+"open added p99 ms")
+		c.cols = append(c.cols, pre+"KiB/stream", pre+"heap KiB/stream", pre+"stack KiB/stream", pre+"goroutines/stream", pre+"goroutines +/s", pre+"maitred p99 ms", pre+"added p99 ms", pre+"open added p99 ms", pre+"CPU us/event", pre+"all CPU us/event")
 		c.charts[0].cols = append(c.charts[0].cols, pre+"KiB/stream")
 		c.charts[1].cols = append(c.charts[1].cols, pre+"maitred p99 ms")
 	}
@@ -104,20 +104,22 @@ func scaleStreamsRun(e *scaleEnv, ns []int) (*curve, error) {
 			cfg = "h2c: true\n" + cfg
 		}
 		fmt.Fprintf(os.Stderr, "  %d streams: load average %s\n", n, loadAverage())
-		direct, err := holdSlowStreams(simURL, simURL, n, false, nil)
+		direct, err := holdSlowStreams(simURL, simURL, n, false, nil, streamsCPU{simPID: simProc.pid})
 		if err != nil {
 			return nil, fmt.Errorf("%d streams direct: %w", n, err)
 		}
-		row := []float64{direct.p99ms, direct.steadyP99ms}
+		row := []float64{direct.p99ms, direct.steadyP99ms, direct.cpu.total()}
+		fmt.Fprintf(os.Stderr, "  %d streams direct: CPU per event %s\n", n, direct.cpu)
 		for _, b := range bins {
-			f, err := streamsThrough(b, n, cfg, simURL, h2c)
+			f, err := streamsThrough(b, n, cfg, simURL, simProc.pid, h2c)
 			if err != nil {
 				return nil, err
 			}
-			row = append(row, f.kib, f.heap, f.stack, f.gor, f.gorGrowth, f.p99ms, f.p99ms-direct.p99ms, f.steadyP99ms-direct.steadyP99ms)
+			row = append(row, f.kib, f.heap, f.stack, f.gor, f.gorGrowth, f.p99ms, f.p99ms-direct.p99ms, f.steadyP99ms-direct.steadyP99ms, f.cpu.maitred, f.cpu.total())
 			fmt.Fprintf(os.Stderr, "  %d streams, %s over %s: %.1f KiB RSS (heap %.1f, stacks %.1f) and %.2f goroutines each, %+.2f goroutines/s idle, %.0f client connections; event delay p99 %.2f ms direct, %.2f through it, %+.2f added (%d events); once all are open %.2f and %.2f, %+.2f added; load average %s\n",
 				n, b.name, *scaleStreamsProto, f.kib, f.heap, f.stack, f.gor, f.gorGrowth, f.conns, direct.p99ms, f.p99ms, f.p99ms-direct.p99ms, f.events,
 				direct.steadyP99ms, f.steadyP99ms, f.steadyP99ms-direct.steadyP99ms, loadAverage())
+			fmt.Fprintf(os.Stderr, "  %d streams, %s: CPU per event %s\n", n, b.name, f.cpu)
 		}
 		c.add(n, row...)
 	}
@@ -171,7 +173,7 @@ const streamsSpread = 1500 * time.Millisecond
 
 // streamsThrough runs one point through binary b: n slow streams held
 // open through it, its memory and goroutines read with every stream open.
-func streamsThrough(b streamsBinary, n int, cfg, simURL string, h2c bool) (streamsResult, error) {
+func streamsThrough(b streamsBinary, n int, cfg, simURL string, simPID int, h2c bool) (streamsResult, error) {
 	dir, err := os.MkdirTemp("", fmt.Sprintf("streams-%d-%s-", n, b.name))
 	if err != nil {
 		return streamsResult{}, err
@@ -192,7 +194,11 @@ func streamsThrough(b streamsBinary, n int, cfg, simURL string, h2c bool) (strea
 	if pp != "" {
 		heapOut = filepath.Join(*scaleOut, fmt.Sprintf("streams-%d-%s-heap.pb.gz", n, b.name))
 	}
-	f, err := holdSlowStreams(gw.url, simURL, n, h2c, &streamsProbe{gw: gw, pprof: pp, heapOut: heapOut})
+	cpu := streamsCPU{simPID: simPID, maitredPID: gw.pid, pprof: pp}
+	if pp != "" {
+		cpu.profileOut = filepath.Join(*scaleOut, fmt.Sprintf("streams-%d-%s-cpu.pb.gz", n, b.name))
+	}
+	f, err := holdSlowStreams(gw.url, simURL, n, h2c, &streamsProbe{gw: gw, pprof: pp, heapOut: heapOut}, cpu)
 	gw.stop()
 	if err != nil {
 		return streamsResult{}, fmt.Errorf("%d streams through %s: %w", n, b.name, err)
@@ -219,6 +225,7 @@ type streamsFigures struct {
 	// an idle replica's open streams, without the door work of opening.
 	steadyP99ms float64
 	events      int
+	cpu         cpuPerEvent // over a window with every stream open
 }
 
 // holdSlowStreams opens n slow streams to base (over h2c when set),
@@ -229,7 +236,7 @@ type streamsFigures struct {
 // its memory (RSS, and the Go runtime's heap and stacks in use from its
 // /metrics) and goroutines are read idle, then with every stream open,
 // and the goroutines again 3 s later.
-func holdSlowStreams(base, simURL string, n int, h2c bool, gw *streamsProbe) (streamsFigures, error) {
+func holdSlowStreams(base, simURL string, n int, h2c bool, gw *streamsProbe, cpu streamsCPU) (streamsFigures, error) {
 	var f streamsFigures
 	tr := poolTransport()
 	if h2c {
@@ -295,6 +302,9 @@ func holdSlowStreams(base, simURL string, n int, h2c bool, gw *streamsProbe) (st
 			fmt.Fprintf(os.Stderr, "  warning: %d of %d streams had ended before the open figures were all read: raise -scale-streams-tokens\n", e, n)
 		}
 	}
+	// The CPU per event, over a window that ends before the first stream
+	// (opened at t0, an event a second) does.
+	win := cpu.measure(t0.Add(time.Duration(*streamTokens-3) * time.Second))
 	wg.Wait()
 	if failed.Load() > 0 {
 		return f, fmt.Errorf("%d of %d streams failed: %v", failed.Load(), n, *firstErr.Load())
@@ -316,6 +326,7 @@ func holdSlowStreams(base, simURL string, n int, h2c bool, gw *streamsProbe) (st
 	slices.Sort(steady)
 	f.steadyP99ms = float64(quantile(steady, .99).Microseconds()) / 1e3
 	f.events = len(delays)
+	f.cpu = win.perEvent(reads)
 	return f, nil
 }
 

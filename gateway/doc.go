@@ -157,7 +157,11 @@
 // a bodyGuard that bounds each read the same way and aborts the client's
 // connection when the body stalls or ends short. Each write to the client
 // gets stream_idle_timeout too: a client that stops reading ends its own
-// request (499 client_stalled), never counted against the backend.
+// request (499 client_stalled), never counted against the backend. A
+// stream's bound is a timer of the request's own (recorder, serve.go),
+// not a write deadline set per write: over HTTP/2 each deadline is a
+// message to the connection's serve goroutine, and every event would
+// pay it; any other answer's writes set their deadline.
 //
 // A cut answer travels back from relay as a returned result (errAnswerCut),
 // and serveIn, after concluding the request, raises http.ErrAbortHandler,
@@ -168,7 +172,9 @@
 // the way to the client: it keeps nothing of the answer but the usage
 // it reports (a non-streamed answer's top-level "usage", found by a
 // scanner, which also keeps its top-level "model"; a stream's usage
-// events, read by the family's streamShape.meter) and the streamed text
+// events, read by the family's streamShape.meter: an OpenAI chunk of the
+// shape vLLM sends in one pass without allocating, proxy_usage_chunk.go,
+// exactly as encoding/json, which reads any other) and the streamed text
 // not yet counted, in bounded pieces. It is the one reader of an
 // answer's usage: the quota, the access log and the trace read it.
 // exchange.used is the request's prompt + completion tokens at

@@ -66,7 +66,7 @@ func warmupDone(t *testing.T, s *sim.Server) {
 	})
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
+func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {

@@ -33,7 +33,7 @@ import (
 
 // h2cClient speaks HTTP/2 cleartext with prior knowledge only: it never
 // falls back to HTTP/1.1, so a gateway without h2c fails its requests.
-func h2cClient(t *testing.T) *http.Client {
+func h2cClient(t testing.TB) *http.Client {
 	t.Helper()
 	tr := &http.Transport{Protocols: new(http.Protocols)}
 	tr.Protocols.SetUnencryptedHTTP2(true)
@@ -44,7 +44,7 @@ func h2cClient(t *testing.T) *http.Client {
 // serveH2C serves the gateway with h2c on in front of backend (the URL of
 // a running server) and returns it, its client switched to h2c, once the
 // backend is ready.
-func serveH2C(t *testing.T, backend string, mutate func(*config.Config)) *served {
+func serveH2C(t testing.TB, backend string, mutate func(*config.Config)) *served {
 	t.Helper()
 	cfg := config.Default()
 	fastHealth(&cfg)

@@ -39,7 +39,7 @@ type served struct {
 	done   chan error         // Serve's result
 }
 
-func serveGateway(t *testing.T, cfg config.Config, tok *tokenize.Model) *served {
+func serveGateway(t testing.TB, cfg config.Config, tok *tokenize.Model) *served {
 	t.Helper()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
@@ -86,7 +86,7 @@ func serveGateway(t *testing.T, cfg config.Config, tok *tokenize.Model) *served 
 	return s
 }
 
-func (s *served) readyz(t *testing.T) (int, readyBody) {
+func (s *served) readyz(t testing.TB) (int, readyBody) {
 	t.Helper()
 	res, err := s.client.Get(s.url + "/readyz")
 	if err != nil {

@@ -266,6 +266,25 @@ func (m *usageMeter) streamed(s string) {
 		return
 	}
 	m.text = append(m.text, s...)
+	m.textAdded()
+}
+
+// streamedJSON adds a chunk's text t (a JSON string in data) as
+// streamed does its decoded value.
+func (m *usageMeter) streamedJSON(data []byte, t chunkText) {
+	if t.start == t.end {
+		return
+	}
+	if t.plain {
+		m.text = append(m.text, data[t.start:t.end]...)
+	} else {
+		m.text = appendUnquoted(m.text, data[t.start:t.end])
+	}
+	m.textAdded()
+}
+
+// textAdded counts the text in hand once it is maxUsageText long.
+func (m *usageMeter) textAdded() {
 	if len(m.text) >= maxUsageText && m.tok != nil {
 		// Count all but the last word, so that pieces split where the
 		// tokenizer would split anyway.
@@ -347,11 +366,39 @@ func (u *usageNumbers) total() (int64, bool) {
 
 // meterOpenAIEvent reads a chat, completions or audio stream chunk: the
 // choices' text (content, reasoning, tool-call arguments; a completion's
-// text) and the usage, when the chunk carries it.
+// text) and the usage, when the chunk carries it. The chunk is read
+// without allocating (decodeOpenAIChunk) when it has the shape vLLM
+// sends, else by encoding/json (meterOpenAIEventJSON); either way alike.
 func meterOpenAIEvent(m *usageMeter, data []byte) {
 	if bytes.Equal(data, doneData) {
 		return
 	}
+	var c openAIChunk
+	var u *usageNumbers
+	if !decodeOpenAIChunk(data, &c) || (c.usage.end > 0 && !chunkUsage(data[c.usage.start:c.usage.end], &u)) {
+		meterOpenAIEventJSON(m, data)
+		return
+	}
+	if c.model.end > 0 {
+		eventModel{m}.UnmarshalJSON(data[c.model.start:c.model.end])
+	}
+	for _, t := range c.texts[:c.n] {
+		m.streamedJSON(data, t)
+	}
+	m.report(u, true, true)
+}
+
+// chunkUsage decodes a chunk's usage object into a new *u (a chunk
+// without usage allocates nothing).
+func chunkUsage(b []byte, u **usageNumbers) bool {
+	n := new(usageNumbers)
+	*u = n
+	return decodeUsage(b, n)
+}
+
+// meterOpenAIEventJSON is meterOpenAIEvent by encoding/json: a chunk of
+// any other shape, or not a chunk.
+func meterOpenAIEventJSON(m *usageMeter, data []byte) {
 	var ev struct {
 		Choices []struct {
 			Text  string `json:"text"`

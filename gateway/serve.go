@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -278,8 +279,24 @@ type recorder struct {
 	// the client: one that makes no progress for this long fails, which
 	// also cancels the request. werr keeps the first write error.
 	writeIdle time.Duration
-	rc        *http.ResponseController
-	werr      *error
+	// An event stream's writes (stream: the answer's Content-Type said
+	// so) are bounded by watch, a timer of the recorder's own, reset as
+	// each write or flush starts and stopped as it ends, rather than by
+	// a write deadline set for each (over HTTP/2 each is a message to
+	// the connection's serve goroutine, which every event would pay);
+	// when it fires it sets the connection's write deadline in the past,
+	// as a deadline would have passed (HTTP/1.1: the blocked write
+	// fails; HTTP/2: the stream is reset). inWrite, under mu, says a
+	// write or flush is under way: the timer touches the ResponseWriter
+	// only then, never once the handler is done with it. Any other
+	// answer sets a deadline per write and flush (a timer would be an
+	// allocation per request).
+	stream  bool
+	watch   *time.Timer
+	mu      sync.Mutex
+	inWrite bool
+	rc      *http.ResponseController
+	werr    *error
 }
 
 // stallThreshold: a write that takes longer than this waited for the client.
@@ -288,6 +305,7 @@ const stallThreshold = 200 * time.Microsecond
 func (r *recorder) WriteHeader(code int) {
 	if !r.wroteHeader {
 		r.status, r.wroteHeader = code, true
+		r.stream = isEventStream(r.Header().Get("Content-Type"))
 	}
 	r.ResponseWriter.WriteHeader(code)
 }
@@ -296,12 +314,10 @@ func (r *recorder) Write(p []byte) (int, error) {
 	if !r.wroteHeader {
 		r.status, r.wroteHeader = http.StatusOK, true
 	}
-	t := r.bound()
+	t := r.begin()
 	n, err := r.ResponseWriter.Write(p)
+	r.end(t)
 	r.bytes += int64(n)
-	if d := time.Since(t); d > stallThreshold {
-		*r.stall += d
-	}
 	r.noteErr(err)
 	return n, err
 }
@@ -311,24 +327,57 @@ func (r *recorder) Flush() { r.FlushError() }
 // FlushError flushes and reports the error, which Flush cannot; the
 // proxy's ResponseController prefers it.
 func (r *recorder) FlushError() error {
-	t := r.bound()
+	t := r.begin()
 	err := r.controller().Flush()
-	if d := time.Since(t); d > stallThreshold {
-		*r.stall += d
-	}
+	r.end(t)
 	if !errors.Is(err, http.ErrNotSupported) {
 		r.noteErr(err)
 	}
 	return err
 }
 
-// bound sets the write deadline when writeIdle is set, and returns now.
-func (r *recorder) bound() time.Time {
+// begin starts a write or flush: its clock, and when writeIdle is set
+// its bound (a stream's watch, else a write deadline). It returns now.
+func (r *recorder) begin() time.Time {
 	t := time.Now()
-	if r.writeIdle > 0 {
+	if r.writeIdle > 0 && !r.stream {
 		r.controller().SetWriteDeadline(t.Add(r.writeIdle))
+	} else if r.writeIdle > 0 {
+		r.controller() // before the timer can read it
+		r.mu.Lock()
+		r.inWrite = true
+		r.mu.Unlock()
+		if r.watch == nil {
+			r.watch = time.AfterFunc(r.writeIdle, r.expire)
+		} else {
+			r.watch.Reset(r.writeIdle)
+		}
 	}
 	return t
+}
+
+// end ends a write or flush begun at t: its watch stops, and the time it
+// took counts as stall when it waited on the client.
+func (r *recorder) end(t time.Time) {
+	if r.watch != nil {
+		r.watch.Stop()
+		r.mu.Lock() // waits for an expire under way
+		r.inWrite = false
+		r.mu.Unlock()
+	}
+	if d := time.Since(t); d > stallThreshold {
+		*r.stall += d
+	}
+}
+
+// expire runs when a write or flush has taken writeIdle: the write
+// deadline it would have had has passed.
+func (r *recorder) expire() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.inWrite {
+		r.rc.SetWriteDeadline(time.Now().Add(-time.Second))
+	}
 }
 
 func (r *recorder) controller() *http.ResponseController {

@@ -1,0 +1,128 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// streamsCPUWindow is how long a streams point reads the processes' CPU
+// with every stream open (cut short so that no stream ends inside it).
+var streamsCPUWindow = flag.Duration("scale-streams-cpu-window", 10*time.Second, "scale: how long a streams point reads the CPU of maitred, the simulator and the clients with every stream open (with -pprof, maitred's CPU profile is taken over the same window); it ends before the first stream does")
+
+// streamsCPU is what a streams point reads the CPU of: the simulator's
+// process, maitred's (0: direct) and this one (the clients); with
+// pprof set (maitred's profile address), maitred's CPU profile over the
+// window is saved to profileOut.
+type streamsCPU struct {
+	simPID, maitredPID int
+	pprof, profileOut  string
+}
+
+// cpuWindow is the CPU each process used over a window in which every
+// stream was open; perEvent divides it by the events read in it.
+type cpuWindow struct {
+	from, to             time.Time
+	maitred, sim, client time.Duration
+	ok                   bool
+}
+
+// cpuPerEvent is a point's CPU per relayed event, in µs: maitred's
+// (0 direct), the simulator's and the clients'; events is how many the
+// clients read in the window.
+type cpuPerEvent struct {
+	maitred, sim, client float64
+	events               int
+}
+
+func (c cpuPerEvent) total() float64 { return c.maitred + c.sim + c.client }
+
+// measure reads the processes' CPU over the window, starting now and
+// ending by last (when the first stream would end, less a margin).
+func (s streamsCPU) measure(last time.Time) cpuWindow {
+	d := min(*streamsCPUWindow, time.Until(last))
+	if d < time.Second {
+		fmt.Fprintf(os.Stderr, "  CPU per event not read: the streams end %s after they are all open (raise -scale-streams-tokens)\n", time.Until(last).Round(time.Millisecond))
+		return cpuWindow{}
+	}
+	var profile chan struct{}
+	if s.pprof != "" && s.profileOut != "" {
+		profile = make(chan struct{})
+		go func() {
+			defer close(profile)
+			s.saveProfile(d)
+		}()
+	}
+	w := cpuWindow{from: time.Now(), ok: true}
+	m0, s0, c0 := s.read()
+	time.Sleep(d)
+	m1, s1, c1 := s.read()
+	w.to = time.Now()
+	w.maitred, w.sim, w.client = m1-m0, s1-s0, c1-c0
+	if profile != nil {
+		<-profile
+	}
+	return w
+}
+
+// read is the CPU maitred, the simulator and this process have used.
+func (s streamsCPU) read() (maitred, sim, client time.Duration) {
+	if s.maitredPID != 0 {
+		maitred, _ = procCPU(s.maitredPID)
+	}
+	sim, _ = procCPU(s.simPID)
+	return maitred, sim, processCPU()
+}
+
+// saveProfile writes maitred's CPU profile over d to profileOut (go
+// tool pprof reads it).
+func (s streamsCPU) saveProfile(d time.Duration) {
+	res, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", s.pprof, int(d.Seconds())))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "  CPU profile:", err)
+		return
+	}
+	defer res.Body.Close()
+	if err := os.MkdirAll(filepath.Dir(s.profileOut), 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, "  CPU profile:", err)
+		return
+	}
+	f, err := os.Create(s.profileOut)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "  CPU profile:", err)
+		return
+	}
+	defer f.Close()
+	if _, err := io.Copy(f, res.Body); err == nil {
+		fmt.Fprintln(os.Stderr, "  CPU profile:", s.profileOut)
+	}
+}
+
+// perEvent is the window's CPU per event the clients read in it.
+func (w cpuWindow) perEvent(reads []streamReads) cpuPerEvent {
+	if !w.ok {
+		return cpuPerEvent{}
+	}
+	var c cpuPerEvent
+	for _, r := range reads {
+		for _, t := range r.recv {
+			if !t.Before(w.from) && t.Before(w.to) {
+				c.events++
+			}
+		}
+	}
+	if c.events == 0 {
+		return c
+	}
+	us := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(c.events) }
+	c.maitred, c.sim, c.client = us(w.maitred), us(w.sim), us(w.client)
+	return c
+}
+
+func (c cpuPerEvent) String() string {
+	return fmt.Sprintf("%.1f µs: maitred %.1f, simulator %.1f, clients %.1f (%d events)", c.total(), c.maitred, c.sim, c.client, c.events)
+}
