@@ -47,6 +47,7 @@ FUZZ_TARGETS := \
 	./fleet:FuzzParseMetrics:20000x \
 	./gateway:FuzzStreamGuard:5000x \
 	./gateway:FuzzDecodeUsage:5000x \
+	./gateway:FuzzOpenAIChunk:5000x \
 	./gateway:FuzzUpstreamHeaderMatchesReverseProxy:5000x \
 	./gateway:FuzzAnswerHeaderMatchesReverseProxy:5000x \
 	./gateway:FuzzBackendURLMatchesReverseProxy:10000x \
