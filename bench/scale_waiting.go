@@ -174,45 +174,36 @@ func waitingBuiltFigures(e *scaleEnv, n int) (f waitingBuilt, err error) {
 // its own process, with n chats held: before a collection and after two,
 // from none open.
 func heldInHandler(n int) (perReq, gcPerReq float64, err error) {
-	self, err := os.Executable()
-	if err != nil {
-		return 0, 0, err
-	}
-	addr, stats := freeAddr(), freeAddr()
-	p, err := startServing("", nil, addr, "/health", self, "-scenario", "parked-handler", "-bare-listen", addr, "-bare-stats", stats)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer p.stop() // the clients' requests end with it
-	statsURL := "http://" + stats + "/?gc=1"
-	s0, h0 := memFigures(statsURL)
-	tr := poolTransport()
-	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr}
-	for range n {
-		go func() { doChat(client, p.url) }()
-	}
-	if err := awaitMetric("http://"+stats+"/", "bench_parked_requests", float64(n), time.Minute); err != nil {
-		return 0, 0, err
-	}
-	time.Sleep(time.Second)
-	s1, h1 := memFigures("http://" + stats + "/")
-	perReq = (s1 - s0 + h1 - h0) / float64(n)
-	s2, h2 := memFigures(statsURL)
-	fmt.Fprintf(os.Stderr, "  %d held by a parked handler, after two collections: stack %.0f, heap %.0f B/req\n", n, (s2-s0)/float64(n), (h2-h0)/float64(n))
-	return perReq, (s2 - s0 + h2 - h0) / float64(n), nil
+	return heldInProcess(n, []string{"-scenario", "parked-handler"}, func(stats string) error {
+		return awaitMetric("http://"+stats+"/", "bench_parked_requests", float64(n), time.Minute)
+	})
 }
 
 // bareInFlight is the stack and heap per request of the bare proxy, in its
 // own process, with n chats in flight to simURL (which holds them): before
 // a collection and after two, from none open.
 func bareInFlight(simURL string, n int) (perReq, gcPerReq float64, err error) {
+	return heldInProcess(n, []string{"-scenario", "bare-proxy", "-bare-target", simURL}, func(string) error {
+		// In flight: the simulator holds them all (its requests in flight).
+		for deadline := time.Now().Add(time.Minute); backendConns(simURL) < n && time.Now().Before(deadline); {
+			time.Sleep(100 * time.Millisecond)
+		}
+		return nil
+	})
+}
+
+// heldInProcess runs this program with args (a scenario serving on
+// -bare-listen, its memory figures on -bare-stats), sends it n chats that
+// it holds, awaits held, and returns the stack and heap per request it
+// holds: before a collection and after two, from none open. The chats end
+// when the process does (or what holds them lets go).
+func heldInProcess(n int, args []string, held func(stats string) error) (perReq, gcPerReq float64, err error) {
 	self, err := os.Executable()
 	if err != nil {
 		return 0, 0, err
 	}
 	addr, stats := freeAddr(), freeAddr()
-	p, err := startServing("", nil, addr, "/health", self, "-scenario", "bare-proxy", "-bare-listen", addr, "-bare-target", simURL, "-bare-stats", stats)
+	p, err := startServing("", nil, addr, "/health", self, append(args, "-bare-listen", addr, "-bare-stats", stats)...)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -223,16 +214,16 @@ func bareInFlight(simURL string, n int) (perReq, gcPerReq float64, err error) {
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr}
 	for range n {
-		go func() { doChat(client, p.url) }() // ends when the gate closes
+		go func() { doChat(client, p.url) }()
 	}
-	// In flight: the simulator holds them all (its requests in flight).
-	for deadline := time.Now().Add(time.Minute); backendConns(simURL) < n && time.Now().Before(deadline); {
-		time.Sleep(100 * time.Millisecond)
+	if err := held(stats); err != nil {
+		return 0, 0, err
 	}
 	time.Sleep(time.Second)
 	s1, h1 := memFigures("http://" + stats + "/")
 	perReq = (s1 - s0 + h1 - h0) / float64(n)
 	s2, h2 := memFigures(statsURL)
+	fmt.Fprintf(os.Stderr, "  %d held by %s, after two collections: stack %.0f, heap %.0f B/req\n", n, args[1], (s2-s0)/float64(n), (h2-h0)/float64(n))
 	return perReq, (s2 - s0 + h2 - h0) / float64(n), nil
 }
 

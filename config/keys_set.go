@@ -93,7 +93,7 @@ func fileKeyPath(inline int) func(i int) string {
 // whose texts may alias the bytes of the file it was read from (the JSON
 // decoder's), so that reading a key allocates nothing the set does not
 // keep. modelsKey tells model lists apart for profiles: the list's JSON
-// text (jsonModels), or else modelsText's.
+// text (jsonModels), or else ModelsKey's.
 type keyView struct {
 	name, sha256, env, priority []byte
 	models                      []string
@@ -114,7 +114,7 @@ func viewOf(k *KeyConfig, scratch *[]byte) keyView {
 	*scratch = b
 	cut := func(n int) []byte { t := b[:n:n]; b = b[n:]; return t }
 	v := keyView{name: cut(len(k.Name)), sha256: cut(len(k.SHA256)), env: cut(len(k.Env)), priority: cut(len(k.Priority)),
-		models: k.Models, modelsKey: modelsText(k.Models), limits: k.Limits}
+		models: k.Models, modelsKey: ModelsKey(k.Models), limits: k.Limits}
 	if k.Weight != nil {
 		v.weight, v.weighted = *k.Weight, true
 	}
@@ -131,9 +131,11 @@ func (v *keyView) config() KeyConfig {
 	return k
 }
 
-// modelsText is a model list as one string: the name itself for one model
-// (no allocation: the usual case), else each name after its length.
-func modelsText(models []string) string {
+// ModelsKey is a model list as one string, equal for equal lists and
+// only for them: the name itself for one model (no allocation: the usual
+// case), else each name after its length. The key set's profiles and the
+// gateway's are told apart by it.
+func ModelsKey(models []string) string {
 	if len(models) == 1 {
 		return models[0]
 	}

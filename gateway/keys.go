@@ -7,7 +7,6 @@ import (
 	"os"
 	"runtime/debug"
 	"slices"
-	"strconv"
 	"strings"
 	"sync/atomic"
 
@@ -140,23 +139,7 @@ type profileKey struct {
 }
 
 func profileKeyOf(kc *config.KeyConfig) profileKey {
-	return profileKey{n: len(kc.Models), models: modelsKey(kc.Models), priority: kc.Priority, limits: kc.Limits, weight: kc.WeightOrDefault()}
-}
-
-// modelsKey is a key's models as one string for profileKey: the name
-// itself for one model (no allocation: the usual case), else each name
-// after its length.
-func modelsKey(models []string) string {
-	if len(models) == 1 {
-		return models[0]
-	}
-	var b strings.Builder
-	for _, m := range models {
-		b.WriteString(strconv.Itoa(len(m)))
-		b.WriteByte(':')
-		b.WriteString(m)
-	}
-	return b.String()
+	return profileKey{n: len(kc.Models), models: config.ModelsKey(kc.Models), priority: kc.Priority, limits: kc.Limits, weight: kc.WeightOrDefault()}
 }
 
 // profileOf is kc's profile, shared with the keys in profiles that have
