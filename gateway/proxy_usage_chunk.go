@@ -373,16 +373,9 @@ func (p *chunkParser) skip(depth int) bool {
 
 // number moves past a JSON number at i.
 func (p *chunkParser) number() bool {
-	b, j := p.b, p.i
-	if j < len(b) && b[j] == '-' {
-		j++
-	}
-	switch {
-	case j < len(b) && b[j] == '0':
-		j++
-	case j < len(b) && b[j] >= '1' && b[j] <= '9':
-		j = digits(b, j)
-	default:
+	b := p.b
+	j, ok := intEnd(b, p.i)
+	if !ok {
 		return false
 	}
 	if j < len(b) && b[j] == '.' {
@@ -407,6 +400,22 @@ func (p *chunkParser) number() bool {
 	return true
 }
 
+// intEnd is the end of the integer part of a JSON number at j (a minus
+// if any, then 0 or digits not led by 0); ok is false when there is none.
+func intEnd(b []byte, j int) (end int, ok bool) {
+	if j < len(b) && b[j] == '-' {
+		j++
+	}
+	switch {
+	case j < len(b) && b[j] == '0':
+		return j + 1, true
+	case j < len(b) && b[j] >= '1' && b[j] <= '9':
+		return digits(b, j), true
+	}
+	return j, false
+}
+
+// digits is the end of the run of decimal digits at j.
 func digits(b []byte, j int) int {
 	for j < len(b) && b[j] >= '0' && b[j] <= '9' {
 		j++

@@ -54,17 +54,8 @@ func decodeUsage(b []byte, u *usageNumbers) bool {
 				j += 4
 				isNull = true
 			default:
-				if j < len(b) && b[j] == '-' {
-					j++
-				}
-				switch {
-				case j < len(b) && b[j] == '0':
-					j++
-				case j < len(b) && b[j] >= '1' && b[j] <= '9':
-					for j < len(b) && b[j] >= '0' && b[j] <= '9' {
-						j++
-					}
-				default:
+				var ok bool
+				if j, ok = intEnd(b, j); !ok {
 					return json.Unmarshal(b, u) == nil
 				}
 			}
