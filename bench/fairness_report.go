@@ -23,10 +23,10 @@ type fairFigures struct {
 	settled float64
 	both    []span
 	// cost is the largest weighted cost of one request answered in the
-	// run (fairWeights): the bound is 2 * cost. maxIn and maxOut are the
-	// largest prompt and completion answered.
-	cost          float64
-	maxIn, maxOut int
+	// run (fairWeights): the bound is 2 * cost. maxOut is the largest
+	// completion answered (the slot bound's).
+	cost   float64
+	maxOut int
 }
 
 // flowFigures are one flow's figures in a run's interval.
@@ -68,7 +68,7 @@ func analyseFair(run fairRun, keyW [2]float64, from, to time.Duration) fairFigur
 		}
 		if r.ok {
 			out.cost = max(out.cost, fairWeights.of(r.prompt, r.completion))
-			out.maxIn, out.maxOut = max(out.maxIn, r.prompt), max(out.maxOut, r.completion)
+			out.maxOut = max(out.maxOut, r.completion)
 			if in(r.end) {
 				f.ok++
 				f.took = append(f.took, float64(r.end-r.dispatched)/1e6)
