@@ -284,7 +284,7 @@ func TestAuthConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if lk := a.LoadedKeysFile(); lk == nil || len(lk.Keys) != 1 || lk.Keys[0].Name != "team-b" || lk.Sum != sha256.Sum256(data) {
+	if lk := a.LoadedKeysFile(); lk == nil || lk.Set.Len() != len(a.Keys)+1 || lk.Set.Name(len(a.Keys)) != "team-b" || lk.Sum != sha256.Sum256(data) {
 		t.Errorf("the keys_file as loaded: %+v", lk)
 	}
 	k := a.Keys[0]

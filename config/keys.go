@@ -38,9 +38,8 @@ type loadedKeysHolder struct{ keys atomic.Pointer[LoadedKeys] }
 // LoadedKeys is a keys_file's keys as Load read them, with the SHA-256 of
 // the bytes they came from.
 type LoadedKeys struct {
-	Keys []KeyConfig
-	// Set is the config's auth.keys then Keys, as validated together
-	// (NewKeySet).
+	// Set is the config's auth.keys then the file's, as read and
+	// validated together (ReadKeySet: what a reload reads too).
 	Set *KeySet
 	Sum [32]byte
 }
@@ -55,9 +54,8 @@ func (a *AuthConfig) LoadedKeysFile() *LoadedKeys {
 }
 
 // TakeLoadedKeysFile is LoadedKeysFile, once: the config lets go of the
-// keys, so that they are not held twice (a 100k-key file is ~20 MB as
-// KeyConfigs) by a gateway that keeps them in a table of its own; later
-// calls get nil (and a gateway reads the file again).
+// keys, so that they are not held twice by a gateway that makes its table
+// of them; later calls get nil (and a gateway reads the file again).
 func (a *AuthConfig) TakeLoadedKeysFile() *LoadedKeys {
 	if a.file == nil {
 		return nil
@@ -236,29 +234,29 @@ func decodeKeysYAML(data []byte) ([]KeyConfig, error) {
 
 // LoadKeys reads and checks a keys_file (ParseKeys).
 func LoadKeys(path string, cfg *Config) ([]KeyConfig, error) {
-	lk, err := loadKeysFile(path, cfg)
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	return lk.Keys, nil
+	keys, err := ParseKeys(data, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return keys, nil
 }
 
+// loadKeysFile reads a keys_file into the set a gateway makes its table
+// of (ReadKeySet, as the keys_file watcher does), with its bytes' digest.
 func loadKeysFile(path string, cfg *Config) (*LoadedKeys, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	keys, ok := decodeKeysJSON(data)
-	if !ok {
-		if keys, err = decodeKeysYAML(data); err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-	}
-	set, err := newFileKeySet(keys, cfg)
+	set, err := ReadKeySet(data, cfg, 0)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return &LoadedKeys{Keys: keys, Set: set, Sum: sha256.Sum256(data)}, nil
+	return &LoadedKeys{Set: set, Sum: sha256.Sum256(data)}, nil
 }
 
 func sha256Sum(s string) [32]byte { return sha256.Sum256([]byte(s)) }

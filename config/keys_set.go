@@ -76,7 +76,7 @@ func ReadKeySet(data []byte, cfg *Config, sizeHint int) (*KeySet, error) {
 	if err != nil {
 		return nil, err
 	}
-	return NewKeySet(inline, fileKeys, cfg)
+	return newFileKeySet(fileKeys, cfg)
 }
 
 // fileKeyPath names key i of a config's inline keys then its keys_file's.

@@ -13,7 +13,7 @@ func TestTakeLoadedKeysFile(t *testing.T) {
 	}
 	copied := *cfg.Auth
 	lk := cfg.Auth.TakeLoadedKeysFile()
-	if lk == nil || len(lk.Keys) != 1 || lk.Keys[0].Name != "team-b" {
+	if lk == nil || lk.Set.Len() != len(cfg.Auth.Keys)+1 || lk.Set.Name(len(cfg.Auth.Keys)) != "team-b" {
 		t.Fatalf("taken: %+v", lk)
 	}
 	if again := copied.TakeLoadedKeysFile(); again != nil || cfg.Auth.LoadedKeysFile() != nil {

@@ -231,7 +231,7 @@ func (g *Gateway) authKeys(a *config.AuthConfig) (*config.KeySet, error) {
 	if a.KeysFile == "" {
 		return config.NewKeySet(a.Keys, nil, g.conf())
 	}
-	if lk := a.TakeLoadedKeysFile(); lk != nil && lk.Set != nil {
+	if lk := a.TakeLoadedKeysFile(); lk != nil {
 		g.keysFile.sum = lk.Sum
 		return lk.Set, nil
 	}
