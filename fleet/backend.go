@@ -205,20 +205,12 @@ func (b *Backend) Draining() bool {
 	return b.draining
 }
 
-// Enter counts a request in flight on b, for a caller that calls Leave
-// exactly once when done: Acquire without its release func (which a
-// caller keeping it beyond its own frame would allocate).
+// Enter counts a request in flight on b; Leave, called once when it is
+// done, counts it out.
 func (b *Backend) Enter() { b.inFlight.Add(1) }
 
 // Leave ends what Enter counted.
 func (b *Backend) Leave() { b.inFlight.Add(-1) }
-
-// Acquire counts a request in flight on b; call the returned func when done.
-func (b *Backend) Acquire() (release func()) {
-	b.inFlight.Add(1)
-	var once sync.Once
-	return func() { once.Do(func() { b.inFlight.Add(-1) }) }
-}
 
 func (b *Backend) setLocked(now time.Time, s State, reason string) (changed bool) {
 	if b.state == s && b.reason == reason {

@@ -20,7 +20,7 @@ func (g *Gateway) forwardOutsideQueue(w http.ResponseWriter, r *http.Request, x 
 	if b == nil {
 		return g.notReady(rt)
 	}
-	release := b.Acquire()
-	defer release()
+	b.Enter()
+	defer b.Leave()
 	return g.forward(w, r, x.newAttempt(b), body).err
 }

@@ -230,8 +230,8 @@ func (g *Gateway) responseByID(w http.ResponseWriter, r *http.Request, x *exchan
 		return err
 	}
 	x.rt, x.sse = target.rt, responsesStream
-	release := target.b.Acquire()
-	defer release()
+	target.b.Enter()
+	defer target.b.Leave()
 	return g.forward(w, r, x.newAttempt(target.b), nil).err
 }
 

@@ -41,7 +41,7 @@ func (g *Gateway) version(w http.ResponseWriter, r *http.Request, x *exchange) e
 
 func (g *Gateway) forwardVersion(w http.ResponseWriter, r *http.Request, x *exchange, rt *modelRuntime, b *fleet.Backend) error {
 	x.rt = rt
-	release := b.Acquire()
-	defer release()
+	b.Enter()
+	defer b.Leave()
 	return g.forward(w, r, x.newAttempt(b), nil).err
 }
