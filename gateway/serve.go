@@ -340,9 +340,11 @@ func (r *recorder) FlushError() error {
 // its bound (a stream's watch, else a write deadline). It returns now.
 func (r *recorder) begin() time.Time {
 	t := time.Now()
-	if r.writeIdle > 0 && !r.stream {
+	switch {
+	case r.writeIdle <= 0:
+	case !r.stream:
 		r.controller().SetWriteDeadline(t.Add(r.writeIdle))
-	} else if r.writeIdle > 0 {
+	default:
 		r.controller() // before the timer can read it
 		r.mu.Lock()
 		r.inWrite = true
