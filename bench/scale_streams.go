@@ -382,32 +382,11 @@ func (p *streamsProbe) read() (rss, heap, stack, goroutines float64) {
 // saveHeap writes maitred's heap profile to heapOut (go tool pprof
 // -sample_index=inuse_space reads it), when asked for.
 func (p *streamsProbe) saveHeap() {
-	if p.heapOut == "" {
+	if p.heapOut == "" || !saveURL("heap profile", "http://"+p.pprof+"/debug/pprof/heap?gc=1", p.heapOut) {
 		return
-	}
-	res, err := http.Get("http://" + p.pprof + "/debug/pprof/heap?gc=1")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "  heap profile:", err)
-		return
-	}
-	defer res.Body.Close()
-	f, err := os.Create(p.heapOut)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "  heap profile:", err)
-		return
-	}
-	defer f.Close()
-	if _, err := io.Copy(f, res.Body); err == nil {
-		fmt.Fprintln(os.Stderr, "  heap profile:", p.heapOut)
 	}
 	// The goroutines' stacks (where each waits) beside it.
-	if res, err := http.Get("http://" + p.pprof + "/debug/pprof/goroutine?debug=1"); err == nil {
-		defer res.Body.Close()
-		if g, err := os.Create(strings.TrimSuffix(p.heapOut, "-heap.pb.gz") + "-goroutines.txt"); err == nil {
-			defer g.Close()
-			io.Copy(g, res.Body)
-		}
-	}
+	saveURL("goroutines", "http://"+p.pprof+"/debug/pprof/goroutine?debug=1", strings.TrimSuffix(p.heapOut, "-heap.pb.gz")+"-goroutines.txt")
 }
 
 // eventDelays matches each event read (recv) to the simulator's last

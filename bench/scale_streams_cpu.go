@@ -81,25 +81,34 @@ func (s streamsCPU) read() (maitred, sim, client time.Duration) {
 // saveProfile writes maitred's CPU profile over d to profileOut (go
 // tool pprof reads it).
 func (s streamsCPU) saveProfile(d time.Duration) {
-	res, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", s.pprof, int(d.Seconds())))
+	saveURL("CPU profile", fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", s.pprof, int(d.Seconds())), s.profileOut)
+}
+
+// saveURL writes the answer to a GET of url to the file out (its folder
+// made), saying which on stderr under what.
+func saveURL(what, url, out string) bool {
+	fail := func(err error) bool {
+		fmt.Fprintf(os.Stderr, "  %s: %v\n", what, err)
+		return false
+	}
+	res, err := http.Get(url)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "  CPU profile:", err)
-		return
+		return fail(err)
 	}
 	defer res.Body.Close()
-	if err := os.MkdirAll(filepath.Dir(s.profileOut), 0o755); err != nil {
-		fmt.Fprintln(os.Stderr, "  CPU profile:", err)
-		return
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return fail(err)
 	}
-	f, err := os.Create(s.profileOut)
+	f, err := os.Create(out)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "  CPU profile:", err)
-		return
+		return fail(err)
 	}
 	defer f.Close()
-	if _, err := io.Copy(f, res.Body); err == nil {
-		fmt.Fprintln(os.Stderr, "  CPU profile:", s.profileOut)
+	if _, err := io.Copy(f, res.Body); err != nil {
+		return fail(err)
 	}
+	fmt.Fprintf(os.Stderr, "  %s: %s\n", what, out)
+	return true
 }
 
 // perEvent is the window's CPU per event the clients read in it.
