@@ -113,47 +113,9 @@ const AllModels = "*"
 // Digest is the key's SHA-256 digest: the configured one, or that of the
 // environment variable's value. Call it on a validated key.
 func (k *KeyConfig) Digest() ([32]byte, error) {
-	var d [32]byte
-	if k.Env != "" {
-		v, ok := os.LookupEnv(k.Env)
-		if !ok || v == "" {
-			return d, fmt.Errorf("environment variable %s is not set", k.Env)
-		}
-		return sha256Sum(v), nil
-	}
-	if !decodeHex32(&d, k.SHA256) {
-		return d, fmt.Errorf("want 64 hex digits, got %q", k.SHA256)
-	}
-	return d, nil
-}
-
-// decodeHex32 decodes 64 hex digits (either case) into d, without
-// allocating.
-func decodeHex32(d *[32]byte, s string) bool {
-	if len(s) != 64 {
-		return false
-	}
-	for i := range d {
-		hi, ok1 := unhex(s[2*i])
-		lo, ok2 := unhex(s[2*i+1])
-		if !ok1 || !ok2 {
-			return false
-		}
-		d[i] = hi<<4 | lo
-	}
-	return true
-}
-
-func unhex(c byte) (byte, bool) {
-	switch {
-	case c >= '0' && c <= '9':
-		return c - '0', true
-	case c >= 'a' && c <= 'f':
-		return c - 'a' + 10, true
-	case c >= 'A' && c <= 'F':
-		return c - 'A' + 10, true
-	}
-	return 0, false
+	var scratch []byte
+	v := viewOf(k, &scratch)
+	return v.digest()
 }
 
 func (a *AuthConfig) validate(c *Config) []error {
