@@ -278,7 +278,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, a *attempt, bo
 	return a.res
 }
 
-// try is forward with its result left in a.res: the relay (relay.go's
+// try is forward with its result left in a.res: the relay (proxy_relay.go's
 // sendHead, copyAnswer, bodyRelayed) inside the attempt's timers.
 func (g *Gateway) try(w http.ResponseWriter, r *http.Request, a *attempt, body []byte) {
 	ctx := g.startAttempt(w, r, a, body)

@@ -121,7 +121,7 @@
 // so that a handler that then parks does not keep the stack the render
 // and count grew), then waits in
 // its model's admission.Pool for a backend with room, and its original bytes are forwarded unchanged by
-// the gateway's own reverse proxy (relay, proxy_relay.go: one request value
+// the gateway's own reverse proxy (the relay, proxy_relay.go: sendHead, copyAnswer, bodyRelayed; one request value
 // built per attempt, the body the door read sent with its headers in one
 // write, each write to the client flushed; the body is let go once an
 // answer's headers came, so an open stream holds no copy of its request,
@@ -163,7 +163,7 @@
 // message to the connection's serve goroutine, and every event would
 // pay it; any other answer's writes set their deadline.
 //
-// A cut answer travels back from relay as a returned result (errAnswerCut),
+// A cut answer travels back from the relay as the attempt's result (errAnswerCut),
 // and serveIn, after concluding the request, raises http.ErrAbortHandler,
 // the one panic net/http takes to drop a connection; nothing else in the
 // gateway panics for control flow. The SSE guard is proxy_sse.go.

@@ -81,7 +81,7 @@ func (g *Gateway) refused(x *exchange, rej *admission.Rejection) *Error {
 
 // checkAside is check, run on a goroutine of its own while requests are
 // queued (see above). A panic in the door is raised again on the
-// handler's goroutine, where run recovers it as from an inline door.
+// handler's goroutine, where serveIn recovers it (recovered) as from an inline door.
 func (g *Gateway) checkAside(ep admission.Endpoint, body []byte, x *exchange) (admission.Decision, *admission.Rejection, *keyCatalog) {
 	if g.queued.Load() <= 0 {
 		return g.check(ep, body, x)
