@@ -211,6 +211,23 @@ func scale(o scaleOptions) error {
 	return nil
 }
 
+// baseline is the maitred a -*-baseline flag (named flagName) names: the
+// file v names, or else maitred built at the git revision v; "" without
+// one.
+func (e *scaleEnv) baseline(flagName, v string) (string, error) {
+	if v == "" {
+		return "", nil
+	}
+	if st, err := os.Stat(v); err == nil && st.Mode().IsRegular() {
+		return v, nil
+	}
+	bin, err := buildRevision(e.dir, v)
+	if err != nil {
+		return "", fmt.Errorf("-%s: %w", flagName, err)
+	}
+	return bin, nil
+}
+
 // scaleEnv is what the dimensions share: a temp dir and the built binary.
 type scaleEnv struct {
 	dir string

@@ -20,23 +20,6 @@ import (
 // simulators, right after): before and after a change in one run.
 var backendsBaseline = flag.String("backends-baseline", "", "scale: a maitred binary, or a git revision (say HEAD~3) whose maitred is built, whose idle CPU the backends dimension measures beside the built one's at each point, on the same simulators")
 
-// backendsBaselineBinary is -backends-baseline's binary: the file it
-// names, or else maitred built at the revision it names ("" without it).
-func backendsBaselineBinary(e *scaleEnv) (string, error) {
-	v := *backendsBaseline
-	if v == "" {
-		return "", nil
-	}
-	if st, err := os.Stat(v); err == nil && st.Mode().IsRegular() {
-		return v, nil
-	}
-	bin, err := buildRevision(e.dir, v)
-	if err != nil {
-		return "", fmt.Errorf("-backends-baseline: %w", err)
-	}
-	return bin, nil
-}
-
 // scaleBackendsRun is the backends dimension: for each n, n simulated
 // backends (one simulator served on n loopback ports in this process)
 // behind one model of the built maitred at the default probe and scrape
@@ -54,7 +37,7 @@ func scaleBackendsRun(e *scaleEnv, ns []int, idle time.Duration) (*curve, error)
 			{file: "backends-cpu.svg", title: "maitred's idle CPU (probes and scrapes) by backends, and -backends-baseline's", yLabel: "% of one core", cols: []string{"idle CPU %", "baseline CPU %"}},
 			{file: "backends-latency.svg", title: "direct p50 and maitred's added p50 by backends", yLabel: "us", cols: []string{"direct p50 us", "maitred +p50 us"}},
 		}}
-	baseline, err := backendsBaselineBinary(e)
+	baseline, err := e.baseline("backends-baseline", *backendsBaseline)
 	if err != nil {
 		return nil, err
 	}

@@ -89,13 +89,9 @@ var keysColumns = []string{"direct p50 us", "maitred +p50 us", "RSS MiB", "B/key
 // p99s just before it. The file at start is JSON.
 func scaleKeysRun(e *scaleEnv, ns []int) (*curve, error) {
 	bins := []streamsBinary{{name: "maitred", path: e.bin}}
-	if *keysBaseline != "" {
-		bin := *keysBaseline
-		if st, err := os.Stat(bin); err != nil || !st.Mode().IsRegular() {
-			if bin, err = buildRevision(e.dir, *keysBaseline); err != nil {
-				return nil, fmt.Errorf("-keys-baseline: %w", err)
-			}
-		}
+	if bin, err := e.baseline("keys-baseline", *keysBaseline); err != nil {
+		return nil, err
+	} else if bin != "" {
 		bins = append(bins, streamsBinary{name: "baseline", path: bin})
 	}
 	c := &curve{dim: "API keys (built maitred, keys_file of n sha256 keys with limits; simulator in this process)",

@@ -49,11 +49,9 @@ func scaleStreamsRun(e *scaleEnv, ns []int) (*curve, error) {
 		return nil, fmt.Errorf("-scale-streams-proto: want http1 or h2c, got %q", *scaleStreamsProto)
 	}
 	bins := []streamsBinary{{name: "maitred", path: e.bin}}
-	if *streamsBaseline != "" {
-		bin, err := buildRevision(e.dir, *streamsBaseline)
-		if err != nil {
-			return nil, fmt.Errorf("-streams-baseline: %w", err)
-		}
+	if bin, err := e.baseline("streams-baseline", *streamsBaseline); err != nil {
+		return nil, err
+	} else if bin != "" {
 		bins = append(bins, streamsBinary{name: "baseline", path: bin})
 	}
 	c := &curve{dim: fmt.Sprintf("open streams (built maitred, clients over %s; slow streams of %d tokens, one a second, started evenly over %s; simulator in its own process, clients in this one)", *scaleStreamsProto, *streamTokens, streamsSpread),
@@ -131,7 +129,7 @@ func scaleStreamsRun(e *scaleEnv, ns []int) (*curve, error) {
 // built from an earlier commit) measured beside it in the same run.
 type streamsBinary struct{ name, path string }
 
-var streamsBaseline = flag.String("streams-baseline", "", "scale: a git revision (say HEAD~3) whose maitred is built and measured beside this tree's at each streams point")
+var streamsBaseline = flag.String("streams-baseline", "", "scale: a maitred binary, or a git revision (say HEAD~3) whose maitred is built, measured beside this tree's at each streams point")
 
 // buildRevision builds maitred as it was at the git revision rev (its
 // tree exported into a folder under dir), with the pprof overlay when
