@@ -65,6 +65,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/maitred-dev/maitred/internal/upstream"
 	"io"
 	"net"
 	"net/http"
@@ -385,12 +386,12 @@ func servingAs(name string, serve func()) {
 // serveGateway runs a gateway for cfg on loopback, probes its backends
 // once and marks it serving. It returns its URL, the transport it reaches
 // backends with, and how to stop it.
-func serveGateway(cfg config.Config, log *zap.Logger) (string, *http.Transport, func(), error) {
+func serveGateway(cfg config.Config, log *zap.Logger) (string, *upstream.Transport, func(), error) {
 	return serveGatewayWith(cfg, log, gatewayExtras{})
 }
 
 // serveGatewayShared is serveGateway with a shared store (nil: none).
-func serveGatewayShared(cfg config.Config, log *zap.Logger, shared gateway.SharedStore) (string, *http.Transport, func(), error) {
+func serveGatewayShared(cfg config.Config, log *zap.Logger, shared gateway.SharedStore) (string, *upstream.Transport, func(), error) {
 	return serveGatewayWith(cfg, log, gatewayExtras{shared: shared})
 }
 
@@ -408,7 +409,7 @@ type gatewayExtras struct {
 // serveGatewayWith is serveGateway with extras: the gateway counts each
 // model's requests with its tokenizer, and its backends' warm-up probes
 // compare their /tokenize with it.
-func serveGatewayWith(cfg config.Config, log *zap.Logger, x gatewayExtras) (string, *http.Transport, func(), error) {
+func serveGatewayWith(cfg config.Config, log *zap.Logger, x gatewayExtras) (string, *upstream.Transport, func(), error) {
 	fl, err := fleet.New(cfg.Fleet(), &http.Client{Transport: poolTransport()}, log, gateway.PromptCounters(x.tokenizers))
 	if err != nil {
 		return "", nil, nil, err

@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"github.com/maitred-dev/maitred/internal/upstream"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -193,7 +194,7 @@ func BenchmarkServeTraced(b *testing.B) {
 // answering benchChat, the gateway's config and transport for it, and an
 // OTLP/HTTP provider at sampling ratio 1.0 exporting to a collector that
 // discards what it receives (with its settings). All are closed when b ends.
-func tracedBenchSetup(b *testing.B) (config.Config, *http.Transport, *telemetry.Provider) {
+func tracedBenchSetup(b *testing.B) (config.Config, *upstream.Transport, *telemetry.Provider) {
 	backend := newFakeBackend(b, "m", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, benchAnswer)

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"github.com/maitred-dev/maitred/internal/upstream"
 	"net"
 	"net/http"
 	"runtime"
@@ -226,30 +227,39 @@ func New(o Options) (*Gateway, error) {
 	return g, nil
 }
 
-// NewTransport returns the backend transport: HTTP/1.1 keep-alive pools
-// sized for many concurrent streams, a write buffer that holds a typical
-// request whole, and no transparent compression (bodies pass through byte
-// for byte). The first-byte timeout is per model and per
-// request, so it is not set here.
-func NewTransport(cfg config.Config) *http.Transport {
-	return &http.Transport{
-		Proxy: nil, // backends are addressed directly, never via HTTP_PROXY
-		DialContext: (&net.Dialer{
-			Timeout:   cfg.BackendDialTimeout.D(),
-			KeepAlive: 30 * time.Second,
-		}).DialContext,
+// NewTransport returns the backend transport: maitred's own HTTP/1.1
+// client for http:// backends (internal/upstream: no goroutine per
+// connection, a 1 KiB reader, the write buffer pooled), net/http's for
+// https ones; keep-alive pools sized for many concurrent streams, a write
+// buffer that holds a typical request whole, and no transparent
+// compression (bodies pass through byte for byte). The first-byte
+// timeout is per model and per request, so it is not set here.
+func NewTransport(cfg config.Config) *upstream.Transport {
+	dial := (&net.Dialer{
+		Timeout:   cfg.BackendDialTimeout.D(),
+		KeepAlive: 30 * time.Second,
+	}).DialContext
+	return &upstream.Transport{
+		DialContext: dial,
 		// A request whose headers and body fit goes out in one write (the
-		// body is in memory; the default 4 KiB splits a 1,000-token chat,
-		// about 5 KiB with its headers, in two). The buffer lives as long
-		// as the connection, so an open stream pays it while it only
-		// reads: 8 KiB, not more.
-		WriteBufferSize:       8 << 10,
-		MaxIdleConns:          1024,
-		MaxIdleConnsPerHost:   256,
-		IdleConnTimeout:       90 * time.Second,
-		ExpectContinueTimeout: 0,
-		DisableCompression:    true,
-		ForceAttemptHTTP2:     false,
+		// body is in memory; 4 KiB would split a 1,000-token chat, about
+		// 5 KiB with its headers, in two). Pooled: no connection holds it
+		// between writes.
+		WriteBufferSize:     8 << 10,
+		MaxIdleConns:        1024,
+		MaxIdleConnsPerHost: 256,
+		IdleConnTimeout:     90 * time.Second,
+		Other: &http.Transport{
+			Proxy:                 nil, // backends are addressed directly, never via HTTP_PROXY
+			DialContext:           dial,
+			WriteBufferSize:       8 << 10,
+			MaxIdleConns:          1024,
+			MaxIdleConnsPerHost:   256,
+			IdleConnTimeout:       90 * time.Second,
+			ExpectContinueTimeout: 0,
+			DisableCompression:    true,
+			ForceAttemptHTTP2:     false,
+		},
 	}
 }
 

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"errors"
+	"github.com/maitred-dev/maitred/internal/upstream"
 	"io"
 	"net"
 	"strings"
@@ -17,8 +18,9 @@ import (
 // row of the failure table); queueAndForward asks retryable of each
 // attempt's result; exchange.used (proxy_usage.go) applies it to a key's
 // quota: a request that never reached a backend used no tokens. The rule
-// reads net/http's error values and, where they are not exported, their
-// text.
+// reads the transports' error values (internal/upstream's for http://
+// backends, net/http's for https ones) and, where net/http's are not
+// exported, their text.
 
 // retryable is the retry decision: whether the request of an attempt
 // that ended with res may go to another backend.
@@ -50,7 +52,7 @@ func neverSent(err error, reusedIdle bool) bool {
 	if msg == errServerClosedIdle {
 		return true
 	}
-	return reusedIdle && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || strings.HasPrefix(msg, errNoAnswerByte))
+	return reusedIdle && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || noAnswer(err))
 }
 
 // errServerClosedIdle is net/http's text for a pooled connection the
@@ -62,6 +64,14 @@ const (
 	errNoAnswerByte     = "net/http: Transport failed to read from server"
 )
 
+// noAnswer reports whether err is a connection that failed before the
+// answer's first byte: maitred's transport says so with its own error
+// (upstream.NoAnswerError), net/http's (https backends) in its text.
+func noAnswer(err error) bool {
+	var na *upstream.NoAnswerError
+	return errors.As(err, &na) || strings.HasPrefix(err.Error(), errNoAnswerByte)
+}
+
 // dialReason says in the 502's message why an attempt that never reached
 // its backend failed.
 func dialReason(err error) string {
@@ -71,7 +81,7 @@ func dialReason(err error) string {
 	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
 		return "host unreachable"
 	case errors.Is(err, syscall.EPIPE), errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.EOF),
-		err.Error() == errServerClosedIdle, strings.HasPrefix(err.Error(), errNoAnswerByte):
+		err.Error() == errServerClosedIdle, noAnswer(err):
 		return "connection closed by the backend"
 	}
 	var ne net.Error

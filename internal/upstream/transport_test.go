@@ -1,0 +1,482 @@
+package upstream
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"reflect"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// rawServer is a backend on a real socket that answers each request with
+// scripted bytes: answer returns what to write for the request it read
+// (raw: its bytes as they came) and whether to close the connection then.
+type rawServer struct {
+	ln       net.Listener
+	answer   func(n int, req *http.Request, raw []byte) (string, bool)
+	mu       sync.Mutex
+	raws     [][]byte
+	accepted atomic.Int64
+	served   atomic.Int64
+	wg       sync.WaitGroup
+	conns    sync.Map
+}
+
+func newRawServer(t *testing.T, answer func(n int, req *http.Request, raw []byte) (string, bool)) *rawServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &rawServer{ln: ln, answer: answer}
+	s.wg.Add(1)
+	go s.accept()
+	t.Cleanup(s.close)
+	return s
+}
+
+func (s *rawServer) url() string { return "http://" + s.ln.Addr().String() }
+
+func (s *rawServer) close() {
+	s.ln.Close()
+	s.conns.Range(func(k, _ any) bool { k.(net.Conn).Close(); return true })
+	s.wg.Wait()
+}
+
+func (s *rawServer) accept() {
+	defer s.wg.Done()
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			return
+		}
+		s.accepted.Add(1)
+		s.conns.Store(c, true)
+		s.wg.Add(1)
+		go s.serve(c)
+	}
+}
+
+func (s *rawServer) serve(c net.Conn) {
+	defer s.wg.Done()
+	defer c.Close()
+	var raw bytes.Buffer
+	br := bufio.NewReader(io.TeeReader(c, &raw))
+	for {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		io.Copy(io.Discard, req.Body)
+		got := raw.Bytes()[:raw.Len()-br.Buffered()]
+		s.mu.Lock()
+		s.raws = append(s.raws, bytes.Clone(got))
+		s.mu.Unlock()
+		raw.Next(len(got))
+		out, closeAfter := s.answer(int(s.served.Add(1)), req, got)
+		if _, err := io.WriteString(c, out); err != nil || closeAfter {
+			return
+		}
+	}
+}
+
+func (s *rawServer) requests() [][]byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.raws
+}
+
+// outcome is what a client sees of one exchange, for comparing the
+// transports: the answer's head, body, trailers and errors by kind.
+type outcome struct {
+	Status, Proto                   string
+	Header, Trailer                 http.Header
+	ContentLength                   int64
+	TransferEncoding                []string
+	Close                           bool
+	Body                            string
+	RoundTripErr, ReadErr, CloseErr string
+}
+
+// errKind names an error by what a caller can test of it, not its text.
+func errKind(err error) string {
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "unexpected EOF"
+	case errors.Is(err, io.EOF):
+		return "EOF"
+	}
+	return "error"
+}
+
+func exchange(rt http.RoundTripper, req *http.Request) outcome {
+	res, err := rt.RoundTrip(req)
+	if err != nil {
+		return outcome{RoundTripErr: errKind(err)}
+	}
+	body, rerr := io.ReadAll(res.Body)
+	cerr := res.Body.Close()
+	return outcome{
+		Status: res.Status, Proto: res.Proto, Header: res.Header, Trailer: res.Trailer,
+		ContentLength: res.ContentLength, TransferEncoding: res.TransferEncoding, Close: res.Close,
+		Body: string(body), ReadErr: errKind(rerr), CloseErr: errKind(cerr),
+	}
+}
+
+func netHTTP() *http.Transport {
+	return &http.Transport{DisableCompression: true, WriteBufferSize: 8 << 10}
+}
+
+// TestTransportMatchesNetHTTP sends the same requests through this
+// transport and net/http's to backends that answer the same bytes, and
+// compares what each backend read, byte for byte, and what each client
+// saw: status, headers, framing, body, trailers, and errors by kind.
+func TestTransportMatchesNetHTTP(t *testing.T) {
+	post := func(body string) func(u string) *http.Request {
+		return func(u string) *http.Request {
+			req, _ := http.NewRequest(http.MethodPost, u+"/v1/chat/completions?x=1&y=%20z", strings.NewReader(body))
+			req.Header["Content-Type"] = []string{"application/json"}
+			req.Header["X-Multi"] = []string{"a", "b"}
+			req.Header["User-Agent"] = []string{""}
+			req.Header["Traceparent"] = []string{"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+			return req
+		}
+	}
+	get := func(u string) *http.Request {
+		req, _ := http.NewRequest(http.MethodGet, u+"/v1/models", nil)
+		return req
+	}
+	head := func(u string) *http.Request {
+		req, _ := http.NewRequest(http.MethodHead, u+"/health", nil)
+		return req
+	}
+	unknownLength := func(u string) *http.Request {
+		req, _ := http.NewRequest(http.MethodPost, u+"/up", io.MultiReader(strings.NewReader("ab"), strings.NewReader("cd")))
+		req.Host = "backend.example:8000"
+		return req
+	}
+	big := strings.Repeat("x", 40<<10)
+	cases := []struct {
+		name   string
+		req    func(u string) *http.Request
+		answer string
+		close  bool
+	}{
+		{"length", post(`{"a":1}`), "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 5\r\n\r\nhello", false},
+		{"chunked stream with trailers", post(`{"stream":true}`), "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTrailer: X-Done\r\nTransfer-Encoding: chunked\r\n\r\n" +
+			"e\r\ndata: {\"a\":1}\n\n\r\n6\r\ndata: \r\n3;ext=1\r\nx\n\n\r\n0\r\nX-Done: yes\r\nX-Extra: 1\r\n\r\n", false},
+		{"close delimited", get, "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nall of it", true},
+		{"http/1.0", get, "HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok", true},
+		{"no content", post(`{}`), "HTTP/1.1 204 No Content\r\nX-A: 1\r\n\r\n", false},
+		{"head", head, "HTTP/1.1 200 OK\r\nContent-Length: 99\r\n\r\n", false},
+		{"interim answers", post(`{}`), "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 400 Bad Request\r\nContent-Length: 3\r\n\r\nbad", false},
+		{"unknown length request", unknownLength, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", false},
+		{"large body both ways", post(big), "HTTP/1.1 200 OK\r\nContent-Length: " + fmt.Sprint(len(big)) + "\r\n\r\n" + big, false},
+		{"duplicate length", get, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok", true},
+		{"bad status line", get, "HTTP/1.1 abc\r\n\r\n", true},
+		{"no answer", post(`{}`), "", true},
+		{"cut head", get, "HTTP/1.1 200 OK\r\nContent-Le", true},
+		{"cut body", get, "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhalf", true},
+		{"cut chunked", post(`{}`), "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab", true},
+		{"bad chunk", post(`{}`), "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nab\r\n", true},
+		{"switching protocols", get, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: upgrade\r\n\r\n", true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			answer := func(int, *http.Request, []byte) (string, bool) { return tc.answer, tc.close }
+			ref, own := newRawServer(t, answer), newRawServer(t, answer)
+			nt := netHTTP()
+			defer nt.CloseIdleConnections()
+			ot := &Transport{}
+			defer ot.CloseIdleConnections()
+			want := exchange(nt, tc.req(ref.url()))
+			got := exchange(ot, tc.req(own.url()))
+			if tc.name == "switching protocols" {
+				// net/http hands a 101's connection over as the body;
+				// this transport reads none (the gateway never asks).
+				want.Body, got.Body = "", ""
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("client saw\n%+v\nnet/http\n%+v", got, want)
+			}
+			wr, gr := ref.requests(), own.requests()
+			for i := range max(len(wr), len(gr)) {
+				if i >= len(wr) || i >= len(gr) {
+					t.Fatalf("backend read %d requests, %d from net/http", len(gr), len(wr))
+				}
+				w := strings.Replace(string(wr[i]), ref.ln.Addr().String(), "HOST", 1)
+				g := strings.Replace(string(gr[i]), own.ln.Addr().String(), "HOST", 1)
+				if g != w {
+					t.Errorf("backend read\n%q\nfrom net/http\n%q", g, w)
+				}
+			}
+		})
+	}
+}
+
+func ok(body string) string {
+	return fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+}
+
+func roundTrip(t *testing.T, tr http.RoundTripper, req *http.Request) string {
+	t.Helper()
+	res, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestPoolReusesAndChecksConnections: a connection read to its end
+// carries the next request (GotConn says reused and idle); one the
+// backend closed while idle is found by the peek and replaced, with no
+// failed request.
+func TestPoolReusesAndChecksConnections(t *testing.T) {
+	s := newRawServer(t, func(n int, _ *http.Request, _ []byte) (string, bool) {
+		return ok(fmt.Sprint(n)), n == 2 // the second answer closes its connection
+	})
+	tr := &Transport{}
+	defer tr.CloseIdleConnections()
+	var reused []bool
+	trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = append(reused, i.Reused && i.WasIdle) }}
+	for i := 1; i <= 3; i++ {
+		req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodGet, s.url()+"/", nil)
+		if got := roundTrip(t, tr, req); got != fmt.Sprint(i) {
+			t.Fatalf("answer %d: %q", i, got)
+		}
+		if i == 2 {
+			// The backend closes after the second answer (its FIN may
+			// come after the body's last byte): wait until it has.
+			awaitClosedPeer(t, tr)
+		}
+	}
+	if want := []bool{false, true, false}; !reflect.DeepEqual(reused, want) {
+		t.Errorf("reused %v, want %v", reused, want)
+	}
+	if n := s.accepted.Load(); n != 2 {
+		t.Errorf("backend accepted %d connections, want 2", n)
+	}
+	if n := tr.IdleConns(); n != 1 {
+		t.Errorf("idle %d, want 1", n)
+	}
+}
+
+// awaitClosedPeer waits until the pool's one idle connection is one the
+// peer closed (the check a request makes when it takes it).
+func awaitClosedPeer(t *testing.T, tr *Transport) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		tr.mu.Lock()
+		var c *conn
+		for _, cs := range tr.idle {
+			c = cs[0]
+		}
+		tr.mu.Unlock()
+		if c == nil || !c.alive() {
+			return
+		}
+		runtime.Gosched()
+		time.Sleep(time.Millisecond) // polling the kernel's socket state; no timing asserted
+	}
+	t.Fatal("the backend's close never reached the idle connection")
+}
+
+// TestResendsOnceWhenReusedConnectionDies: a reused connection the
+// backend drops as the request reaches it (read, then closed with no
+// answer) gets the request once more on a fresh connection, with its
+// body read again; without a way to read it again, the request fails.
+func TestResendsOnceWhenReusedConnectionDies(t *testing.T) {
+	for _, rewind := range []bool{true, false} {
+		t.Run(fmt.Sprint("rewind=", rewind), func(t *testing.T) {
+			s := newRawServer(t, func(n int, _ *http.Request, raw []byte) (string, bool) {
+				if n == 2 {
+					return "", true // read it, then drop the connection
+				}
+				return ok(string(raw[bytes.Index(raw, []byte("\r\n\r\n"))+4:])), false
+			})
+			tr := &Transport{}
+			defer tr.CloseIdleConnections()
+			send := func(body string) (string, error) {
+				req, _ := http.NewRequest(http.MethodPost, s.url()+"/", strings.NewReader(body))
+				if !rewind {
+					req.GetBody = nil
+				}
+				res, err := tr.RoundTrip(req)
+				if err != nil {
+					return "", err
+				}
+				defer res.Body.Close()
+				b, err := io.ReadAll(res.Body)
+				return string(b), err
+			}
+			if got, err := send("one"); err != nil || got != "one" {
+				t.Fatalf("first: %q %v", got, err)
+			}
+			got, err := send("two")
+			if rewind {
+				if err != nil || got != "two" {
+					t.Fatalf("second: %q %v", got, err)
+				}
+				if n := s.accepted.Load(); n != 2 {
+					t.Errorf("accepted %d, want 2 (the resend's fresh connection)", n)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("second answered %q without a body to send again", got)
+			}
+		})
+	}
+}
+
+// TestContextEndsTheExchange: a request whose context ends while it
+// waits for the answer's head fails with the context's cause at once,
+// and so does a body read waiting for the next event; either way the
+// backend sees its connection closed and the pool keeps none.
+func TestContextEndsTheExchange(t *testing.T) {
+	for _, during := range []string{"head", "body"} {
+		t.Run(during, func(t *testing.T) {
+			s := newRawServer(t, func(_ int, req *http.Request, _ []byte) (string, bool) {
+				if during == "head" {
+					return "", false
+				}
+				return "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n6\r\ndata: \r\n", false
+			})
+			tr := &Transport{}
+			defer tr.CloseIdleConnections()
+			ctx, cancel := context.WithCancel(context.Background())
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.url()+"/", strings.NewReader("{}"))
+			if during == "head" {
+				go func() {
+					for s.served.Load() == 0 {
+						runtime.Gosched()
+					}
+					cancel()
+				}()
+				_, err := tr.RoundTrip(req)
+				if !errors.Is(err, context.Canceled) {
+					t.Fatalf("RoundTrip: %v, want the context's cause", err)
+				}
+			} else {
+				res, err := tr.RoundTrip(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				p := make([]byte, 64)
+				if n, err := res.Body.Read(p); err != nil || string(p[:n]) != "data: " {
+					t.Fatalf("first read %q %v", p[:n], err)
+				}
+				cancel()
+				if _, err := res.Body.Read(p); !errors.Is(err, context.Canceled) {
+					t.Fatalf("read after cancel: %v", err)
+				}
+				res.Body.Close()
+			}
+			cancel()
+			if n := tr.IdleConns(); n != 0 {
+				t.Errorf("pool keeps %d connections of a cancelled exchange", n)
+			}
+		})
+	}
+}
+
+// TestEarlyCloseClosesTheConnection: a stream's body closed before its
+// end closes its connection (net/http's body would read it to its end)
+// and the pool keeps nothing.
+func TestEarlyCloseClosesTheConnection(t *testing.T) {
+	s := newRawServer(t, func(int, *http.Request, []byte) (string, bool) {
+		return "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n", false
+	})
+	tr := &Transport{}
+	defer tr.CloseIdleConnections()
+	req, _ := http.NewRequest(http.MethodGet, s.url()+"/", nil)
+	res, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := make([]byte, 8)
+	if n, _ := res.Body.Read(p); string(p[:n]) != "ab" {
+		t.Fatalf("read %q", p[:n])
+	}
+	res.Body.Close() // must not wait for the rest
+	if n := tr.IdleConns(); n != 0 {
+		t.Errorf("idle %d after an early close", n)
+	}
+}
+
+// goroutines returns every goroutine's stack by its id.
+func goroutines() map[string]string {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	out := map[string]string{}
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		id, _, _ := strings.Cut(g, " [")
+		out[id] = g
+	}
+	return out
+}
+
+// TestOpenStreamsStartNoGoroutines: an open stream costs this transport
+// no goroutine (net/http's costs two: its connection's read and write
+// loops). The backend's own goroutines are counted as it serves.
+func TestOpenStreamsStartNoGoroutines(t *testing.T) {
+	const streams = 20
+	for _, tc := range []struct {
+		name string
+		tr   http.RoundTripper
+		per  int
+	}{{"upstream", &Transport{}, 0}, {"net/http", netHTTP(), 2}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newRawServer(t, func(int, *http.Request, []byte) (string, bool) {
+				return "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n", false
+			})
+			defer tc.tr.(interface{ CloseIdleConnections() }).CloseIdleConnections()
+			before := goroutines()
+			var bodies []io.Closer
+			for range streams {
+				req, _ := http.NewRequest(http.MethodGet, s.url()+"/", nil)
+				res, err := tc.tr.RoundTrip(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				bodies = append(bodies, res.Body)
+			}
+			added := 0
+			for id, stack := range goroutines() {
+				if _, ok := before[id]; !ok && !strings.Contains(stack, "(*rawServer)") {
+					added++
+				}
+			}
+			for _, b := range bodies {
+				b.Close()
+			}
+			if want := tc.per * streams; added != want {
+				t.Errorf("%d open streams added %d goroutines of the transport, want %d", streams, added, want)
+			}
+		})
+	}
+}
