@@ -250,9 +250,13 @@ func (t *Transport) sweepLocked(now time.Time) {
 	}
 }
 
-func (t *Transport) idleTimeout() time.Duration { return orDefault(t.IdleConnTimeout, defaultIdleTimeout) }
-func (t *Transport) maxIdle() int                { return orDefault(t.MaxIdleConns, defaultMaxIdle) }
-func (t *Transport) maxIdlePerHost() int         { return orDefault(t.MaxIdleConnsPerHost, defaultMaxIdlePerHost) }
+func (t *Transport) idleTimeout() time.Duration {
+	return orDefault(t.IdleConnTimeout, defaultIdleTimeout)
+}
+func (t *Transport) maxIdle() int { return orDefault(t.MaxIdleConns, defaultMaxIdle) }
+func (t *Transport) maxIdlePerHost() int {
+	return orDefault(t.MaxIdleConnsPerHost, defaultMaxIdlePerHost)
+}
 
 func orDefault[T int | time.Duration](v, d T) T {
 	if v > 0 {
