@@ -51,6 +51,7 @@ FUZZ_TARGETS := \
 	./gateway:FuzzUpstreamHeaderMatchesReverseProxy:5000x \
 	./gateway:FuzzAnswerHeaderMatchesReverseProxy:5000x \
 	./gateway:FuzzBackendURLMatchesReverseProxy:10000x \
+	./internal/upstream:FuzzTransportMatchesNetHTTP:3000x \
 	./internal/telemetry:FuzzEncoder:20000x \
 	./admission:FuzzDoor:40000x \
 	./tokenize:FuzzPretokenize:10000x \

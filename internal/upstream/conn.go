@@ -106,12 +106,12 @@ func (c *conn) roundTrip(ctx context.Context, req *http.Request) (*http.Response
 // readHead reads the answer's head, past any 1xx interim answers (101
 // Switching Protocols is final), as net/http does.
 func (c *conn) readHead(req *http.Request) (*http.Response, error) {
+	// The first byte apart, as net/http reads it: a connection that ends
+	// before any byte is io.EOF, not a head cut short.
+	if _, err := c.br.Peek(1); err != nil {
+		return nil, err
+	}
 	for {
-		// The first byte apart, as net/http reads it: a connection that
-		// ends before any byte is io.EOF, not a head cut short.
-		if _, err := c.br.Peek(1); err != nil {
-			return nil, err
-		}
 		res, err := http.ReadResponse(c.br, req)
 		if err != nil {
 			return nil, err
