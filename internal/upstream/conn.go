@@ -167,7 +167,11 @@ func (w *reqWriter) flush() error {
 	return w.err
 }
 
-func (w *reqWriter) Write(p []byte) (int, error) {
+func (w *reqWriter) Write(p []byte) (int, error)       { return writeInto(w, p) }
+func (w *reqWriter) WriteString(s string) (int, error) { return writeInto(w, s) }
+
+// writeInto copies p into w's buffer, flushing it whenever it is full.
+func writeInto[S []byte | string](w *reqWriter, p S) (int, error) {
 	n := 0
 	for len(p) > 0 {
 		if len(w.buf) == cap(w.buf) {
@@ -178,22 +182,6 @@ func (w *reqWriter) Write(p []byte) (int, error) {
 		m := copy(w.buf[len(w.buf):cap(w.buf)], p)
 		w.buf = w.buf[:len(w.buf)+m]
 		p = p[m:]
-		n += m
-	}
-	return n, w.err
-}
-
-func (w *reqWriter) WriteString(s string) (int, error) {
-	n := 0
-	for len(s) > 0 {
-		if len(w.buf) == cap(w.buf) {
-			if err := w.flush(); err != nil {
-				return n, err
-			}
-		}
-		m := copy(w.buf[len(w.buf):cap(w.buf)], s)
-		w.buf = w.buf[:len(w.buf)+m]
-		s = s[m:]
 		n += m
 	}
 	return n, w.err
