@@ -137,7 +137,12 @@
 // httputil.ReverseProxy sends, less those deliberate drops. A request sent
 // on a reused keep-alive connection that ends before the answer's first
 // byte is taken as never sent (the backend closed it as the request went
-// out) and may go to another backend.
+// out) and may go to another backend. Requests to http:// backends go
+// through maitred's own HTTP/1.1 client (internal/upstream, built by
+// NewTransport): the request is written and its answer read on the
+// handler's goroutine, so an open stream is its handler and its socket,
+// with no goroutine of the connection's; https backends go through
+// net/http's transport.
 // Backend answers, errors included, pass through byte for byte. A streaming
 // answer is wrapped in a streamGuard that passes each complete SSE event on
 // at once (the proxy flushes every write) and, if the backend stream ends
