@@ -243,10 +243,16 @@ func holdSlowStreams(base, simURL string, n int, h2c bool, gw *streamsProbe, cpu
 	}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr}
+	body := fmt.Appendf(nil, `{"model":"demo","messages":[{"role":"user","content":"Count."}],"max_tokens":%d,"stream":true}`, *streamTokens)
 	if gw != nil {
+		// One stream first, read to its end: what the first request
+		// builds once (the tokenizer's lookup tables, pools) is the
+		// replica's, not any stream's.
+		if err := warmStream(client, base); err != nil {
+			return f, err
+		}
 		f.rssIdle, f.heapIdle, f.stackIdle, f.gorIdle = gw.read()
 	}
-	body := fmt.Appendf(nil, `{"model":"demo","messages":[{"role":"user","content":"Count."}],"max_tokens":%d,"stream":true}`, *streamTokens)
 	var mu sync.Mutex
 	var reads []streamReads
 	var steadyFrom atomic.Int64 // unix ns; set once every stream is open
@@ -462,4 +468,18 @@ func readEventsNotify(r io.Reader, bufSize int, first func()) []time.Time {
 			return times
 		}
 	}
+}
+
+// warmStream sends one short stream to base and reads it to its end.
+func warmStream(client *http.Client, base string) error {
+	body := `{"model":"demo","messages":[{"role":"user","content":"Count."}],"max_tokens":2,"stream":true}`
+	res, err := client.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("warm-up stream: %w", err)
+	}
+	defer res.Body.Close()
+	if _, err := io.Copy(io.Discard, res.Body); err != nil || res.StatusCode != http.StatusOK {
+		return fmt.Errorf("warm-up stream: status %d, %v", res.StatusCode, err)
+	}
+	return nil
 }

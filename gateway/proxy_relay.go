@@ -130,6 +130,9 @@ func (g *Gateway) sendHead(ctx context.Context, w http.ResponseWriter, in *http.
 	if err != nil {
 		return nil, err
 	}
+	// The upstream request (its header, its context) is not needed once
+	// its answer came: an open stream does not keep it.
+	res.Request = nil
 	dropHopByHop(res.Header)
 	flushHeaders := g.onResponse(res, a)
 	h := w.Header()
