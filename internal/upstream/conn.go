@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"syscall"
 	"time"
 )
 
@@ -45,28 +44,9 @@ func (c *conn) Read(p []byte) (int, error) {
 }
 
 // alive reports whether an idle connection may carry a request: the
-// backend has not closed it nor sent anything unasked. One non-blocking
-// peek on a socket; any other connection is taken as alive.
+// backend has not closed it nor sent anything unasked (peekClosed).
 func (c *conn) alive() bool {
-	if c.br.Buffered() > 0 {
-		return false
-	}
-	sc, ok := c.nc.(syscall.Conn)
-	if !ok {
-		return true
-	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
-		return false
-	}
-	var one [1]byte
-	live := false
-	err = raw.Read(func(fd uintptr) bool {
-		n, _, err := syscall.Recvfrom(int(fd), one[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		live = n < 0 && (err == syscall.EAGAIN || err == syscall.EWOULDBLOCK)
-		return true
-	})
-	return err == nil && live
+	return c.br.Buffered() == 0 && !peekClosed(c.nc)
 }
 
 // roundTrip writes req on c and reads its answer's head. Until the body
