@@ -19,9 +19,9 @@ type conn struct {
 	br     *bufio.Reader // reads through the conn itself (Read)
 	idleAt time.Time
 	reused bool // taken from the pool by this request
-	// nread counts the bytes this request read; limit, while the head
-	// is read, is where reading it fails (0: none).
-	nread, limit int64
+	// nread counts the bytes this request read, written those it wrote;
+	// limit, while the head is read, is where reading it fails (0: none).
+	nread, written, limit int64
 }
 
 func newConn(t *Transport, addr string, nc net.Conn) *conn {
@@ -52,7 +52,7 @@ func (c *conn) alive() bool {
 // roundTrip writes req on c and reads its answer's head. Until the body
 // ends, the request's context closes c when done.
 func (c *conn) roundTrip(ctx context.Context, req *http.Request) (*http.Response, error) {
-	c.nread = 0
+	c.nread, c.written = 0, 0
 	stop := context.AfterFunc(ctx, func() { c.nc.Close() })
 	fail := func(err error) (*http.Response, error) {
 		stop()
@@ -114,11 +114,11 @@ func (e *NoAnswerError) Error() string {
 func (e *NoAnswerError) Unwrap() error { return e.Err }
 
 // write writes req through a pooled buffer: in one write when its head
-// and body fit.
+// and body fit. c.written counts what the connection took.
 func (c *conn) write(req *http.Request) error {
 	bp := c.t.writeBuffer()
 	defer c.t.putWriteBuffer(bp)
-	w := reqWriter{nc: c.nc, buf: (*bp)[:0]}
+	w := reqWriter{c: c, buf: (*bp)[:0]}
 	if err := req.Write(&w); err != nil {
 		if w.err != nil {
 			return w.err
@@ -133,7 +133,7 @@ func (c *conn) write(req *http.Request) error {
 // is read into it rather than through a copy buffer. err is the first
 // write error of the connection.
 type reqWriter struct {
-	nc  net.Conn
+	c   *conn
 	buf []byte
 	err error
 }
@@ -142,7 +142,9 @@ func (w *reqWriter) flush() error {
 	if w.err != nil || len(w.buf) == 0 {
 		return w.err
 	}
-	_, w.err = w.nc.Write(w.buf)
+	var n int
+	n, w.err = w.c.nc.Write(w.buf)
+	w.c.written += int64(n)
 	w.buf = w.buf[:0]
 	return w.err
 }

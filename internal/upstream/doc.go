@@ -28,8 +28,10 @@
 // closes keep-alive connections after 5 s) is found there, not by the
 // request. A request whose reused connection still fails before a single
 // byte of an answer came (the backend closed it as the request went out)
-// is sent once more on a fresh connection, when its body can be read again
-// (GetBody) or it has none; net/http does the same.
+// is sent once more on a fresh connection by net/http's rule (resendable):
+// when none of it was written and its body can be read again, or when it
+// is idempotent and replayable. A POST that was written fails; the
+// gateway's retry rule then decides whether another backend may take it.
 //
 // Cancellation: the request's context, once done, closes its connection,
 // which ends a write, a read of the head or a read of the body at once;

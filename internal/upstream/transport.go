@@ -3,12 +3,10 @@ package upstream
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptrace"
 	"sync"
-	"syscall"
 	"time"
 )
 
@@ -77,10 +75,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err == nil {
 			return res, nil
 		}
-		if again || !c.reused || c.nread > 0 || !resendable(err) || context.Cause(ctx) != nil {
+		if again || !c.reused || c.nread > 0 || context.Cause(ctx) != nil || !resendable(req, c.written) {
 			return nil, err
 		}
-		// The reused connection ended before any answer byte: the
+		// The reused connection failed before any answer byte: the
 		// backend closed it as the request went out. Once more, fresh.
 		if req, err = rewound(req); err != nil {
 			return nil, err
@@ -88,11 +86,24 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
-// resendable reports whether err, on a reused connection before any
-// answer byte, is the backend having closed it: an end, a reset or a
-// broken pipe.
-func resendable(err error) bool {
-	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+// resendable is net/http's rule for a request whose reused connection
+// failed before any byte of an answer: it is sent again on a fresh one
+// when none of it reached the connection (written == 0) and its body can
+// be read again, or when it is idempotent (GET, HEAD, OPTIONS, TRACE, or
+// with an Idempotency-Key) and replayable. Any other request fails: the
+// gateway's retry rule decides (a POST may have reached the backend).
+func resendable(req *http.Request, written int64) bool {
+	replayable := req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
+	if written == 0 || !replayable {
+		return replayable
+	}
+	switch req.Method {
+	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		return true
+	}
+	_, key := req.Header["Idempotency-Key"]
+	_, xkey := req.Header["X-Idempotency-Key"]
+	return key || xkey
 }
 
 // rewound returns req with its body from the start again (GetBody), or
