@@ -22,7 +22,8 @@
 // would.
 //
 // The pool: idle connections by host, the most recently used first, at
-// most MaxIdleConnsPerHost a host and MaxIdleConns in all, closed after
+// most MaxIdleConnsPerHost a host and MaxIdleConns in all (no cap when
+// negative), closed after
 // IdleConnTimeout. A connection taken from the pool is checked first with
 // one non-blocking peek: a backend that closed it while idle (uvicorn
 // closes keep-alive connections after 5 s) is found there, not by the

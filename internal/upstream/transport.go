@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -23,8 +24,10 @@ type Transport struct {
 	// http.DefaultTransport.
 	Other http.RoundTripper
 	// MaxIdleConns caps the idle connections in all, MaxIdleConnsPerHost
-	// those of one host (0: 1,024 and 256); IdleConnTimeout closes one
-	// idle that long (0: 90 s).
+	// those of one host (0: 1,024 and 256; MaxIdleConns < 0: no cap in
+	// all, as for the fleet's probes and scrapes, two a backend at any
+	// number of backends); IdleConnTimeout closes one idle that long (0:
+	// 90 s).
 	MaxIdleConns, MaxIdleConnsPerHost int
 	IdleConnTimeout                   time.Duration
 	// WriteBufferSize is the buffer a request is written through (0:
@@ -253,7 +256,12 @@ func (t *Transport) sweepLocked(now time.Time) {
 func (t *Transport) idleTimeout() time.Duration {
 	return orDefault(t.IdleConnTimeout, defaultIdleTimeout)
 }
-func (t *Transport) maxIdle() int { return orDefault(t.MaxIdleConns, defaultMaxIdle) }
+func (t *Transport) maxIdle() int {
+	if t.MaxIdleConns < 0 {
+		return math.MaxInt
+	}
+	return orDefault(t.MaxIdleConns, defaultMaxIdle)
+}
 func (t *Transport) maxIdlePerHost() int {
 	return orDefault(t.MaxIdleConnsPerHost, defaultMaxIdlePerHost)
 }

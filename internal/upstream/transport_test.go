@@ -480,3 +480,43 @@ func TestOpenStreamsStartNoGoroutines(t *testing.T) {
 		})
 	}
 }
+
+// TestNegativeMaxIdleConnsKeepsEveryConnection: MaxIdleConns < 0 caps
+// nothing: 1,100 connections to one host, each holding an answer open at
+// once, all go back to the pool and carry the next round without a dial.
+// The default (0) still keeps 1,024.
+func TestNegativeMaxIdleConnsKeepsEveryConnection(t *testing.T) {
+	const n = 1100
+	for _, tc := range []struct{ max, want int }{{-1, n}, {0, defaultMaxIdle}} {
+		t.Run(fmt.Sprint(tc.max), func(t *testing.T) {
+			s := newRawServer(t, func(int, *http.Request, []byte) (string, bool) { return ok("x"), false })
+			tr := &Transport{MaxIdleConns: tc.max, MaxIdleConnsPerHost: 2 * n}
+			defer tr.CloseIdleConnections()
+			round := func() {
+				var open []*http.Response
+				for range n {
+					req, _ := http.NewRequest(http.MethodGet, s.url()+"/", nil)
+					res, err := tr.RoundTrip(req)
+					if err != nil {
+						t.Fatal(err)
+					}
+					open = append(open, res) // its connection stays in use
+				}
+				for _, res := range open {
+					if b, err := io.ReadAll(res.Body); err != nil || string(b) != "x" {
+						t.Fatalf("body %q, %v", b, err)
+					}
+					res.Body.Close()
+				}
+			}
+			round()
+			if got := tr.IdleConns(); got != tc.want {
+				t.Fatalf("%d connections idle after a round of %d at once, want %d", got, n, tc.want)
+			}
+			round()
+			if got, want := s.accepted.Load(), int64(2*n-tc.want); got != want {
+				t.Errorf("backend accepted %d connections over two rounds, want %d (the idle ones kept)", got, want)
+			}
+		})
+	}
+}
