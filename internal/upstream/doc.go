@@ -23,14 +23,13 @@
 //
 // The pool: idle connections by host, the most recently used first, at
 // most MaxIdleConnsPerHost a host and MaxIdleConns in all (no cap when
-// negative), closed after
-// IdleConnTimeout. A connection taken from the pool is checked first with
-// one non-blocking peek: a backend that closed it while idle (uvicorn
-// closes keep-alive connections after 5 s) is found there, not by the
-// request. A request whose reused connection still fails before a single
-// byte of an answer came (the backend closed it as the request went out)
-// is sent once more on a fresh connection, when its body can be read again
-// (GetBody) or it has none; net/http does the same.
+// negative), closed after IdleConnTimeout. A connection taken from the
+// pool is checked first with one non-blocking peek: a backend that closed
+// it while idle (uvicorn closes keep-alive connections after 5 s) is found
+// there, not by the request. A request whose reused connection still fails
+// before a single byte of an answer came (the backend closed it as the
+// request went out) is sent once more on a fresh connection, when its body
+// can be read again (GetBody) or it has none; net/http does the same.
 //
 // Cancellation: the request's context, once done, closes its connection,
 // which ends a write, a read of the head or a read of the body at once;
