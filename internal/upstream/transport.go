@@ -93,9 +93,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // resendable reports whether err, on a reused connection before any
 // answer byte, is the backend having closed it: an end, a reset or a
-// broken pipe.
+// broken pipe (a socket's, or an in-memory net.Pipe's, which the liveness
+// peek cannot see into).
 func resendable(err error) bool {
-	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, io.ErrClosedPipe)
 }
 
 // rewound returns req with its body from the start again (GetBody), or

@@ -353,6 +353,37 @@ func TestResendsOnceWhenReusedConnectionDies(t *testing.T) {
 	}
 }
 
+// TestResendsWhenIdlePipeWasClosed: a connection that is no socket (a
+// net.Pipe, as in-memory test networks dial), which the liveness peek
+// takes as alive, closed by the backend while idle fails the request's
+// write with io.ErrClosedPipe: the request goes once more on a fresh one.
+func TestResendsWhenIdlePipeWasClosed(t *testing.T) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	var dials atomic.Int64
+	tr := &Transport{DialContext: func(context.Context, string, string) (net.Conn, error) {
+		dials.Add(1)
+		c, s := net.Pipe()
+		wg.Go(func() { // answers one request, then closes
+			defer s.Close()
+			if _, err := http.ReadRequest(bufio.NewReader(s)); err == nil {
+				io.WriteString(s, ok("x"))
+			}
+		})
+		return c, nil
+	}}
+	defer tr.CloseIdleConnections()
+	for i := range 2 {
+		req, _ := http.NewRequest(http.MethodGet, "http://backend/", nil)
+		if got := roundTrip(t, tr, req); got != "x" {
+			t.Fatalf("request %d: %q", i, got)
+		}
+	}
+	if n := dials.Load(); n != 2 {
+		t.Errorf("%d dials, want 2 (the closed pipe replaced once)", n)
+	}
+}
+
 // TestContextEndsTheExchange: a request whose context ends while it
 // waits for the answer's head fails with the context's cause at once,
 // and so does a body read waiting for the next event; either way the
