@@ -4,7 +4,8 @@
 // that calls RoundTrip; the answer's body is read by the goroutine that
 // reads it. No goroutine exists per connection: an idle connection is a
 // file descriptor in the pool, and an open stream is its handler's
-// goroutine parked on its socket, holding a 1 KiB read buffer.
+// goroutine parked on its socket, holding a 1 KiB read buffer
+// (ReadBufferSize).
 //
 // Why not net/http's Transport: it hands every request to a write loop and
 // its answer from a read loop, two goroutines per connection for as long

@@ -34,6 +34,12 @@ type Transport struct {
 	// 8 KiB): a request whose head and body fit goes out in one write.
 	// It is pooled: a connection holds none between writes.
 	WriteBufferSize int
+	// ReadBufferSize is each connection's reader (0: 1 KiB, what an
+	// answer's head and an SSE event need). A connection holds it for as
+	// long as it lives; a larger one reads a large chunked answer (a
+	// /metrics page in 2 KiB chunks) in fewer reads: a chunk's header
+	// fills the reader, and only its remainder bypasses it.
+	ReadBufferSize int
 
 	bufsOnce sync.Once
 	bufs     sync.Pool // *[]byte of WriteBufferSize
@@ -50,9 +56,9 @@ const (
 	defaultMaxIdlePerHost = 256
 	defaultIdleTimeout    = 90 * time.Second
 	defaultWriteBuffer    = 8 << 10
-	// readBufferSize is a connection's reader: an answer's head and an
-	// SSE event fit; a body read into a larger buffer bypasses it.
-	readBufferSize = 1 << 10
+	// defaultReadBuffer is a connection's reader: an answer's head and
+	// an SSE event fit; a body read into a larger buffer bypasses it.
+	defaultReadBuffer = 1 << 10
 	// maxHeaderBytes bounds an answer's head (1xx heads included), as
 	// net/http's MaxResponseHeaderBytes default does.
 	maxHeaderBytes = 10 << 20

@@ -384,6 +384,77 @@ func TestResendsWhenIdlePipeWasClosed(t *testing.T) {
 	}
 }
 
+// countingConn counts the reads of the connection it wraps.
+type countingConn struct {
+	net.Conn
+	reads *atomic.Int64
+}
+
+func (c countingConn) Read(p []byte) (int, error) {
+	c.reads.Add(1)
+	return c.Conn.Read(p)
+}
+
+// TestReadBufferSizeReadsChunksInFewerReads: a 64 KiB answer in 2 KiB
+// chunks (as net/http's server writes a /metrics page), read into 32 KiB
+// at a time, takes a read or more a chunk through the default 1 KiB
+// reader, and a few in all through a 16 KiB one (ReadBufferSize). On a
+// net.Pipe a read returns what the reader asked for, so the counts are
+// exact.
+func TestReadBufferSizeReadsChunksInFewerReads(t *testing.T) {
+	chunk := strings.Repeat("x", 2<<10)
+	var answer strings.Builder
+	answer.WriteString("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+	for range 32 {
+		fmt.Fprintf(&answer, "%x\r\n%s\r\n", len(chunk), chunk)
+	}
+	answer.WriteString("0\r\n\r\n")
+	reads := func(size int) int64 {
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		var n atomic.Int64
+		tr := &Transport{ReadBufferSize: size, DialContext: func(context.Context, string, string) (net.Conn, error) {
+			c, s := net.Pipe()
+			wg.Go(func() {
+				defer s.Close()
+				if _, err := http.ReadRequest(bufio.NewReader(s)); err == nil {
+					io.WriteString(s, answer.String())
+				}
+			})
+			return countingConn{c, &n}, nil
+		}}
+		defer tr.CloseIdleConnections()
+		req, _ := http.NewRequest(http.MethodGet, "http://backend/metrics", nil)
+		res, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		buf := make([]byte, 32<<10)
+		got := 0
+		for {
+			m, err := res.Body.Read(buf)
+			got += m
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got != 32*len(chunk) {
+			t.Fatalf("read %d bytes, want %d", got, 32*len(chunk))
+		}
+		return n.Load()
+	}
+	if n := reads(0); n < 32 {
+		t.Errorf("the default 1 KiB reader read 32 chunks of 2 KiB in %d reads; want a read or more a chunk", n)
+	}
+	if n := reads(16 << 10); n > 8 {
+		t.Errorf("a 16 KiB reader read 64 KiB in %d reads; want at most 8", n)
+	}
+}
+
 // TestContextEndsTheExchange: a request whose context ends while it
 // waits for the answer's head fails with the context's cause at once,
 // and so does a body read waiting for the next event; either way the
