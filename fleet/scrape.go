@@ -68,7 +68,8 @@ func (f *Fleet) Scrape(ctx context.Context, b *Backend) (Gauges, error) {
 	return f.parseBody(res.Body, b)
 }
 
-// parseBody reads a 200 answer's page of b's gauges, stamped with the time it was read.
+// parseBody reads a 200 answer's page of b's gauges, stamped with the
+// time it was read.
 func (f *Fleet) parseBody(body io.Reader, b *Backend) (Gauges, error) {
 	// The line buffer is kept for the next scrape: with hundreds of
 	// backends scraped four times a second, a fresh 32 KB each was most
