@@ -136,10 +136,10 @@ func (f *Fleet) do(ctx context.Context, b *Backend, method, path string, body []
 }
 
 // release reads what is left of res's body (up to 64 KB) and closes it.
-// net/http keeps a connection for the next request only when its answer
-// was read to the end, and a JSON decoder stops at the end of its value:
-// a trailing newline, or a chunked answer's last chunk, left unread would
-// cost the next probe a new connection.
+// The transport keeps a connection for the next request only when its
+// answer was read to the end, and a JSON decoder stops at the end of its
+// value: a trailing newline, or a chunked answer's last chunk, left
+// unread would cost the next probe a new connection.
 func release(res *http.Response) {
 	io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10))
 	res.Body.Close()
