@@ -11,27 +11,45 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/maitred-dev/maitred/internal/upstream"
 )
 
 // NewTransport returns the transport for the fleet's own requests to the
-// backends (probes, scrapes, warm-ups): keep-alive connections kept idle
-// between rounds, two a backend (its prober's and its scraper's, which
-// may be in flight at once), with no cap on the total. net/http's default
-// keeps 100 idle connections in all and gateway.NewTransport 1,024: past
-// 50 or 512 backends every round would close some and dial again, a TCP
-// handshake each (TestIdleConnsKeptFor600Backends). The idle timeout is
+// backends (probes, scrapes, warm-ups, model lists): maitred's own
+// HTTP/1.1 client (internal/upstream) for http:// backends, each request
+// written and its answer read on its caller's goroutine, with net/http's
+// Transport for https ones (Other). net/http's client hands every request
+// to a write loop and its answer from a read loop: at hundreds of backends
+// probed every second and scraped four times a second, those hand-offs
+// were most of the fleet's CPU beside the syscalls.
+//
+// Keep-alive connections are kept idle between rounds, two a backend (its
+// prober's and its scraper's, which may be in flight at once), with no cap
+// on the total: a cap of 100 (net/http's default) or 1,024 (the gateway's)
+// would close some past 50 or 512 backends every round and dial again, a
+// TCP handshake each (TestIdleConnsKeptFor600Backends). The idle timeout is
 // longer than any probe or scrape interval, so a connection in use every
-// round is never closed as idle. No transparent compression: the pages
-// are read as they come.
-func NewTransport(dialTimeout time.Duration) *http.Transport {
-	return &http.Transport{
-		Proxy:               nil, // backends are addressed directly
-		DialContext:         (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:        0, // no cap: two a backend
+// round is never closed as idle. Connections read through 16 KiB. No
+// transparent compression: the pages are read as they come.
+func NewTransport(dialTimeout time.Duration) *upstream.Transport {
+	dial := (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext
+	return &upstream.Transport{
+		DialContext:         dial,
+		MaxIdleConns:        -1, // no cap: two a backend
 		MaxIdleConnsPerHost: 2,
 		IdleConnTimeout:     90 * time.Second,
-		DisableCompression:  true,
-		ReadBufferSize:      16 << 10,
+		// A /metrics page (tens of KB, in 2 KiB chunks) in a few reads.
+		ReadBufferSize: 16 << 10,
+		Other: &http.Transport{
+			Proxy:               nil, // backends are addressed directly
+			DialContext:         dial,
+			MaxIdleConns:        0, // no cap: two a backend
+			MaxIdleConnsPerHost: 2,
+			IdleConnTimeout:     90 * time.Second,
+			DisableCompression:  true,
+			ReadBufferSize:      16 << 10,
+		},
 	}
 }
 
@@ -118,10 +136,10 @@ func (f *Fleet) do(ctx context.Context, b *Backend, method, path string, body []
 }
 
 // release reads what is left of res's body (up to 64 KB) and closes it.
-// net/http keeps a connection for the next request only when its answer
-// was read to the end, and a JSON decoder stops at the end of its value:
-// a trailing newline, or a chunked answer's last chunk, left unread would
-// cost the next probe a new connection.
+// The transport keeps a connection for the next request only when its
+// answer was read to the end, and a JSON decoder stops at the end of its
+// value: a trailing newline, or a chunked answer's last chunk, left
+// unread would cost the next probe a new connection.
 func release(res *http.Response) {
 	io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10))
 	res.Body.Close()

@@ -13,10 +13,10 @@
 // (below); budget.go the fleet-wide budgets that stretch the probe,
 // listing and scrape intervals of a large fleet (below); probe.go the state machine's step (health, warm-up checks,
 // tokenizer probe); warmup.go the warm-up generation; adapters.go the
-// LoRA adapter listings; client.go the prober's requests to a backend
-// and the fleet's transport (NewTransport); beat.go the fleet-wide clock
-// the probers and scrapers wait on; scrape.go the /metrics scraper and
-// scrapeconn.go its own connection to each plain-http backend; events.go the KV-event subscriptions
+// LoRA adapter listings; client.go the fleet's requests to a backend
+// and its transport (NewTransport); beat.go the fleet-wide clock the
+// probers and scrapers wait on; scrape.go the /metrics scraper; events.go
+// the KV-event subscriptions
 // (RunEvents: for a model with routing: precise, one kvevents.Subscriber
 // per data-parallel rank of each backend with kv_events, into the model's
 // prefixindex.Index, started and stopped with the backend and restarted
@@ -121,17 +121,16 @@
 // a round start at one fleet-wide beat (beat.go), so the idle process
 // wakes once a round, not once a backend (an idle process pays more for
 // a wake-up than for the request: spreading the scrapes over the interval
-// doubled the CPU); the fleet's own transport (NewTransport) keeps two
-// idle connections a backend with no cap in all, so no round dials again,
-// and reads through 16 KiB; answers are read to their end so their
-// connection is kept; a scrape's line buffer is kept for the next. The
-// scraper reads a plain-http backend's /metrics over its own kept
-// connection (scrapeconn.go): the request written and the answer read on
-// its goroutine under the connection's deadline, without net/http's read
-// and write loops and their hand-offs, a context timer and the
-// transport's pool (a fifth less CPU a scrape, server included); the
-// request is sent again once on a new connection when the backend closed
-// the idle one. Figures: docs/performance.md.
+// doubled the CPU); the fleet's own transport (NewTransport) is
+// maitred's HTTP/1.1 client for plain-http backends (internal/upstream,
+// the gateway's too): each probe, listing, warm-up and scrape written and
+// its answer read on its caller's goroutine, without net/http's read and
+// write loops and their hand-offs (net/http's Transport carries https
+// ones); it keeps two idle connections a backend with no cap in all, so
+// no round dials again, and a request is sent again once on a new
+// connection when the backend closed the idle one. Answers are read to
+// their end so their connection is kept; a scrape's line buffer is kept
+// for the next. Figures: docs/performance.md.
 //
 // # Concurrency
 //

@@ -68,8 +68,8 @@ func (f *Fleet) Scrape(ctx context.Context, b *Backend) (Gauges, error) {
 	return f.parseBody(res.Body, b)
 }
 
-// parseBody reads a 200 answer's page of b's gauges (Scrape's and
-// scrapeConn's), stamped with the time it was read.
+// parseBody reads a 200 answer's page of b's gauges, stamped with the
+// time it was read.
 func (f *Fleet) parseBody(body io.Reader, b *Backend) (Gauges, error) {
 	// The line buffer is kept for the next scrape: with hundreds of
 	// backends scraped four times a second, a fresh 32 KB each was most
@@ -321,10 +321,6 @@ func (f *Fleet) RunScraper(ctx context.Context, interval time.Duration, fn func(
 	every := func() time.Duration { return f.ScrapeEvery(interval) }
 	wg.Go(func() { bt.run(bctx, every) })
 	f.each(ctx, func(ctx context.Context, m *Model, b *Backend) {
-		sc := f.newScrapeConn(b)
-		if sc != nil {
-			defer sc.close()
-		}
 		for {
 			select {
 			case <-ctx.Done():
@@ -336,15 +332,9 @@ func (f *Fleet) RunScraper(ctx context.Context, interval time.Duration, fn func(
 				continue
 			}
 			iv := every()
-			var g Gauges
-			var err error
-			if sc != nil {
-				g, err = f.scrapeConn(ctx, sc, b, max(iv, time.Second))
-			} else {
-				sctx, cancel := context.WithTimeout(ctx, max(iv, time.Second))
-				g, err = f.Scrape(sctx, b)
-				cancel()
-			}
+			sctx, cancel := context.WithTimeout(ctx, max(iv, time.Second))
+			g, err := f.Scrape(sctx, b)
+			cancel()
 			if ctx.Err() != nil {
 				return
 			}

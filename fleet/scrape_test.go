@@ -1,14 +1,17 @@
 package fleet
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -302,9 +305,10 @@ func TestScrapesOfARoundStartTogether(t *testing.T) {
 }
 
 // BenchmarkScrapeClient: one scrape of a simulator's /metrics over
-// loopback, through the fleet's net/http client (Scrape) and over the
-// scraper's own connection (scrapeConn), server included; cpu-us/op is
-// the process's CPU time (user and system) a scrape.
+// loopback, through the fleet's transport (internal/upstream) and through
+// net/http's Transport it replaced for plain-http backends, server
+// included; cpu-us/op is the process's CPU time (user and system) a
+// scrape.
 func BenchmarkScrapeClient(b *testing.B) {
 	s := sim.New(sim.Config{Model: "m", MaxModelLen: 2048, OutputTokens: 2}, zap.NewNop())
 	defer s.Close()
@@ -317,33 +321,27 @@ func BenchmarkScrapeClient(b *testing.B) {
 	}
 	tr := NewTransport(5 * time.Second)
 	defer tr.CloseIdleConnections()
-	f, err := New(cfg.Fleet(), &http.Client{Transport: tr}, zap.NewNop(), nil)
-	if err != nil {
-		b.Fatal(err)
+	for _, c := range []struct {
+		name string
+		rt   http.RoundTripper
+	}{{"upstream", tr}, {"net-http", tr.Other}} {
+		b.Run(c.name, func(b *testing.B) {
+			f, err := New(cfg.Fleet(), &http.Client{Transport: c.rt}, zap.NewNop(), nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			be := f.Models()[0].Backends()[0]
+			b.ReportAllocs()
+			defer reportCPU(b)()
+			for b.Loop() {
+				ctx, cancel := context.WithTimeout(b.Context(), time.Second)
+				if _, err := f.Scrape(ctx, be); err != nil {
+					b.Fatal(err)
+				}
+				cancel()
+			}
+		})
 	}
-	be := f.Models()[0].Backends()[0]
-	b.Run("net-http", func(b *testing.B) {
-		b.ReportAllocs()
-		defer reportCPU(b)()
-		for b.Loop() {
-			ctx, cancel := context.WithTimeout(b.Context(), time.Second)
-			if _, err := f.Scrape(ctx, be); err != nil {
-				b.Fatal(err)
-			}
-			cancel()
-		}
-	})
-	b.Run("conn", func(b *testing.B) {
-		b.ReportAllocs()
-		sc := f.newScrapeConn(be)
-		defer sc.close()
-		defer reportCPU(b)()
-		for b.Loop() {
-			if _, err := f.scrapeConn(b.Context(), sc, be, time.Second); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
 }
 
 // reportCPU reports the process's CPU time per iteration from its call to
@@ -358,34 +356,81 @@ func reportCPU(b *testing.B) func() {
 	return func() { b.ReportMetric(float64((cpu()-start).Microseconds())/float64(b.N), "cpu-us/op") }
 }
 
-// TestScrapeConnRequest: the scraper's own connection dials the URL's
-// port (80 when it names none) and sends what the fleet's client sends:
-// GET /metrics, the Host, the probe's User-Agent
-// and X-Maitred-Probe, and the backend's key.
-func TestScrapeConnRequest(t *testing.T) {
+// TestScrapeRequest: the fleet's scrape dials the URL's port (80 when it
+// names none) and sends GET /metrics, the Host, the probe's User-Agent and
+// X-Maitred-Probe, and the backend's key, and nothing else (no
+// Accept-Encoding: pages are read as they come). An https backend is
+// scraped through net/http's Transport (Other).
+func TestScrapeRequest(t *testing.T) {
 	t.Setenv("SCRAPE_KEY", "sk-backend")
+	page := "vllm:num_requests_running{model_name=\"m\"} 1\nvllm:num_requests_waiting{model_name=\"m\"} 2\n"
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	reqs := make(chan string, 1)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			br := bufio.NewReader(c)
+			var head strings.Builder
+			for {
+				line, err := br.ReadString('\n')
+				head.WriteString(line)
+				if err != nil || line == "\r\n" {
+					break
+				}
+			}
+			reqs <- head.String()
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(page), page)
+			c.Close()
+		}
+	}()
+	tls := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, page)
+	}))
+	defer tls.Close()
 	cfg := config.Default()
-	cfg.Models = []config.ModelConfig{{Name: "m", Backends: []config.BackendConfig{{URL: "http://vllm"}, {URL: "https://vllm:8443"}, {URL: "http://10.0.0.1:8000", APIKeyEnv: "SCRAPE_KEY"}}}}
+	cfg.Models = []config.ModelConfig{{Name: "m", Backends: []config.BackendConfig{{URL: "http://vllm"}, {URL: tls.URL}, {URL: "http://10.0.0.1:8000", APIKeyEnv: "SCRAPE_KEY"}}}}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	f, err := New(cfg.Fleet(), &http.Client{Transport: NewTransport(time.Second)}, zap.NewNop(), nil)
+	tr := NewTransport(time.Second)
+	defer tr.CloseIdleConnections()
+	var dialed []string
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dialed = append(dialed, addr)
+		return (&net.Dialer{}).DialContext(ctx, network, ln.Addr().String())
+	}
+	tr.Other.(*http.Transport).TLSClientConfig = tls.Client().Transport.(*http.Transport).TLSClientConfig
+	f, err := New(cfg.Fleet(), &http.Client{Transport: tr}, zap.NewNop(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	bs := f.Models()[0].Backends()
-	sc := f.newScrapeConn(bs[0])
-	if sc == nil || sc.addr != "vllm:80" {
-		t.Fatalf("http://vllm: %+v", sc)
+	wants := []string{
+		"GET /metrics HTTP/1.1\r\nHost: vllm\r\nUser-Agent: maitred-probe\r\nX-Maitred-Probe: metrics\r\n\r\n",
+		"", // https: not through the plain dialer
+		"GET /metrics HTTP/1.1\r\nHost: 10.0.0.1:8000\r\nUser-Agent: maitred-probe\r\nAuthorization: Bearer sk-backend\r\nX-Maitred-Probe: metrics\r\n\r\n",
 	}
-	if want := "GET /metrics HTTP/1.1\r\nHost: vllm\r\nUser-Agent: maitred-probe\r\nX-Maitred-Probe: metrics\r\n\r\n"; string(sc.req) != want {
-		t.Errorf("request %q\nwant %q", sc.req, want)
+	for i, b := range bs {
+		g, err := f.Scrape(t.Context(), b)
+		if err != nil || g.Running != 1 || g.Waiting != 2 {
+			t.Fatalf("%s: %+v, %v", b.URL, g, err)
+		}
+		if wants[i] == "" {
+			continue
+		}
+		if got := <-reqs; got != wants[i] {
+			t.Errorf("%s: request %q\nwant %q", b.URL, got, wants[i])
+		}
 	}
-	if sc := f.newScrapeConn(bs[1]); sc != nil {
-		t.Error("an https backend is scraped over a plain connection; want the fleet's client")
-	}
-	if sc := f.newScrapeConn(bs[2]); sc == nil || sc.addr != "10.0.0.1:8000" || !strings.Contains(string(sc.req), "\r\nAuthorization: Bearer sk-backend\r\n") {
-		t.Errorf("keyed backend: %+v", sc)
+	if want := []string{"vllm:80", "10.0.0.1:8000"}; !slices.Equal(dialed, want) {
+		t.Errorf("dialed %q, want %q", dialed, want)
 	}
 }
 

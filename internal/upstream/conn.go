@@ -26,7 +26,7 @@ type conn struct {
 
 func newConn(t *Transport, addr string, nc net.Conn) *conn {
 	c := &conn{t: t, addr: addr, nc: nc}
-	c.br = bufio.NewReaderSize(c, readBufferSize)
+	c.br = bufio.NewReaderSize(c, orDefault(t.ReadBufferSize, defaultReadBuffer))
 	return c
 }
 

@@ -4,7 +4,8 @@
 // that calls RoundTrip; the answer's body is read by the goroutine that
 // reads it. No goroutine exists per connection: an idle connection is a
 // file descriptor in the pool, and an open stream is its handler's
-// goroutine parked on its socket, holding a 1 KiB read buffer.
+// goroutine parked on its socket, holding a 1 KiB read buffer
+// (ReadBufferSize).
 //
 // Why not net/http's Transport: it hands every request to a write loop and
 // its answer from a read loop, two goroutines per connection for as long
@@ -22,11 +23,11 @@
 // would.
 //
 // The pool: idle connections by host, the most recently used first, at
-// most MaxIdleConnsPerHost a host and MaxIdleConns in all, closed after
-// IdleConnTimeout. A connection taken from the pool is checked first with
-// one non-blocking peek: a backend that closed it while idle (uvicorn
-// closes keep-alive connections after 5 s) is found there, not by the
-// request. A request whose reused connection still fails before a single
+// most MaxIdleConnsPerHost a host and MaxIdleConns in all (no cap when
+// negative), closed after IdleConnTimeout. A connection taken from the
+// pool is checked first with one non-blocking peek: a backend that closed
+// it while idle (uvicorn closes keep-alive connections after 5 s) is found
+// there, not by the request. A request whose reused connection still fails before a single
 // byte of an answer came (the backend closed it as the request went out)
 // is sent once more on a fresh connection by net/http's rule (resendable):
 // when none of it was written and its body can be read again, or when it

@@ -3,6 +3,7 @@ package upstream
 import (
 	"context"
 	"errors"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -21,14 +22,22 @@ type Transport struct {
 	// http.DefaultTransport.
 	Other http.RoundTripper
 	// MaxIdleConns caps the idle connections in all, MaxIdleConnsPerHost
-	// those of one host (0: 1,024 and 256); IdleConnTimeout closes one
-	// idle that long (0: 90 s).
+	// those of one host (0: 1,024 and 256; MaxIdleConns < 0: no cap in
+	// all, as for the fleet's probes and scrapes, two a backend at any
+	// number of backends); IdleConnTimeout closes one idle that long (0:
+	// 90 s).
 	MaxIdleConns, MaxIdleConnsPerHost int
 	IdleConnTimeout                   time.Duration
 	// WriteBufferSize is the buffer a request is written through (0:
 	// 8 KiB): a request whose head and body fit goes out in one write.
 	// It is pooled: a connection holds none between writes.
 	WriteBufferSize int
+	// ReadBufferSize is each connection's reader (0: 1 KiB, what an
+	// answer's head and an SSE event need). A connection holds it for as
+	// long as it lives; a larger one reads a large chunked answer (a
+	// /metrics page in 2 KiB chunks) in fewer reads: a chunk's header
+	// fills the reader, and only its remainder bypasses it.
+	ReadBufferSize int
 
 	bufsOnce sync.Once
 	bufs     sync.Pool // *[]byte of WriteBufferSize
@@ -45,9 +54,9 @@ const (
 	defaultMaxIdlePerHost = 256
 	defaultIdleTimeout    = 90 * time.Second
 	defaultWriteBuffer    = 8 << 10
-	// readBufferSize is a connection's reader: an answer's head and an
-	// SSE event fit; a body read into a larger buffer bypasses it.
-	readBufferSize = 1 << 10
+	// defaultReadBuffer is a connection's reader: an answer's head and
+	// an SSE event fit; a body read into a larger buffer bypasses it.
+	defaultReadBuffer = 1 << 10
 	// maxHeaderBytes bounds an answer's head (1xx heads included), as
 	// net/http's MaxResponseHeaderBytes default does.
 	maxHeaderBytes = 10 << 20
@@ -264,7 +273,12 @@ func (t *Transport) sweepLocked(now time.Time) {
 func (t *Transport) idleTimeout() time.Duration {
 	return orDefault(t.IdleConnTimeout, defaultIdleTimeout)
 }
-func (t *Transport) maxIdle() int { return orDefault(t.MaxIdleConns, defaultMaxIdle) }
+func (t *Transport) maxIdle() int {
+	if t.MaxIdleConns < 0 {
+		return math.MaxInt
+	}
+	return orDefault(t.MaxIdleConns, defaultMaxIdle)
+}
 func (t *Transport) maxIdlePerHost() int {
 	return orDefault(t.MaxIdleConnsPerHost, defaultMaxIdlePerHost)
 }

@@ -372,6 +372,108 @@ func TestResendsAsNetHTTPDoes(t *testing.T) {
 	}
 }
 
+// TestResendsWhenIdlePipeWasClosed: a connection that is no socket (a
+// net.Pipe, as in-memory test networks dial), which the liveness peek
+// takes as alive, closed by the backend while idle fails the request's
+// write with io.ErrClosedPipe: the request goes once more on a fresh one.
+func TestResendsWhenIdlePipeWasClosed(t *testing.T) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	var dials atomic.Int64
+	tr := &Transport{DialContext: func(context.Context, string, string) (net.Conn, error) {
+		dials.Add(1)
+		c, s := net.Pipe()
+		wg.Go(func() { // answers one request, then closes
+			defer s.Close()
+			if _, err := http.ReadRequest(bufio.NewReader(s)); err == nil {
+				io.WriteString(s, ok("x"))
+			}
+		})
+		return c, nil
+	}}
+	defer tr.CloseIdleConnections()
+	for i := range 2 {
+		req, _ := http.NewRequest(http.MethodGet, "http://backend/", nil)
+		if got := roundTrip(t, tr, req); got != "x" {
+			t.Fatalf("request %d: %q", i, got)
+		}
+	}
+	if n := dials.Load(); n != 2 {
+		t.Errorf("%d dials, want 2 (the closed pipe replaced once)", n)
+	}
+}
+
+// countingConn counts the reads of the connection it wraps.
+type countingConn struct {
+	net.Conn
+	reads *atomic.Int64
+}
+
+func (c countingConn) Read(p []byte) (int, error) {
+	c.reads.Add(1)
+	return c.Conn.Read(p)
+}
+
+// TestReadBufferSizeReadsChunksInFewerReads: a 64 KiB answer in 2 KiB
+// chunks (as net/http's server writes a /metrics page), read into 32 KiB
+// at a time, takes a read or more a chunk through the default 1 KiB
+// reader, and a few in all through a 16 KiB one (ReadBufferSize). On a
+// net.Pipe a read returns what the reader asked for, so the counts are
+// exact.
+func TestReadBufferSizeReadsChunksInFewerReads(t *testing.T) {
+	chunk := strings.Repeat("x", 2<<10)
+	var answer strings.Builder
+	answer.WriteString("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+	for range 32 {
+		fmt.Fprintf(&answer, "%x\r\n%s\r\n", len(chunk), chunk)
+	}
+	answer.WriteString("0\r\n\r\n")
+	reads := func(size int) int64 {
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		var n atomic.Int64
+		tr := &Transport{ReadBufferSize: size, DialContext: func(context.Context, string, string) (net.Conn, error) {
+			c, s := net.Pipe()
+			wg.Go(func() {
+				defer s.Close()
+				if _, err := http.ReadRequest(bufio.NewReader(s)); err == nil {
+					io.WriteString(s, answer.String())
+				}
+			})
+			return countingConn{c, &n}, nil
+		}}
+		defer tr.CloseIdleConnections()
+		req, _ := http.NewRequest(http.MethodGet, "http://backend/metrics", nil)
+		res, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		buf := make([]byte, 32<<10)
+		got := 0
+		for {
+			m, err := res.Body.Read(buf)
+			got += m
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got != 32*len(chunk) {
+			t.Fatalf("read %d bytes, want %d", got, 32*len(chunk))
+		}
+		return n.Load()
+	}
+	if n := reads(0); n < 32 {
+		t.Errorf("the default 1 KiB reader read 32 chunks of 2 KiB in %d reads; want a read or more a chunk", n)
+	}
+	if n := reads(16 << 10); n > 8 {
+		t.Errorf("a 16 KiB reader read 64 KiB in %d reads; want at most 8", n)
+	}
+}
+
 // TestContextEndsTheExchange: a request whose context ends while it
 // waits for the answer's head fails with the context's cause at once,
 // and so does a body read waiting for the next event; either way the
@@ -495,6 +597,46 @@ func TestOpenStreamsStartNoGoroutines(t *testing.T) {
 			}
 			if want := tc.per * streams; added != want {
 				t.Errorf("%d open streams added %d goroutines of the transport, want %d", streams, added, want)
+			}
+		})
+	}
+}
+
+// TestNegativeMaxIdleConnsKeepsEveryConnection: MaxIdleConns < 0 caps
+// nothing: 1,100 connections to one host, each holding an answer open at
+// once, all go back to the pool and carry the next round without a dial.
+// The default (0) still keeps 1,024.
+func TestNegativeMaxIdleConnsKeepsEveryConnection(t *testing.T) {
+	const n = 1100
+	for _, tc := range []struct{ max, want int }{{-1, n}, {0, defaultMaxIdle}} {
+		t.Run(fmt.Sprint(tc.max), func(t *testing.T) {
+			s := newRawServer(t, func(int, *http.Request, []byte) (string, bool) { return ok("x"), false })
+			tr := &Transport{MaxIdleConns: tc.max, MaxIdleConnsPerHost: 2 * n}
+			defer tr.CloseIdleConnections()
+			round := func() {
+				var open []*http.Response
+				for range n {
+					req, _ := http.NewRequest(http.MethodGet, s.url()+"/", nil)
+					res, err := tr.RoundTrip(req)
+					if err != nil {
+						t.Fatal(err)
+					}
+					open = append(open, res) // its connection stays in use
+				}
+				for _, res := range open {
+					if b, err := io.ReadAll(res.Body); err != nil || string(b) != "x" {
+						t.Fatalf("body %q, %v", b, err)
+					}
+					res.Body.Close()
+				}
+			}
+			round()
+			if got := tr.IdleConns(); got != tc.want {
+				t.Fatalf("%d connections idle after a round of %d at once, want %d", got, n, tc.want)
+			}
+			round()
+			if got, want := s.accepted.Load(), int64(2*n-tc.want); got != want {
+				t.Errorf("backend accepted %d connections over two rounds, want %d (the idle ones kept)", got, want)
 			}
 		})
 	}

@@ -16,15 +16,15 @@ import (
 	"github.com/maitred-dev/maitred/sim"
 )
 
-// TestScrapeConnMatchesClient: the scraper's own connection (scrapeConn)
-// reads every answer as the fleet's net/http client does (Scrape), the
-// reference it replaces for plain-http backends: the same gauges from a
-// real simulator's page, a chunked page and one that closes its
-// connection, and the same verdict (failed or not, answered or not) for
-// an error status, a page that is not vLLM's exposition, and a body cut
-// short. Each answer is scraped twice over the kept connection, so that
-// what the first left on it shows in the second.
-func TestScrapeConnMatchesClient(t *testing.T) {
+// TestScrapeMatchesNetHTTP: a scrape through the fleet's transport
+// (internal/upstream for plain-http backends) reads every answer as one
+// through net/http's Transport does, the reference it replaces: the same
+// gauges from a real simulator's page, a chunked page and one that closes
+// its connection, and the same verdict (failed or not, answered or not)
+// for an error status, a page that is not vLLM's exposition, and a body
+// cut short. Each answer is scraped twice over the kept connection, so
+// that what the first left on it shows in the second.
+func TestScrapeMatchesNetHTTP(t *testing.T) {
 	s := sim.New(sim.Config{Model: "m", MaxModelLen: 2048, OutputTokens: 2}, zap.NewNop())
 	t.Cleanup(s.Close)
 	page := func() string {
@@ -69,29 +69,27 @@ func TestScrapeConnMatchesClient(t *testing.T) {
 			srv := httptest.NewServer(tc.handler)
 			t.Cleanup(srv.Close)
 			f, b := scrapeFleet(t, srv.URL)
-			sc := f.newScrapeConn(b)
-			if sc == nil {
-				t.Fatal("a plain-http backend got no scrape connection")
-			}
-			t.Cleanup(sc.close)
+			ref := NewTransport(5 * time.Second).Other.(*http.Transport)
+			t.Cleanup(ref.CloseIdleConnections)
+			fr, br := scrapeFleetOver(t, srv.URL, ref)
 			for round := range 2 {
 				ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-				want, werr := f.Scrape(ctx, b)
-				got, gerr := f.scrapeConn(ctx, sc, b, 5*time.Second)
+				want, werr := fr.Scrape(ctx, br)
+				got, gerr := f.Scrape(ctx, b)
 				cancel()
 				if (werr != nil) != tc.fail || (gerr != nil) != tc.fail {
-					t.Fatalf("round %d: client err %v, conn err %v; want failed=%v", round, werr, gerr, tc.fail)
+					t.Fatalf("round %d: net/http err %v, fleet err %v; want failed=%v", round, werr, gerr, tc.fail)
 				}
 				if tc.fail {
 					var we, ge *ScrapeError
 					if !errors.As(werr, &we) || !errors.As(gerr, &ge) || we.Answered != ge.Answered {
-						t.Fatalf("round %d: client %#v, conn %#v: want the same ScrapeError kind", round, werr, gerr)
+						t.Fatalf("round %d: net/http %#v, fleet %#v: want the same ScrapeError kind", round, werr, gerr)
 					}
 					continue
 				}
 				want.At, got.At = time.Time{}, time.Time{}
 				if fmt.Sprint(want) != fmt.Sprint(got) {
-					t.Fatalf("round %d: conn read %+v, client %+v", round, got, want)
+					t.Fatalf("round %d: the fleet read %+v, net/http %+v", round, got, want)
 				}
 			}
 		})
@@ -102,14 +100,20 @@ func TestScrapeConnMatchesClient(t *testing.T) {
 // through the fleet's transport.
 func scrapeFleet(t *testing.T, url string) (*Fleet, *Backend) {
 	t.Helper()
+	tr := NewTransport(5 * time.Second)
+	t.Cleanup(tr.CloseIdleConnections)
+	return scrapeFleetOver(t, url, tr)
+}
+
+// scrapeFleetOver is scrapeFleet through rt.
+func scrapeFleetOver(t *testing.T, url string, rt http.RoundTripper) (*Fleet, *Backend) {
+	t.Helper()
 	cfg := config.Default()
 	cfg.Models = []config.ModelConfig{{Name: "m", Backends: []config.BackendConfig{{URL: url}}}}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	tr := NewTransport(5 * time.Second)
-	t.Cleanup(tr.CloseIdleConnections)
-	f, err := New(cfg.Fleet(), &http.Client{Transport: tr}, zap.NewNop(), nil)
+	f, err := New(cfg.Fleet(), &http.Client{Transport: rt}, zap.NewNop(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
