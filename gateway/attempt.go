@@ -176,14 +176,7 @@ func (g *Gateway) queueAndForward(w http.ResponseWriter, r *http.Request, x *exc
 func (g *Gateway) granted(r *http.Request, x *exchange, lastErr error) (*attempt, error) {
 	rt, t := x.rt, &x.q.t
 	for {
-		var queuedAt time.Time
-		if x.tr.on() {
-			queuedAt = time.Now()
-		}
-		lease, o := rt.pool.Acquire(r.Context(), *t)
-		if x.tr.on() {
-			g.tr.queued(x, queuedAt, o, lease)
-		}
+		lease, o := g.acquire(r, x) // the pipeline's first wait (waitTurn), or another
 		if o != admission.Admitted {
 			if lastErr != nil && o == admission.NoBackend {
 				rt.metrics.admissions.WithLabelValues(queueLabel(o)).Inc()

@@ -36,12 +36,15 @@
 //
 // # One request's chain
 //
-// serveIn (serve.go: the edge; begin, and wrapUp or recovered at the
-// end) -> keyed (keys.go: the API key, keyIn/keyOut) -> pipeline
-// (pipeline.go: admit reads the body, runs the door and takes the key's
-// limits, leaving the ticket and its holds in x.q; unqueue gives them
-// back) -> queueAndForward (attempt.go: granted waits in the model's queue
-// for a lease, tried applies the retry rule, retry.go) -> try (one
+// listenerHandler (routes.go: the framing check; a route without a
+// parameter, every model API's, from a table of its own, the others
+// from chi) -> serveIn (serve.go: the edge; begin, and wrapUp or
+// recovered at the end) -> pipeline (pipeline.go: the API key, keyIn;
+// admit reads the body, runs the door and takes the key's limits,
+// leaving the ticket and its holds in x.q; waitTurn, queue.go, waits in
+// the model's queue for the first lease; unqueue gives them back, and
+// keyOut) -> queueAndForward (attempt.go: granted takes that lease, or
+// waits again for a retry, tried applies the retry rule, retry.go) -> try (one
 // attempt at one backend, holding the lease and the backend's in-flight
 // count: its timers, startAttempt/endAttempt) -> the relay
 // (proxy_relay.go: sendHead, copyAnswer, bodyRelayed; how it ended is the
@@ -117,9 +120,10 @@
 // index does, a later turn keying only its new tail, and those keys, in
 // pooled buffers, are the ticket's prefix matcher, prefix.go; other
 // requests' renders are tokenized and keyed there; while requests are
-// queued the door runs on a goroutine of its own, checkAside in door.go,
-// so that a handler that then parks does not keep the stack the render
-// and count grew), then waits in
+// queued the steps before the queue, the body's reading and the door
+// with them, run on a goroutine of their own, admitAside in pipeline.go,
+// so that a handler that then parks does not keep the stack they grew:
+// it parks on the 4 KiB it started with), then waits in
 // its model's admission.Pool for a backend with room, and its original bytes are forwarded unchanged by
 // the gateway's own reverse proxy (the relay, proxy_relay.go: sendHead, copyAnswer, bodyRelayed; one request value
 // built per attempt, the body the door read sent with its headers in one
@@ -190,7 +194,9 @@
 // With an auth section, every model API route (the families and the
 // local handlers that read a model: tokenizer endpoints, render,
 // /v1/models, /version, Responses by id, owned by the key that created
-// the response) runs behind keyed (keys.go): the
+// the response) runs behind keyed (keys.go; the model pipeline checks
+// its key itself, with the same keyIn and keyOut, one frame fewer under
+// a request that waits): the
 // key is found by the SHA-256 digest of what the client presents, in a
 // table swapped atomically when the keys_file changes (WatchKeys,
 // keys_watch.go; the table is built off the request path from the

@@ -189,7 +189,7 @@ func (g *Gateway) endpointHandler(e *endpoint, path string, pages bool) http.Han
 	case e.raw != nil:
 		return e.raw(g)
 	case e.door != nil:
-		return g.serveIn(e.errors, path, g.keyed(g.pipeline(&e.api), e.xAPIKey, true))
+		return g.serveIn(e.errors, path, g.pipeline(&e.api, e.xAPIKey))
 	case e.keyed:
 		return g.serveIn(e.errors, path, g.keyed(e.local(g, pages), e.xAPIKey, false))
 	}

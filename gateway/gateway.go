@@ -132,8 +132,8 @@ type Gateway struct {
 	// queueClock is the admission pools' clock (Options.QueueClock).
 	queueClock func() time.Time
 	// queued is the requests parked in a pool waiting for a grant (every
-	// pool's PoolConfig.Parked): while any are, doors run off their
-	// handlers' stacks (checkAside).
+	// pool's PoolConfig.Parked): while any are, the steps before the
+	// queue run off their handlers' stacks (admitAside).
 	queued atomic.Int64
 	// tr traces requests; nil when tracing is off.
 	tr *tracer
@@ -294,21 +294,14 @@ const (
 func (g *Gateway) adminOnAPI() bool { return g.cfg.AdminListen == "" && g.cfg.Auth == nil }
 
 // routes builds the handler of one listener: its router, behind the
-// check of each request's framing.
+// check of each request's framing (listenerHandler, routes.go).
 func (g *Gateway) routes(l listenerKind) http.Handler {
-	r := g.router(l)
 	// A request framed two ways is refused before any route sees it.
 	ambiguous := g.serve("unmatched", func(w http.ResponseWriter, r *http.Request, _ *exchange) error {
 		return &Error{Status: http.StatusBadRequest, Type: typeInvalidRequest, Code: codeAmbiguousFraming, CloseConn: true, Layer: triage.LayerDoor,
 			Message: "The request carries both Transfer-Encoding and Content-Length; send one framing."}
 	})
-	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if fc, ok := req.Context().Value(connKey{}).(*framedConn); ok && fc.nextRequest() {
-			ambiguous(w, req)
-			return
-		}
-		r.ServeHTTP(w, req)
-	})
+	return newListenerHandler(g.router(l), ambiguous)
 }
 
 // router routes one listener's endpoints, every one from its spec

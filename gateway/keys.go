@@ -252,9 +252,12 @@ func (g *Gateway) authKeys(a *config.AuthConfig) (*config.KeySet, error) {
 // Messages and count_tokens) x-api-key: KEY. A missing or unknown key is
 // answered 401 invalid_api_key before anything else is read. Every answer
 // to a keyed request carries the key's x-ratelimit-* headers. Unless h
-// reserves itself (reserves: the model pipeline, after the door's count,
-// limits.go), the request takes its hold here (reserveLocal: the key's
-// request limits, no tokens) and the headers follow from it.
+// reserves itself (reserves: it takes the key's limits after the door's
+// count, limits.go, as the model pipeline does), the request takes its
+// hold here (reserveLocal: the key's request limits, no tokens) and the
+// headers follow from it. The model pipeline runs the same check itself
+// (keyIn, and keyOut in unqueue), without this closure's frame under a
+// request that waits in the queue (pipeline.go).
 //
 // The key's check and hold run in calls of their own (keyIn, keyOut), so
 // that its frame, live while an answer streams, stays small.

@@ -70,7 +70,9 @@ func readJSON(g *Gateway, w http.ResponseWriter, r *http.Request, x *exchange) (
 	return body, nil
 }
 
-// pipeline runs a request of every model API: read the body once, put it
+// pipeline runs a request of every model API: check its API key (when
+// the gateway has keys; xAPIKey: Anthropic's x-api-key too, as keyed
+// does), read the body once, put it
 // through the door (admission.Door: shape, model, input, count, context),
 // wait in the model's queue for a ready backend with room, and forward the
 // bytes the door approved, which are the client's own unless max_tokens
@@ -81,11 +83,19 @@ func readJSON(g *Gateway, w http.ResponseWriter, r *http.Request, x *exchange) (
 // stack while the answer streams: what the queue and the attempts need
 // afterwards is in the exchange (x.q), and the handler's frames stay
 // shallow enough for the runtime to halve an open stream's stack.
-func (g *Gateway) pipeline(a *api) handlerFunc {
+func (g *Gateway) pipeline(a *api, xAPIKey bool) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request, x *exchange) error {
+		defer g.unqueue(x) // what admit and the key took, given back in reverse
+		if t := g.keys.Load(); t != nil {
+			if err := g.keyIn(w, r, x, t, xAPIKey, true); err != nil {
+				return err
+			}
+		}
 		x.sse = a.stream
-		defer g.unqueue(x) // what admit took, given back in reverse
-		if err := g.admit(a, w, r, x); err != nil {
+		if err := g.admitAside(a, w, r, x); err != nil {
+			return err
+		}
+		if err := g.waitTurn(r, x); err != nil {
 			return err
 		}
 		return g.queueAndForward(w, r, x)
@@ -98,9 +108,12 @@ func (g *Gateway) pipeline(a *api) handlerFunc {
 type queued struct {
 	t     admission.Ticket
 	class string
-	ep    admission.Endpoint // the API the body was checked as
+	// lease is the first wait's grant (waitTurn, queue.go) until its
+	// attempt takes it (acquire).
+	lease *admission.Lease
 	// checked is the door's decision of a request sampled for the
-	// tokenizer check, kept for after its answer; nil for the others.
+	// tokenizer check (with the API its body was checked as), kept for
+	// after its answer; nil for the others.
 	checked *admission.Decision
 	// query is the precise-routing query to release; settle, inFlight:
 	// the key's hold and the model's in-flight gauge were taken.
@@ -108,17 +121,23 @@ type queued struct {
 	settle, inFlight bool
 }
 
-// unqueue ends what admit began: a request sampled for the tokenizer
+// unqueue ends what admit began: a first wait's lease no attempt took
+// goes back; a request sampled for the tokenizer
 // check whose answer came (its last attempt answered) starts it; then
 // what admit took is given back, in reverse: the precise-routing query,
 // the model's in-flight gauge, the key's hold. An answer given before the
 // request reserved (a door rejection, a body refused) carries the key's
 // x-ratelimit-* headers too (on x.rec, the answer's writer); serve renders
-// it after this.
+// it after this. Last, the key's request is counted out of flight
+// (keyOut), as keyed does after its handler.
 func (g *Gateway) unqueue(x *exchange) {
 	q := &x.q
+	if q.lease != nil { // granted to waitTurn, never taken by an attempt
+		q.lease.Release(admission.Abandoned)
+		q.lease = nil
+	}
 	if q.checked != nil && x.att != nil && x.att.res.err == nil {
-		g.checker.maybeStart(x.rt, x.att.backend, q.ep, *q.checked)
+		g.checker.maybeStart(x.rt, x.att.backend, q.checked.Endpoint, *q.checked)
 	}
 	if q.query != nil {
 		releaseQuery(q.query)
@@ -130,9 +149,61 @@ func (g *Gateway) unqueue(x *exchange) {
 	if q.settle {
 		g.settle(x)
 	}
-	if k := x.key; k != nil && k.perMinute && !x.rateSet {
-		rateHeaders(x.rec.Header(), g.quota.Status(k.name, k.limits))
+	if k := x.key; k != nil {
+		if k.perMinute && !x.rateSet {
+			rateHeaders(x.rec.Header(), g.quota.Status(k.name, k.limits))
+		}
+		keyOut(x, true)
 	}
+}
+
+// A request that will wait in a queue parks its handler goroutine there
+// with whatever stack that goroutine has grown to, and the runtime halves
+// a parked goroutine's stack only at a collection, and only while under a
+// quarter of it is in use. The steps before the queue (admit) are the
+// deepest a request takes: admit's own frame (1.2 KiB), the body's
+// reading, and the door's render and count (the template evaluator, the
+// tokenizer: 16-32 KiB of stack). On the handler's own goroutine they
+// grow its stack from 4 KiB (what net/http's conn.serve and the frames
+// down to the queue need) to 8 or more, kept while it waits. So while
+// requests are waiting for a backend (queued), a request's admit runs on
+// a goroutine of its own (admitAside), whose stack goes when it returns,
+// and a handler that then parks never grew past 4 KiB
+// (TestWaitingHandlerParksOnSmallStack). With nobody waiting it runs
+// inline: a request that will not wait pays nothing (a handoff costs a
+// goroutine and a channel, ~1-2 µs).
+
+// admitAside is admit, run on a goroutine of its own while requests are
+// queued (see above). A panic in it is raised again on the handler's
+// goroutine, where serveIn recovers it (recovered) as from an inline one.
+func (g *Gateway) admitAside(a *api, w http.ResponseWriter, r *http.Request, x *exchange) error {
+	if g.queued.Load() <= 0 {
+		return g.admit(a, w, r, x)
+	}
+	return g.admitOnGoroutine(a, w, r, x)
+}
+
+// admitOnGoroutine is admitAside's handoff, a function of its own: the
+// result the goroutine writes lives on the heap, and an inline admit
+// must not pay for that. The handler's goroutine waits for it and
+// touches nothing meanwhile: the goroutine has the request, its writer
+// and its exchange to itself until it returns.
+func (g *Gateway) admitOnGoroutine(a *api, w http.ResponseWriter, r *http.Request, x *exchange) (err error) {
+	var panicked any
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer func() { panicked = recover() }()
+		err = g.admit(a, w, r, x)
+		// The context's done channel, made at its first Done, is made
+		// here, not in the select the handler then parks in.
+		r.Context().Done()
+	}()
+	<-done
+	if panicked != nil {
+		panic(panicked)
+	}
+	return err
 }
 
 // admit runs a request up to the queue: its body read, the door's check,
@@ -146,7 +217,7 @@ func (g *Gateway) admit(a *api, w http.ResponseWriter, r *http.Request, x *excha
 		return err
 	}
 	x.readDone = time.Now()
-	dec, rej, kc := g.checkAside(a.door, body, x)
+	dec, rej, kc := g.check(a.door, body, x)
 	x.doorDone = time.Now()
 	if rej != nil {
 		if ci := rej.Context; ci != nil {
@@ -199,7 +270,7 @@ func (g *Gateway) admit(a *api, w http.ResponseWriter, r *http.Request, x *excha
 	rt.metrics.inFlight.Inc()
 	q.inFlight = true
 	class, className := g.class(r, x.key)
-	q.t, q.class, q.ep = ticket(rt, ep, dec, len(body), class), className, ep
+	q.t, q.class = ticket(rt, ep, dec, len(body), class), className
 	t := &q.t
 	if rt.fair {
 		x.flowed = true // the access line names its flow

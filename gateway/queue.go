@@ -142,6 +142,63 @@ func satMul(a, b int) int {
 	return a * b
 }
 
+// A request that waits for a backend parks its handler goroutine in the
+// pool's Acquire, with every frame above it on the goroutine's stack:
+// net/http's (1.2 KiB), the edge's and the pipeline's. The first wait is
+// the pipeline's own (waitTurn), just under the handler's frames, rather
+// than under queueAndForward and granted (0.6 KiB more), so that with
+// the runtime's own calls under it (the queue's timer, an allocation's
+// slow path, the select it parks in) the stack of a waiting request stays
+// within the 4 KiB a goroutine starts with (TestWaitingHandlerParksOnSmallStack).
+// A try after a failed attempt waits again under granted (acquire).
+
+// waitTurn waits in the model's queue for the request's first grant
+// (x.q.lease, taken by the first attempt) or returns the request's answer
+// when it is refused.
+//
+//go:noinline
+func (g *Gateway) waitTurn(r *http.Request, x *exchange) error {
+	lease, o := g.acquire(r, x)
+	if o != admission.Admitted {
+		return g.turnRefused(x, o)
+	}
+	x.q.lease = lease
+	return nil
+}
+
+// turnRefused is queueRefused for waitTurn, a call of its own: the
+// ticket it copies is not on the stack the request waits on.
+//
+//go:noinline
+func (g *Gateway) turnRefused(x *exchange, o admission.Outcome) error {
+	return g.queueRefused(x.rt, o, x.q.t)
+}
+
+// acquire is a wait in the model's queue for a backend with room for x's
+// ticket, or the first wait's grant when waitTurn has one that no
+// attempt took yet.
+func (g *Gateway) acquire(r *http.Request, x *exchange) (*admission.Lease, admission.Outcome) {
+	if l := x.q.lease; l != nil {
+		x.q.lease = nil
+		return l, admission.Admitted
+	}
+	if x.tr.on() {
+		return g.acquireTraced(r, x)
+	}
+	return x.rt.pool.AcquireTicket(r.Context(), &x.q.t)
+}
+
+// acquireTraced is acquire's wait, traced as the queue's span: a call of
+// its own, whose frame an untraced wait does not carry.
+//
+//go:noinline
+func (g *Gateway) acquireTraced(r *http.Request, x *exchange) (*admission.Lease, admission.Outcome) {
+	queuedAt := time.Now()
+	lease, o := x.rt.pool.AcquireTicket(r.Context(), &x.q.t)
+	g.tr.queued(x, queuedAt, o, lease)
+	return lease, o
+}
+
 // queueRefused counts a pool outcome that is not Admitted in
 // maitred_admission_total, under its failure's code, and returns the
 // request's answer (queueError).
