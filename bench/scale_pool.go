@@ -69,9 +69,13 @@ func waitingFigures(n int) (heapPerWaiter, stackPerWaiter float64, drain time.Du
 	}
 	heap0, stack0 := heapStack()
 	done := make(chan struct{}, n)
-	for range n {
+	// As the gateway waits: each ticket in a record on the heap (the
+	// exchange's), passed by reference.
+	tickets := make([]admission.Ticket, n)
+	for i := range n {
+		tickets[i].Tokens = 1
 		go func() {
-			l, o := p.Acquire(ctx, admission.Ticket{Tokens: 1})
+			l, o := p.AcquireTicket(ctx, &tickets[i])
 			if o == admission.Admitted {
 				l.Release(admission.Succeeded)
 			}
