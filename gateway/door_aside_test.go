@@ -37,33 +37,8 @@ func TestWaitingRequestHoldsNoDoorStack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gate := make(chan struct{})
-	s := sim.New(sim.Config{Model: "m", OutputTokens: 3}, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
-	hs := httptest.NewServer(s.Handler())
-	t.Cleanup(func() { s.Close(); hs.Close() })
-	tg := startGatewayToks(t, tok, func(c *config.Config) {
-		c.Models[0].Backends[0].MaxInFlight = 1
-		c.Models[0].QueueSize = 100
-		c.Models[0].QueueTimeout = config.Duration(10 * time.Minute)
-		c.Models[0].TokenizerCheck = "off" // the simulator counts with its own template
-	}, hs.URL)
-	warmupDone(t, s)
-	s.Update(func(c *sim.Config) { c.TokenGate = gate })
-	t.Cleanup(func() { close(gate) })
-	body := `{"model":"m","max_tokens":3,"messages":[{"role":"user","content":"Say hello."}]}`
-	send := func() {
-		c, err := net.Dial("tcp", strings.TrimPrefix(tg.URL, "http://"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: maitred\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-	}
-	pool := tg.live().byName["m"].pool
-	send() // holds the backend's one slot
-	eventually(t, "the first request at the backend", func() bool { return s.Stats().Running == 1 })
-	send() // the first to wait (its door ran inline: nobody was queued)
-	eventually(t, "one request waiting", func() bool { return pool.Advice().Depth == 1 })
+	q := queueBehindOne(t, tok, 100, `{"model":"m","max_tokens":3,"messages":[{"role":"user","content":"Say hello."}]}`)
+	send := q.send
 	const n = 20
 	runtime.GC()
 	runtime.GC()
@@ -72,7 +47,7 @@ func TestWaitingRequestHoldsNoDoorStack(t *testing.T) {
 	for range n {
 		send()
 	}
-	eventually(t, "all waiting", func() bool { return pool.Advice().Depth == n+1 })
+	eventually(t, "all waiting", func() bool { return q.depth() == n+1 })
 	runtime.ReadMemStats(&after)
 	per := (int64(after.StackInuse) - int64(before.StackInuse)) / n
 	t.Logf("stack in use per waiting request: %d B", per)
@@ -103,33 +78,8 @@ func TestWaitingHandlerParksOnSmallStack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gate := make(chan struct{})
-	s := sim.New(sim.Config{Model: "m", OutputTokens: 3}, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
-	hs := httptest.NewServer(s.Handler())
-	t.Cleanup(func() { s.Close(); hs.Close() })
-	tg := startGatewayToks(t, tok, func(c *config.Config) {
-		c.Models[0].Backends[0].MaxInFlight = 1
-		c.Models[0].QueueSize = 1000
-		c.Models[0].QueueTimeout = config.Duration(10 * time.Minute)
-		c.Models[0].TokenizerCheck = "off" // the simulator counts with its own template
-	}, hs.URL)
-	warmupDone(t, s)
-	s.Update(func(c *sim.Config) { c.TokenGate = gate })
-	t.Cleanup(func() { close(gate) })
-	body := `{"model":"m","max_tokens":3,"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Say hello."}]}`
-	send := func() {
-		c, err := net.Dial("tcp", strings.TrimPrefix(tg.URL, "http://"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: maitred\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-	}
-	pool := tg.live().byName["m"].pool
-	send() // holds the backend's one slot
-	eventually(t, "the first request at the backend", func() bool { return s.Stats().Running == 1 })
-	send() // the first to wait
-	eventually(t, "one request waiting", func() bool { return pool.Advice().Depth == 1 })
+	q := queueBehindOne(t, tok, 1000, `{"model":"m","max_tokens":3,"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Say hello."}]}`)
+	send := q.send
 	const n = 100
 	memory := func() (stack int64, goroutines int) {
 		runtime.GC()
@@ -145,7 +95,7 @@ func TestWaitingHandlerParksOnSmallStack(t *testing.T) {
 	for range n {
 		send()
 	}
-	eventually(t, "all waiting", func() bool { return pool.Advice().Depth == n+1 })
+	eventually(t, "all waiting", func() bool { return q.depth() == n+1 })
 	debug.SetGCPercent(100)
 	stack1, gs1 := memory()
 	starting := int64(start[0].Value.Uint64())
@@ -159,4 +109,46 @@ func TestWaitingHandlerParksOnSmallStack(t *testing.T) {
 	if per > 4<<10 {
 		t.Errorf("%d B of stack per waiting request's handler: it grew past the 4 KiB it starts with before it parked (want at most 4 KiB)", per)
 	}
+}
+
+// behindOne is a model whose one backend slot a request holds, with a
+// second request waiting for it (its door ran inline: nobody was queued
+// before it); send sends another chat that will wait.
+type behindOne struct {
+	send  func()
+	depth func() int
+}
+
+// queueBehindOne starts a gateway with tok for model m, its one backend
+// (the simulator, its tokens held back) taking one request at a time and
+// queue requests waiting, and sends the two requests of behindOne.
+func queueBehindOne(t *testing.T, tok *tokenize.Model, queue int, body string) behindOne {
+	t.Helper()
+	gate := make(chan struct{})
+	s := sim.New(sim.Config{Model: "m", OutputTokens: 3}, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(func() { s.Close(); hs.Close() })
+	tg := startGatewayToks(t, tok, func(c *config.Config) {
+		c.Models[0].Backends[0].MaxInFlight = 1
+		c.Models[0].QueueSize = queue
+		c.Models[0].QueueTimeout = config.Duration(10 * time.Minute)
+		c.Models[0].TokenizerCheck = "off" // the simulator counts with its own template
+	}, hs.URL)
+	warmupDone(t, s)
+	s.Update(func(c *sim.Config) { c.TokenGate = gate })
+	t.Cleanup(func() { close(gate) })
+	send := func() {
+		c, err := net.Dial("tcp", strings.TrimPrefix(tg.URL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: maitred\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	}
+	pool := tg.live().byName["m"].pool
+	send() // holds the backend's one slot
+	eventually(t, "the first request at the backend", func() bool { return s.Stats().Running == 1 })
+	send() // the first to wait
+	eventually(t, "one request waiting", func() bool { return pool.Advice().Depth == 1 })
+	return behindOne{send: send, depth: func() int { return pool.Advice().Depth }}
 }
