@@ -17,6 +17,8 @@ type conn struct {
 	addr   string
 	nc     net.Conn
 	br     *bufio.Reader // reads through the conn itself (Read)
+	peek   *peeker
+	w      reqWriter // the request's writer, kept: no allocation a request
 	idleAt time.Time
 	reused bool // taken from the pool by this request
 	// nread counts the bytes this request read, written those it wrote;
@@ -25,7 +27,7 @@ type conn struct {
 }
 
 func newConn(t *Transport, addr string, nc net.Conn) *conn {
-	c := &conn{t: t, addr: addr, nc: nc}
+	c := &conn{t: t, addr: addr, nc: nc, peek: newPeeker(nc)}
 	c.br = bufio.NewReaderSize(c, orDefault(t.ReadBufferSize, defaultReadBuffer))
 	return c
 }
@@ -44,9 +46,9 @@ func (c *conn) Read(p []byte) (int, error) {
 }
 
 // alive reports whether an idle connection may carry a request: the
-// backend has not closed it nor sent anything unasked (peekClosed).
+// backend has not closed it nor sent anything unasked (peeker).
 func (c *conn) alive() bool {
-	return c.br.Buffered() == 0 && !peekClosed(c.nc)
+	return c.br.Buffered() == 0 && !c.peek.closed()
 }
 
 // roundTrip writes req on c and reads its answer's head. Until the body
@@ -117,9 +119,13 @@ func (e *NoAnswerError) Unwrap() error { return e.Err }
 // and body fit. c.written counts what the connection took.
 func (c *conn) write(req *http.Request) error {
 	bp := c.t.writeBuffer()
-	defer c.t.putWriteBuffer(bp)
-	w := reqWriter{c: c, buf: (*bp)[:0]}
-	if err := req.Write(&w); err != nil {
+	w := &c.w
+	*w = reqWriter{c: c, buf: (*bp)[:0]}
+	defer func() {
+		w.buf = nil
+		c.t.putWriteBuffer(bp)
+	}()
+	if err := req.Write(w); err != nil {
 		if w.err != nil {
 			return w.err
 		}
@@ -239,7 +245,6 @@ func (b *body) release(keep bool) {
 	c := b.c
 	b.c = nil
 	if b.stop() && keep && c.br.Buffered() == 0 {
-		c.reused = false
 		c.t.put(c)
 		return
 	}

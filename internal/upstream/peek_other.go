@@ -4,7 +4,11 @@ package upstream
 
 import "net"
 
-// peekClosed takes an idle connection as open where a socket cannot be
+// peeker takes an idle connection as open where a socket cannot be
 // peeked without blocking: a request on one the backend closed fails
 // before any answer byte and is sent once more (see RoundTrip).
-func peekClosed(net.Conn) bool { return false }
+type peeker struct{}
+
+func newPeeker(net.Conn) *peeker { return &peeker{} }
+
+func (*peeker) closed() bool { return false }
