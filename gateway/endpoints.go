@@ -191,7 +191,7 @@ func (g *Gateway) endpointHandler(e *endpoint, path string, pages bool) http.Han
 	case e.door != nil:
 		return g.serveIn(e.errors, path, g.pipeline(&e.api, e.xAPIKey))
 	case e.keyed:
-		return g.serveIn(e.errors, path, g.keyed(e.local(g, pages), e.xAPIKey, false))
+		return g.serveIn(e.errors, path, g.keyed(e.local(g, pages), e.xAPIKey))
 	}
 	return g.serveIn(e.errors, path, e.local(g, pages))
 }

@@ -251,26 +251,25 @@ func (g *Gateway) authKeys(a *config.AuthConfig) (*config.KeySet, error) {
 // configured: Authorization: Bearer KEY, or (xAPIKey: Anthropic's
 // Messages and count_tokens) x-api-key: KEY. A missing or unknown key is
 // answered 401 invalid_api_key before anything else is read. Every answer
-// to a keyed request carries the key's x-ratelimit-* headers. Unless h
-// reserves itself (reserves: it takes the key's limits after the door's
-// count, limits.go, as the model pipeline does), the request takes its
-// hold here (reserveLocal: the key's request limits, no tokens) and the
-// headers follow from it. The model pipeline runs the same check itself
-// (keyIn, and keyOut in unqueue), without this closure's frame under a
-// request that waits in the queue (pipeline.go).
+// to a keyed request carries the key's x-ratelimit-* headers. keyed is
+// for a local handler: the request takes its hold here (reserveLocal: the
+// key's request limits, no tokens) and the headers follow from it. The
+// model pipeline runs the same check itself and reserves after the door's
+// count (keyIn and keyOut with reserves, limits.go), without this
+// closure's frame under a request that waits in the queue (pipeline.go).
 //
 // The key's check and hold run in calls of their own (keyIn, keyOut), so
 // that its frame, live while an answer streams, stays small.
-func (g *Gateway) keyed(h handlerFunc, xAPIKey, reserves bool) handlerFunc {
+func (g *Gateway) keyed(h handlerFunc, xAPIKey bool) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request, x *exchange) error {
 		t := g.keys.Load()
 		if t == nil {
 			return h(w, r, x) // open: no auth section
 		}
-		if err := g.keyIn(w, r, x, t, xAPIKey, reserves); err != nil {
+		if err := g.keyIn(w, r, x, t, xAPIKey, false); err != nil {
 			return err
 		}
-		defer keyOut(x, reserves)
+		defer keyOut(x, false)
 		return h(w, r, x)
 	}
 }

@@ -33,8 +33,13 @@ func BenchmarkKeyCheckAndLimits(b *testing.B) {
 	if err := g.initKeys(); err != nil {
 		b.Fatal(err)
 	}
-	// The handler a keyed model request runs: reserve, then settle.
-	h := g.keyed(func(w http.ResponseWriter, r *http.Request, x *exchange) error {
+	// What a keyed model request runs, as the pipeline does: the key's
+	// check (keyIn), its reservation and settlement, and keyOut.
+	h := func(w http.ResponseWriter, r *http.Request, x *exchange) error {
+		if err := g.keyIn(w, r, x, g.keys.Load(), false, true); err != nil {
+			return err
+		}
+		defer keyOut(x, true)
 		res, err := g.quota.Reserve(r.Context(), x.key.name, x.key.limits, 120)
 		if err != nil {
 			return err
@@ -42,7 +47,7 @@ func BenchmarkKeyCheckAndLimits(b *testing.B) {
 		rateHeaders(w.Header(), res.Status())
 		res.Settle(100)
 		return nil
-	}, false, true)
+	}
 	request := func(i int) (*http.Request, *httptest.ResponseRecorder) {
 		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
 		r.Header.Set("Authorization", fmt.Sprintf("Bearer sk-%d", i))
