@@ -248,8 +248,9 @@ func holdSlowStreams(base, simURL string, n int, h2c bool, gw *streamsProbe, cpu
 		// One stream first, read to its end: what the first request
 		// builds once (the tokenizer's lookup tables, pools) is the
 		// replica's, not any stream's.
-		if err := warmStream(client, base); err != nil {
-			return f, err
+		warm := `{"model":"demo","messages":[{"role":"user","content":"Count."}],"max_tokens":2,"stream":true}`
+		if _, err := doPost(client, base, []byte(warm)); err != nil {
+			return f, fmt.Errorf("warm-up stream: %w", err)
 		}
 		f.rssIdle, f.heapIdle, f.stackIdle, f.gorIdle = gw.read()
 	}
@@ -468,18 +469,4 @@ func readEventsNotify(r io.Reader, bufSize int, first func()) []time.Time {
 			return times
 		}
 	}
-}
-
-// warmStream sends one short stream to base and reads it to its end.
-func warmStream(client *http.Client, base string) error {
-	body := `{"model":"demo","messages":[{"role":"user","content":"Count."}],"max_tokens":2,"stream":true}`
-	res, err := client.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(body))
-	if err != nil {
-		return fmt.Errorf("warm-up stream: %w", err)
-	}
-	defer res.Body.Close()
-	if _, err := io.Copy(io.Discard, res.Body); err != nil || res.StatusCode != http.StatusOK {
-		return fmt.Errorf("warm-up stream: status %d, %v", res.StatusCode, err)
-	}
-	return nil
 }
