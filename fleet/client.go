@@ -19,10 +19,11 @@ import (
 // backends (probes, scrapes, warm-ups, model lists): maitred's own
 // HTTP/1.1 client (internal/upstream) for http:// backends, each request
 // written and its answer read on its caller's goroutine, with net/http's
-// Transport for https ones (Other). net/http's client hands every request
-// to a write loop and its answer from a read loop: at hundreds of backends
-// probed every second and scraped four times a second, those hand-offs
-// were most of the fleet's CPU beside the syscalls.
+// Transport for https ones (NetHTTP, made from the same settings).
+// net/http's client hands every request to a write loop and its answer
+// from a read loop: at hundreds of backends probed every second and
+// scraped four times a second, those hand-offs were most of the fleet's
+// CPU beside the syscalls.
 //
 // Keep-alive connections are kept idle between rounds, two a backend (its
 // prober's and its scraper's, which may be in flight at once), with no cap
@@ -33,23 +34,13 @@ import (
 // round is never closed as idle. Connections read through 16 KiB. No
 // transparent compression: the pages are read as they come.
 func NewTransport(dialTimeout time.Duration) *upstream.Transport {
-	dial := (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext
 	return &upstream.Transport{
-		DialContext:         dial,
+		DialContext:         (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConns:        -1, // no cap: two a backend
 		MaxIdleConnsPerHost: 2,
 		IdleConnTimeout:     90 * time.Second,
 		// A /metrics page (tens of KB, in 2 KiB chunks) in a few reads.
 		ReadBufferSize: 16 << 10,
-		Other: &http.Transport{
-			Proxy:               nil, // backends are addressed directly
-			DialContext:         dial,
-			MaxIdleConns:        0, // no cap: two a backend
-			MaxIdleConnsPerHost: 2,
-			IdleConnTimeout:     90 * time.Second,
-			DisableCompression:  true,
-			ReadBufferSize:      16 << 10,
-		},
 	}
 }
 

@@ -69,7 +69,7 @@ func TestScrapeMatchesNetHTTP(t *testing.T) {
 			srv := httptest.NewServer(tc.handler)
 			t.Cleanup(srv.Close)
 			f, b := scrapeFleet(t, srv.URL)
-			ref := NewTransport(5 * time.Second).Other.(*http.Transport)
+			ref := NewTransport(5 * time.Second).NetHTTP()
 			t.Cleanup(ref.CloseIdleConnections)
 			fr, br := scrapeFleetOver(t, srv.URL, ref)
 			for round := range 2 {

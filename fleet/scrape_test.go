@@ -324,7 +324,7 @@ func BenchmarkScrapeClient(b *testing.B) {
 	for _, c := range []struct {
 		name string
 		rt   http.RoundTripper
-	}{{"upstream", tr}, {"net-http", tr.Other}} {
+	}{{"upstream", tr}, {"net-http", tr.NetHTTP()}} {
 		b.Run(c.name, func(b *testing.B) {
 			f, err := New(cfg.Fleet(), &http.Client{Transport: c.rt}, zap.NewNop(), nil)
 			if err != nil {
@@ -360,7 +360,7 @@ func reportCPU(b *testing.B) func() {
 // names none) and sends GET /metrics, the Host, the probe's User-Agent and
 // X-Maitred-Probe, and the backend's key, and nothing else (no
 // Accept-Encoding: pages are read as they come). An https backend is
-// scraped through net/http's Transport (Other).
+// scraped through net/http's Transport (NetHTTP).
 func TestScrapeRequest(t *testing.T) {
 	t.Setenv("SCRAPE_KEY", "sk-backend")
 	page := "vllm:num_requests_running{model_name=\"m\"} 1\nvllm:num_requests_waiting{model_name=\"m\"} 2\n"
@@ -401,12 +401,14 @@ func TestScrapeRequest(t *testing.T) {
 	}
 	tr := NewTransport(time.Second)
 	defer tr.CloseIdleConnections()
+	// The https transport is made (with the real dialer) before the
+	// plain one's dialer is pointed at the test's listener.
+	tr.NetHTTP().TLSClientConfig = tls.Client().Transport.(*http.Transport).TLSClientConfig
 	var dialed []string
 	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		dialed = append(dialed, addr)
 		return (&net.Dialer{}).DialContext(ctx, network, ln.Addr().String())
 	}
-	tr.Other.(*http.Transport).TLSClientConfig = tls.Client().Transport.(*http.Transport).TLSClientConfig
 	f, err := New(cfg.Fleet(), &http.Client{Transport: tr}, zap.NewNop(), nil)
 	if err != nil {
 		t.Fatal(err)

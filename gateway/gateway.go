@@ -229,18 +229,18 @@ func New(o Options) (*Gateway, error) {
 
 // NewTransport returns the backend transport: maitred's own HTTP/1.1
 // client for http:// backends (internal/upstream: no goroutine per
-// connection, a 1 KiB reader, the write buffer pooled), net/http's for
-// https ones; keep-alive pools sized for many concurrent streams, a write
-// buffer that holds a typical request whole, and no transparent
-// compression (bodies pass through byte for byte). The first-byte
+// connection, a 1 KiB reader, the write buffer pooled), net/http's made
+// from the same settings for https ones (NetHTTP); keep-alive pools sized
+// for many concurrent streams, a write buffer that holds a typical request
+// whole, and no transparent compression (bodies pass through byte for
+// byte). The first-byte
 // timeout is per model and per request, so it is not set here.
 func NewTransport(cfg config.Config) *upstream.Transport {
-	dial := (&net.Dialer{
-		Timeout:   cfg.BackendDialTimeout.D(),
-		KeepAlive: 30 * time.Second,
-	}).DialContext
 	return &upstream.Transport{
-		DialContext: dial,
+		DialContext: (&net.Dialer{
+			Timeout:   cfg.BackendDialTimeout.D(),
+			KeepAlive: 30 * time.Second,
+		}).DialContext,
 		// A request whose headers and body fit goes out in one write (the
 		// body is in memory; 4 KiB would split a 1,000-token chat, about
 		// 5 KiB with its headers, in two). Pooled: no connection holds it
@@ -249,17 +249,6 @@ func NewTransport(cfg config.Config) *upstream.Transport {
 		MaxIdleConns:        1024,
 		MaxIdleConnsPerHost: 256,
 		IdleConnTimeout:     90 * time.Second,
-		Other: &http.Transport{
-			Proxy:                 nil, // backends are addressed directly, never via HTTP_PROXY
-			DialContext:           dial,
-			WriteBufferSize:       8 << 10,
-			MaxIdleConns:          1024,
-			MaxIdleConnsPerHost:   256,
-			IdleConnTimeout:       90 * time.Second,
-			ExpectContinueTimeout: 0,
-			DisableCompression:    true,
-			ForceAttemptHTTP2:     false,
-		},
 	}
 }
 

@@ -18,9 +18,9 @@
 // TestTransportMatchesNetHTTP compares the two transports on the same
 // exchanges, byte for byte and error for error.
 //
-// What it does not carry goes to Other (a net/http Transport): https
-// backends. A request of unknown length is written chunked, as net/http
-// would.
+// What it does not carry goes to NetHTTP (a net/http Transport made from
+// the same settings): https backends. A request of unknown length is
+// written chunked, as net/http would.
 //
 // The pool: idle connections by host, the most recently used first, at
 // most MaxIdleConnsPerHost a host and MaxIdleConns in all (no cap when

@@ -18,9 +18,6 @@ import (
 type Transport struct {
 	// DialContext dials a backend; nil: a net.Dialer's.
 	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
-	// Other carries the requests this transport does not (https); nil:
-	// http.DefaultTransport.
-	Other http.RoundTripper
 	// MaxIdleConns caps the idle connections in all, MaxIdleConnsPerHost
 	// those of one host (0: 1,024 and 256; MaxIdleConns < 0: no cap in
 	// all, as for the fleet's probes and scrapes, two a backend at any
@@ -41,6 +38,9 @@ type Transport struct {
 
 	bufsOnce sync.Once
 	bufs     sync.Pool // *[]byte of WriteBufferSize
+
+	netOnce sync.Once
+	netHTTP *http.Transport // https (NetHTTP)
 
 	mu        sync.Mutex
 	idle      map[string][]*conn // by host:port, the most recent last
@@ -66,7 +66,7 @@ const (
 // connection (http.RoundTripper).
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.URL == nil || req.URL.Scheme != "http" || req.URL.Host == "" {
-		return t.other().RoundTrip(req)
+		return t.NetHTTP().RoundTrip(req)
 	}
 	ctx := req.Context()
 	addr := hostPort(req)
@@ -133,7 +133,7 @@ func rewound(req *http.Request) (*http.Request, error) {
 	return &r2, nil
 }
 
-// CloseIdleConnections closes the pool's idle connections, and Other's.
+// CloseIdleConnections closes the pool's idle connections, and NetHTTP's.
 func (t *Transport) CloseIdleConnections() {
 	t.mu.Lock()
 	idle := t.idle
@@ -144,9 +144,7 @@ func (t *Transport) CloseIdleConnections() {
 			c.nc.Close()
 		}
 	}
-	if o, ok := t.other().(interface{ CloseIdleConnections() }); ok {
-		o.CloseIdleConnections()
-	}
+	t.NetHTTP().CloseIdleConnections()
 }
 
 // IdleConns returns how many connections the pool holds idle.
@@ -156,11 +154,29 @@ func (t *Transport) IdleConns() int {
 	return t.nIdle
 }
 
-func (t *Transport) other() http.RoundTripper {
-	if t.Other != nil {
-		return t.Other
-	}
-	return http.DefaultTransport
+// NetHTTP is the net/http transport that carries what this one does not
+// (https backends), made once from t's fields: its dialer, its idle
+// pool's sizes and timeout, its buffer sizes, no proxy (backends are
+// addressed directly) and no transparent compression (bodies pass through
+// as they come). Set its TLS settings before the first https request.
+func (t *Transport) NetHTTP() *http.Transport {
+	t.netOnce.Do(func() {
+		maxIdle := 0 // net/http's "no cap"
+		if t.MaxIdleConns >= 0 {
+			maxIdle = t.maxIdle()
+		}
+		t.netHTTP = &http.Transport{
+			Proxy:               nil,
+			DialContext:         t.DialContext,
+			MaxIdleConns:        maxIdle,
+			MaxIdleConnsPerHost: t.maxIdlePerHost(),
+			IdleConnTimeout:     t.idleTimeout(),
+			DisableCompression:  true,
+			WriteBufferSize:     t.WriteBufferSize,
+			ReadBufferSize:      t.ReadBufferSize,
+		}
+	})
+	return t.netHTTP
 }
 
 // conn returns a connection to addr: the pool's most recent live one

@@ -641,3 +641,39 @@ func TestNegativeMaxIdleConnsKeepsEveryConnection(t *testing.T) {
 		})
 	}
 }
+
+// TestNetHTTPFromSettings: the net/http transport that carries https is
+// made from the Transport's own settings (its pool with net/http's "no
+// cap" for a negative MaxIdleConns, its buffers, its dialer), never via a
+// proxy from the environment and without transparent compression.
+func TestNetHTTPFromSettings(t *testing.T) {
+	dialed := 0
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dialed++
+		return nil, errors.New("refused")
+	}
+	for _, tc := range []struct {
+		tr                  *Transport
+		maxIdle, maxPerHost int
+	}{
+		{&Transport{}, 1024, 256},
+		{&Transport{MaxIdleConns: -1, MaxIdleConnsPerHost: 2}, 0, 2},
+		{&Transport{MaxIdleConns: 10, MaxIdleConnsPerHost: 3}, 10, 3},
+	} {
+		tc.tr.DialContext, tc.tr.ReadBufferSize, tc.tr.WriteBufferSize = dial, 16<<10, 8<<10
+		nt := tc.tr.NetHTTP()
+		if nt != tc.tr.NetHTTP() {
+			t.Fatal("NetHTTP made twice")
+		}
+		if nt.Proxy != nil || !nt.DisableCompression || nt.MaxIdleConns != tc.maxIdle || nt.MaxIdleConnsPerHost != tc.maxPerHost ||
+			nt.IdleConnTimeout != 90*time.Second || nt.ReadBufferSize != 16<<10 || nt.WriteBufferSize != 8<<10 {
+			t.Errorf("%+v: net/http transport %+v", tc.tr, nt)
+		}
+		before := dialed
+		req, _ := http.NewRequest(http.MethodGet, "https://backend.example:8443/v1/models", nil)
+		if _, err := tc.tr.RoundTrip(req); err == nil || dialed != before+1 {
+			t.Errorf("https request: err %v, dialed %d times through the Transport's dialer", err, dialed-before)
+		}
+		tc.tr.CloseIdleConnections()
+	}
+}
