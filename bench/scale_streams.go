@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,6 +26,11 @@ import (
 // longer streams keep every one open through the measurement (its idle
 // growth is read over 3 s once all are open).
 var streamTokens = flag.Int("scale-streams-tokens", 12, "scale: each slow stream's tokens, one a second (raise it when opening the streams takes longer than a few seconds: they must all still be open when memory and idle growth are read)")
+
+// streamsDelaysOut, when set, keeps every event's delay once all streams
+// are open (when it was read, how late), to see whether the slow ones
+// come together (a pause) or spread.
+var streamsDelaysOut = flag.Bool("scale-streams-delays", false, "scale: write each event's delay once every stream is open (seconds since then, ms late) to streams-N-NAME-delays.csv in -scale-out")
 
 // scaleStreamsProto is how the load generator reaches maitred.
 var scaleStreamsProto = flag.String("scale-streams-proto", "http1", "scale: how the streams dimension's clients reach maitred: http1 (a connection a stream) or h2c (HTTP/2 cleartext, up to 250 streams a connection; maitred runs with h2c: true). Direct is HTTP/1.1 either way, as vLLM speaks")
@@ -102,7 +108,7 @@ func scaleStreamsRun(e *scaleEnv, ns []int) (*curve, error) {
 			cfg = "h2c: true\n" + cfg
 		}
 		fmt.Fprintf(os.Stderr, "  %d streams: load average %s\n", n, loadAverage())
-		direct, err := holdSlowStreams(simURL, simURL, n, false, nil, streamsCPU{simPID: simProc.pid})
+		direct, err := holdSlowStreams(simURL, simURL, n, false, nil, streamsCPU{simPID: simProc.pid}, delaysFile(n, "direct"))
 		if err != nil {
 			return nil, fmt.Errorf("%d streams direct: %w", n, err)
 		}
@@ -122,6 +128,16 @@ func scaleStreamsRun(e *scaleEnv, ns []int) (*curve, error) {
 		c.add(n, row...)
 	}
 	return c, nil
+}
+
+// delaysFile is where point n's event delays through name go, or ""
+// without -scale-streams-delays.
+func delaysFile(n int, name string) string {
+	if !*streamsDelaysOut {
+		return ""
+	}
+	os.MkdirAll(*scaleOut, 0o755)
+	return filepath.Join(*scaleOut, fmt.Sprintf("streams-%d-%s-delays.csv", n, name))
 }
 
 // streamsBinary is a maitred binary a streams point runs through: the
@@ -169,6 +185,11 @@ func buildRevision(dir, rev string) (string, error) {
 // evenly too, not in bursts of every stream at once.
 const streamsSpread = 1500 * time.Millisecond
 
+// streamsMemoryLimit bounds the load generator and the streams simulator,
+// which run without collections below it (holdSlowStreams, streamsSim):
+// their pauses are not maitred's delay.
+const streamsMemoryLimit = 4 << 30
+
 // streamsThrough runs one point through binary b: n slow streams held
 // open through it, its memory and goroutines read with every stream open.
 func streamsThrough(b streamsBinary, n int, cfg, simURL string, simPID int, h2c bool) (streamsResult, error) {
@@ -192,11 +213,11 @@ func streamsThrough(b streamsBinary, n int, cfg, simURL string, simPID int, h2c 
 	if pp != "" {
 		heapOut = filepath.Join(*scaleOut, fmt.Sprintf("streams-%d-%s-heap.pb.gz", n, b.name))
 	}
-	cpu := streamsCPU{simPID: simPID, maitredPID: gw.pid, pprof: pp}
+	cpu := streamsCPU{simPID: simPID, maitredPID: gw.pid, pprof: pp, metrics: gw.url + "/metrics"}
 	if pp != "" {
 		cpu.profileOut = filepath.Join(*scaleOut, fmt.Sprintf("streams-%d-%s-cpu.pb.gz", n, b.name))
 	}
-	f, err := holdSlowStreams(gw.url, simURL, n, h2c, &streamsProbe{gw: gw, pprof: pp, heapOut: heapOut}, cpu)
+	f, err := holdSlowStreams(gw.url, simURL, n, h2c, &streamsProbe{gw: gw, pprof: pp, heapOut: heapOut}, cpu, delaysFile(n, b.name))
 	gw.stop()
 	if err != nil {
 		return streamsResult{}, fmt.Errorf("%d streams through %s: %w", n, b.name, err)
@@ -234,8 +255,14 @@ type streamsFigures struct {
 // its memory (RSS, and the Go runtime's heap and stacks in use from its
 // /metrics) and goroutines are read idle, then with every stream open,
 // and the goroutines again 3 s later.
-func holdSlowStreams(base, simURL string, n int, h2c bool, gw *streamsProbe, cpu streamsCPU) (streamsFigures, error) {
+func holdSlowStreams(base, simURL string, n int, h2c bool, gw *streamsProbe, cpu streamsCPU, delaysOut string) (streamsFigures, error) {
 	var f streamsFigures
+	// The load generator's own collections (its heap holds 10,000
+	// streams' reads) would pause its reads, and count as delay, through
+	// maitred and direct alike: it runs without them while it holds the
+	// streams, within a memory limit that still collects if it must.
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(streamsMemoryLimit))
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	tr := poolTransport()
 	if h2c {
 		tr.Protocols = new(http.Protocols)
@@ -319,12 +346,27 @@ func holdSlowStreams(base, simURL string, n int, h2c bool, gw *streamsProbe, cpu
 		return f, err
 	}
 	var delays, steady []time.Duration
+	var csv []byte
 	from := time.Unix(0, steadyFrom.Load())
 	for _, r := range reads {
 		delays = append(delays, eventDelays(sent[r.id], r.recv, 100*time.Millisecond)...)
 		if late := slices.IndexFunc(r.recv, func(t time.Time) bool { return t.After(from) }); late >= 0 {
-			steady = append(steady, eventDelays(sent[r.id], r.recv[late:], 100*time.Millisecond)...)
+			d := eventDelays(sent[r.id], r.recv[late:], 100*time.Millisecond)
+			steady = append(steady, d...)
+			if delaysOut != "" {
+				// eventDelays leaves out only events before any flush,
+				// which come first: the delays are the last reads'.
+				for i, t := range r.recv[len(r.recv)-len(d):] {
+					csv = fmt.Appendf(csv, "%.3f,%.3f\n", t.Sub(from).Seconds(), float64(d[i].Microseconds())/1e3)
+				}
+			}
 		}
+	}
+	if delaysOut != "" {
+		if err := os.WriteFile(delaysOut, append([]byte("seconds,delay_ms\n"), csv...), 0o644); err != nil {
+			return f, err
+		}
+		fmt.Fprintf(os.Stderr, "  event delays: %s\n", delaysOut)
 	}
 	slices.Sort(delays)
 	f.p99ms = float64(quantile(delays, .99).Microseconds()) / 1e3

@@ -21,6 +21,7 @@ var streamsCPUWindow = flag.Duration("scale-streams-cpu-window", 10*time.Second,
 type streamsCPU struct {
 	simPID, maitredPID int
 	pprof, profileOut  string
+	metrics            string // maitred's /metrics URL ("": direct)
 }
 
 // cpuWindow is the CPU each process used over a window in which every
@@ -28,6 +29,9 @@ type streamsCPU struct {
 type cpuWindow struct {
 	from, to             time.Time
 	maitred, sim, client time.Duration
+	// maitred's Go heap allocations (bytes) and collections over the
+	// window, from its /metrics: what the events cost its collector.
+	allocBytes, gcCycles float64
 	ok                   bool
 }
 
@@ -37,6 +41,9 @@ type cpuWindow struct {
 type cpuPerEvent struct {
 	maitred, sim, client float64
 	events               int
+	// maitred's heap bytes allocated per event, and its collections
+	// over the window.
+	allocBytes, gcCycles float64
 }
 
 func (c cpuPerEvent) total() float64 { return c.maitred + c.sim + c.client }
@@ -58,11 +65,14 @@ func (s streamsCPU) measure(last time.Time) cpuWindow {
 		}()
 	}
 	w := cpuWindow{from: time.Now(), ok: true}
+	a0, g0 := s.heapStats()
 	m0, s0, c0 := s.read()
 	time.Sleep(d)
 	m1, s1, c1 := s.read()
+	a1, g1 := s.heapStats()
 	w.to = time.Now()
 	w.maitred, w.sim, w.client = m1-m0, s1-s0, c1-c0
+	w.allocBytes, w.gcCycles = a1-a0, g1-g0
 	if profile != nil {
 		<-profile
 	}
@@ -76,6 +86,17 @@ func (s streamsCPU) read() (maitred, sim, client time.Duration) {
 	}
 	sim, _ = procCPU(s.simPID)
 	return maitred, sim, processCPU()
+}
+
+// heapStats is maitred's heap bytes allocated so far and its
+// collections, from its /metrics (0 direct, or when not read).
+func (s streamsCPU) heapStats() (alloc, cycles float64) {
+	if s.metrics == "" {
+		return 0, 0
+	}
+	alloc, _ = scrapeMetric(s.metrics, "go_memstats_alloc_bytes_total")
+	cycles, _ = scrapeMetric(s.metrics, "go_gc_duration_seconds_count")
+	return alloc, cycles
 }
 
 // saveProfile writes maitred's CPU profile over d to profileOut (go
@@ -129,9 +150,14 @@ func (w cpuWindow) perEvent(reads []streamReads) cpuPerEvent {
 	}
 	us := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(c.events) }
 	c.maitred, c.sim, c.client = us(w.maitred), us(w.sim), us(w.client)
+	c.allocBytes, c.gcCycles = w.allocBytes/float64(c.events), w.gcCycles
 	return c
 }
 
 func (c cpuPerEvent) String() string {
-	return fmt.Sprintf("%.1f µs: maitred %.1f, simulator %.1f, clients %.1f (%d events)", c.total(), c.maitred, c.sim, c.client, c.events)
+	s := fmt.Sprintf("%.1f µs: maitred %.1f, simulator %.1f, clients %.1f (%d events)", c.total(), c.maitred, c.sim, c.client, c.events)
+	if c.allocBytes > 0 || c.gcCycles > 0 {
+		s += fmt.Sprintf("; maitred allocated %.0f B per event, %.0f collections in the window", c.allocBytes, c.gcCycles)
+	}
+	return s
 }

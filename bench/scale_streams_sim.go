@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"time"
 
@@ -35,6 +36,10 @@ func streamsSim(listen string) error {
 	if listen == "" {
 		return fmt.Errorf("-streams-sim-listen: want host:port")
 	}
+	// No collections below the limit: the simulator's pauses would count
+	// as delay, direct and through maitred alike.
+	debug.SetGCPercent(-1)
+	debug.SetMemoryLimit(streamsMemoryLimit)
 	book := &stampBook{m: map[string][]time.Time{}}
 	backend := sim.New(streamsSimConfig(), zap.NewNop())
 	mux := http.NewServeMux()
