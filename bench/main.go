@@ -125,6 +125,7 @@ var (
 	pathsFlag    = flag.String("paths", "", "proxy: the separate-process paths to run, comma-separated (direct, nginx, bare, maitred; default all)")
 	bareListen   = flag.String("bare-listen", "", "bare-proxy: the address to serve on")
 	bareTarget   = flag.String("bare-target", "", "bare-proxy: the URL to forward to")
+	bareH2C      = flag.Bool("bare-h2c", false, "bare-proxy: serve HTTP/2 cleartext (prior knowledge) beside HTTP/1.1")
 	fairDur      = flag.Duration("fair-duration", 20*time.Second, "fairness: length of each run of items 1 and 4, and of item 3 after B starts")
 	fairLong     = flag.Duration("fair-long", time.Minute, "fairness: length of each run of item 2 (key weights 1 and 3)")
 	fairIdle     = flag.Duration("fair-idle", time.Minute, "fairness: item 3: how long A runs alone before B starts")

@@ -15,6 +15,16 @@ import (
 // nginxBin is Debian's nginx (apt-get install nginx).
 const nginxBin = "/usr/sbin/nginx"
 
+// nginxOptions are how a scenario runs nginx beyond its defaults: h2c,
+// its listener speaks HTTP/2 cleartext (prior knowledge, as Go's h2c
+// client speaks it; nginx's default of 128 streams a connection, as
+// maitred's); conns, its worker's connections (0: 8192), clients' and
+// upstream's together.
+type nginxOptions struct {
+	h2c   bool
+	conns int
+}
+
 // nginxConf is the config the proxy scenario runs nginx with: one upstream
 // (the simulator) with keep-alive connections, HTTP/1.1 to it, no response
 // buffering (events pass as they come, as maitred and the bare proxy pass
@@ -23,17 +33,26 @@ const nginxBin = "/usr/sbin/nginx"
 // above the largest chat), as the Go proxies keep them. asRoot: the bench
 // runs as root, and nginx would otherwise drop its worker to nobody; the
 // workers run as the current user either way.
-func nginxConf(dir, listen, upstream string, workers string, asRoot bool) string {
+func nginxConf(dir, listen, upstream string, workers string, asRoot bool, o nginxOptions) string {
 	var b strings.Builder
 	if asRoot {
 		b.WriteString("user root;\n")
 	}
+	conns := o.conns
+	if conns == 0 {
+		conns = 8192
+	}
+	h2 := ""
+	if o.h2c {
+		h2 = " http2"
+	}
 	fmt.Fprintf(&b, `worker_processes %s;
+worker_rlimit_nofile %[5]d;
 daemon off;
 pid %[2]s/nginx.pid;
 error_log %[2]s/error.log warn;
 events {
-	worker_connections 8192;
+	worker_connections %[5]d;
 }
 http {
 	access_log off;
@@ -52,7 +71,7 @@ http {
 		keepalive_requests 1000000;
 	}
 	server {
-		listen %[4]s;
+		listen %[4]s%[6]s;
 		location / {
 			proxy_pass http://sim;
 			proxy_http_version 1.1;
@@ -62,7 +81,7 @@ http {
 		}
 	}
 }
-`, workers, dir, upstream, listen)
+`, workers, dir, upstream, listen, conns, h2)
 	return b.String()
 }
 
@@ -70,24 +89,38 @@ http {
 // workers worker processes, on a free loopback port, until stop. ok is
 // false, with no error, when bin is not installed.
 func startNginx(bin, upstream, workers string) (url string, stop func(), ok bool, err error) {
+	n, ok, err := startNginxWith(bin, upstream, workers, nginxOptions{})
+	return n.url, n.stop, ok, err
+}
+
+// nginxProc is a running nginx: where it serves, its master's pid, and
+// how to stop it.
+type nginxProc struct {
+	url  string
+	pid  int
+	stop func()
+}
+
+// startNginxWith is startNginx with options (nginxOptions).
+func startNginxWith(bin, upstream, workers string, o nginxOptions) (n nginxProc, ok bool, err error) {
 	if _, err := os.Stat(bin); err != nil {
-		return "", nil, false, nil
+		return nginxProc{}, false, nil
 	}
 	dir, err := os.MkdirTemp("", "bench-nginx")
 	if err != nil {
-		return "", nil, false, err
+		return nginxProc{}, false, err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		os.RemoveAll(dir)
-		return "", nil, false, err
+		return nginxProc{}, false, err
 	}
 	addr := ln.Addr().String()
 	ln.Close()
 	conf := filepath.Join(dir, "nginx.conf")
-	if err := os.WriteFile(conf, []byte(nginxConf(dir, addr, upstream, workers, os.Geteuid() == 0)), 0o644); err != nil {
+	if err := os.WriteFile(conf, []byte(nginxConf(dir, addr, upstream, workers, os.Geteuid() == 0, o)), 0o644); err != nil {
 		os.RemoveAll(dir)
-		return "", nil, false, err
+		return nginxProc{}, false, err
 	}
 	// -e: the error log before the config is read (the compiled-in
 	// /var/log/nginx/error.log is not writable when not root).
@@ -98,11 +131,12 @@ func startNginx(bin, upstream, workers string) (url string, stop func(), ok bool
 	cmd.SysProcAttr = childAttr()
 	if err := cmd.Start(); err != nil {
 		os.RemoveAll(dir)
-		return "", nil, false, err
+		return nginxProc{}, false, err
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	stop = func() {
+	n.pid = cmd.Process.Pid
+	n.stop = func() {
 		syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
 		select {
 		case <-exited:
@@ -112,24 +146,24 @@ func startNginx(bin, upstream, workers string) (url string, stop func(), ok bool
 		}
 		os.RemoveAll(dir)
 	}
-	url = "http://" + addr
+	n.url = "http://" + addr
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		select {
 		case err := <-exited:
 			log, _ := os.ReadFile(filepath.Join(dir, "error.log"))
 			os.RemoveAll(dir)
-			return "", nil, false, fmt.Errorf("nginx exited before it was ready (%v): %s%s", err, out.String(), log)
+			return nginxProc{}, false, fmt.Errorf("nginx exited before it was ready (%v): %s%s", err, out.String(), log)
 		default:
 		}
 		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
 		if err == nil {
 			c.Close()
-			return url, stop, true, nil
+			return n, true, nil
 		}
 		if time.Now().After(deadline) {
-			stop()
-			return "", nil, false, fmt.Errorf("nginx not listening on %s after 10s", addr)
+			n.stop()
+			return nginxProc{}, false, fmt.Errorf("nginx not listening on %s after 10s", addr)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

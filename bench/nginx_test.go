@@ -15,19 +15,22 @@ func TestNginxConf(t *testing.T) {
 		name    string
 		workers string
 		asRoot  bool
+		o       nginxOptions
 		want    []string
 		notWant []string
 	}{
-		{"one worker, not root", "1", false,
-			[]string{"worker_processes 1;", "daemon off;", "pid /d/nginx.pid;", "error_log /d/error.log", "access_log off;",
+		{"one worker, not root", "1", false, nginxOptions{},
+			[]string{"worker_processes 1;", "worker_connections 8192;", "daemon off;", "pid /d/nginx.pid;", "error_log /d/error.log", "access_log off;",
 				"server 127.0.0.1:9;", "keepalive 512;", "listen 127.0.0.1:8;", "proxy_http_version 1.1;",
 				`proxy_set_header Connection "";`, "proxy_buffering off;", "client_body_temp_path /d/client_body;"},
-			[]string{"user "}},
-		{"auto, root", "auto", true,
+			[]string{"user ", "http2"}},
+		{"auto, root", "auto", true, nginxOptions{},
 			[]string{"user root;\n", "worker_processes auto;"}, nil},
+		{"h2c, many connections", "1", false, nginxOptions{h2c: true, conns: 20500},
+			[]string{"listen 127.0.0.1:8 http2;", "worker_connections 20500;", "worker_rlimit_nofile 20500;"}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := nginxConf("/d", "127.0.0.1:8", "127.0.0.1:9", tc.workers, tc.asRoot)
+			c := nginxConf("/d", "127.0.0.1:8", "127.0.0.1:9", tc.workers, tc.asRoot, tc.o)
 			for _, w := range tc.want {
 				if !strings.Contains(c, w) {
 					t.Errorf("config lacks %q:\n%s", w, c)

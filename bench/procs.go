@@ -267,13 +267,18 @@ func startSim(bin, addr string, args []string) (*proc, error) {
 // startBareProxy runs this program again as the bare proxy (-scenario
 // bare-proxy) in front of target, in its own process.
 func startBareProxy(target string) (*proc, error) {
+	return startBareProxyH2C(target, false)
+}
+
+// startBareProxyH2C is startBareProxy, serving h2c too when h2c is set.
+func startBareProxyH2C(target string, h2c bool) (*proc, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
 	addr := freeAddr()
 	// The proxy forwards /health to the simulator: ready once both are.
-	return startServing("", nil, addr, "/health", self, "-scenario", "bare-proxy", "-bare-listen", addr, "-bare-target", target)
+	return startServing("", nil, addr, "/health", self, "-scenario", "bare-proxy", "-bare-listen", addr, "-bare-target", target, "-bare-h2c="+strconv.FormatBool(h2c))
 }
 
 // bareProxy serves a plain httputil.ReverseProxy to target on listen
@@ -290,6 +295,11 @@ func bareProxy(listen, target string) error {
 		FlushInterval: -1,
 	}
 	srv := &http.Server{Addr: listen, Handler: rp, ReadHeaderTimeout: 10 * time.Second}
+	if *bareH2C {
+		srv.Protocols = new(http.Protocols)
+		srv.Protocols.SetHTTP1(true)
+		srv.Protocols.SetUnencryptedHTTP2(true)
+	}
 	if *bareStats != "" {
 		go serveMemStats(*bareStats) // the waiting dimension's floor (scale_waiting.go)
 	}
@@ -300,6 +310,22 @@ func bareProxy(listen, target string) error {
 func procRSS(pid int) int64 {
 	v, _ := procStatus(pid, "VmRSS:")
 	return v
+}
+
+// childPID is the first child of process pid (nginx's worker under its
+// master), or 0.
+func childPID(pid int) int {
+	p := strconv.Itoa(pid)
+	b, err := os.ReadFile("/proc/" + p + "/task/" + p + "/children")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	c, _ := strconv.Atoi(f[0])
+	return c
 }
 
 // scrapeMetric sums the samples of the metric name (any labels) in a

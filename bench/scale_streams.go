@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,6 +32,11 @@ var streamTokens = flag.Int("scale-streams-tokens", 12, "scale: each slow stream
 // are open (when it was read, how late), to see whether the slow ones
 // come together (a pause) or spread.
 var streamsDelaysOut = flag.Bool("scale-streams-delays", false, "scale: write each event's delay once every stream is open (seconds since then, ms late) to streams-N-NAME-delays.csv in -scale-out")
+
+// streamsRefs are the reference proxies each streams point also runs
+// through, in front of the same simulator: what a proxy with no door
+// adds on this machine.
+var streamsRefs = flag.String("streams-refs", "bare,nginx", "scale: reference proxies each streams point also runs through, comma-separated: bare (a plain httputil.ReverseProxy in its own process), nginx (Debian's, one worker; skipped when not installed); \"\" for none")
 
 // scaleStreamsProto is how the load generator reaches maitred.
 var scaleStreamsProto = flag.String("scale-streams-proto", "http1", "scale: how the streams dimension's clients reach maitred: http1 (a connection a stream) or h2c (HTTP/2 cleartext, up to 250 streams a connection; maitred runs with h2c: true). Direct is HTTP/1.1 either way, as vLLM speaks")
@@ -75,6 +81,13 @@ func scaleStreamsRun(e *scaleEnv, ns []int) (*curve, error) {
 		c.cols = append(c.cols, pre+"KiB/stream", pre+"heap KiB/stream", pre+"stack KiB/stream", pre+"goroutines/stream", pre+"goroutines +/s", pre+"maitred p99 ms", pre+"added p99 ms", pre+"open added p99 ms", pre+"CPU us/event", pre+"all CPU us/event")
 		c.charts[0].cols = append(c.charts[0].cols, pre+"KiB/stream")
 		c.charts[1].cols = append(c.charts[1].cols, pre+"maitred p99 ms")
+	}
+	refs, err := streamsRefList(*streamsRefs)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range refs {
+		c.cols = append(c.cols, r+" KiB/stream", r+" open p99 ms", r+" open added p99 ms", r+" CPU us/event")
 	}
 	limit := raiseOpenFiles(uint64(2*slicesMax(ns) + 1000))
 	// Each stream holds a socket in the simulator's process and, direct,
@@ -124,6 +137,15 @@ func scaleStreamsRun(e *scaleEnv, ns []int) (*curve, error) {
 				n, b.name, *scaleStreamsProto, f.kib, f.heap, f.stack, f.gor, f.gorGrowth, f.conns, direct.p99ms, f.p99ms, f.p99ms-direct.p99ms, f.events,
 				direct.steadyP99ms, f.steadyP99ms, f.steadyP99ms-direct.steadyP99ms, loadAverage())
 			fmt.Fprintf(os.Stderr, "  %d streams, %s: CPU per event %s\n", n, b.name, f.cpu)
+		}
+		for _, r := range refs {
+			f, err := streamsThroughRef(r, n, simURL, simProc.pid, h2c)
+			if err != nil {
+				return nil, err
+			}
+			row = append(row, f.kib, f.steadyP99ms, f.steadyP99ms-direct.steadyP99ms, f.cpu.maitred)
+			fmt.Fprintf(os.Stderr, "  %d streams, %s over %s: %.1f KiB RSS each; event delay p99 once all are open %.2f direct, %.2f through it, %+.2f added; CPU per event %s (its own under \"maitred\"); load average %s\n",
+				n, r, *scaleStreamsProto, f.kib, direct.steadyP99ms, f.steadyP99ms, f.steadyP99ms-direct.steadyP99ms, f.cpu, loadAverage())
 		}
 		c.add(n, row...)
 	}
@@ -217,7 +239,7 @@ func streamsThrough(b streamsBinary, n int, cfg, simURL string, simPID int, h2c 
 	if pp != "" {
 		cpu.profileOut = filepath.Join(*scaleOut, fmt.Sprintf("streams-%d-%s-cpu.pb.gz", n, b.name))
 	}
-	f, err := holdSlowStreams(gw.url, simURL, n, h2c, &streamsProbe{gw: gw, pprof: pp, heapOut: heapOut}, cpu, delaysFile(n, b.name))
+	f, err := holdSlowStreams(gw.url, simURL, n, h2c, &streamsProbe{pid: gw.pid, metrics: gw.url + "/metrics", pprof: pp, heapOut: heapOut}, cpu, delaysFile(n, b.name))
 	gw.stop()
 	if err != nil {
 		return streamsResult{}, fmt.Errorf("%d streams through %s: %w", n, b.name, err)
@@ -226,6 +248,67 @@ func streamsThrough(b streamsBinary, n int, cfg, simURL string, simPID int, h2c 
 	return streamsResult{streamsFigures: f,
 		kib: per(f.rssOpen, f.rssIdle), heap: per(f.heapOpen, f.heapIdle), stack: per(f.stackOpen, f.stackIdle),
 		gor: (f.gorOpen - f.gorIdle) / float64(n)}, nil
+}
+
+// streamsRefList parses -streams-refs, leaving nginx out (said once) when
+// it is not installed.
+func streamsRefList(v string) ([]string, error) {
+	var refs []string
+	for r := range strings.SplitSeq(v, ",") {
+		switch r = strings.TrimSpace(r); r {
+		case "":
+		case "bare":
+			refs = append(refs, r)
+		case "nginx":
+			if _, err := os.Stat(nginxBin); err != nil {
+				fmt.Fprintf(os.Stderr, "  -streams-refs: nginx is not installed (%s): left out\n", nginxBin)
+				continue
+			}
+			refs = append(refs, r)
+		default:
+			return nil, fmt.Errorf("-streams-refs: want bare or nginx, got %q", r)
+		}
+	}
+	return refs, nil
+}
+
+// streamsThroughRef runs one point through the reference proxy ref
+// (bare or nginx) in front of the simulator at simURL: its delay, its
+// CPU per event (under cpuPerEvent.maitred) and its RSS per stream (a
+// Go proxy's process; nginx's worker).
+func streamsThroughRef(ref string, n int, simURL string, simPID int, h2c bool) (streamsResult, error) {
+	var base string
+	var pid int
+	var stop func()
+	switch ref {
+	case "bare":
+		p, err := startBareProxyH2C(simURL, h2c)
+		if err != nil {
+			return streamsResult{}, fmt.Errorf("bare proxy: %w", err)
+		}
+		base, pid, stop = p.url, p.pid, p.stop
+	case "nginx":
+		u, err := url.Parse(simURL)
+		if err != nil {
+			return streamsResult{}, err
+		}
+		// Connections: the clients' and one upstream a stream.
+		ng, ok, err := startNginxWith(nginxBin, u.Host, "1", nginxOptions{h2c: h2c, conns: 2*n + 1000})
+		if err != nil || !ok {
+			return streamsResult{}, fmt.Errorf("nginx: %v", err)
+		}
+		base, stop = ng.url, ng.stop
+		if pid = childPID(ng.pid); pid == 0 {
+			stop()
+			return streamsResult{}, fmt.Errorf("nginx: no worker under its master (%d)", ng.pid)
+		}
+	}
+	f, err := holdSlowStreams(base, simURL, n, h2c, &streamsProbe{pid: pid}, streamsCPU{simPID: simPID, maitredPID: pid}, delaysFile(n, ref))
+	stop()
+	if err != nil {
+		return streamsResult{}, fmt.Errorf("%d streams through %s: %w", n, ref, err)
+	}
+	return streamsResult{streamsFigures: f, kib: (f.rssOpen - f.rssIdle) / float64(n) / 1024}, nil
 }
 
 // streamsResult is a point's figures through one binary, per stream.
@@ -325,11 +408,13 @@ func holdSlowStreams(base, simURL string, n int, h2c bool, gw *streamsProbe, cpu
 	if gw != nil {
 		time.Sleep(time.Second)
 		f.rssOpen, f.heapOpen, f.stackOpen, f.gorOpen = gw.read()
-		f.conns, _ = scrapeMetric(gw.gw.url+"/metrics", "maitred_client_connections")
-		gw.saveHeap()
-		time.Sleep(3 * time.Second)
-		later, _ := scrapeMetric(gw.gw.url+"/metrics", "go_goroutines")
-		f.gorGrowth = (later - f.gorOpen) / 3
+		if gw.metrics != "" {
+			f.conns, _ = scrapeMetric(gw.metrics, "maitred_client_connections")
+			gw.saveHeap()
+			time.Sleep(3 * time.Second)
+			later, _ := scrapeMetric(gw.metrics, "go_goroutines")
+			f.gorGrowth = (later - f.gorOpen) / 3
+		}
 		if e := ended.Load(); e > 0 {
 			fmt.Fprintf(os.Stderr, "  warning: %d of %d streams had ended before the open figures were all read: raise -scale-streams-tokens\n", e, n)
 		}
@@ -397,11 +482,13 @@ func loadAverage() string {
 	return strings.Join(f[:3], " ")
 }
 
-// streamsProbe is the built maitred under a streams point: where it
-// serves its metrics and, when built with -pprof, its profiles (heapOut,
+// streamsProbe is the proxy under a streams point: its process (pid),
+// maitred's metrics (its /metrics URL; "" for a reference proxy, whose
+// RSS alone is read) and, when built with -pprof, its profiles (heapOut,
 // when not "", is where its heap profile goes with every stream open).
 type streamsProbe struct {
-	gw             *proc
+	pid            int
+	metrics        string
 	pprof, heapOut string
 }
 
@@ -419,10 +506,13 @@ func (p *streamsProbe) read() (rss, heap, stack, goroutines float64) {
 			}
 		}
 	}
-	rss = float64(procRSS(p.gw.pid))
-	heap, _ = scrapeMetric(p.gw.url+"/metrics", "go_memstats_heap_inuse_bytes")
-	stack, _ = scrapeMetric(p.gw.url+"/metrics", "go_memstats_stack_inuse_bytes")
-	goroutines, _ = scrapeMetric(p.gw.url+"/metrics", "go_goroutines")
+	rss = float64(procRSS(p.pid))
+	if p.metrics == "" {
+		return
+	}
+	heap, _ = scrapeMetric(p.metrics, "go_memstats_heap_inuse_bytes")
+	stack, _ = scrapeMetric(p.metrics, "go_memstats_stack_inuse_bytes")
+	goroutines, _ = scrapeMetric(p.metrics, "go_goroutines")
 	return
 }
 

@@ -158,7 +158,7 @@ func waitingBuiltFigures(e *scaleEnv, n int) (f waitingBuilt, err error) {
 		f.gcStack, f.gcHeap = (stack2-stack0)/float64(n), (heap2-heap0)/float64(n)
 		f.gcTotal = f.gcStack + f.gcHeap
 		if err := os.MkdirAll(*scaleOut, 0o755); err == nil {
-			(&streamsProbe{gw: gw, pprof: pp, heapOut: filepath.Join(*scaleOut, fmt.Sprintf("waiting-%d-heap.pb.gz", n))}).saveHeap()
+			(&streamsProbe{pid: gw.pid, metrics: gw.url + "/metrics", pprof: pp, heapOut: filepath.Join(*scaleOut, fmt.Sprintf("waiting-%d-heap.pb.gz", n))}).saveHeap()
 		}
 	}
 	if f.bare, f.gcBare, err = bareInFlight(simURL, n); err != nil {
