@@ -213,6 +213,25 @@ func (p *proc) tail() string {
 	return strings.Join(lines[max(0, len(lines)-5):], "\n")
 }
 
+// problems is the last warnings and errors of a maitred's JSON log
+// (its access lines are at info), or "(none)".
+func (p *proc) problems() string {
+	if p.log == "" {
+		return "(discarded)"
+	}
+	b, _ := os.ReadFile(p.log)
+	var out []string
+	for l := range strings.SplitSeq(string(b), "\n") {
+		if strings.Contains(l, `"level":"warn"`) || strings.Contains(l, `"level":"error"`) {
+			out = append(out, l)
+		}
+	}
+	if len(out) == 0 {
+		return "(none)"
+	}
+	return strings.Join(out[max(0, len(out)-5):], "\n")
+}
+
 // simArgs are `maitred sim`'s flags for a backend that answers at once:
 // no time to first token or between tokens, out tokens each, counting
 // with the tokenizer folder tokDir ("": its approximate counter).

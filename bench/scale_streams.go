@@ -242,7 +242,8 @@ func streamsThrough(b streamsBinary, n int, cfg, simURL string, simPID int, h2c 
 	f, err := holdSlowStreams(gw.url, simURL, n, h2c, &streamsProbe{pid: gw.pid, metrics: gw.url + "/metrics", pprof: pp, heapOut: heapOut}, cpu, delaysFile(n, b.name))
 	gw.stop()
 	if err != nil {
-		return streamsResult{}, fmt.Errorf("%d streams through %s: %w", n, b.name, err)
+		// maitred's own account of it: its log goes with its folder.
+		return streamsResult{}, fmt.Errorf("%d streams through %s: %w; its last warnings and errors: %s", n, b.name, err, gw.problems())
 	}
 	per := func(open, idle float64) float64 { return (open - idle) / float64(n) / 1024 }
 	return streamsResult{streamsFigures: f,
@@ -292,8 +293,13 @@ func streamsThroughRef(ref string, n int, simURL string, simPID int, h2c bool) (
 		if err != nil {
 			return streamsResult{}, err
 		}
-		// Connections: the clients' and one upstream a stream.
-		ng, ok, err := startNginxWith(nginxBin, u.Host, "1", nginxOptions{h2c: h2c, conns: 2*n + 1000})
+		// Connections: one upstream a stream, and the clients' (one a
+		// stream over HTTP/1.1; over h2c, up to 128 streams each).
+		conns := 2*n + 1000
+		if h2c {
+			conns = n + 2000
+		}
+		ng, ok, err := startNginxWith(nginxBin, u.Host, "1", nginxOptions{h2c: h2c, conns: conns})
 		if err != nil || !ok {
 			return streamsResult{}, fmt.Errorf("nginx: %v", err)
 		}

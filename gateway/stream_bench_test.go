@@ -5,6 +5,9 @@ import (
 	"bytes"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
 	"testing"
 )
@@ -36,11 +39,12 @@ func BenchmarkStreamEvent(b *testing.B) {
 		io.WriteString(w, "data: [DONE]\n\n")
 	})
 	gw := serveH2C(b, backend.URL, nil)
+	bare := bareH2CProxy(b, backend.URL)
 	body := `{"model":"m","messages":[{"role":"user","content":"Count."}],"stream":true}`
 	for _, p := range []struct {
 		name, url string
 		client    *http.Client
-	}{{"direct", backend.URL, &http.Client{}}, {"maitred", gw.url, gw.client}} {
+	}{{"direct", backend.URL, &http.Client{}}, {"maitred", gw.url, gw.client}, {"bare", bare, gw.client}} {
 		b.Run(p.name, func(b *testing.B) {
 			next := make(chan struct{})
 			streams <- next
@@ -68,6 +72,23 @@ func BenchmarkStreamEvent(b *testing.B) {
 			}
 		})
 	}
+}
+
+// bareH2CProxy serves a plain httputil.ReverseProxy to backend, over
+// HTTP/1.1 and h2c, flushing every write, and returns its URL.
+func bareH2CProxy(b *testing.B, backend string) string {
+	u, err := url.Parse(backend)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rp := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(u) }, FlushInterval: -1}
+	srv := httptest.NewUnstartedServer(rp)
+	srv.Config.Protocols = new(http.Protocols)
+	srv.Config.Protocols.SetHTTP1(true)
+	srv.Config.Protocols.SetUnencryptedHTTP2(true)
+	srv.Start()
+	b.Cleanup(srv.Close)
+	return srv.URL
 }
 
 // readEvent reads one SSE event (up to its blank line) from r into ev's
