@@ -37,7 +37,10 @@ const (
 //     count. A stream cut short (the client left, the backend broke) is
 //     charged for what was streamed before the cut.
 //
-// The family's streamShape.meter reads its events. In the same pass the
+// The family's streamShape.meter reads its events: those of the shapes
+// vLLM sends in one pass without allocating (eventParser), any other by
+// encoding/json into the family's struct, the reference the fast read
+// is tested against (gateway/doc.go says which). In the same pass the
 // meter of a traced request keeps the answer's model (its first "model":
 // a non-streamed answer's top-level member, a stream's first chunk or
 // message), at most maxModelValue bytes. parts tells the same usage split
