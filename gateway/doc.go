@@ -181,10 +181,20 @@
 // the way to the client: it keeps nothing of the answer but the usage
 // it reports (a non-streamed answer's top-level "usage", found by a
 // scanner, which also keeps its top-level "model"; a stream's usage
-// events, read by the family's streamShape.meter: an OpenAI chunk of the
-// shape vLLM sends in one pass without allocating, proxy_usage_chunk.go,
-// exactly as encoding/json, which reads any other) and the streamed text
-// not yet counted, in bounded pieces. It is the one reader of an
+// events, read by the family's streamShape.meter) and the streamed text
+// not yet counted, in bounded pieces. Every stream event of the shapes
+// vLLM sends (an OpenAI chat, completions or audio chunk; a Responses
+// event; an Anthropic Messages event), and a usage object that is an
+// object of integers or null beside members of any value, is read in one
+// pass without allocating by one parser (proxy_usage_parse.go; each
+// family's objects in proxy_usage_chunk.go and proxy_usage_events.go,
+// the usage object's in proxy_usage_decode.go), exactly as encoding/json
+// reads it into the family's struct. Anything else (a member named twice
+// or only under case folding, an escaped or non-ASCII member name, a
+// member of another type, an escaped event type, a fractional or
+// overflowing count, too many texts or too deep a value, invalid JSON)
+// is read by encoding/json, the fallback and the reference the tests
+// and fuzz targets hold the parser to. It is the one reader of an
 // answer's usage: the quota, the access log and the trace read it.
 // exchange.used is the request's prompt + completion tokens at
 // its end: the reported usage, else the door's prompt count and the

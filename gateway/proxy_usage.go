@@ -37,7 +37,10 @@ const (
 //     count. A stream cut short (the client left, the backend broke) is
 //     charged for what was streamed before the cut.
 //
-// The family's streamShape.meter reads its events. In the same pass the
+// The family's streamShape.meter reads its events: those of the shapes
+// vLLM sends in one pass without allocating (eventParser), any other by
+// encoding/json into the family's struct, the reference the fast read
+// is tested against (gateway/doc.go says which). In the same pass the
 // meter of a traced request keeps the answer's model (its first "model":
 // a non-streamed answer's top-level member, a stream's first chunk or
 // message), at most maxModelValue bytes. parts tells the same usage split
@@ -69,6 +72,10 @@ type usageMeter struct {
 	counted              int64
 	reported             usageReport
 	reportedP, reportedC bool
+	// evUsage and evNumbers are the usage of the last event read fast
+	// that carried one, as report takes it (reportRead).
+	evUsage   usageValues
+	evNumbers usageNumbers
 	// model is the answer's model, once an event named it. noModel: it
 	// is not kept (only a traced request's spans name it), so an untraced
 	// request pays nothing for it.
@@ -373,27 +380,38 @@ func meterOpenAIEvent(m *usageMeter, data []byte) {
 	if bytes.Equal(data, doneData) {
 		return
 	}
-	var c openAIChunk
-	var u *usageNumbers
-	if !decodeOpenAIChunk(data, &c) || (c.usage.end > 0 && !chunkUsage(data[c.usage.start:c.usage.end], &u)) {
+	var e meteredEvent
+	if !decodeOpenAIChunk(data, &e) {
 		meterOpenAIEventJSON(m, data)
 		return
 	}
-	if c.model.end > 0 {
-		eventModel{m}.UnmarshalJSON(data[c.model.start:c.model.end])
-	}
-	for _, t := range c.texts[:c.n] {
+	m.eventModel(data, e.model)
+	for _, t := range e.texts[:e.n] {
 		m.streamedJSON(data, t)
 	}
-	m.report(u, true, true)
+	m.reportRead(&e.usage, true, true)
 }
 
-// chunkUsage decodes a chunk's usage object into a new *u (a chunk
-// without usage allocates nothing).
-func chunkUsage(b []byte, u **usageNumbers) bool {
-	n := new(usageNumbers)
-	*u = n
-	return decodeUsage(b, n)
+// eventModel takes the model at s in an event read fast, as the
+// family's struct does its "model" member (eventModel).
+func (m *usageMeter) eventModel(data []byte, s span) {
+	if s.end > 0 {
+		eventModel{m}.UnmarshalJSON(data[s.start:s.end])
+	}
+}
+
+// reportRead takes the usage an event read fast reported, as report
+// takes the one encoding/json reads: the numbers go through a
+// usageNumbers the meter owns (evNumbers, pointing into evUsage), so that
+// an event that carries usage (every chunk, with continuous_usage_stats)
+// allocates nothing.
+func (m *usageMeter) reportRead(v *usageValues, prompt, completion bool) {
+	if v.set == 0 {
+		return // absent, null or empty: report would take nothing
+	}
+	m.evUsage = *v
+	m.evUsage.numbers(&m.evNumbers)
+	m.report(&m.evNumbers, prompt, completion)
 }
 
 // meterOpenAIEventJSON is meterOpenAIEvent by encoding/json: a chunk of
@@ -436,8 +454,31 @@ func meterOpenAIEventJSON(m *usageMeter, data []byte) {
 
 // meterResponsesEvent reads a Responses stream event: the text of its
 // *.delta events, and the usage of the final response
-// (response.completed, .incomplete, .failed).
+// (response.completed, .incomplete, .failed). The event is read without
+// allocating (decodeResponsesEvent) when it has the shape vLLM sends,
+// else by encoding/json (meterResponsesEventJSON); either way alike.
 func meterResponsesEvent(m *usageMeter, data []byte) {
+	var e meteredEvent
+	if !decodeResponsesEvent(data, &e) {
+		meterResponsesEventJSON(m, data)
+		return
+	}
+	m.eventModel(data, e.model)
+	if e.typeIs(data, "response.created") && m.onID != nil && !m.idSent {
+		m.idSent = true
+		if id := modelValue(data[e.id.start:e.id.end]); id != "" {
+			m.onID(id)
+		}
+	}
+	if bytes.HasSuffix(data[e.typ.start:e.typ.end], []byte(".delta")) {
+		m.streamedJSON(data, e.texts[0])
+	}
+	m.reportRead(&e.usage, true, true)
+}
+
+// meterResponsesEventJSON is meterResponsesEvent by encoding/json: an
+// event of any other shape, or not an event.
+func meterResponsesEventJSON(m *usageMeter, data []byte) {
 	var ev struct {
 		Type     string          `json:"type"`
 		Delta    json.RawMessage `json:"delta"`
@@ -468,8 +509,31 @@ func meterResponsesEvent(m *usageMeter, data []byte) {
 
 // meterAnthropicEvent reads a Messages stream event: message_start's
 // input tokens, the content deltas (text, tool input, thinking) and
-// message_delta's cumulative usage.
+// message_delta's cumulative usage. The event is read without allocating
+// (decodeAnthropicEvent) when it has the shape vLLM sends, else by
+// encoding/json (meterAnthropicEventJSON); either way alike.
 func meterAnthropicEvent(m *usageMeter, data []byte) {
+	var e meteredEvent
+	if !decodeAnthropicEvent(data, &e) {
+		meterAnthropicEventJSON(m, data)
+		return
+	}
+	m.eventModel(data, e.model)
+	switch {
+	case e.typeIs(data, "message_start"):
+		m.reportRead(&e.startUsage, true, false) // its output_tokens is not the answer's
+	case e.typeIs(data, "content_block_delta"):
+		for _, t := range e.texts[:3] {
+			m.streamedJSON(data, t)
+		}
+	case e.typeIs(data, "message_delta"):
+		m.reportRead(&e.usage, true, true)
+	}
+}
+
+// meterAnthropicEventJSON is meterAnthropicEvent by encoding/json: an
+// event of any other shape, or not an event.
+func meterAnthropicEventJSON(m *usageMeter, data []byte) {
 	var ev struct {
 		Type    string `json:"type"`
 		Message struct {
@@ -555,6 +619,7 @@ type usageScanner struct {
 	done       bool // all read: the rest goes by unread
 	parsed     bool // numbers has parsed val into u
 	u          usageNumbers
+	vals       usageValues // u's numbers, when read fast
 	uOK        bool
 }
 
@@ -703,7 +768,7 @@ func (s *usageScanner) endCapture() (allDone bool) {
 func (s *usageScanner) numbers() (*usageNumbers, bool) {
 	if !s.parsed {
 		s.parsed = true
-		s.uOK = s.usageDone && !s.over && decodeUsage(s.val, &s.u)
+		s.uOK = s.usageDone && !s.over && decodeUsage(s.val, &s.u, &s.vals)
 	}
 	return &s.u, s.uOK
 }

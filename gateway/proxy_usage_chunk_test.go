@@ -67,27 +67,45 @@ var chunkSeeds = []string{
 	`   `,
 }
 
-// chunkEffects is what metering one chunk did to a fresh meter.
-type chunkEffects struct {
+// meterEffects is what metering events did to a fresh meter: the text
+// it holds to count, the usage reported, the model and the Responses id
+// it heard.
+type meterEffects struct {
 	text                 string
 	reported             usageReport
 	reportedP, reportedC bool
 	model                string
+	id                   string
+	idSent               bool
 }
 
-func meterChunk(read func(*usageMeter, []byte), data []byte) chunkEffects {
-	m := &usageMeter{status: 200}
-	read(m, data)
-	return chunkEffects{string(m.text), m.reported, m.reportedP, m.reportedC, m.model}
+// meterEvents meters the events in order with read, on a fresh meter.
+func meterEvents(read func(*usageMeter, []byte), events ...[]byte) meterEffects {
+	var id string
+	m := &usageMeter{status: 200, onID: func(s string) { id = s }}
+	for _, data := range events {
+		read(m, data)
+	}
+	return meterEffects{string(m.text), m.reported, m.reportedP, m.reportedC, m.model, id, m.idSent}
 }
 
-func chunkDiff(data []byte) string {
-	got := meterChunk(meterOpenAIEvent, data)
-	want := meterChunk(meterOpenAIEventJSON, data)
+// meterDiff says how the meter after fast differs from the meter after
+// ref (the encoding/json read), for the same events; "" when alike.
+func meterDiff(fast, ref func(*usageMeter, []byte), events ...[]byte) string {
+	got := meterEvents(fast, events...)
+	want := meterEvents(ref, events...)
 	if !reflect.DeepEqual(got, want) {
 		return fmt.Sprintf("metered %+v, encoding/json %+v", got, want)
 	}
 	return ""
+}
+
+func meterChunk(read func(*usageMeter, []byte), data []byte) meterEffects {
+	return meterEvents(read, data)
+}
+
+func chunkDiff(data []byte) string {
+	return meterDiff(meterOpenAIEvent, meterOpenAIEventJSON, data)
 }
 
 // TestOpenAIChunkMatchesEncodingJSON: the meter's fast read of a stream
@@ -99,7 +117,7 @@ func TestOpenAIChunkMatchesEncodingJSON(t *testing.T) {
 			t.Errorf("%s: %s", s, d)
 		}
 	}
-	var c openAIChunk
+	var c meteredEvent
 	for _, s := range fastChunks {
 		if !decodeOpenAIChunk([]byte(s), &c) {
 			t.Errorf("%s: left to encoding/json", s)

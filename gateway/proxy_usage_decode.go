@@ -3,104 +3,76 @@ package gateway
 import (
 	"encoding/json"
 	"strconv"
-	"strings"
 )
 
 // usageKeys are usageNumbers' JSON names, in field order.
 var usageKeys = [...]string{"prompt_tokens", "completion_tokens", "input_tokens", "output_tokens", "total_tokens"}
 
-// decodeUsage reads a usage object into u (zero on entry) exactly as
-// json.Unmarshal(b, u) would, and reports whether that succeeded. The
-// shape every backend sends, a flat object of plain ASCII keys whose
-// values are integers or null, is read in one pass without allocating;
-// anything else (nested values, fractions, escapes in a key, a key that
-// matches a field only under case folding, an integer beyond int64) is
-// left to encoding/json itself.
-func decodeUsage(b []byte, u *usageNumbers) bool {
-	var got usageNumbers
-	var vals [len(usageKeys)]int64
-	fields := [...]**int64{&got.PromptTokens, &got.CompletionTokens, &got.InputTokens, &got.OutputTokens, &got.TotalTokens}
-	i := skipWS(b, 0)
-	if i >= len(b) || b[i] != '{' {
-		return json.Unmarshal(b, u) == nil
-	}
-	i = skipWS(b, i+1)
-	if i < len(b) && b[i] == '}' {
-		i++
-	} else {
-		for {
-			// "key"
-			if i >= len(b) || b[i] != '"' {
-				return json.Unmarshal(b, u) == nil
-			}
-			j := i + 1
-			for j < len(b) && b[j] != '"' && b[j] != '\\' && b[j] >= 0x20 && b[j] < 0x80 {
-				j++
-			}
-			if j >= len(b) || b[j] != '"' {
-				return json.Unmarshal(b, u) == nil
-			}
-			key := b[i+1 : j]
-			i = skipWS(b, j+1)
-			if i >= len(b) || b[i] != ':' {
-				return json.Unmarshal(b, u) == nil
-			}
-			i = skipWS(b, i+1)
-			// an integer or null
-			j = i
-			isNull := false
-			switch {
-			case j+4 <= len(b) && string(b[j:j+4]) == "null":
-				j += 4
-				isNull = true
-			default:
-				var ok bool
-				if j, ok = intEnd(b, j); !ok {
-					return json.Unmarshal(b, u) == nil
-				}
-			}
-			lit := b[i:j]
-			i = skipWS(b, j)
-			if i >= len(b) || (b[i] != ',' && b[i] != '}') {
-				return json.Unmarshal(b, u) == nil // a fraction, an exponent, or no separator
-			}
-			f := -1
-			for k, name := range usageKeys {
-				if string(key) == name {
-					f = k
-					break
-				}
-			}
-			if f < 0 {
-				for _, name := range usageKeys {
-					if strings.EqualFold(string(key), name) {
-						return json.Unmarshal(b, u) == nil
-					}
-				}
-			}
-			if f >= 0 {
-				if isNull {
-					*fields[f] = nil
-				} else {
-					n, err := strconv.ParseInt(string(lit), 10, 64)
-					if err != nil {
-						return json.Unmarshal(b, u) == nil
-					}
-					vals[f] = n
-					*fields[f] = &vals[f]
-				}
-			}
-			if b[i] == '}' {
-				i++
-				break
-			}
-			i = skipWS(b, i+1)
+// usageValues is a usage object as the fast read takes it: n[k] is
+// usageKeys[k]'s number, when set has bit k (a member absent or null
+// has not). It holds no pointers, so that an event read on the stack
+// stays there.
+type usageValues struct {
+	n   [len(usageKeys)]int64
+	set uint8
+}
+
+// numbers makes u what encoding/json makes of the same object: each
+// field set points at v's number, the others nil.
+func (v *usageValues) numbers(u *usageNumbers) {
+	fields := [...]**int64{&u.PromptTokens, &u.CompletionTokens, &u.InputTokens, &u.OutputTokens, &u.TotalTokens}
+	for k, f := range fields {
+		*f = nil
+		if v.set&(1<<k) != 0 {
+			*f = &v.n[k]
 		}
 	}
-	if skipWS(b, i) != len(b) {
-		return json.Unmarshal(b, u) == nil
+}
+
+// decodeUsage reads a usage object into u (zero on entry) exactly as
+// json.Unmarshal(b, u) would, and reports whether that succeeded. The
+// shape every backend sends, an object whose usageKeys members are
+// integers or null, each named once and exactly (any other member any
+// value), is read in one pass into v, u's fields pointing into it, without
+// allocating; anything else (fractions, escapes in a key, a key that
+// matches a field only under case folding or twice, an integer beyond
+// int64) is left to encoding/json itself.
+func decodeUsage(b []byte, u *usageNumbers, v *usageValues) bool {
+	*v = usageValues{}
+	p := eventParser{b: b}
+	if p.usage(v) && skipWS(b, p.i) == len(b) {
+		v.numbers(u)
+		return true
 	}
-	*u = got
+	return json.Unmarshal(b, u) == nil
+}
+
+// usage reads a usage object (or null) at i into v. Its numbers are
+// read into the parser's own u first and copied out: keeping a pointer
+// to v in the parser would move the event it is part of to the heap.
+func (p *eventParser) usage(v *usageValues) bool {
+	p.u = usageValues{}
+	ok := p.object(usageObject)
+	*v = p.u
+	return ok
+}
+
+// usageNumber reads member k of a usage object: an integer that fits an
+// int64, or null (encoding/json fails on any other value for its *int64).
+func (p *eventParser) usageNumber(k int) bool {
+	if p.literal("null") {
+		return true // the member is named once: nothing was set
+	}
+	end, ok := intEnd(p.b, p.i)
+	if !ok || (end < len(p.b) && (p.b[end] == '.' || p.b[end] == 'e' || p.b[end] == 'E')) {
+		return false
+	}
+	n, err := strconv.ParseInt(string(p.b[p.i:end]), 10, 64)
+	if err != nil {
+		return false
+	}
+	p.i = end
+	p.u.n[k], p.u.set = n, p.u.set|1<<k
 	return true
 }
 

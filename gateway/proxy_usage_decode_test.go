@@ -45,7 +45,8 @@ func TestDecodeUsageMatchesEncodingJSON(t *testing.T) {
 		}
 	}
 	var u usageNumbers
-	if !decodeUsage([]byte(usageDecodeSeeds[0]), &u) || *u.PromptTokens != 20 || *u.CompletionTokens != 7 || *u.TotalTokens != 27 || u.InputTokens != nil {
+	var v usageValues
+	if !decodeUsage([]byte(usageDecodeSeeds[0]), &u, &v) || *u.PromptTokens != 20 || *u.CompletionTokens != 7 || *u.TotalTokens != 27 || u.InputTokens != nil {
 		t.Fatalf("decoded %+v", u)
 	}
 }
@@ -63,7 +64,8 @@ func FuzzDecodeUsage(f *testing.F) {
 
 func usageDecodeDiff(b []byte) string {
 	var got, want usageNumbers
-	ok := decodeUsage(b, &got)
+	var v usageValues
+	ok := decodeUsage(b, &got, &v)
 	wantOK := json.Unmarshal(b, &want) == nil
 	switch {
 	case ok != wantOK:
@@ -87,9 +89,10 @@ func BenchmarkDecodeUsage(b *testing.B) {
 	src := []byte(`{"prompt_tokens":20,"total_tokens":27,"completion_tokens":7,"prompt_tokens_details":null}`)
 	b.Run("decodeUsage", func(b *testing.B) {
 		b.ReportAllocs()
+		var s usageScanner // the numbers' home, as in a meter
 		for b.Loop() {
-			var u usageNumbers
-			if !decodeUsage(src, &u) {
+			s.u = usageNumbers{}
+			if !decodeUsage(src, &s.u, &s.vals) {
 				b.Fatal("not decoded")
 			}
 		}
