@@ -48,8 +48,8 @@ FUZZ_TARGETS := \
 	./gateway:FuzzStreamGuard:5000x \
 	./gateway:FuzzDecodeUsage:5000x \
 	./gateway:FuzzOpenAIChunk:5000x \
-	./gateway:FuzzResponsesEvent:5000x \
-	./gateway:FuzzAnthropicEvent:5000x \
+	./gateway:FuzzResponsesEvent:3000x \
+	./gateway:FuzzAnthropicEvent:3000x \
 	./gateway:FuzzUpstreamHeaderMatchesReverseProxy:5000x \
 	./gateway:FuzzAnswerHeaderMatchesReverseProxy:5000x \
 	./gateway:FuzzBackendURLMatchesReverseProxy:10000x \
