@@ -30,7 +30,7 @@ unit:
 # (figures come from `make bench` and bench/, not from this). The tests
 # that measure what the race detector changes (a goroutine's stack depth)
 # run here too, in the same binaries built without it.
-NORACE_TESTS := ^(TestOpenStreamHandlerStackIsShallow|TestWaitingHandlerParksOnSmallStack)$$
+NORACE_TESTS := ^(TestOpenStreamHandlerStackIsShallow|TestWaitingHandlerParksOnSmallStack|TestTracedWaitingHandlerParksOnSmallStack)$$
 
 benchonce:
 	$(GO) test -run '$(NORACE_TESTS)' -bench . -benchtime 1x -timeout 10m ./...

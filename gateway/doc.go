@@ -121,9 +121,10 @@
 // pooled buffers, are the ticket's prefix matcher, prefix.go; other
 // requests' renders are tokenized and keyed there; while requests are
 // queued the steps before the queue, the body's reading and the door
-// with them, run on a goroutine of their own, admitAside in pipeline.go,
+// with them, and a traced request's trace's beginning (the sampler's
+// calls), run on a goroutine of their own, admitAside in pipeline.go,
 // so that a handler that then parks does not keep the stack they grew:
-// it parks on the 4 KiB it started with), then waits in
+// it parks on the 4 KiB it started with, traced or not), then waits in
 // its model's admission.Pool for a backend with room, and its original bytes are forwarded unchanged by
 // the gateway's own reverse proxy (the relay, proxy_relay.go: sendHead, copyAnswer, bodyRelayed; one request value
 // built per attempt, the body the door read sent with its headers in one
@@ -281,9 +282,11 @@
 // on each backend; maitred follows.
 //
 // Tracing (tracing.go) is off unless Options.Tracing is set; the gateway
-// touches no OpenTelemetry global. On, serve begins a trace
-// (telemetry.Trace) per request on every route but /metrics: its SERVER
-// span is the child of a valid incoming traceparent; the pipeline adds
+// touches no OpenTelemetry global. On, every request on every route but
+// /metrics is traced (serve marks it): its trace (telemetry.Trace) begins
+// in admit, aside with it while requests are queued, or at its first use
+// on a route without one, its SERVER span starting at the request's
+// arrival, the child of a valid incoming traceparent; the pipeline adds
 // the door's span (from the phase clock, when the request ends), each
 // queue wait and each attempt's CLIENT span; the proxy sends the
 // attempt's context to the backend in traceparent and tracestate, so

@@ -113,9 +113,9 @@ func TestFailureTableVocabulary(t *testing.T) {
 	for _, f := range failureTable {
 		id := "row-" + f.code
 		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
-		x := &exchange{request: request{id: id, start: time.Now(), endpoint: "/v1/chat/completions", spec: specOf("/v1/chat/completions"), clientCtx: r.Context(), rt: rt}}
+		x := &exchange{request: request{id: id, start: time.Now(), endpoint: "/v1/chat/completions", spec: specOf("/v1/chat/completions"), clientCtx: r.Context(), rt: rt}, in: r}
 		rec := &recorder{ResponseWriter: httptest.NewRecorder(), stall: &x.clientStall, werr: &x.clientWriteErr}
-		tg.tr.start(r, x)
+		tg.tr.start(x)
 		x.readDone, x.doorDone = time.Now(), time.Now()
 		newAttempt := func() *attempt {
 			a := x.newAttempt(backend)

@@ -163,13 +163,15 @@ func (g *Gateway) unqueue(x *exchange) {
 // quarter of it is in use. The steps before the queue (admit) are the
 // deepest a request takes: admit's own frame (1.2 KiB), the body's
 // reading, and the door's render and count (the template evaluator, the
-// tokenizer: 16-32 KiB of stack). On the handler's own goroutine they
+// tokenizer: 16-32 KiB of stack), and a traced request's trace's
+// beginning (the sampler's calls: about 2 KiB, tracer in tracing.go). On the handler's own goroutine they
 // grow its stack from 4 KiB (what net/http's conn.serve and the frames
 // down to the queue need) to 8 or more, kept while it waits. So while
 // requests are waiting for a backend (queued), a request's admit runs on
 // a goroutine of its own (admitAside), whose stack goes when it returns,
-// and a handler that then parks never grew past 4 KiB
-// (TestWaitingHandlerParksOnSmallStack). With nobody waiting it runs
+// and a handler that then parks never grew past 4 KiB, traced or not
+// (TestWaitingHandlerParksOnSmallStack,
+// TestTracedWaitingHandlerParksOnSmallStack). With nobody waiting it runs
 // inline: a request that will not wait pays nothing (a handoff costs a
 // goroutine and a channel, ~1-2 µs).
 
@@ -212,6 +214,9 @@ func (g *Gateway) admitOnGoroutine(a *api, w http.ResponseWriter, r *http.Reques
 //
 //go:noinline
 func (g *Gateway) admit(a *api, w http.ResponseWriter, r *http.Request, x *exchange) error {
+	if x.tr.on() {
+		g.tr.begin(x) // aside with the rest while requests wait (tracer)
+	}
 	body, err := a.read(g, w, r, x)
 	if err != nil {
 		return err

@@ -149,7 +149,9 @@ func satMul(a, b int) int {
 // than under queueAndForward and granted (0.6 KiB more), so that with
 // the runtime's own calls under it (the queue's timer, an allocation's
 // slow path, the select it parks in) the stack of a waiting request stays
-// within the 4 KiB a goroutine starts with (TestWaitingHandlerParksOnSmallStack).
+// within the 4 KiB a goroutine starts with, with a traced wait's frame
+// too (acquireTraced; TestWaitingHandlerParksOnSmallStack,
+// TestTracedWaitingHandlerParksOnSmallStack).
 // A try after a failed attempt waits again under granted (acquire).
 
 // waitTurn waits in the model's queue for the request's first grant

@@ -174,7 +174,7 @@ func (g *Gateway) begin(w http.ResponseWriter, r *http.Request, env errorWriter,
 	x.rec = &recorder{ResponseWriter: w, stall: &x.clientStall, werr: &x.clientWriteErr}
 	w.Header().Set("X-Request-Id", x.id)
 	if g.tr != nil {
-		g.tr.start(r, x)
+		g.tr.start(x)
 	}
 	return x
 }

@@ -27,6 +27,17 @@ import (
 // and names only: never prompt or completion text, never a key. The
 // trace is plain data the request fills as it goes and hands to the
 // provider at its end, whole.
+//
+// A request is marked traced at its start (start), but its trace begins
+// (begin: the caller's context read, the sampler asked, the root span
+// started at the request's arrival) in admit, or at its first use by a
+// request that has no admit. Beginning takes about 2 KiB of stack
+// (Provider.Begin's frame and the four of the SDK's parent-based
+// sampler): on the handler's goroutine, over net/http's frames, it grew
+// the stack from the 4 KiB it starts with to 8, kept while the request
+// waits in the queue. In admit it runs aside with the door while
+// requests are waiting (admitAside), and a traced handler parks on 4 KiB
+// like an untraced one (TestTracedWaitingHandlerParksOnSmallStack).
 type tracer struct {
 	p    *telemetry.Provider
 	prop propagation.TraceContext
@@ -44,8 +55,10 @@ func newTracer(p *telemetry.Provider) *tracer {
 // attributes come from the attempt's usageMeter, the one reader of the
 // answer's usage.
 type spans struct {
+	// t is the request's trace once it has begun (tracer.begin), nil
+	// before; traced is whether it will.
 	t      *telemetry.Trace
-	method string
+	traced bool
 	// queueWait adds up the request's waits in its model's queue.
 	queueWait time.Duration
 	// rejection is the door's Reason when the door rejected the request.
@@ -53,7 +66,7 @@ type spans struct {
 }
 
 // on is whether the request is traced.
-func (s *spans) on() bool { return s.t != nil }
+func (s *spans) on() bool { return s.traced }
 
 // Attribute keys: OpenTelemetry's GenAI and HTTP semantic conventions,
 // and maitred's own.
@@ -88,14 +101,28 @@ func keyName(x *exchange) string {
 	return x.key.name
 }
 
-// start begins the request's trace, the child of the client's
+// start marks the request traced; its trace begins later (begin).
+func (t *tracer) start(x *exchange) { x.tr = spans{traced: true} }
+
+// begin begins the request's trace unless it has begun: its root span,
+// started at the request's arrival, the child of the client's
 // traceparent when it sent a valid one.
-func (t *tracer) start(r *http.Request, x *exchange) {
+func (t *tracer) begin(x *exchange) {
+	if x.tr.t != nil {
+		return
+	}
+	r := x.in
 	ctx := r.Context()
 	if r.Header["Traceparent"] != nil { // the propagator's lookups canonicalize their keys: skip them when there is nothing to find
 		ctx = t.prop.Extract(ctx, propagation.HeaderCarrier(r.Header))
 	}
-	x.tr = spans{method: r.Method, t: t.p.Begin(ctx, r.Method, x.endpoint, trace.SpanKindServer, x.start)}
+	x.tr.t = t.p.Begin(ctx, r.Method, x.endpoint, trace.SpanKindServer, x.start)
+}
+
+// trace is the request's trace, begun if it has not (begin).
+func (t *tracer) trace(x *exchange) *telemetry.Trace {
+	t.begin(x)
+	return x.tr.t
 }
 
 // end closes the request's spans once its answer is over: the door's
@@ -104,7 +131,7 @@ func (t *tracer) start(r *http.Request, x *exchange) {
 // layer named, or a 5xx) is an error status described by its outcome.
 func (t *tracer) end(x *exchange, res *Result) {
 	status, layer, end := res.Status, res.Layer, res.End
-	tr := x.tr.t
+	tr := t.trace(x)
 	defer t.p.Finish(tr)
 	sp := tr.Root()
 	if !tr.Sampled() {
@@ -123,7 +150,7 @@ func (t *tracer) end(x *exchange, res *Result) {
 		}
 		door.End(x.doorDone)
 	}
-	sp.String("http.request.method", x.tr.method)
+	sp.String("http.request.method", x.in.Method)
 	sp.String("http.route", x.endpoint)
 	sp.String("maitred.request_id", x.id)
 	sp.Int("http.response.status_code", int64(status))
@@ -202,10 +229,11 @@ func usageAttributes(sp *telemetry.Span, p usageParts) {
 func (t *tracer) queued(x *exchange, since time.Time, o admission.Outcome, lease *admission.Lease) {
 	now := time.Now()
 	x.tr.queueWait += now.Sub(since)
-	if !x.tr.t.Sampled() {
+	tr := t.trace(x)
+	if !tr.Sampled() {
 		return
 	}
-	sp := x.tr.t.Start("queue", "", trace.SpanKindInternal, since)
+	sp := tr.Start("queue", "", trace.SpanKindInternal, since)
 	sp.String("maitred.queue.outcome", queueLabel(o))
 	if lease != nil {
 		sp.String("maitred.queue.policy", lease.Policy)
@@ -223,10 +251,11 @@ func (t *tracer) queued(x *exchange, since time.Time, o admission.Outcome, lease
 // to the backend in traceparent; endAttempt ends it once the attempt is
 // over (its answer copied, or failed).
 func (t *tracer) attempt(x *exchange, a *attempt, r *http.Request) {
+	tr := t.trace(x)
 	if op := genAIOperation(x); op != "" && x.rt != nil {
-		a.span = x.tr.t.Start(op, x.rt.name, trace.SpanKindClient, time.Now())
+		a.span = tr.Start(op, x.rt.name, trace.SpanKindClient, time.Now())
 	} else {
-		a.span = x.tr.t.Start(r.Method, r.URL.Path, trace.SpanKindClient, time.Now())
+		a.span = tr.Start(r.Method, r.URL.Path, trace.SpanKindClient, time.Now())
 	}
 }
 
