@@ -339,6 +339,7 @@ type streamsFigures struct {
 	// an idle replica's open streams, without the door work of opening.
 	steadyP99ms float64
 	events      int
+	cut         int         // streams that ended without their [DONE]
 	cpu         cpuPerEvent // over a window with every stream open
 }
 
@@ -381,7 +382,9 @@ func holdSlowStreams(base, simURL string, n int, h2c bool, gw *streamsProbe, cpu
 	var steadyFrom atomic.Int64 // unix ns; set once every stream is open
 	var started atomic.Int64
 	var failed atomic.Int64
-	var ended atomic.Int64             // streams read to their end
+	var ended atomic.Int64 // streams read to their end
+	var cut atomic.Int64   // of those, streams that did not end with [DONE]
+	var firstCut atomic.Pointer[error]
 	var firstErr atomic.Pointer[error] // an atomic.Value would panic on a second error type
 	var wg sync.WaitGroup
 	t0 := time.Now()
@@ -406,8 +409,13 @@ func holdSlowStreams(base, simURL string, n int, h2c bool, gw *streamsProbe, cpu
 				return
 			}
 			defer res.Body.Close()
-			recv := readEventsNotify(res.Body, 4<<10, func() { started.Add(1) })
+			body := &streamEnd{r: res.Body}
+			recv := readEventsNotify(body, 4<<10, func() { started.Add(1) })
 			ended.Add(1)
+			if err := body.whole(); err != nil {
+				firstCut.CompareAndSwap(nil, &err)
+				cut.Add(1)
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			reads = append(reads, streamReads{id: id, recv: recv})
@@ -437,6 +445,9 @@ func holdSlowStreams(base, simURL string, n int, h2c bool, gw *streamsProbe, cpu
 	wg.Wait()
 	if failed.Load() > 0 {
 		return f, fmt.Errorf("%d of %d streams failed: %v", failed.Load(), n, *firstErr.Load())
+	}
+	if f.cut = int(cut.Load()); f.cut > 0 {
+		fmt.Fprintf(os.Stderr, "  warning: %d of %d streams ended without their [DONE] (the first: %v)\n", f.cut, n, *firstCut.Load())
 	}
 	sent, err := fetchStamps(simURL)
 	if err != nil {
@@ -472,6 +483,38 @@ func holdSlowStreams(base, simURL string, n int, h2c bool, gw *streamsProbe, cpu
 	f.events = len(delays)
 	f.cpu = win.perEvent(reads)
 	return f, nil
+}
+
+// streamEnd reads a stream's body, keeping its last bytes and how its
+// reading ended: whole once it ended cleanly after "data: [DONE]".
+type streamEnd struct {
+	r    io.Reader
+	last []byte
+	err  error
+}
+
+func (s *streamEnd) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	s.last = append(s.last, p[:n]...)
+	if k := len(s.last) - 64; k > 0 {
+		s.last = s.last[:copy(s.last, s.last[k:])]
+	}
+	if err != nil {
+		s.err = err
+	}
+	return n, err
+}
+
+// whole is nil for a stream that ended cleanly after its [DONE], else
+// what cut it.
+func (s *streamEnd) whole() error {
+	switch {
+	case s.err != nil && s.err != io.EOF:
+		return s.err
+	case !bytes.HasSuffix(s.last, []byte("data: [DONE]\n\n")):
+		return fmt.Errorf("it ended after %q", s.last)
+	}
+	return nil
 }
 
 // streamReads is one stream's events as the client read them.

@@ -3,11 +3,13 @@ package main
 import (
 	"crypto/sha256"
 	"encoding/xml"
+	"io"
 	"math"
 	"reflect"
 	"strconv"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/maitred-dev/maitred/config"
@@ -202,5 +204,30 @@ func TestReadEventsNotify(t *testing.T) {
 	}
 	if got := readEvents(strings.NewReader(stream)); len(got) != 3 {
 		t.Errorf("readEvents: %d events, want 3", len(got))
+	}
+}
+
+// A stream is whole once it ended cleanly after its [DONE]; cut anywhere
+// else, or ended by an error, it is not.
+func TestStreamEnd(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		whole      bool
+	}{
+		{"done", "data: {}\n\ndata: [DONE]\n\n", true},
+		{"cut before done", "data: {}\n\n", false},
+		{"cut inside done", "data: {}\n\ndata: [DO", false},
+		{"long stream", strings.Repeat("data: {\"x\":1}\n\n", 100) + "data: [DONE]\n\n", true},
+	} {
+		s := &streamEnd{r: strings.NewReader(tc.body)}
+		readEventsNotify(s, 7, nil)
+		if err := s.whole(); (err == nil) != tc.whole {
+			t.Errorf("%s: whole() = %v, want whole %v", tc.name, err, tc.whole)
+		}
+	}
+	s := &streamEnd{r: io.MultiReader(strings.NewReader("data: [DONE]\n\n"), iotest.ErrReader(io.ErrUnexpectedEOF))}
+	readEventsNotify(s, 64, nil)
+	if err := s.whole(); err != io.ErrUnexpectedEOF {
+		t.Errorf("a read error after [DONE]: whole() = %v", err)
 	}
 }
