@@ -227,7 +227,7 @@ func run() error {
 
 	paths := []path{{"direct", simURL}}
 
-	nginxURL, stopNginx, ok, err := startNginx(nginxBin, target.Host, *nginxWorkers)
+	ng, ok, err := startNginx(nginxBin, target.Host, *nginxWorkers, nginxOptions{})
 	switch {
 	case err != nil:
 		return fmt.Errorf("nginx: %w", err)
@@ -235,14 +235,14 @@ func run() error {
 		res.Nginx = "skipped (not installed: apt-get install nginx)"
 		fmt.Fprintln(os.Stderr, "nginx: "+res.Nginx)
 	default:
-		defer stopNginx()
+		defer ng.stop()
 		// Interrupted, the deferred stop would not run: stop nginx and
 		// remove its temp dir first. (Killed outright, the kernel still
 		// stops it: childAttr.)
-		stopOnSignal(stopNginx)
+		stopOnSignal(ng.stop)
 		res.Nginx = fmt.Sprintf("%s, worker_processes %s", nginxVersion(), *nginxWorkers)
 		fmt.Fprintf(os.Stderr, "nginx: %s (%s)\n", res.Nginx, nginxWorkersWhy(*nginxWorkers))
-		paths = append(paths, path{"nginx", nginxURL})
+		paths = append(paths, path{"nginx", ng.url})
 	}
 
 	bare := &httputil.ReverseProxy{

@@ -85,14 +85,6 @@ http {
 	return b.String()
 }
 
-// startNginx runs nginx (bin) in front of upstream (host:port) with
-// workers worker processes, on a free loopback port, until stop. ok is
-// false, with no error, when bin is not installed.
-func startNginx(bin, upstream, workers string) (url string, stop func(), ok bool, err error) {
-	n, ok, err := startNginxWith(bin, upstream, workers, nginxOptions{})
-	return n.url, n.stop, ok, err
-}
-
 // nginxProc is a running nginx: where it serves, its master's pid, and
 // how to stop it.
 type nginxProc struct {
@@ -101,8 +93,10 @@ type nginxProc struct {
 	stop func()
 }
 
-// startNginxWith is startNginx with options (nginxOptions).
-func startNginxWith(bin, upstream, workers string, o nginxOptions) (n nginxProc, ok bool, err error) {
+// startNginx runs nginx (bin) in front of upstream (host:port) with
+// workers worker processes and options o, on a free loopback port, until
+// its stop. ok is false, with no error, when bin is not installed.
+func startNginx(bin, upstream, workers string, o nginxOptions) (n nginxProc, ok bool, err error) {
 	if _, err := os.Stat(bin); err != nil {
 		return nginxProc{}, false, nil
 	}

@@ -56,12 +56,12 @@ func TestStartNginx(t *testing.T) {
 	}))
 	defer up.Close()
 	u, _ := url.Parse(up.URL)
-	base, stop, ok, err := startNginx(nginxBin, u.Host, "1")
+	ng, ok, err := startNginx(nginxBin, u.Host, "1", nginxOptions{})
 	if err != nil || !ok {
 		t.Fatalf("startNginx: ok %v, %v", ok, err)
 	}
-	defer stop()
-	res, err := http.Get(base + "/x")
+	defer ng.stop()
+	res, err := http.Get(ng.url + "/x")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestStartNginx(t *testing.T) {
 }
 
 func TestStartNginxNotInstalled(t *testing.T) {
-	_, _, ok, err := startNginx(t.TempDir()+"/nginx", "127.0.0.1:9", "1")
+	_, ok, err := startNginx(t.TempDir()+"/nginx", "127.0.0.1:9", "1", nginxOptions{})
 	if ok || err != nil {
 		t.Errorf("ok %v, err %v; want false, nil (skipped)", ok, err)
 	}

@@ -284,13 +284,9 @@ func startSim(bin, addr string, args []string) (*proc, error) {
 }
 
 // startBareProxy runs this program again as the bare proxy (-scenario
-// bare-proxy) in front of target, in its own process.
-func startBareProxy(target string) (*proc, error) {
-	return startBareProxyH2C(target, false)
-}
-
-// startBareProxyH2C is startBareProxy, serving h2c too when h2c is set.
-func startBareProxyH2C(target string, h2c bool) (*proc, error) {
+// bare-proxy) in front of target, in its own process; with h2c it
+// serves HTTP/2 cleartext beside HTTP/1.1.
+func startBareProxy(target string, h2c bool) (*proc, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err

@@ -289,7 +289,7 @@ func streamsThroughRef(ref string, n int, simURL string, simPID int, h2c bool) (
 	var stop func()
 	switch ref {
 	case "bare":
-		p, err := startBareProxyH2C(simURL, h2c)
+		p, err := startBareProxy(simURL, h2c)
 		if err != nil {
 			return streamsResult{}, fmt.Errorf("bare proxy: %w", err)
 		}
@@ -305,7 +305,7 @@ func streamsThroughRef(ref string, n int, simURL string, simPID int, h2c bool) (
 		if h2c {
 			conns = n + 2000
 		}
-		ng, ok, err := startNginxWith(nginxBin, u.Host, "1", nginxOptions{h2c: h2c, conns: conns})
+		ng, ok, err := startNginx(nginxBin, u.Host, "1", nginxOptions{h2c: h2c, conns: conns})
 		if err != nil || !ok {
 			return streamsResult{}, fmt.Errorf("nginx: %v", err)
 		}

@@ -62,14 +62,14 @@ func startSeparate(model string, withPprof bool) (*separateRun, error) {
 	s.paths = append(s.paths, path{"direct", sim.url})
 	s.pids["direct"] = sim.pid
 	target, _ := url.Parse(sim.url)
-	if ngURL, stop, ok, err := startNginx(nginxBin, target.Host, *nginxWorkers); err != nil {
+	if ng, ok, err := startNginx(nginxBin, target.Host, *nginxWorkers, nginxOptions{}); err != nil {
 		s.stop()
 		return nil, fmt.Errorf("nginx: %w", err)
 	} else if ok {
-		s.stopNg = stop
-		s.paths = append(s.paths, path{"nginx", ngURL})
+		s.stopNg = ng.stop
+		s.paths = append(s.paths, path{"nginx", ng.url})
 	}
-	bare, err := startBareProxy(sim.url)
+	bare, err := startBareProxy(sim.url, false)
 	if err != nil {
 		s.stop()
 		return nil, fmt.Errorf("bare proxy: %w", err)
