@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -346,16 +347,34 @@ func childPID(pid int) int {
 // scrapeMetric sums the samples of the metric name (any labels) in a
 // Prometheus text exposition at url.
 func scrapeMetric(url, name string) (float64, error) {
+	v := []float64{0}
+	err := scrapeMetrics(url, []string{name}, v)
+	return v[0], err
+}
+
+// scrapeMetrics is scrapeMetric for each of names, into vals (one each),
+// from one scrape: the figures of one moment, and one render of the
+// exposition, not one a figure. The error is the first (a metric
+// absent, or the scrape failed); the metrics found are set all the same.
+func scrapeMetrics(url string, names []string, vals []float64) error {
 	res, err := http.Get(url)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	defer res.Body.Close()
-	v, err := sumMetric(res.Body, name)
+	b, err := io.ReadAll(res.Body)
 	if err != nil {
-		return 0, fmt.Errorf("%s: %w", url, err)
+		return fmt.Errorf("%s: %w", url, err)
 	}
-	return v, nil
+	var first error
+	for i, name := range names {
+		v, err := sumMetric(bytes.NewReader(b), name)
+		if err != nil && first == nil {
+			first = fmt.Errorf("%s: %w", url, err)
+		}
+		vals[i] = v
+	}
+	return first
 }
 
 // sumMetric sums the samples of the metric name in a Prometheus text

@@ -241,11 +241,12 @@ func streamsThrough(b streamsBinary, n int, cfg, simURL string, simPID int, h2c 
 	if pp != "" {
 		heapOut = filepath.Join(*scaleOut, fmt.Sprintf("streams-%d-%s-heap.pb.gz", n, b.name))
 	}
-	cpu := streamsCPU{simPID: simPID, maitredPID: gw.pid, pprof: pp, metrics: gw.url + "/metrics"}
+	metrics := gw.url + "/metrics"
+	cpu := streamsCPU{simPID: simPID, maitredPID: gw.pid, pprof: pp, metrics: metrics}
 	if pp != "" {
 		cpu.profileOut = filepath.Join(*scaleOut, fmt.Sprintf("streams-%d-%s-cpu.pb.gz", n, b.name))
 	}
-	f, err := holdSlowStreams(gw.url, simURL, n, h2c, &streamsProbe{pid: gw.pid, metrics: gw.url + "/metrics", pprof: pp, heapOut: heapOut}, cpu, delaysFile(n, b.name))
+	f, err := holdSlowStreams(gw.url, simURL, n, h2c, &streamsProbe{pid: gw.pid, metrics: metrics, pprof: pp, heapOut: heapOut}, cpu, delaysFile(n, b.name))
 	gw.stop()
 	if err != nil {
 		// maitred's own account of it: its log goes with its folder.
@@ -565,10 +566,9 @@ func (p *streamsProbe) read() (rss, heap, stack, goroutines float64) {
 	if p.metrics == "" {
 		return
 	}
-	heap, _ = scrapeMetric(p.metrics, "go_memstats_heap_inuse_bytes")
-	stack, _ = scrapeMetric(p.metrics, "go_memstats_stack_inuse_bytes")
-	goroutines, _ = scrapeMetric(p.metrics, "go_goroutines")
-	return
+	v := make([]float64, 3)
+	scrapeMetrics(p.metrics, []string{"go_memstats_heap_inuse_bytes", "go_memstats_stack_inuse_bytes", "go_goroutines"}, v)
+	return rss, v[0], v[1], v[2]
 }
 
 // saveHeap writes maitred's heap profile to heapOut (go tool pprof

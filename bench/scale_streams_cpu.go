@@ -94,9 +94,9 @@ func (s streamsCPU) heapStats() (alloc, cycles float64) {
 	if s.metrics == "" {
 		return 0, 0
 	}
-	alloc, _ = scrapeMetric(s.metrics, "go_memstats_alloc_bytes_total")
-	cycles, _ = scrapeMetric(s.metrics, "go_gc_duration_seconds_count")
-	return alloc, cycles
+	v := make([]float64, 2)
+	scrapeMetrics(s.metrics, []string{"go_memstats_alloc_bytes_total", "go_gc_duration_seconds_count"}, v)
+	return v[0], v[1]
 }
 
 // saveProfile writes maitred's CPU profile over d to profileOut (go

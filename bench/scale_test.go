@@ -5,6 +5,8 @@ import (
 	"encoding/xml"
 	"io"
 	"math"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"strconv"
 	"strings"
@@ -186,6 +188,25 @@ func TestSumMetric(t *testing.T) {
 	}
 	if _, err := sumMetric(strings.NewReader(text), "absent"); err == nil {
 		t.Error("an absent metric: no error")
+	}
+}
+
+// Several metrics come from one scrape: an absent one is 0 and the
+// error, the others are read all the same.
+func TestScrapeMetrics(t *testing.T) {
+	scrapes := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		scrapes++
+		io.WriteString(w, "go_goroutines 12\nmaitred_x{a=\"1\"} 2\nmaitred_x{a=\"2\"} 3.5\n")
+	}))
+	defer srv.Close()
+	v := make([]float64, 3)
+	err := scrapeMetrics(srv.URL, []string{"maitred_x", "absent", "go_goroutines"}, v)
+	if err == nil || v[0] != 5.5 || v[1] != 0 || v[2] != 12 || scrapes != 1 {
+		t.Errorf("got %v, %v in %d scrapes; want [5.5 0 12], an error for absent, 1 scrape", v, err, scrapes)
+	}
+	if g, err := scrapeMetric(srv.URL, "go_goroutines"); err != nil || g != 12 {
+		t.Errorf("scrapeMetric: %v, %v; want 12", g, err)
 	}
 }
 

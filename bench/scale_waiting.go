@@ -253,9 +253,9 @@ func backendConns(url string) int {
 
 // memFigures is the stack and heap in use from a metrics url.
 func memFigures(url string) (stack, heap float64) {
-	stack, _ = scrapeMetric(url, "go_memstats_stack_inuse_bytes")
-	heap, _ = scrapeMetric(url, "go_memstats_heap_inuse_bytes")
-	return stack, heap
+	v := make([]float64, 2)
+	scrapeMetrics(url, []string{"go_memstats_stack_inuse_bytes", "go_memstats_heap_inuse_bytes"}, v)
+	return v[0], v[1]
 }
 
 // idleConnFigures is the stack and heap per connection open to maitred
