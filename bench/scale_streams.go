@@ -340,7 +340,6 @@ type streamsFigures struct {
 	// an idle replica's open streams, without the door work of opening.
 	steadyP99ms float64
 	events      int
-	cut         int         // streams that ended without their [DONE]
 	cpu         cpuPerEvent // over a window with every stream open
 }
 
@@ -447,8 +446,8 @@ func holdSlowStreams(base, simURL string, n int, h2c bool, gw *streamsProbe, cpu
 	if failed.Load() > 0 {
 		return f, fmt.Errorf("%d of %d streams failed: %v", failed.Load(), n, *firstErr.Load())
 	}
-	if f.cut = int(cut.Load()); f.cut > 0 {
-		fmt.Fprintf(os.Stderr, "  warning: %d of %d streams ended without their [DONE] (the first: %v)\n", f.cut, n, *firstCut.Load())
+	if c := cut.Load(); c > 0 {
+		fmt.Fprintf(os.Stderr, "  warning: %d of %d streams ended without their [DONE] (the first: %v)\n", c, n, *firstCut.Load())
 	}
 	sent, err := fetchStamps(simURL)
 	if err != nil {
