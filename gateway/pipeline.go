@@ -70,13 +70,13 @@ func readJSON(g *Gateway, w http.ResponseWriter, r *http.Request, x *exchange) (
 	return body, nil
 }
 
-// pipeline runs a request of every model API: check its API key (when
-// the gateway has keys; xAPIKey: Anthropic's x-api-key too, as keyed
-// does), read the body once, put it
-// through the door (admission.Door: shape, model, input, count, context),
-// wait in the model's queue for a ready backend with room, and forward the
-// bytes the door approved, which are the client's own unless max_tokens
-// was clamped. The answer passes through byte for byte.
+// pipeline runs a request of every model API: check its API key (when the
+// gateway has keys; xAPIKey: Anthropic's x-api-key too, as keyed does),
+// read the body once, put it through the door (admission.Door: shape,
+// model, input, count, context), wait in the model's queue for a ready
+// backend with room, and forward the bytes the door approved, which are
+// the client's own unless max_tokens was clamped. The answer passes
+// through byte for byte.
 //
 // The steps before the queue run in admit, a call of their own, so that
 // their locals (the door's decision, the ticket's making) are off the
@@ -163,14 +163,14 @@ func (g *Gateway) unqueue(x *exchange) {
 // quarter of it is in use. The steps before the queue (admit) are the
 // deepest a request takes: admit's own frame (1.2 KiB), the body's
 // reading, and the door's render and count (the template evaluator, the
-// tokenizer: 16-32 KiB of stack), and a traced request's trace's
-// beginning (the sampler's calls: about 2 KiB, tracer in tracing.go). On the handler's own goroutine they
-// grow its stack from 4 KiB (what net/http's conn.serve and the frames
-// down to the queue need) to 8 or more, kept while it waits. So while
-// requests are waiting for a backend (queued), a request's admit runs on
-// a goroutine of its own (admitAside), whose stack goes when it returns,
-// and a handler that then parks never grew past 4 KiB, traced or not
-// (TestWaitingHandlerParksOnSmallStack,
+// tokenizer: 16-32 KiB of stack), and a traced request's trace's beginning
+// (the sampler's calls: about 2 KiB, tracer in tracing.go). On the
+// handler's own goroutine they grow its stack from 4 KiB (what net/http's
+// conn.serve and the frames down to the queue need) to 8 or more, kept
+// while it waits. So while requests are waiting for a backend (queued), a
+// request's admit runs on a goroutine of its own (admitAside), whose stack
+// goes when it returns, and a handler that then parks never grew past 4
+// KiB, traced or not (TestWaitingHandlerParksOnSmallStack,
 // TestTracedWaitingHandlerParksOnSmallStack). With nobody waiting it runs
 // inline: a request that will not wait pays nothing (a handoff costs a
 // goroutine and a channel, ~1-2 µs).
