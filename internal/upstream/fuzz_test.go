@@ -59,7 +59,14 @@ func FuzzTransportMatchesNetHTTP(f *testing.F) {
 		ref, own := &pipeBackend{answer: []byte(answer)}, &pipeBackend{answer: []byte(answer)}
 		nt := netHTTP()
 		nt.DialContext = ref.dial
-		ot := &Transport{DialContext: own.dial}
+		// The same reader size as net/http's (4 KiB): bufio's ReadLine
+		// cannot tell a head line that fills its buffer exactly and then
+		// meets the end from one cut short, so a line of a multiple of
+		// the buffer's size ends in "unexpected EOF" where a line that
+		// fits gives "malformed HTTP response". That is bufio's boundary
+		// (net/http's own, at 4 KiB), not a difference between the two
+		// clients, and comparing them at one size leaves it out.
+		ot := &Transport{DialContext: own.dial, ReadBufferSize: 4 << 10}
 		want, got := send(nt), send(ot)
 		nt.CloseIdleConnections()
 		ot.CloseIdleConnections()
